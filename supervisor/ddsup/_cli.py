@@ -1,0 +1,75 @@
+"""The ``ddsup`` command line: parse arguments, dispatch, map errors to exit statuses.
+
+Each subcommand lives in the module of its concept, which provides two functions:
+``configure_<name>(parser)`` adds its arguments and ``run_<name>(args) -> int`` runs it.
+Modules are imported lazily so ``ddsup verify`` does not pay for the endpoint's imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from ddsup import __version__
+from ddsup._errors import EXIT_USAGE, DdsupError
+
+# subcommand → (module, help). The order here is the order of ``ddsup --help``.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "start": ("ddsup._controller", "run a deployment in the foreground"),
+    "verify": ("ddsup._units", "check unit files without running anything"),
+    "plan": ("ddsup._plan", "print the placement of every unit instance"),
+    "schema": ("ddsup._units", "print the JSON Schema of unit files"),
+    "status": ("ddsup._control", "show the state of a run"),
+    "stop": ("ddsup._control", "stop a run (like SIGTERM to ddsup start)"),
+    "logs": ("ddsup._control", "print the log of a unit instance"),
+    "cleanup": ("ddsup._orphans", "end every process of a run on this node"),
+    "fake-vllm": ("ddsup._fake_vllm", "serve a vLLM stand-in for rehearsals and tests"),
+    "agent": ("ddsup._agent", argparse.SUPPRESS),
+    "endpoint": ("ddsup._endpoint", "run the logical endpoint (started by ddsup start)"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on bad usage; ddsup promises 64 (EX_USAGE) like sysexits.h."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _function(command: str, prefix: str) -> Callable[..., object]:
+    module = importlib.import_module(COMMANDS[command][0])
+    return getattr(module, f"{prefix}_{command.replace('-', '_')}")  # type: ignore[no-any-return]
+
+
+def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The full parser; ``commands`` limits which subcommands are configured (and imported)."""
+    parser = _Parser(prog="ddsup", description="A process supervisor for GPU inference jobs.")
+    parser.add_argument("--version", action="version", version=f"ddsup {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name, (_module, help_text) in COMMANDS.items():
+        kwargs = {} if help_text == argparse.SUPPRESS else {"help": help_text}
+        sub_parser = sub.add_parser(name, **kwargs)  # type: ignore[arg-type]
+        if commands is None or name in commands:
+            _function(name, "configure")(sub_parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ddsup`` script and ``python -m ddsup``."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    wanted = [a for a in args_list if a in COMMANDS][:1]
+    parser = build_parser(wanted or ())
+    args = parser.parse_args(args_list)
+    try:
+        status = _function(args.command, "run")(args)
+    except DdsupError as err:
+        print(f"ddsup: error: {err}", file=sys.stderr)
+        return err.exit_status
+    except KeyboardInterrupt:
+        return 130
+    return int(status)  # type: ignore[call-overload]

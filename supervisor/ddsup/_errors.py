@@ -1,0 +1,100 @@
+"""The exception hierarchy of ddsup, and the exit status each one means.
+
+Foreign errors (OSError, httpx, tomllib) are translated at the boundary with
+``raise OurError(...) from exc``, so the command line only ever has to map these::
+
+    DdsupError                 any error ddsup reports to a user (exit 1)
+    ├── UsageError             bad command line                     → 64
+    ├── UnitFileError          invalid unit files (carries Problems) → 65
+    ├── PlacementError         the allocation cannot hold the plan  → 69
+    ├── PreflightError         a node failed preflight              → 69
+    ├── RunStateError          no run found / run not reachable     → 1
+    └── UnitFailed             a unit failed for good (stop-all)    → 70
+        └── ReadinessTimeout   not ready within timeout_start       → 75
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+EXIT_USAGE = os.EX_USAGE if hasattr(os, "EX_USAGE") else 64
+EXIT_INVALID_UNITS = 65
+EXIT_PREFLIGHT = 69
+EXIT_UNIT_FAILED = 70
+EXIT_READINESS_TIMEOUT = 75
+
+
+class DdsupError(Exception):
+    """Base of every error ddsup reports to a user; ``exit_status`` is what the CLI returns."""
+
+    exit_status: int = 1
+    result_status: str = "error"
+
+
+class UsageError(DdsupError):
+    """The command line is wrong (unknown flag, missing directory, bad value)."""
+
+    exit_status = EXIT_USAGE
+    result_status = "usage"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem in a unit file, printed as ``path:line:col: error: message``."""
+
+    path: str
+    line: int
+    col: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}: error: {self.message}"
+
+
+class UnitFileError(DdsupError):
+    """One or more unit files are invalid; every problem found is carried, not just the first."""
+
+    exit_status = EXIT_INVALID_UNITS
+    result_status = "invalid_units"
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = sorted(problems, key=lambda p: (p.path, p.line, p.col, p.message))
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class PlacementError(DdsupError):
+    """The allocation (nodes × GPUs) cannot hold what the lane units ask for."""
+
+    exit_status = EXIT_PREFLIGHT
+    result_status = "preflight_failed"
+
+
+class PreflightError(DdsupError):
+    """A node failed a preflight check (wrong host, missing GPUs, busy port, unreadable model)."""
+
+    exit_status = EXIT_PREFLIGHT
+    result_status = "preflight_failed"
+
+
+class RunStateError(DdsupError):
+    """No run could be found in the state directory, or its control channel is gone."""
+
+
+class UnitFailed(DdsupError):
+    """A unit failed for good and its ``on_failure`` is ``stop-all``."""
+
+    exit_status = EXIT_UNIT_FAILED
+    result_status = "unit_failed"
+
+    def __init__(self, unit: str, reason: str) -> None:
+        self.unit = unit
+        self.reason = reason
+        super().__init__(f"{unit}: {reason}")
+
+
+class ReadinessTimeout(UnitFailed):
+    """A unit did not become ready within its ``timeout_start``."""
+
+    exit_status = EXIT_READINESS_TIMEOUT
+    result_status = "readiness_timeout"

@@ -1,0 +1,75 @@
+"""Suite-wide guards: every test that starts processes must end them.
+
+After each test, no child of the test process may be alive and no process may carry a
+``DDSUP_INVOCATION_ID`` that was not there before the session started: ddsup's promise
+is that nothing outlives it, and the tests hold themselves to the same rule.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+
+def ddsup_processes() -> dict[int, str]:
+    """PID → invocation id of every live process that carries ``DDSUP_INVOCATION_ID``."""
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+            continue  # a zombie is dead; its parent's reaping is checked separately
+        for item in environ.split(b"\0"):
+            if item.startswith(b"DDSUP_INVOCATION_ID="):
+                found[int(entry.name)] = item.split(b"=", 1)[1].decode(errors="replace")
+    return found
+
+
+_BEFORE_SESSION: set[int] = set()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _BEFORE_SESSION.update(ddsup_processes())
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes() -> Iterator[None]:
+    yield
+    me = psutil.Process(os.getpid())
+    deadline = time.monotonic() + 10.0
+    while True:
+        children = [c for c in me.children(recursive=True) if _alive(c)]
+        strays = {p: i for p, i in ddsup_processes().items() if p not in _BEFORE_SESSION}
+        if not children and not strays:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)  # processes being reaped right now: poll briefly, bounded
+    for child in children:
+        child.kill()
+    for pid in strays:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    pytest.fail(
+        f"test left processes behind: children={[c.pid for c in children]} "
+        f"ddsup-run processes={sorted(strays)}"
+    )
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
