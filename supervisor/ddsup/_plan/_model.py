@@ -9,7 +9,7 @@ inputs give byte-identical plans.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ddsup._units._model import UnitType
@@ -68,6 +68,16 @@ class Plan:
 
     def on_node(self, name: str) -> tuple[PlannedInstance, ...]:
         return tuple(i for i in self.instances if i.node == name)
+
+    def with_ports(self, ports: dict[str, int]) -> Plan:
+        """The plan with ``port = "auto"`` lanes given the ports their agents picked."""
+        if not ports:
+            return self
+        instances = tuple(
+            replace(i, port=ports[i.instance]) if i.instance in ports else i
+            for i in self.instances
+        )
+        return replace(self, instances=instances)
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))

@@ -1,0 +1,127 @@
+"""The node agent: supervises the lanes (and each-node services) of one node.
+
+``ddsup start`` launches one agent per lane node (through ``srun`` under Slurm, as a local
+process for ``--nodes N`` rehearsals). The agent connects back to the controller over the
+authenticated control channel, receives the plan, runs preflight, then starts, restarts,
+probes and stops its instances on command, reporting every transition. If the controller
+vanishes, the agent stops everything it runs and exits: a node never keeps lanes for a
+run that no longer exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ddsup._channel import ADDRESS_ENV, SECRET_ENV, Channel, ChannelError, connect_channel
+from ddsup._environment import RunContext
+from ddsup._errors import UsageError
+from ddsup._events import Event
+from ddsup._node import NodeRunner
+from ddsup._orphans import become_subreaper, reap_adopted_children, start_sentinel
+from ddsup._plan._model import Plan
+from ddsup._preflight import run_preflight
+from ddsup._state_dir import StateDir
+from ddsup._units import load_unit_set
+
+
+def configure_agent(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node", help="node name in the plan (default: $SLURMD_NODENAME)")
+    parser.add_argument("--gpus", type=int, default=None, help="GPUs on this node, if known")
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    secret = os.environ.pop(SECRET_ENV, None)
+    address = os.environ.pop(ADDRESS_ENV, None)
+    node = args.node or os.environ.get("SLURMD_NODENAME")
+    if not secret or not address or not node:
+        raise UsageError("ddsup agent is started by ddsup start, not by hand")
+    return trio.run(_agent_main, node, address, secret, args.gpus)
+
+
+async def _agent_main(node: str, address: str, secret: str, gpus: int | None) -> int:
+    become_subreaper()
+    hello = {"op": "hello", "role": "agent", "node": node, "pid": os.getpid()}
+    channel = await connect_channel(address, secret, hello)
+    setup = await channel.receive()
+    if setup is None or setup.get("op") != "setup":
+        return 1
+    run = RunContext(**setup["run"])
+    plan = Plan.from_dict(setup["plan"])
+    units = load_unit_set(run.unit_dir)
+    sentinel = start_sentinel(run.invocation_id)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reap_adopted_children)
+            await _serve_controller(channel, node, units, plan, run, gpus)
+            nursery.cancel_scope.cancel()
+    finally:
+        sentinel.close()
+        await channel.aclose()
+    return 0
+
+
+async def _serve_controller(
+    channel: Channel, node: str, units: Any, plan: Plan, run: RunContext, gpus: int | None
+) -> None:
+    result = run_preflight(
+        node, units, plan, gpus_available=gpus, slurm_node=os.environ.get("SLURMD_NODENAME")
+    )
+    plan = plan.with_ports(result.ports)
+    await channel.send({"op": "preflight", **result.to_dict()})
+    outbox_send, outbox_receive = trio.open_memory_channel[dict[str, Any]](math.inf)
+
+    def emit(event: Event) -> None:
+        outbox_send.send_nowait({"op": "event", "event": event.to_dict()})
+
+    async def forward() -> None:
+        async for message in outbox_receive:
+            await channel.send(message)
+
+    async with trio.open_nursery() as services:
+        runner = NodeRunner(
+            units=units,
+            plan=plan,
+            run=run,
+            state=StateDir(Path(run.state_dir)),
+            nursery=services,
+            emit=emit,
+        )
+        services.start_soon(forward)
+        try:
+            await _command_loop(channel, runner, services)
+        except ChannelError:
+            pass  # the controller is gone: stop everything below
+        finally:
+            with trio.CancelScope(shield=True):
+                await runner.stop()
+                with trio.move_on_after(2):
+                    await outbox_send.aclose()
+                    await channel.send({"op": "stopped", "node": node})
+        services.cancel_scope.cancel()
+
+
+async def _command_loop(channel: Channel, runner: NodeRunner, nursery: trio.Nursery) -> None:
+    while True:
+        message = await channel.receive()
+        if message is None:
+            return
+        op = message.get("op")
+        if op == "start":
+            for item in message["instances"]:
+                runner.start(item["instance"], delay=item.get("delay"))
+        elif op == "stop":
+            names = message.get("instances")
+            nursery.start_soon(runner.stop, names)
+        elif op == "kill":
+            runner.kill_all()
+        elif op == "signal":
+            runner.signal(message["instances"], int(message["signal"]))
+        elif op == "shutdown":
+            return
+

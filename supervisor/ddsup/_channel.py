@@ -1,0 +1,132 @@
+"""The control channel: JSON lines over TCP, authenticated with a per-run secret.
+
+Agents, the endpoint (for its live lane feed) and the operator commands (status, stop)
+talk to the controller through it. The first line a client sends is a hello carrying the
+secret; the server compares it in constant time and drops the connection on mismatch, so
+nobody else on the cluster can drive or read the run. The secret lives in the 0600 state
+directory and in the environment of the processes that need it, never in argv.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from ddsup._errors import DdsupError
+
+MAX_LINE = 16 * 1024 * 1024
+HELLO_TIMEOUT = 10.0
+
+SECRET_ENV = "DDSUP_CONTROL_SECRET"
+ADDRESS_ENV = "DDSUP_CONTROL_ADDRESS"
+
+
+class ChannelError(DdsupError):
+    """The peer broke the protocol, failed authentication, or vanished mid-message."""
+
+
+def new_secret() -> str:
+    return secrets.token_hex(32)
+
+
+class Channel:
+    """One JSON-lines connection. ``send`` is safe from several tasks (it takes a lock)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self._stream = stream
+        self._buffer = bytearray()
+        self._send_lock = trio.Lock()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        async with self._send_lock:
+            await self._stream.send_all(data)
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The next message, or None at a clean end of stream."""
+        while True:
+            newline = self._buffer.find(b"\n")
+            if newline >= 0:
+                line = bytes(self._buffer[:newline])
+                del self._buffer[: newline + 1]
+                try:
+                    message = json.loads(line)
+                except ValueError as err:
+                    raise ChannelError(f"malformed message: {err}") from err
+                if not isinstance(message, dict):
+                    raise ChannelError("malformed message: not an object")
+                return message
+            if len(self._buffer) > MAX_LINE:
+                raise ChannelError("message too long")
+            try:
+                chunk = await self._stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
+                raise ChannelError(f"connection lost: {err}") from err
+            if not chunk:
+                if self._buffer:
+                    raise ChannelError("connection closed mid-message")
+                return None
+            self._buffer += chunk
+
+    async def aclose(self) -> None:
+        with trio.move_on_after(1) as scope:
+            scope.shield = True
+            await self._stream.aclose()
+
+
+Handler = Callable[[Channel, dict[str, Any]], Awaitable[None]]
+
+
+async def serve_channel(
+    handler: Handler,
+    secret: str,
+    *,
+    host: str = "127.0.0.1",
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Accept authenticated connections and run ``handler(channel, hello)`` for each."""
+    listeners = await trio.open_tcp_listeners(0, host=host)
+    port = listeners[0].socket.getsockname()[1]
+
+    async def accept(stream: trio.SocketStream) -> None:
+        channel = Channel(stream)
+        try:
+            with trio.fail_after(HELLO_TIMEOUT):
+                hello = await channel.receive()
+            token = str((hello or {}).get("secret", ""))
+            if not hmac.compare_digest(token.encode(), secret.encode()):
+                return
+            assert hello is not None
+            await handler(channel, hello)
+        except (
+            ChannelError,
+            trio.TooSlowError,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+        ):
+            pass
+        finally:
+            await channel.aclose()
+
+    task_status.started(port)
+    await trio.serve_listeners(accept, listeners)
+
+
+async def connect_channel(address: str, secret: str, hello: dict[str, Any]) -> Channel:
+    """Connect to ``host:port`` and authenticate; raises ChannelError when unreachable."""
+    host, _, port = address.rpartition(":")
+    try:
+        stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
+    except (OSError, ValueError) as err:
+        raise ChannelError(f"cannot reach the ddsup controller at {address}: {err}") from err
+    channel = Channel(stream)
+    try:
+        await channel.send({**hello, "secret": secret})
+    except (trio.BrokenResourceError, OSError) as err:
+        raise ChannelError(f"controller at {address} closed the connection: {err}") from err
+    return channel

@@ -1,0 +1,651 @@
+"""``ddsup start``: the controller of one run.
+
+Order: plan → state dir → agents (preflight on every node) → lanes (staggered per node) →
+endpoint once ``min_ready`` lanes of each model are ready → worker. The first cause that
+ends the run (worker exit, a unit failed for good, a readiness timeout, a signal, an
+agent lost) is the :class:`~ddsup._outcome.Outcome`; then everything stops in reverse
+dependency order (instances of one level in parallel), the agents shut down, and a sweep
+by invocation id removes whatever escaped. ``result.json`` is written on every path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ddsup import _outcome
+from ddsup._channel import ADDRESS_ENV, SECRET_ENV, Channel, ChannelError, new_secret, serve_channel
+from ddsup._console import Console
+from ddsup._environment import INVOCATION_ENV, RunContext
+from ddsup._errors import DdsupError, PreflightError, UnitFileError, UsageError
+from ddsup._events import Event, EventLog
+from ddsup._launcher import AgentProcess, Launcher, LocalLauncher, SlurmLauncher
+from ddsup._node import NodeRunner
+from ddsup._orphans import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
+from ddsup._outcome import Outcome
+from ddsup._plan import make_plan
+from ddsup._plan._allocation import detect_gpus, local_nodes, nodes_from_nodelist
+from ddsup._plan._model import Plan, PlannedInstance
+from ddsup._state_dir import StateDir, default_state_dir, write_private
+from ddsup._units import load_unit_set
+from ddsup._units._model import OnFailure, UnitSet, UnitType
+
+PREFLIGHT_TIMEOUT = 120.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+AGENT_SHUTDOWN_GRACE = 10.0
+
+
+def configure_start(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", metavar="DIR", help="directory of unit files")
+    parser.add_argument("--launcher", choices=("auto", "local", "slurm"), default="auto")
+    parser.add_argument("--nodes", type=int, default=None, help="local: simulate N nodes")
+    parser.add_argument("--gpus-per-node", type=int, default=None, metavar="G")
+    parser.add_argument("--state-dir", type=Path, default=None, metavar="PATH")
+    parser.add_argument("--srun-arg", action="append", default=[], metavar="ARG",
+                        help="extra srun option for the agents' step (repeatable)")
+    verbosity = parser.add_mutually_exclusive_group()
+    verbosity.add_argument("-v", "--verbose", action="store_true", help="print every transition")
+    verbosity.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+
+
+def run_start(args: argparse.Namespace) -> int:
+    if args.nodes is not None and args.nodes < 1:
+        raise UsageError("--nodes must be at least 1")
+    if args.gpus_per_node is not None and args.gpus_per_node < 0:
+        raise UsageError("--gpus-per-node must be 0 or more")
+    state = StateDir((args.state_dir or default_state_dir()).resolve())
+    state.create()
+    _put_own_interpreter_first_on_path()
+    controller = Controller(args, state)
+    return trio.run(controller.main, restrict_keyboard_interrupt_to_checkpoints=True)
+
+
+class Controller:
+    """Owns one run from plan to result."""
+
+    def __init__(self, args: argparse.Namespace, state: StateDir) -> None:
+        self.args = args
+        self.state = state
+        self.invocation_id = uuid.uuid4().hex
+        self.secret = new_secret()
+        self.events = EventLog(state.events)
+        self.console = Console(verbose=args.verbose, quiet=args.quiet)
+        self.outcome: Outcome | None = None
+        self.ending = trio.Event()
+        self.stopping = False
+        self.killing = False
+        self.started = time.time()
+        # per-instance bookkeeping, fed by events from agents and the local runner
+        self.states: dict[str, dict[str, Any]] = {}
+        self.ready: dict[str, trio.Event] = {}
+        self.final: dict[str, trio.Event] = {}
+        self.agents: dict[str, Channel] = {}
+        self.preflight: dict[str, dict[str, Any]] = {}
+        self.preflight_done = trio.Event()
+        self.lane_subscribers: list[trio.MemorySendChannel[dict[str, Any]]] = []
+        self.agent_processes: list[AgentProcess] = []
+        self.units: UnitSet | None = None
+        self.plan: Plan | None = None
+        self.local: NodeRunner | None = None
+        self.launcher_name = "local"
+        self.control_port: int | None = None
+        self.expected_agents: set[str] = set()
+        self._changed = trio.Event()
+        self._published: list[dict[str, str]] | None = None
+
+    # --- top level ------------------------------------------------------------------
+    async def main(self) -> int:
+        self._write_run_json()
+        self._event(Event("run", reason="starting", details={"invocation_id": self.invocation_id}))
+        try:
+            units = self._load_units()
+            launcher, plan = self._make_plan(units)
+            self.units, self.plan = units, plan
+            write_private(self.state.plan, plan.to_json())
+            await self._supervise(units, plan, launcher)
+        except DdsupError as err:
+            self._end(Outcome(err.result_status, err.exit_status, getattr(err, "unit", None), str(err)))
+            self.console.error(str(err))
+        outcome = self.outcome or Outcome("stopped", 1, None, "ended without a cause")
+        self.state.write_json(self.state.result, outcome.to_dict())
+        self._event(Event("run", reason="finished", details=outcome.to_dict()))
+        self.events.close()
+        self.console.result(outcome, self.state.path)
+        return outcome.exit_code
+
+    def _load_units(self) -> UnitSet:
+        directory = Path(self.args.directory)
+        if not directory.is_dir():
+            raise UsageError(f"{directory} is not a directory of unit files")
+        try:
+            return load_unit_set(directory.resolve())
+        except UnitFileError as err:
+            for problem in err.problems:
+                print(problem, file=sys.stderr)
+            raise UnitFileError(err.problems) from None
+
+    def _make_plan(self, units: UnitSet) -> tuple[Launcher, Plan]:
+        choice = self.args.launcher
+        if choice == "auto":
+            choice = "slurm" if os.environ.get("SLURM_JOB_ID") else "local"
+        self.launcher_name = choice
+        gpus = self.args.gpus_per_node
+        if choice == "local":
+            if gpus is None:
+                gpus = detect_gpus() or 0
+            nodes = local_nodes(self.args.nodes or 1, gpus)
+            launcher: Launcher = LocalLauncher(gpus_per_node=gpus)
+            plan = make_plan(units, nodes, client=nodes[0].name, shared_address=True)
+            return launcher, plan
+        nodelist = os.environ.get("SLURM_JOB_NODELIST")
+        if not nodelist:
+            raise UsageError("--launcher slurm needs a Slurm allocation (SLURM_JOB_NODELIST unset)")
+        if gpus is None:
+            gpus = detect_gpus()
+            if gpus is None:
+                raise UsageError("cannot detect GPUs per node: pass --gpus-per-node")
+        nodes = nodes_from_nodelist(nodelist, gpus)
+        if self.args.nodes is not None:
+            nodes = nodes[: self.args.nodes]
+        srun_args = tuple(self.args.srun_arg) + tuple(a for u in units.lanes for a in u.slurm.srun_args)
+        client = os.environ.get("SLURMD_NODENAME") or nodes[0].name
+        plan = make_plan(units, nodes, client=client, endpoint_host="127.0.0.1")
+        return SlurmLauncher(gpus_per_node=gpus, srun_args=srun_args), plan
+
+    def _write_run_json(self) -> None:
+        data = {
+            "invocation_id": self.invocation_id,
+            "pid": os.getpid(),
+            "launcher": self.launcher_name,
+            "unit_dir": str(Path(self.args.directory).resolve()),
+            "started_at": self.started,
+            "control": None if self.control_port is None else {
+                "host": "127.0.0.1", "port": self.control_port,
+            },
+        }
+        self.state.write_json(self.state.run, data)
+
+    # --- supervision ----------------------------------------------------------------
+    async def _supervise(self, units: UnitSet, plan: Plan, launcher: Launcher) -> None:
+        become_subreaper()
+        sentinel = start_sentinel(self.invocation_id)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(reap_adopted_children)
+                nursery.start_soon(self._watch_signals, units)
+                host = "127.0.0.1" if launcher.name == "local" else "0.0.0.0"
+                self.control_port = await nursery.start(
+                    lambda task_status: serve_channel(
+                        self._on_connection, self.secret, host=host, task_status=task_status
+                    )
+                )
+                write_private(self.state.secret, self.secret + "\n")
+                self._write_run_json()
+                async with trio.open_nursery() as services:
+                    self.local = NodeRunner(
+                        units=units, plan=plan, run=self._run_context(plan, with_key=True),
+                        state=self.state, nursery=services, emit=self._event,
+                        extra_args=self._endpoint_args(units, plan),
+                    )
+                    try:
+                        await self._run(units, plan, launcher, services)
+                    finally:
+                        with trio.CancelScope(shield=True):
+                            await self._stop_everything(units, plan)
+                        services.cancel_scope.cancel()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                survivors = await sweep_until_gone(self.invocation_id, timeout=5.0)
+                if survivors:
+                    self._event(Event("run", reason="sweep left survivors", details={"pids": survivors}))
+                sentinel.close()
+
+    async def _run(self, units: UnitSet, plan: Plan, launcher: Launcher, services: trio.Nursery) -> None:
+        """Start everything in order, then wait until something ends the run."""
+        async with trio.open_nursery() as starters:
+            starters.start_soon(self._start_all, units, plan, launcher, starters)
+            await self.ending.wait()
+            starters.cancel_scope.cancel()
+
+    async def _start_all(self, units: UnitSet, plan: Plan, launcher: Launcher, nursery: trio.Nursery) -> None:
+        try:
+            await self._launch_agents(plan, launcher, nursery)
+        except DdsupError as err:
+            self._end(Outcome(err.result_status, err.exit_status, None, str(err)))
+            return
+        for planned in plan.instances:
+            self.ready.setdefault(planned.instance, trio.Event())
+            self.final.setdefault(planned.instance, trio.Event())
+        for planned in self._startable(plan):
+            nursery.start_soon(self._start_when_due, units, plan, planned)
+
+    def _startable(self, plan: Plan) -> list[PlannedInstance]:
+        return list(plan.instances)
+
+    async def _start_when_due(self, units: UnitSet, plan: Plan, planned: PlannedInstance) -> None:
+        await self._dependencies_ready(units, plan, planned)
+        if self.stopping:
+            return
+        if self._on_agent(planned):
+            channel = self.agents.get(planned.node)
+            if channel is not None:
+                await channel.send({"op": "start", "instances": [{"instance": planned.instance}]})
+        else:
+            assert self.local is not None
+            self.local.start(planned.instance)
+
+    async def _dependencies_ready(self, units: UnitSet, plan: Plan, planned: PlannedInstance) -> None:
+        unit = units.by_name(planned.unit)
+        for dep_name in unit.after:
+            dep = units.by_name(dep_name)
+            for other in plan.instances:
+                if other.unit == dep.name:
+                    await self.ready[other.instance].wait()
+        if unit.type is UnitType.ENDPOINT:
+            await self._min_ready_lanes(units, plan)
+        if unit.type is UnitType.WORKER and units.endpoint is not None:
+            for other in plan.instances:
+                if other.type is UnitType.ENDPOINT:
+                    await self.ready[other.instance].wait()
+
+    async def _min_ready_lanes(self, units: UnitSet, plan: Plan) -> None:
+        endpoint = units.endpoint
+        assert endpoint is not None and endpoint.endpoint is not None
+        min_ready = endpoint.endpoint.min_ready
+        by_model: dict[str, list[str]] = {}
+        for planned in plan.instances:
+            if planned.type is UnitType.LANE and not planned.rank:
+                lane = units.by_name(planned.unit).lane
+                assert lane is not None
+                by_model.setdefault(lane.model, []).append(planned.instance)
+        for instances in by_model.values():
+            need = min_ready.required(len(instances))
+            while True:
+                changed = self._changed
+                if sum(1 for i in instances if self._is_ready(i)) >= need:
+                    break
+                await changed.wait()
+
+    def _is_ready(self, instance: str) -> bool:
+        return self.states.get(instance, {}).get("to") == "ready"
+
+    def _notify_changed(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    # --- agents ---------------------------------------------------------------------
+    async def _launch_agents(self, plan: Plan, launcher: Launcher, nursery: trio.Nursery) -> None:
+        nodes = sorted(
+            {i.node for i in plan.instances if i.type is UnitType.LANE or self._each_node(i)},
+            key=[n.name for n in plan.nodes].index,
+        )
+        if not nodes:
+            return
+        env = {
+            **os.environ,
+            INVOCATION_ENV: self.invocation_id,
+            ADDRESS_ENV: f"{self._control_host(launcher)}:{self.control_port}",
+            SECRET_ENV: self.secret,
+        }
+        self.expected_agents = set(nodes)
+        self.agent_processes = await launcher.launch(nodes, env, self.state)
+        for agent in self.agent_processes:
+            nursery.start_soon(self._watch_agent_process, agent)
+        with trio.move_on_after(PREFLIGHT_TIMEOUT):
+            await self.preflight_done.wait()
+        missing = set(nodes) - set(self.preflight)
+        if missing:
+            raise PreflightError(f"no agent reported from node(s) {', '.join(sorted(missing))} within {PREFLIGHT_TIMEOUT:g}s")
+        problems = [f"{node}: {p}" for node, r in sorted(self.preflight.items()) for p in r["problems"]]
+        if problems:
+            raise PreflightError("preflight failed: " + "; ".join(problems))
+        ports = {k: v for r in self.preflight.values() for k, v in r["ports"].items()}
+        if ports:
+            self.plan = plan = plan.with_ports(ports)
+            write_private(self.state.plan, plan.to_json())
+            if self.local is not None:
+                self.local.plan = plan
+
+    def _on_agent(self, planned: PlannedInstance) -> bool:
+        """Lanes and each-node services run in node agents; the rest in the controller."""
+        return planned.type is UnitType.LANE or self._each_node(planned)
+
+    def _each_node(self, planned: PlannedInstance) -> bool:
+        assert self.units is not None
+        unit = self.units.by_name(planned.unit)
+        return unit.type in (UnitType.SERVICE, UnitType.ONESHOT) and unit.on.value == "each-node"
+
+    def _control_host(self, launcher: Launcher) -> str:
+        if launcher.name == "local":
+            return "127.0.0.1"
+        return os.environ.get("DDSUP_CONTROL_HOST") or socket.gethostname()
+
+    async def _watch_agent_process(self, agent: AgentProcess) -> None:
+        status = await agent.process.wait()
+        if not self.stopping:
+            self._end(_outcome.unit_failed(agent.label, f"{agent.label} exited unexpectedly ({status.describe()})", status.to_json(), False))
+
+    async def _on_connection(self, channel: Channel, hello: dict[str, Any]) -> None:
+        role = hello.get("role")
+        if role == "agent":
+            await self._serve_agent(channel, str(hello.get("node")))
+        elif role == "lanes":
+            await self._serve_lane_feed(channel)
+        elif role == "control":
+            await self._serve_control(channel)
+
+    async def _serve_agent(self, channel: Channel, node: str) -> None:
+        assert self.plan is not None
+        run = dataclasses.asdict(self._run_context(self.plan, with_key=False))
+        await channel.send({"op": "setup", "plan": self.plan.to_dict(), "run": run})
+        self.agents[node] = channel
+        try:
+            while True:
+                message = await channel.receive()
+                if message is None:
+                    break
+                if message.get("op") == "preflight":
+                    self.preflight[node] = message
+                    if set(self.preflight) >= self.expected_agents:
+                        self.preflight_done.set()
+                elif message.get("op") == "event":
+                    self._event(Event.from_dict(message["event"]))
+                elif message.get("op") == "stopped":
+                    break
+        except ChannelError as err:
+            if not self.stopping:
+                self._end(_outcome.unit_failed(f"agent on {node}", f"lost the agent on {node}: {err}", None, False))
+        finally:
+            self.agents.pop(node, None)
+            self._agent_gone(node)
+        if not self.stopping:
+            self._end(_outcome.unit_failed(f"agent on {node}", f"the agent on {node} went away", None, False))
+
+    def _agent_gone(self, node: str) -> None:
+        """An agent's instances can report nothing more: count them as final."""
+        assert self.plan is not None
+        for planned in self.plan.on_node(node):
+            if self._on_agent(planned):
+                self.final.setdefault(planned.instance, trio.Event()).set()
+
+    # --- events ---------------------------------------------------------------------
+    def _event(self, event: Event) -> None:
+        self.events.write(event)
+        self.console.event(event)
+        if event.event != "unit" or event.instance is None:
+            return
+        record = self.states.setdefault(event.instance, {})
+        record.update(event.to_dict())
+        self._notify_changed()
+        instance = event.instance
+        if event.to_state == "ready" or (event.to_state == "exited" and event.reason == "completed"):
+            self.ready.setdefault(instance, trio.Event()).set()
+        if event.to_state in ("exited", "failed"):
+            self.final.setdefault(instance, trio.Event()).set()
+            self._on_final(event)
+        self._publish_lanes()
+
+    def _on_final(self, event: Event) -> None:
+        assert self.units is not None and self.plan is not None and event.instance is not None
+        if self.stopping:
+            return
+        planned = next((i for i in self.plan.instances if i.instance == event.instance), None)
+        if planned is None:
+            return
+        unit = self.units.by_name(planned.unit)
+        exit_json = event.details.get("exit")
+        if unit.type is UnitType.WORKER:
+            self._end(_outcome.worker_ended(event.instance, exit_json, event.reason or ""))
+            return
+        if event.to_state == "failed":
+            if unit.service.on_failure is OnFailure.STOP_ALL:
+                self._end(_outcome.unit_failed(event.instance, event.reason or "failed", exit_json, bool(event.details.get("readiness_timeout"))))
+            else:
+                self._stop_requirers(unit.base_name)
+
+    def _stop_requirers(self, failed_unit: str) -> None:
+        assert self.units is not None and self.plan is not None
+        for unit in self.units.units:
+            if failed_unit in unit.requires:
+                for planned in self.plan.instances:
+                    if planned.unit == unit.name:
+                        self._request_stop_instance(planned)
+
+    def _request_stop_instance(self, planned: PlannedInstance) -> None:
+        channel = self.agents.get(planned.node)
+        if channel is not None and (planned.type is UnitType.LANE or self._each_node(planned)):
+            self._send_soon(channel, {"op": "stop", "instances": [planned.instance]})
+        elif self.local is not None and planned.instance in self.local.services:
+            self.local.services[planned.instance].request_stop("a required unit failed")
+
+    def _send_soon(self, channel: Channel, message: dict[str, Any]) -> None:
+        async def send() -> None:
+            try:
+                await channel.send(message)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+
+        trio.lowlevel.spawn_system_task(send)
+
+    def _end(self, outcome: Outcome) -> None:
+        if self.outcome is None:
+            self.outcome = outcome
+            self._event(Event("run", reason="ending", details=outcome.to_dict()))
+        self.ending.set()
+
+    # --- lane feed for the endpoint -------------------------------------------------
+    def _ready_lanes(self) -> list[dict[str, str]]:
+        if self.plan is None or self.units is None:
+            return []
+        lanes = []
+        for planned in self.plan.instances:
+            if planned.type is UnitType.LANE and not planned.rank and self._is_ready(planned.instance):
+                lane = self.units.by_name(planned.unit).lane
+                assert lane is not None
+                address = self.plan.node(planned.node).address
+                lanes.append({"instance": planned.instance, "model": lane.model, "url": f"http://{address}:{planned.port}"})
+        return lanes
+
+    def _models(self) -> list[str]:
+        return sorted({u.lane.model for u in self.units.lanes if u.lane}) if self.units else []
+
+    def _publish_lanes(self) -> None:
+        lanes = self._ready_lanes()
+        if self._published == lanes:
+            return
+        self._published = lanes
+        for subscriber in list(self.lane_subscribers):
+            try:
+                subscriber.send_nowait({"op": "lanes", "lanes": lanes, "models": self._models()})
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                self.lane_subscribers.remove(subscriber)
+
+    async def _serve_lane_feed(self, channel: Channel) -> None:
+        send, receive = trio.open_memory_channel[dict[str, Any]](math.inf)
+        self.lane_subscribers.append(send)
+        await channel.send({"op": "lanes", "lanes": self._ready_lanes(), "models": self._models()})
+        async with receive:
+            async for message in receive:
+                await channel.send(message)
+
+    # --- operator control -----------------------------------------------------------
+    async def _serve_control(self, channel: Channel) -> None:
+        while True:
+            message = await channel.receive()
+            if message is None:
+                return
+            op = message.get("op")
+            if op == "status":
+                await channel.send({"op": "status", **self.status_snapshot()})
+            elif op == "stop":
+                self._end(_outcome.stopped(signal.SIGTERM, "ddsup stop"))
+                await channel.send({"op": "stopping"})
+
+    def status_snapshot(self) -> dict[str, Any]:
+        instances = []
+        for planned in self.plan.instances if self.plan else ():
+            record = self.states.get(planned.instance, {})
+            instances.append({
+                "instance": planned.instance, "unit": planned.unit, "type": planned.type.value,
+                "node": planned.node, "gpus": list(planned.gpus), "port": planned.port,
+                "state": record.get("to", "inactive"), "since": record.get("time"),
+                "pid": record.get("pid"), "restarts": record.get("restarts", 0),
+                "last_exit": record.get("exit"), "reason": record.get("reason"),
+            })
+        return {
+            "invocation_id": self.invocation_id, "launcher": self.launcher_name,
+            "started_at": self.started, "uptime": time.time() - self.started,
+            "state_dir": str(self.state.path), "stopping": self.stopping,
+            "instances": instances,
+        }
+
+    # --- signals --------------------------------------------------------------------
+    async def _watch_signals(self, units: UnitSet) -> None:
+        forwarded = {s for u in units.units for s in u.service.forward_signals}
+        wanted = set(STOP_SIGNALS) | forwarded | {signal.SIGUSR1, signal.SIGUSR2}
+        with trio.open_signal_receiver(*wanted) as signals:
+            async for signum in signals:
+                if signum in forwarded:
+                    self._forward(units, signum)
+                elif signum in STOP_SIGNALS:
+                    if self.stopping or self.ending.is_set():
+                        self._kill_everything()
+                    self._end(_outcome.stopped(signum, f"received {signal.Signals(signum).name}"))
+
+    def _forward(self, units: UnitSet, signum: int) -> None:
+        assert self.plan is not None
+        self._event(Event("run", reason=f"forwarding {signal.Signals(signum).name}"))
+        targets = [i for i in self.plan.instances if signum in units.by_name(i.unit).service.forward_signals]
+        for node, channel in self.agents.items():
+            names = [i.instance for i in targets if i.node == node]
+            if names:
+                self._send_soon(channel, {"op": "signal", "instances": names, "signal": int(signum)})
+        if self.local is not None:
+            self.local.signal([i.instance for i in targets], signum)
+
+    def _kill_everything(self) -> None:
+        if self.killing:
+            return
+        self.killing = True
+        self._event(Event("run", reason="second stop signal: killing everything"))
+        if self.local is not None:
+            self.local.kill_all()
+        for channel in self.agents.values():
+            self._send_soon(channel, {"op": "kill"})
+
+    # --- stop sequence --------------------------------------------------------------
+    async def _stop_everything(self, units: UnitSet, plan: Plan) -> None:
+        self.stopping = True
+        self._event(Event("run", reason="stopping"))
+        plan = self.plan or plan
+        for level in reversed(_levels(units, plan)):
+            await self._stop_level(level)
+        await self._shutdown_agents()
+
+    async def _stop_level(self, level: list[PlannedInstance]) -> None:
+        assert self.local is not None and self.units is not None
+        remote = [p for p in level if self._on_agent(p) and p.node in self.agents]
+        for node in {p.node for p in remote}:
+            names = [p.instance for p in remote if p.node == node]
+            self._send_soon(self.agents[node], {"op": "stop", "instances": names})
+        local = [p.instance for p in level if p.instance in self.local.services]
+        limit = max((self.units.by_name(p.unit).service.timeout_stop for p in level), default=0.0)
+        with trio.move_on_after(limit + AGENT_SHUTDOWN_GRACE):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.local.stop, local)
+                for planned in remote:
+                    if planned.instance in self.states:
+                        nursery.start_soon(self.final[planned.instance].wait)
+
+    async def _shutdown_agents(self) -> None:
+        for channel in list(self.agents.values()):
+            self._send_soon(channel, {"op": "shutdown"})
+        with trio.move_on_after(AGENT_SHUTDOWN_GRACE):
+            for agent in self.agent_processes:
+                await agent.process.wait()
+        for agent in self.agent_processes:
+            await agent.process.stop(signal.SIGTERM, 5.0)
+
+    # --- helpers --------------------------------------------------------------------
+    def _run_context(self, plan: Plan, *, with_key: bool) -> RunContext:
+        api_key = None
+        endpoint = self.units.endpoint if self.units else None
+        if with_key and endpoint and endpoint.endpoint and endpoint.endpoint.api_key_env:
+            api_key = os.environ.get(endpoint.endpoint.api_key_env)
+        return RunContext(
+            invocation_id=self.invocation_id,
+            state_dir=str(self.state.path),
+            unit_dir=str(Path(self.args.directory).resolve()),
+            job_id=os.environ.get("SLURM_JOB_ID", self.invocation_id[:12]),
+            endpoint_url=plan.endpoint_url,
+            api_key=api_key,
+        )
+
+    def _endpoint_args(self, units: UnitSet, plan: Plan) -> dict[str, tuple[str, ...]]:
+        endpoint = units.endpoint
+        if endpoint is None or endpoint.endpoint is None:
+            return {}
+        section = endpoint.endpoint
+        args = [
+            "--bind", section.bind, "--port", str(section.port),
+            "--max-queue-per-lane", str(section.max_queue_per_lane),
+            "--retry-after", f"{section.retry_after:g}s", "--retries", str(section.retries),
+            "--max-body-bytes", str(section.max_body_bytes),
+            "--max-concurrent", str(section.max_concurrent),
+            "--lanes-from-controller",
+        ]
+        if section.api_key_env:
+            if not os.environ.get(section.api_key_env):
+                raise UsageError(f"{endpoint.source.path}: api_key_env names {section.api_key_env}, which is not set")
+            args += ["--api-key-env", section.api_key_env]
+        names = [i.instance for i in plan.instances if i.type is UnitType.ENDPOINT]
+        return {name: tuple(args) for name in names}
+
+
+def _put_own_interpreter_first_on_path() -> None:
+    """Units that run ``ddsup …`` or ``python3 …`` get this ddsup and its Python.
+
+    A job script may call ``/path/to/venv/bin/ddsup`` without activating the venv; its
+    units then still find the same installation, as they would with the venv activated.
+    """
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != bin_dir:
+        os.environ["PATH"] = os.pathsep.join([bin_dir, path]) if path else bin_dir
+
+
+def _levels(units: UnitSet, plan: Plan) -> list[list[PlannedInstance]]:
+    """Instances grouped by start depth: lanes/services first, endpoint, then worker."""
+    depth: dict[str, int] = {}
+
+    def unit_depth(name: str, seen: frozenset[str] = frozenset()) -> int:
+        if name in depth:
+            return depth[name]
+        unit = units.by_name(name)
+        deps = [units.by_name(d).name for d in unit.after]
+        if unit.type is UnitType.ENDPOINT:
+            deps += [u.name for u in units.lanes]
+        if unit.type is UnitType.WORKER and units.endpoint is not None:
+            deps.append(units.endpoint.name)
+        value = 1 + max((unit_depth(d, seen | {name}) for d in deps if d not in seen), default=-1)
+        depth[name] = value
+        return value
+
+    levels: dict[int, list[PlannedInstance]] = {}
+    for planned in plan.instances:
+        levels.setdefault(unit_depth(planned.unit), []).append(planned)
+    return [levels[k] for k in sorted(levels)]
+

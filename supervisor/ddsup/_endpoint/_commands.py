@@ -1,0 +1,114 @@
+"""``ddsup endpoint``: run the logical endpoint in the foreground.
+
+With ``--lane MODEL=URL`` it serves a fixed lane table (standalone use, tests, benches).
+Under ``ddsup start`` the controller feeds the live table instead: :func:`serve` takes
+an optional ``feeder`` coroutine that receives the :class:`LaneTable` and keeps it up
+to date for as long as the endpoint runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import trio
+
+from ddsup._endpoint._config import EndpointConfig
+from ddsup._endpoint._lanes import LaneInfo, LaneTable
+from ddsup._endpoint._server import serve_endpoint
+from ddsup._errors import UsageError
+
+Feeder = Callable[[LaneTable], Awaitable[None]]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def configure_endpoint(parser: argparse.ArgumentParser) -> None:
+    d = EndpointConfig()
+    parser.add_argument("--bind", default=d.bind, help="address to listen on (default %(default)s)")
+    parser.add_argument("--port", type=int, default=d.port, help="0 picks a free port")
+    parser.add_argument(
+        "--lane",
+        action="append",
+        default=[],
+        metavar="MODEL=URL",
+        help="a ready lane serving MODEL at URL (http://host:port); repeat for more",
+    )
+    parser.add_argument("--max-queue-per-lane", type=int, default=d.max_queue_per_lane)
+    parser.add_argument("--retry-after", default="1s", help="Retry-After of 429 answers")
+    parser.add_argument("--retries", type=int, default=d.retries, help="further lanes to try")
+    parser.add_argument("--api-key-env", metavar="VAR", help="require the bearer token in $VAR")
+    parser.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
+    parser.add_argument("--max-concurrent", type=int, default=d.max_concurrent)
+
+
+def parse_duration(text: str) -> float:
+    """``"500ms"``, ``"1s"``, ``"2m"``, ``"1h"`` (bare numbers are seconds)."""
+    match = _DURATION.match(text)
+    if not match:
+        raise UsageError(f"bad duration {text!r}: write a number with ms, s, m or h, like 1s")
+    return float(match.group(1)) * _SCALE[match.group(2)]
+
+
+def parse_lanes(specs: list[str]) -> list[LaneInfo]:
+    lanes = []
+    for index, spec in enumerate(specs):
+        model, sep, url = spec.partition("=")
+        if not sep or not model or not url.startswith("http://"):
+            raise UsageError(f"--lane {spec!r}: write MODEL=http://HOST:PORT")
+        lanes.append(LaneInfo(instance=f"{model}#{index}", model=model, url=url.rstrip("/")))
+    return lanes
+
+
+def config_from_args(args: argparse.Namespace) -> EndpointConfig:
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise UsageError(f"--api-key-env {args.api_key_env}: that variable is unset or empty")
+    try:
+        return EndpointConfig(
+            bind=args.bind,
+            port=args.port,
+            max_queue_per_lane=args.max_queue_per_lane,
+            retry_after=parse_duration(args.retry_after),
+            retries=args.retries,
+            api_key=api_key,
+            max_body_bytes=args.max_body_bytes,
+            max_concurrent=args.max_concurrent,
+        )
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+
+
+def run_endpoint(args: argparse.Namespace, feeder: Feeder | None = None) -> int:
+    """Serve until SIGINT/SIGTERM (exit 0); ``feeder`` keeps the lane table current."""
+    config = config_from_args(args)
+    try:
+        table = LaneTable(parse_lanes(args.lane), max_idle=config.max_idle_upstream_connections)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="endpoint: %(message)s")
+    trio.run(partial(serve, config, table, feeder))
+    return 0
+
+
+async def serve(config: EndpointConfig, lanes: LaneTable, feeder: Feeder | None = None) -> None:
+    """Serve ``lanes`` (fed by ``feeder``) until SIGINT or SIGTERM; print the bound URL."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(serve_endpoint, config, lanes)
+            host = f"[{config.bind}]" if ":" in config.bind else config.bind
+            print(f"endpoint listening on http://{host}:{port}", flush=True)
+            if feeder is not None:
+                nursery.start_soon(feeder, lanes)
+            async for _ in signals:
+                nursery.cancel_scope.cancel()
+                break

@@ -1,0 +1,39 @@
+"""Fixtures for tests that need a real Slurm cluster.
+
+One private cluster (``slurmctld`` + 3 ``slurmd``) serves the whole session: it starts in
+a few seconds, and each test submits its own jobs. Its daemons are detached from the
+test process (see ``cluster.py``), so the suite's no-leftover-children guard holds; the
+fixture stops them by PID at the end of the session.
+
+Without Slurm installed the tests skip, except in CI (``CI=true``), where a skipped
+required test would hide a broken runner: there they fail and say how to install it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from .cluster import SlurmCluster, missing_binaries
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A running 3-node cluster for the session; use ``slurm_cluster.env`` for clients."""
+    missing = missing_binaries()
+    if missing:
+        reason = f"Slurm is not installed (missing: {', '.join(missing)}); run .ci/install-slurm"
+        if _in_ci():
+            pytest.fail(f"CI=true: {reason}", pytrace=False)
+        pytest.skip(reason)
+    cluster = SlurmCluster.start(tmp_path_factory.mktemp("slurm"), nodes=3)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
