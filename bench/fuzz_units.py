@@ -14,20 +14,33 @@ import math
 import os
 import random
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
 from ddsup._errors import UnitFileError
-from ddsup._units import load_unit_set
+from ddsup._units import load_unit_set, parse_unit_set
 from ddsup._units._schema import SECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "units" / "examples").glob("*/*.toml"))
 FILE_NAMES = ("lane@", "endpoint", "worker", "svc", "svc@", "other", "x y", "lane")
-JUNK_WORDS = ("", "auto", "{port}", "{nope}", "{{", "}", "{", "5", "2s", "SIGTERM", "lane", "é", "\\")
+JUNK_WORDS = (
+    "",
+    "auto",
+    "{port}",
+    "{nope}",
+    "{{",
+    "}",
+    "{",
+    "5",
+    "2s",
+    "SIGTERM",
+    "lane",
+    "é",
+    "\\",
+)
 ALL_KEYS = tuple(key.name for section in SECTIONS for key in section.keys)
 SECTION_NAMES = tuple(section.name for section in SECTIONS)
 
@@ -87,14 +100,14 @@ def random_value(rng: random.Random, depth: int = 0) -> object:
         return rng.choice(["", " "]).join(parts)
     if choice in (7, 8):
         return [random_value(rng, depth + 1) for _ in range(rng.randrange(4))]
-    keys = rng.choices(ALL_KEYS + ("A", "BAD-NAME", ""), k=rng.randrange(3))
+    keys = rng.choices((*ALL_KEYS, "A", "BAD-NAME", ""), k=rng.randrange(3))
     return {k: random_value(rng, depth + 1) for k in keys}
 
 
 def random_document(rng: random.Random) -> str:
     doc: dict[str, object] = {}
-    for name in rng.sample(SECTION_NAMES + ("servce", "junk"), k=rng.randrange(1, 6)):
-        keys = rng.sample(ALL_KEYS + ("typo", "x"), k=rng.randrange(0, 6))
+    for name in rng.sample((*SECTION_NAMES, "servce", "junk"), k=rng.randrange(1, 6)):
+        keys = rng.sample((*ALL_KEYS, "typo", "x"), k=rng.randrange(0, 6))
         doc[name] = {key: random_value(rng) for key in keys}
     if rng.random() < 0.7:
         unit = doc.setdefault("unit", {})
@@ -113,7 +126,9 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
     elif op == 1:
         lines.insert(at, lines[at])
     elif op == 2:
-        junk = rng.choice([b"[", b"]", b"{", b'"', b"=", b"{prot}", b"\xff", b"\x00", b"x = 1", b"#"])
+        junk = rng.choice(
+            [b"[", b"]", b"{", b'"', b"=", b"{prot}", b"\xff", b"\x00", b"x = 1", b"#"]
+        )
         pos = rng.randrange(len(lines[at]) + 1)
         lines[at] = lines[at][:pos] + junk + lines[at][pos:]
     elif op == 3:
@@ -145,8 +160,20 @@ def random_unit_files(rng: random.Random) -> dict[str, bytes]:
     return files
 
 
-def check_directory(directory: Path, files: dict[str, bytes]) -> str:
+def check_files(files: dict[str, bytes]) -> str:
     """``ok``, ``rejected``, or the traceback of anything that is not a UnitFileError."""
+    try:
+        parse_unit_set("units", files)
+    except UnitFileError as err:
+        bad = [p for p in err.problems if p.line < 1 or p.col < 1 or not p.message]
+        return f"bad problem positions: {bad}" if bad or not err.problems else "rejected"
+    except Exception:
+        return traceback.format_exc()
+    return "ok"
+
+
+def check_directory(directory: Path, files: dict[str, bytes]) -> str:
+    """Like :func:`check_files`, through real files in ``directory`` (emptied first)."""
     for old in directory.iterdir():
         old.unlink()
     for name, data in files.items():
@@ -162,13 +189,11 @@ def check_directory(directory: Path, files: dict[str, bytes]) -> str:
 
 
 def run(count: int, seed: int) -> Iterator[tuple[dict[str, bytes], str]]:
-    """Check ``count`` random directories; yields each input with its outcome."""
+    """Check ``count`` random unit sets in memory; yields each input with its outcome."""
     rng = random.Random(seed)
-    with tempfile.TemporaryDirectory() as tmp:
-        directory = Path(tmp)
-        for _ in range(count):
-            files = random_unit_files(rng)
-            yield files, check_directory(directory, files)
+    for _ in range(count):
+        files = random_unit_files(rng)
+        yield files, check_files(files)
 
 
 def main() -> int:

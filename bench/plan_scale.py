@@ -7,6 +7,7 @@ lanes) and for ``Plan.to_json()``, which ``ddsup start`` also pays once.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -57,19 +58,21 @@ def _median(func: Callable[[], object]) -> float:
 
 
 def main() -> None:
-    nodes = [Node(f"gpu{i:03d}", f"10.0.{i // 256}.{i % 256}", tuple(range(GPUS))) for i in range(NODES)]
+    nodes = [
+        Node(f"gpu{i:03d}", f"10.0.{i // 256}.{i % 256}", tuple(range(GPUS))) for i in range(NODES)
+    ]
     print(f"make_plan on {NODES} nodes x {GPUS} GPUs, median of {RUNS}:")
     for label, units in _shapes().items():
         shared = label.startswith("shared")
         plan = make_plan(units, nodes, client=nodes[0].name, shared_address=shared)
         lanes = sum(1 for i in plan.instances if i.rank == 0)
         took = _median(
-            lambda units=units, shared=shared: make_plan(
-                units, nodes, client=nodes[0].name, shared_address=shared
-            )
+            functools.partial(make_plan, units, nodes, client=nodes[0].name, shared_address=shared)
         )
         to_json = _median(plan.to_json)
-        print(f"  {label:40s} {lanes:5d} lanes  make_plan {took * 1e3:7.1f} ms  to_json {to_json * 1e3:7.1f} ms")
+        print(
+            f"  {label:44s} {lanes:5d} lanes  make_plan {took * 1e3:7.1f} ms  to_json {to_json * 1e3:7.1f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -1,14 +1,17 @@
 """Suite-wide guards: every test that starts processes must end them.
 
-After each test, no child of the test process may be alive and no process may carry a
-``DDSUP_INVOCATION_ID`` that was not there before the session started: ddsup's promise
-is that nothing outlives it, and the tests hold themselves to the same rule.
+After each test, no child of the test process may be alive and no process started by
+this test session may carry a ``DDSUP_INVOCATION_ID``: ddsup's promise is that nothing
+outlives it, and the tests hold themselves to the same rule. Processes of this session
+are told apart from other runs on the machine by ``DDSUP_TEST_SESSION``, which every
+process started from the tests inherits.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +19,12 @@ import psutil
 import pytest
 
 
+TEST_SESSION = os.environ.setdefault("DDSUP_TEST_SESSION", uuid.uuid4().hex)
+_MARK = f"DDSUP_TEST_SESSION={TEST_SESSION}".encode()
+
+
 def ddsup_processes() -> dict[int, str]:
-    """PID → invocation id of every live process that carries ``DDSUP_INVOCATION_ID``."""
+    """PID → invocation id of live processes of this test session that carry one."""
     found: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -29,7 +36,10 @@ def ddsup_processes() -> dict[int, str]:
             continue
         if stat.rsplit(")", 1)[-1].split()[0] == "Z":
             continue  # a zombie is dead; its parent's reaping is checked separately
-        for item in environ.split(b"\0"):
+        items = environ.split(b"\0")
+        if _MARK not in items:
+            continue
+        for item in items:
             if item.startswith(b"DDSUP_INVOCATION_ID="):
                 found[int(entry.name)] = item.split(b"=", 1)[1].decode(errors="replace")
     return found

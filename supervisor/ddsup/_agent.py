@@ -124,4 +124,3 @@ async def _command_loop(channel: Channel, runner: NodeRunner, nursery: trio.Nurs
             runner.signal(message["instances"], int(message["signal"]))
         elif op == "shutdown":
             return
-

@@ -72,4 +72,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return err.exit_status
     except KeyboardInterrupt:
         return 130
-    return int(status)  # type: ignore[call-overload]
+    return status if isinstance(status, int) else 1

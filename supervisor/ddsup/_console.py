@@ -7,6 +7,7 @@ timestamp so job output files can be read next to ``events.jsonl``.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -19,17 +20,18 @@ _DEFAULT_STATES = {"ready", "failed", "restarting", "exited"}
 
 
 class Console:
-    def __init__(self, *, verbose: bool = False, quiet: bool = False, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, *, verbose: bool = False, quiet: bool = False, stream: TextIO | None = None
+    ) -> None:
         self.verbose = verbose
         self.quiet = quiet
         self.stream = stream or sys.stderr
 
     def _print(self, text: str) -> None:
         stamp = time.strftime("%H:%M:%S")
-        try:
+        # BrokenPipe: nobody reads our output any more; the state dir still has it all.
+        with contextlib.suppress(BrokenPipeError, ValueError):
             print(f"{stamp} ddsup: {text}", file=self.stream, flush=True)
-        except (BrokenPipeError, ValueError):
-            pass  # nobody is reading our output any more; the state dir still has it all
 
     def event(self, event: Event) -> None:
         if self.quiet:
@@ -47,4 +49,6 @@ class Console:
 
     def result(self, outcome: Outcome, state_dir: Path) -> None:
         cause = f" ({outcome.unit}: {outcome.reason})" if outcome.unit else f" ({outcome.reason})"
-        self._print(f"finished: {outcome.status}, exit {outcome.exit_code}{cause}; state in {state_dir}")
+        self._print(
+            f"finished: {outcome.status}, exit {outcome.exit_code}{cause}; state in {state_dir}"
+        )

@@ -11,15 +11,14 @@ by invocation id removes whatever escaped. ``result.json`` is written on every p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import os
 import signal
-import socket
 import sys
 import time
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +35,13 @@ from ddsup._node import NodeRunner
 from ddsup._orphans import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
 from ddsup._outcome import Outcome
 from ddsup._plan import make_plan
-from ddsup._plan._allocation import detect_gpus, local_nodes, nodes_from_nodelist
-from ddsup._plan._model import Plan, PlannedInstance
+from ddsup._plan._allocation import (
+    detect_gpus,
+    local_nodes,
+    slurm_hostnames,
+    slurm_node_addresses,
+)
+from ddsup._plan._model import Node, Plan, PlannedInstance
 from ddsup._state_dir import StateDir, default_state_dir, write_private
 from ddsup._units import load_unit_set
 from ddsup._units._model import OnFailure, UnitSet, UnitType
@@ -53,8 +57,13 @@ def configure_start(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=None, help="local: simulate N nodes")
     parser.add_argument("--gpus-per-node", type=int, default=None, metavar="G")
     parser.add_argument("--state-dir", type=Path, default=None, metavar="PATH")
-    parser.add_argument("--srun-arg", action="append", default=[], metavar="ARG",
-                        help="extra srun option for the agents' step (repeatable)")
+    parser.add_argument(
+        "--srun-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra srun option for the agents' step (repeatable)",
+    )
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("-v", "--verbose", action="store_true", help="print every transition")
     verbosity.add_argument("-q", "--quiet", action="store_true", help="print only the result")
@@ -102,6 +111,7 @@ class Controller:
         self.launcher_name = "local"
         self.control_port: int | None = None
         self.expected_agents: set[str] = set()
+        self.client_address = "127.0.0.1"
         self._changed = trio.Event()
         self._published: list[dict[str, str]] | None = None
 
@@ -116,7 +126,9 @@ class Controller:
             write_private(self.state.plan, plan.to_json())
             await self._supervise(units, plan, launcher)
         except DdsupError as err:
-            self._end(Outcome(err.result_status, err.exit_status, getattr(err, "unit", None), str(err)))
+            self._end(
+                Outcome(err.result_status, err.exit_status, getattr(err, "unit", None), str(err))
+            )
             self.console.error(str(err))
         outcome = self.outcome or Outcome("stopped", 1, None, "ended without a cause")
         self.state.write_json(self.state.result, outcome.to_dict())
@@ -156,13 +168,24 @@ class Controller:
             gpus = detect_gpus()
             if gpus is None:
                 raise UsageError("cannot detect GPUs per node: pass --gpus-per-node")
-        nodes = nodes_from_nodelist(nodelist, gpus)
+        hosts = slurm_hostnames(nodelist)
         if self.args.nodes is not None:
-            nodes = nodes[: self.args.nodes]
-        srun_args = tuple(self.args.srun_arg) + tuple(a for u in units.lanes for a in u.slurm.srun_args)
-        client = os.environ.get("SLURMD_NODENAME") or nodes[0].name
-        plan = make_plan(units, nodes, client=client, endpoint_host="127.0.0.1")
-        return SlurmLauncher(gpus_per_node=gpus, srun_args=srun_args), plan
+            hosts = hosts[: self.args.nodes]
+        addresses = slurm_node_addresses(hosts)
+        nodes = [Node(name=h, address=addresses[h], gpus=tuple(range(gpus))) for h in hosts]
+        shared = len(set(addresses.values())) < len(addresses)
+        srun_args = tuple(self.args.srun_arg) + tuple(
+            a for u in units.lanes for a in u.slurm.srun_args
+        )
+        client = os.environ.get("SLURMD_NODENAME") or hosts[0]
+        if client not in addresses:
+            raise UsageError(f"ddsup start runs on {client}, which is not in the allocation")
+        self.client_address = addresses[client]
+        plan = make_plan(
+            units, nodes, client=client, shared_address=shared, endpoint_host="127.0.0.1"
+        )
+        launcher = SlurmLauncher(gpus_per_node=gpus, srun_args=srun_args, shared_address=shared)
+        return launcher, plan
 
     def _write_run_json(self) -> None:
         data = {
@@ -171,8 +194,11 @@ class Controller:
             "launcher": self.launcher_name,
             "unit_dir": str(Path(self.args.directory).resolve()),
             "started_at": self.started,
-            "control": None if self.control_port is None else {
-                "host": "127.0.0.1", "port": self.control_port,
+            "control": None
+            if self.control_port is None
+            else {
+                "host": "127.0.0.1",
+                "port": self.control_port,
             },
         }
         self.state.write_json(self.state.run, data)
@@ -195,8 +221,12 @@ class Controller:
                 self._write_run_json()
                 async with trio.open_nursery() as services:
                     self.local = NodeRunner(
-                        units=units, plan=plan, run=self._run_context(plan, with_key=True),
-                        state=self.state, nursery=services, emit=self._event,
+                        units=units,
+                        plan=plan,
+                        run=self._run_context(plan, with_key=True),
+                        state=self.state,
+                        nursery=services,
+                        emit=self._event,
                         extra_args=self._endpoint_args(units, plan),
                     )
                     try:
@@ -210,17 +240,23 @@ class Controller:
             with trio.CancelScope(shield=True):
                 survivors = await sweep_until_gone(self.invocation_id, timeout=5.0)
                 if survivors:
-                    self._event(Event("run", reason="sweep left survivors", details={"pids": survivors}))
+                    self._event(
+                        Event("run", reason="sweep left survivors", details={"pids": survivors})
+                    )
                 sentinel.close()
 
-    async def _run(self, units: UnitSet, plan: Plan, launcher: Launcher, services: trio.Nursery) -> None:
+    async def _run(
+        self, units: UnitSet, plan: Plan, launcher: Launcher, services: trio.Nursery
+    ) -> None:
         """Start everything in order, then wait until something ends the run."""
         async with trio.open_nursery() as starters:
             starters.start_soon(self._start_all, units, plan, launcher, starters)
             await self.ending.wait()
             starters.cancel_scope.cancel()
 
-    async def _start_all(self, units: UnitSet, plan: Plan, launcher: Launcher, nursery: trio.Nursery) -> None:
+    async def _start_all(
+        self, units: UnitSet, plan: Plan, launcher: Launcher, nursery: trio.Nursery
+    ) -> None:
         try:
             await self._launch_agents(plan, launcher, nursery)
         except DdsupError as err:
@@ -247,7 +283,9 @@ class Controller:
             assert self.local is not None
             self.local.start(planned.instance)
 
-    async def _dependencies_ready(self, units: UnitSet, plan: Plan, planned: PlannedInstance) -> None:
+    async def _dependencies_ready(
+        self, units: UnitSet, plan: Plan, planned: PlannedInstance
+    ) -> None:
         unit = units.by_name(planned.unit)
         for dep_name in unit.after:
             dep = units.by_name(dep_name)
@@ -308,8 +346,12 @@ class Controller:
             await self.preflight_done.wait()
         missing = set(nodes) - set(self.preflight)
         if missing:
-            raise PreflightError(f"no agent reported from node(s) {', '.join(sorted(missing))} within {PREFLIGHT_TIMEOUT:g}s")
-        problems = [f"{node}: {p}" for node, r in sorted(self.preflight.items()) for p in r["problems"]]
+            raise PreflightError(
+                f"no agent reported from node(s) {', '.join(sorted(missing))} within {PREFLIGHT_TIMEOUT:g}s"
+            )
+        problems = [
+            f"{node}: {p}" for node, r in sorted(self.preflight.items()) for p in r["problems"]
+        ]
         if problems:
             raise PreflightError("preflight failed: " + "; ".join(problems))
         ports = {k: v for r in self.preflight.values() for k, v in r["ports"].items()}
@@ -331,12 +373,19 @@ class Controller:
     def _control_host(self, launcher: Launcher) -> str:
         if launcher.name == "local":
             return "127.0.0.1"
-        return os.environ.get("DDSUP_CONTROL_HOST") or socket.gethostname()
+        return os.environ.get("DDSUP_CONTROL_HOST") or self.client_address
 
     async def _watch_agent_process(self, agent: AgentProcess) -> None:
         status = await agent.process.wait()
         if not self.stopping:
-            self._end(_outcome.unit_failed(agent.label, f"{agent.label} exited unexpectedly ({status.describe()})", status.to_json(), False))
+            self._end(
+                _outcome.unit_failed(
+                    agent.label,
+                    f"{agent.label} exited unexpectedly ({status.describe()})",
+                    status.to_json(),
+                    False,
+                )
+            )
 
     async def _on_connection(self, channel: Channel, hello: dict[str, Any]) -> None:
         role = hello.get("role")
@@ -367,12 +416,20 @@ class Controller:
                     break
         except ChannelError as err:
             if not self.stopping:
-                self._end(_outcome.unit_failed(f"agent on {node}", f"lost the agent on {node}: {err}", None, False))
+                self._end(
+                    _outcome.unit_failed(
+                        f"agent on {node}", f"lost the agent on {node}: {err}", None, False
+                    )
+                )
         finally:
             self.agents.pop(node, None)
             self._agent_gone(node)
         if not self.stopping:
-            self._end(_outcome.unit_failed(f"agent on {node}", f"the agent on {node} went away", None, False))
+            self._end(
+                _outcome.unit_failed(
+                    f"agent on {node}", f"the agent on {node} went away", None, False
+                )
+            )
 
     def _agent_gone(self, node: str) -> None:
         """An agent's instances can report nothing more: count them as final."""
@@ -388,15 +445,50 @@ class Controller:
         if event.event != "unit" or event.instance is None:
             return
         record = self.states.setdefault(event.instance, {})
+        if "pid" not in event.details:
+            record.pop("pid", None)
         record.update(event.to_dict())
         self._notify_changed()
         instance = event.instance
-        if event.to_state == "ready" or (event.to_state == "exited" and event.reason == "completed"):
+        if event.to_state in ("restarting", "failed") and not self.stopping:
+            self._take_down_replica_peers(instance, stop=event.to_state == "failed")
+        if event.to_state == "ready" or (
+            event.to_state == "exited" and event.reason == "completed"
+        ):
             self.ready.setdefault(instance, trio.Event()).set()
         if event.to_state in ("exited", "failed"):
             self.final.setdefault(instance, trio.Event()).set()
             self._on_final(event)
         self._publish_lanes()
+
+    def _take_down_replica_peers(self, instance: str, *, stop: bool) -> None:
+        """A multi-node replica lives and dies as one.
+
+        torch.distributed cannot continue with a rank missing: when one rank restarts, the
+        others get kill_signal and go through their own restart policy (same unit, same
+        policy), so the replica restarts as a whole; when one fails for good, the others
+        are stopped, so it fails as a whole.
+        """
+        assert self.plan is not None and self.units is not None
+        replica = instance.split(":", 1)[0]
+        peers = [
+            p
+            for p in self.plan.instances
+            if p.replica_name == replica
+            and p.instance != instance
+            and p.nnodes > 1
+            and self.states.get(p.instance, {}).get("to") in ("starting", "ready")
+        ]
+        for peer in peers:
+            channel = self.agents.get(peer.node)
+            sig = int(self.units.by_name(peer.unit).service.kill_signal)
+            if channel is None:
+                continue
+            if stop:
+                self._send_soon(channel, {"op": "stop", "instances": [peer.instance]})
+            else:
+                message = {"op": "signal", "instances": [peer.instance], "signal": sig}
+                self._send_soon(channel, message)
 
     def _on_final(self, event: Event) -> None:
         assert self.units is not None and self.plan is not None and event.instance is not None
@@ -412,7 +504,14 @@ class Controller:
             return
         if event.to_state == "failed":
             if unit.service.on_failure is OnFailure.STOP_ALL:
-                self._end(_outcome.unit_failed(event.instance, event.reason or "failed", exit_json, bool(event.details.get("readiness_timeout"))))
+                self._end(
+                    _outcome.unit_failed(
+                        event.instance,
+                        event.reason or "failed",
+                        exit_json,
+                        bool(event.details.get("readiness_timeout")),
+                    )
+                )
             else:
                 self._stop_requirers(unit.base_name)
 
@@ -433,10 +532,8 @@ class Controller:
 
     def _send_soon(self, channel: Channel, message: dict[str, Any]) -> None:
         async def send() -> None:
-            try:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 await channel.send(message)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                pass
 
         trio.lowlevel.spawn_system_task(send)
 
@@ -452,11 +549,21 @@ class Controller:
             return []
         lanes = []
         for planned in self.plan.instances:
-            if planned.type is UnitType.LANE and not planned.rank and self._is_ready(planned.instance):
+            if (
+                planned.type is UnitType.LANE
+                and not planned.rank
+                and self._is_ready(planned.instance)
+            ):
                 lane = self.units.by_name(planned.unit).lane
                 assert lane is not None
                 address = self.plan.node(planned.node).address
-                lanes.append({"instance": planned.instance, "model": lane.model, "url": f"http://{address}:{planned.port}"})
+                lanes.append(
+                    {
+                        "instance": planned.instance,
+                        "model": lane.model,
+                        "url": f"http://{address}:{planned.port}",
+                    }
+                )
         return lanes
 
     def _models(self) -> list[str]:
@@ -498,17 +605,29 @@ class Controller:
         instances = []
         for planned in self.plan.instances if self.plan else ():
             record = self.states.get(planned.instance, {})
-            instances.append({
-                "instance": planned.instance, "unit": planned.unit, "type": planned.type.value,
-                "node": planned.node, "gpus": list(planned.gpus), "port": planned.port,
-                "state": record.get("to", "inactive"), "since": record.get("time"),
-                "pid": record.get("pid"), "restarts": record.get("restarts", 0),
-                "last_exit": record.get("exit"), "reason": record.get("reason"),
-            })
+            instances.append(
+                {
+                    "instance": planned.instance,
+                    "unit": planned.unit,
+                    "type": planned.type.value,
+                    "node": planned.node,
+                    "gpus": list(planned.gpus),
+                    "port": planned.port,
+                    "state": record.get("to", "inactive"),
+                    "since": record.get("time"),
+                    "pid": record.get("pid"),
+                    "restarts": record.get("restarts", 0),
+                    "last_exit": record.get("exit"),
+                    "reason": record.get("reason"),
+                }
+            )
         return {
-            "invocation_id": self.invocation_id, "launcher": self.launcher_name,
-            "started_at": self.started, "uptime": time.time() - self.started,
-            "state_dir": str(self.state.path), "stopping": self.stopping,
+            "invocation_id": self.invocation_id,
+            "launcher": self.launcher_name,
+            "started_at": self.started,
+            "uptime": time.time() - self.started,
+            "state_dir": str(self.state.path),
+            "stopping": self.stopping,
             "instances": instances,
         }
 
@@ -528,11 +647,17 @@ class Controller:
     def _forward(self, units: UnitSet, signum: int) -> None:
         assert self.plan is not None
         self._event(Event("run", reason=f"forwarding {signal.Signals(signum).name}"))
-        targets = [i for i in self.plan.instances if signum in units.by_name(i.unit).service.forward_signals]
+        targets = [
+            i
+            for i in self.plan.instances
+            if signum in units.by_name(i.unit).service.forward_signals
+        ]
         for node, channel in self.agents.items():
             names = [i.instance for i in targets if i.node == node]
             if names:
-                self._send_soon(channel, {"op": "signal", "instances": names, "signal": int(signum)})
+                self._send_soon(
+                    channel, {"op": "signal", "instances": names, "signal": int(signum)}
+                )
         if self.local is not None:
             self.local.signal([i.instance for i in targets], signum)
 
@@ -600,16 +725,27 @@ class Controller:
             return {}
         section = endpoint.endpoint
         args = [
-            "--bind", section.bind, "--port", str(section.port),
-            "--max-queue-per-lane", str(section.max_queue_per_lane),
-            "--retry-after", f"{section.retry_after:g}s", "--retries", str(section.retries),
-            "--max-body-bytes", str(section.max_body_bytes),
-            "--max-concurrent", str(section.max_concurrent),
+            "--bind",
+            section.bind,
+            "--port",
+            str(section.port),
+            "--max-queue-per-lane",
+            str(section.max_queue_per_lane),
+            "--retry-after",
+            f"{section.retry_after:g}s",
+            "--retries",
+            str(section.retries),
+            "--max-body-bytes",
+            str(section.max_body_bytes),
+            "--max-concurrent",
+            str(section.max_concurrent),
             "--lanes-from-controller",
         ]
         if section.api_key_env:
             if not os.environ.get(section.api_key_env):
-                raise UsageError(f"{endpoint.source.path}: api_key_env names {section.api_key_env}, which is not set")
+                raise UsageError(
+                    f"{endpoint.source.path}: api_key_env names {section.api_key_env}, which is not set"
+                )
             args += ["--api-key-env", section.api_key_env]
         names = [i.instance for i in plan.instances if i.type is UnitType.ENDPOINT]
         return {name: tuple(args) for name in names}
@@ -648,4 +784,3 @@ def _levels(units: UnitSet, plan: Plan) -> list[list[PlannedInstance]]:
     for planned in plan.instances:
         levels.setdefault(unit_depth(planned.unit), []).append(planned)
     return [levels[k] for k in sorted(levels)]
-

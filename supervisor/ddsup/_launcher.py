@@ -84,7 +84,7 @@ class SlurmLauncher:
             "--ntasks-per-node=1",
             f"--nodelist={','.join(nodes)}",
             "--export=ALL",
-            f"--job-name=ddsup-agents",
+            "--job-name=ddsup-agents",
             *self.srun_args,
             *AGENT_ARGV,
         ]

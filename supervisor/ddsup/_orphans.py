@@ -71,11 +71,23 @@ def is_subreaper() -> bool:
 
 
 def _child_pids() -> set[int]:
-    """Our children, zombies included: adopted ones may hang off any of our threads."""
+    """Our children, zombies included, by their parent field in ``/proc/PID/stat``.
+
+    Not ``/proc/self/task/*/children``: an orphan is adopted by one of our threads, trio's
+    worker threads come and go, and that per-thread list was seen to miss adopted children.
+    """
+    me = str(os.getpid()).encode()
     pids: set[int] = set()
-    for task in Path("/proc/self/task").iterdir():
-        with contextlib.suppress(OSError):
-            pids.update(int(p) for p in (task / "children").read_text().split())
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1:2] == [me]:
+            pids.add(int(name))
     return pids
 
 

@@ -70,8 +70,8 @@ def run_preflight(
             f"the plan needs GPU indices up to {needed - 1}, this node has {gpus_available} GPUs"
         )
     auto = [i for i in mine if i.type is UnitType.LANE and i.port is None and not i.rank]
-    for instance, port in zip(auto, _pick_ports(len(auto))):
-        result.ports[instance.instance] = port
+    for instance, picked in zip(auto, _pick_ports(len(auto)), strict=True):
+        result.ports[instance.instance] = picked
     for planned in mine:
         for port in (planned.port, planned.master_port if not planned.rank else None):
             if port is not None and not _port_free(port):

@@ -132,17 +132,22 @@ def _wait_for_parent(fd: int) -> bool:
 
 def main(argv: list[str]) -> int:
     """``_sentinel.py FD INVOCATION_ID``: sweep the run once FD reaches end of file."""
-    _ignore_stop_signals()
-    fd, invocation_id = int(argv[1]), argv[2]
-    if _wait_for_parent(fd):
-        return 0
-    hit, survivors = sweep_until_gone_sync(invocation_id)
-    if hit or survivors:
+    if len(argv) != 3 or not argv[1].isdigit() or not argv[2]:
         print(
-            f"ddsup sentinel: the supervisor of run {invocation_id} ended without cleaning up;"
-            f" killed {len(hit)} process(es), {len(survivors)} survived: {survivors}",
-            file=sys.stderr,
+            "usage: _sentinel.py FD INVOCATION_ID (started by ddsup, not by hand)", file=sys.stderr
         )
+        return 2
+    _ignore_stop_signals()
+    if _wait_for_parent(int(argv[1])):
+        return 0
+    hit, survivors = sweep_until_gone_sync(argv[2])
+    if hit or survivors:
+        with contextlib.suppress(OSError):  # stderr may be gone with the supervisor
+            print(
+                f"ddsup sentinel: the supervisor of run {argv[2]} ended without cleaning up;"
+                f" killed {len(hit)} process(es), {len(survivors)} survived: {survivors}",
+                file=sys.stderr,
+            )
     return 1 if survivors else 0
 
 

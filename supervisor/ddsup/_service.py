@@ -180,8 +180,7 @@ class Service:
                 await self._run()
         finally:
             if not self.status.state.final:
-                with trio.CancelScope(shield=True):
-                    self._finish_stopped()
+                self._finish_stopped()
             self.finished.set()
 
     def _finish_stopped(self) -> None:
@@ -243,7 +242,7 @@ class Service:
 
     def _backoff(self) -> float:
         service = self.spec.unit.service
-        base = min(service.restart_sec * (2**self._failures), service.restart_max_sec)
+        base: float = min(service.restart_sec * (2.0**self._failures), service.restart_max_sec)
         return min(base * random.uniform(0.9, 1.1), service.restart_max_sec)
 
     async def _run_once(self) -> tuple[ExitStatus | None, float]:
@@ -281,6 +280,9 @@ class Service:
                             timed_out = True
                             nursery.cancel_scope.cancel()
                             return
+                    if self._stop_requested:
+                        return  # stopped while starting: never report ready (no checkpoint
+                        # since the cancel when there is no probe)
                     ready_at = trio.current_time()
                     self.ready.set()
                     self._transition(UnitState.READY, "probe passed" if probe else "started")

@@ -8,15 +8,18 @@ what it received and notices when the endpoint hangs up on it.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import socket
+import ssl
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 
 import h11
+import httpx
 import trio
 
 from ddsup._endpoint import EndpointConfig, LaneInfo, LaneTable, serve_endpoint
@@ -82,9 +85,8 @@ class FakeLane:
         for _ in range(n):
             self._gate_send.send_nowait(None)
 
-    async def wait_for(self, predicate: object) -> None:
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
         """Wait until ``predicate()`` holds; re-checked on every change of this lane."""
-        assert callable(predicate)
         while not predicate():
             await self._changed.wait()
 
@@ -164,6 +166,29 @@ class FakeLane:
         await stream.send_all(conn.send(h11.Data(data=b"data: [DONE]\n\n")))
         await stream.send_all(conn.send(h11.EndOfMessage()))
         return True
+
+
+async def wait_until(lanes: list[FakeLane], predicate: Callable[[], bool]) -> None:
+    """Wait until ``predicate()`` holds, re-checked whenever any of ``lanes`` changes."""
+    while not predicate():
+        async with trio.open_nursery() as nursery:
+            for lane in lanes:
+                nursery.start_soon(_then_cancel, lane._changed, nursery.cancel_scope)
+
+
+async def _then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+def http_client() -> httpx.AsyncClient:
+    """A test client; the TLS context (never used: plain HTTP) is built once, not per test."""
+    return httpx.AsyncClient(verify=_tls_context())
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    return ssl.create_default_context()
 
 
 def _metrics_text(model: str, waiting: int) -> bytes:
@@ -254,7 +279,10 @@ class Running:
 
 @asynccontextmanager
 async def running_endpoint(
-    lanes: list[FakeLane], *, extra: list[LaneInfo] = (), **overrides: object  # type: ignore[assignment]
+    lanes: list[FakeLane],
+    *,
+    extra: list[LaneInfo] = (),
+    **overrides: object,  # type: ignore[assignment]
 ) -> AsyncIterator[Running]:
     """Start ``lanes`` and an endpoint over them (plus ``extra`` lane infos); stop all after."""
     config = replace(TEST_CONFIG, **overrides)  # type: ignore[arg-type]

@@ -6,9 +6,9 @@ from typing import Any
 
 import httpx
 import trio
+from endpoint_fakes import FakeLane, closed_port, http_client, running_endpoint, wait_until
 
 from ddsup._endpoint import LaneInfo
-from endpoint_fakes import FakeLane, closed_port, running_endpoint
 
 
 def completion(model: str = "m", **extra: Any) -> dict[str, Any]:
@@ -21,7 +21,7 @@ async def post(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> htt
 
 async def test_routes_by_model_and_lists_models() -> None:
     lanes = [FakeLane("a", "llama"), FakeLane("b", "qwen")]
-    async with running_endpoint(lanes) as ep, httpx.AsyncClient() as client:
+    async with running_endpoint(lanes) as ep, http_client() as client:
         for model, lane in (("llama", "a"), ("qwen", "b"), ("llama", "a")):
             response = await post(client, ep.url, completion(model))
             assert response.status_code == 200
@@ -44,7 +44,7 @@ async def test_least_outstanding_lane_gets_the_next_request() -> None:
     lanes = [FakeLane("a"), FakeLane("b")]
     for lane in lanes:
         lane.hold = trio.Event()
-    async with running_endpoint(lanes) as ep, httpx.AsyncClient() as client:
+    async with running_endpoint(lanes) as ep, http_client() as client:
         results: list[int] = []
 
         async def send() -> None:
@@ -67,29 +67,36 @@ async def test_least_outstanding_lane_gets_the_next_request() -> None:
 
 async def test_busy_lane_is_avoided_while_others_are_idle() -> None:
     a, b = FakeLane("a"), FakeLane("b")
-    async with running_endpoint([a, b]) as ep, httpx.AsyncClient() as client:
-        a.hold = trio.Event()
+    a.hold, b.hold = trio.Event(), trio.Event()
+    async with running_endpoint([a, b]) as ep, http_client() as client:
+        done: list[str] = []
+        first_done = trio.Event()
+
+        async def send() -> None:
+            done.append((await post(client, ep.url, completion())).json()["lane"])
+            first_done.set()
+
         async with trio.open_nursery() as nursery:
-            # park two requests on lane a: the first lands anywhere, so aim with b's load
-            b.hold = trio.Event()
-            nursery.start_soon(post, client, ep.url, completion())
-            nursery.start_soon(post, client, ep.url, completion())
+            nursery.start_soon(send)
+            nursery.start_soon(send)
             await _wait_total([a, b], 2)
             assert (a.completions, b.completions) == (1, 1)
             b.hold.set()
-            await b.wait_for(lambda: ep.table.ready("m")[1].outstanding == 0)
+            with trio.fail_after(5):
+                await first_done.wait()
             b.hold = None
-            # a holds one request; every new one goes to idle b
+            # a still holds one request: every new one goes to idle b
             for _ in range(5):
                 response = await post(client, ep.url, completion())
                 assert response.json()["lane"] == "b"
             assert a.completions == 1
             a.hold.set()
+        assert sorted(done) == ["a", "b"]
 
 
 async def test_round_robin_on_ties() -> None:
     lanes = [FakeLane("a"), FakeLane("b"), FakeLane("c")]
-    async with running_endpoint(lanes) as ep, httpx.AsyncClient() as client:
+    async with running_endpoint(lanes) as ep, http_client() as client:
         order = [(await post(client, ep.url, completion())).json()["lane"] for _ in range(9)]
     for i in range(0, 9, 3):
         assert sorted(order[i : i + 3]) == ["a", "b", "c"], order
@@ -98,14 +105,15 @@ async def test_round_robin_on_ties() -> None:
 async def test_retries_distinct_lanes_on_retryable_answers() -> None:
     lanes = [FakeLane("a"), FakeLane("b"), FakeLane("c")]
     lanes[0].status, lanes[1].status = 503, 429
-    async with running_endpoint(lanes, retries=2) as ep, httpx.AsyncClient() as client:
+    async with running_endpoint(lanes, retries=2) as ep, http_client() as client:
         for _ in range(6):
             response = await post(client, ep.url, completion())
             assert response.status_code == 200
             assert response.json()["lane"] == "c"
         # every request reached c once; a and b at most once per request
         assert lanes[2].completions == 6
-        assert lanes[0].completions <= 6 and lanes[1].completions <= 6
+        assert lanes[0].completions <= 6
+        assert lanes[1].completions <= 6
         metrics = (await client.get(f"{ep.url}/metrics")).text
         assert 'ddsup_endpoint_retries_total{model="m"}' in metrics
 
@@ -114,17 +122,18 @@ async def test_retries_are_bounded_and_never_repeat_a_lane() -> None:
     lanes = [FakeLane("a"), FakeLane("b"), FakeLane("c")]
     for lane in lanes:
         lane.status = 502
-    async with running_endpoint(lanes, retries=1) as ep, httpx.AsyncClient() as client:
+    async with running_endpoint(lanes, retries=1) as ep, http_client() as client:
         response = await post(client, ep.url, completion())
         assert response.status_code == 502
         error = response.json()["error"]
-        assert error["type"] == "upstream_failed" and error["code"] == 502
+        assert error["type"] == "upstream_failed"
+        assert error["code"] == 502
         assert len(error["attempts"]) == 2
         assert sorted(lane.completions for lane in lanes) == [0, 1, 1]
     lanes = [FakeLane("a"), FakeLane("b")]
     for lane in lanes:
         lane.status = 504
-    async with running_endpoint(lanes, retries=5) as ep, httpx.AsyncClient() as client:
+    async with running_endpoint(lanes, retries=5) as ep, http_client() as client:
         response = await post(client, ep.url, completion())
         assert response.status_code == 502
         assert [lane.completions for lane in lanes] == [1, 1]
@@ -133,7 +142,7 @@ async def test_retries_are_bounded_and_never_repeat_a_lane() -> None:
 async def test_non_retryable_answer_passes_through_untouched() -> None:
     a, b = FakeLane("a"), FakeLane("b")
     a.status = b.status = 400
-    async with running_endpoint([a, b]) as ep, httpx.AsyncClient() as client:
+    async with running_endpoint([a, b]) as ep, http_client() as client:
         response = await post(client, ep.url, completion())
         assert response.status_code == 400
         assert a.completions + b.completions == 1
@@ -142,7 +151,7 @@ async def test_non_retryable_answer_passes_through_untouched() -> None:
 async def test_refused_lane_costs_no_client_error() -> None:
     good = FakeLane("good")
     dead = LaneInfo("dead", "m", f"http://127.0.0.1:{closed_port()}")
-    async with running_endpoint([good], extra=[dead]) as ep, httpx.AsyncClient() as client:
+    async with running_endpoint([good], extra=[dead]) as ep, http_client() as client:
         for _ in range(6):
             response = await post(client, ep.url, completion())
             assert response.status_code == 200
@@ -158,13 +167,14 @@ async def test_reset_and_timeout_before_answering_are_retried() -> None:
     lanes = [reset, slow, good]
     async with (
         running_endpoint(lanes, upstream_timeout=0.3) as ep,
-        httpx.AsyncClient() as client,
+        http_client() as client,
     ):
         for _ in range(3):
             response = await post(client, ep.url, completion())
             assert response.status_code == 200
         assert good.completions == 3
-        assert reset.completions >= 1 and slow.completions >= 1
+        assert reset.completions >= 1
+        assert slow.completions >= 1
         assert slow.completions <= 3
 
 
@@ -173,7 +183,7 @@ async def test_all_queues_full_answers_429_with_retry_after() -> None:
     a.hold = b.hold = trio.Event()
     async with (
         running_endpoint([a, b], max_queue_per_lane=1, retry_after=2.5) as ep,
-        httpx.AsyncClient() as client,
+        http_client() as client,
     ):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(post, client, ep.url, completion())
@@ -183,8 +193,10 @@ async def test_all_queues_full_answers_429_with_retry_after() -> None:
             assert response.status_code == 429
             assert response.headers["retry-after"] == "3"
             error = response.json()["error"]
-            assert error["type"] == "overloaded" and error["code"] == 429
-            assert error["retry_after"] == 3 and isinstance(error["message"], str)
+            assert error["type"] == "overloaded"
+            assert error["code"] == 429
+            assert error["retry_after"] == 3
+            assert isinstance(error["message"], str)
             a.hold.set()
         # room again: served
         assert (await post(client, ep.url, completion())).status_code == 200
@@ -195,7 +207,7 @@ async def test_lane_reporting_a_full_queue_is_skipped() -> None:
     full.waiting = 4
     async with (
         running_endpoint([full, idle], max_queue_per_lane=4) as ep,
-        httpx.AsyncClient() as client,
+        http_client() as client,
     ):
         await _wait_sampled(ep.table, "full", 4)
         for _ in range(4):
@@ -213,7 +225,7 @@ async def test_failed_or_missing_metrics_fall_back_and_recover() -> None:
     a.waiting = 50
     async with (
         running_endpoint([a, b], max_queue_per_lane=8) as ep,
-        httpx.AsyncClient() as client,
+        http_client() as client,
     ):
         await _wait_sampled(ep.table, "a", 50)
         assert {(await post(client, ep.url, completion())).json()["lane"] for _ in range(4)} == {
@@ -235,7 +247,7 @@ async def test_failed_or_missing_metrics_fall_back_and_recover() -> None:
 
 async def test_lane_table_changes_take_effect_at_once() -> None:
     a, b = FakeLane("a"), FakeLane("b")
-    async with running_endpoint([a, b]) as ep, httpx.AsyncClient() as client:
+    async with running_endpoint([a, b]) as ep, http_client() as client:
         ep.table.set_ready([b.info])
         lanes = {(await post(client, ep.url, completion())).json()["lane"] for _ in range(4)}
         assert lanes == {"b"}
@@ -244,7 +256,8 @@ async def test_lane_table_changes_take_effect_at_once() -> None:
         assert response.status_code == 503
         assert response.json()["error"]["type"] == "no_ready_lane"
         health = await client.get(f"{ep.url}/health")
-        assert health.status_code == 503 and health.json()["missing"] == ["m"]
+        assert health.status_code == 503
+        assert health.json()["missing"] == ["m"]
         ep.table.add(a.info)
         assert (await post(client, ep.url, completion())).json()["lane"] == "a"
         assert (await client.get(f"{ep.url}/health")).status_code == 200
@@ -252,8 +265,7 @@ async def test_lane_table_changes_take_effect_at_once() -> None:
 
 async def _wait_total(lanes: list[FakeLane], n: int) -> None:
     with trio.fail_after(5):
-        while sum(lane.completions for lane in lanes) < n:
-            await trio.sleep(0.005)  # requests land on any lane: poll the sum, bounded
+        await wait_until(lanes, lambda: sum(lane.completions for lane in lanes) >= n)
 
 
 async def _wait_sampled(table: Any, instance: str, waiting: int | None) -> None:

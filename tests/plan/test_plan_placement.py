@@ -68,7 +68,12 @@ CASES = [
     Case(
         "ports-unique-across-nodes-with-shared-address",
         [lane("a@", gpus=2, replicas=4)],
-        {"a@0": "gpu01 0,1 8000", "a@1": "gpu01 2,3 8001", "a@2": "gpu02 0,1 8002", "a@3": "gpu02 2,3 8003"},
+        {
+            "a@0": "gpu01 0,1 8000",
+            "a@1": "gpu01 2,3 8001",
+            "a@2": "gpu02 0,1 8002",
+            "a@3": "gpu02 2,3 8003",
+        },
         shared=True,
     ),
     Case(
@@ -146,7 +151,9 @@ def test_multi_node_ranks_share_master_addr_port_and_delay() -> None:
 
 def test_master_port_avoids_planned_ports() -> None:
     """Lane ports reach into the master range: the master port moves past them."""
-    units = unit_set(lane("a@", gpus=1, replicas=2, port=8999), lane("big@", gpus=2, nodes=2, replicas=1))
+    units = unit_set(
+        lane("a@", gpus=1, replicas=2, port=8999), lane("big@", gpus=2, nodes=2, replicas=1)
+    )
     plan = make_plan(units, nodes(2, 4), client="gpu01")
     used = {(i.node, i.port) for i in plan.instances}
     big = next(i for i in plan.instances if i.instance == "big@0")
@@ -178,7 +185,9 @@ def test_stagger_delays_per_node(stagger: float, standoff: float, expected: list
 
 
 def test_stagger_counts_across_lane_units() -> None:
-    units = unit_set(lane("a@", replicas=2, stagger=10.0, lead_standoff=1.0), lane("b@", replicas=2, stagger=2.0))
+    units = unit_set(
+        lane("a@", replicas=2, stagger=10.0, lead_standoff=1.0), lane("b@", replicas=2, stagger=2.0)
+    )
     plan = make_plan(units, nodes(1, 4), client="gpu01")
     assert [(i.instance, i.start_delay) for i in plan.instances] == [
         ("a@0", 0.0),
@@ -233,7 +242,14 @@ def test_no_endpoint_no_url() -> None:
             [lane("llama@", gpus=2, replicas=5)],
             2,
             4,
-            ["'llama@'", "5 replicas", "2 GPUs", "only 4 fit", "2 nodes x 4 GPUs = 8 GPUs", "8 of them free"],
+            [
+                "'llama@'",
+                "5 replicas",
+                "2 GPUs",
+                "only 4 fit",
+                "2 nodes x 4 GPUs = 8 GPUs",
+                "8 of them free",
+            ],
         ),
         (
             [lane("a@", gpus=4, replicas=1), lane("b@", gpus=2, replicas=3)],
@@ -251,7 +267,12 @@ def test_no_endpoint_no_url() -> None:
             [lane("a@", gpus=8, replicas=1), lane("rest@", gpus=1, replicas=None)],
             1,
             8,
-            ["'rest@'", 'replicas = "auto" (at least 1)', "only 0 fit", "0 of them free after 'a@'"],
+            [
+                "'rest@'",
+                'replicas = "auto" (at least 1)',
+                "only 0 fit",
+                "0 of them free after 'a@'",
+            ],
         ),
         (
             [lane("a@", gpus=16, replicas=1)],

@@ -69,13 +69,17 @@ def _check(plan: Plan, units: UnitSet) -> None:
         assert all(len(i.gpus) == unit.lane.gpus for i in ranks)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(units=lane_sets(), alloc=allocations(), shared=st.booleans())
 def test_any_placement_is_valid_or_refused(units: UnitSet, alloc: list[Node], shared: bool) -> None:
     try:
         plan = make_plan(units, alloc, client=alloc[0].name, shared_address=shared)
     except PlacementError as err:
-        assert "lane unit" in str(err) or "port" in str(err)
+        message = str(err)
+    else:
+        message = ""
+    if message:
+        assert "lane unit" in message or "port" in message
         return
     _check(plan, units)
     again = make_plan(units, list(alloc), client=alloc[0].name, shared_address=shared)
@@ -100,7 +104,7 @@ def _fits_again(plan: Plan, gpus: int, span: int) -> bool:
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(units=lane_sets(), alloc=allocations())
 def test_auto_leaves_no_slot_unused(units: UnitSet, alloc: list[Node]) -> None:
     """After an auto unit, not one more replica of it would fit anywhere."""

@@ -40,22 +40,15 @@ SUBREAPER_SCRIPT = textwrap.dedent(
     '''
 
     def children():
-        pids = set()
-        for task in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{task}/children") as f:
-                pids.update(int(p) for p in f.read().split())
-        return pids
+        import psutil
+        return {p.pid for p in psutil.Process().children()}
 
-    def zombies():
-        found = []
-        for pid in children():
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                        found.append(pid)
-            except OSError:
-                pass
-        return found
+    def state(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return None
 
     async def main():
         become_subreaper()
@@ -65,30 +58,33 @@ SUBREAPER_SCRIPT = textwrap.dedent(
             forker = await spawn(
                 [sys.executable, "-c", FORKER], env=env, cwd=".", log_path=sys.argv[1]
             )
-            # many fast children while the reaper runs: each keeps its own status
-            quick = []
-            async def one(code):
-                child = await spawn(
+            quick = [
+                (code, await spawn(
                     ["/bin/sh", "-c", f"exit {code}"], env=env, cwd=".", log_path=sys.argv[1]
-                )
-                quick.append((code, (await child.wait()).code))
-            async with trio.open_nursery() as inner:
-                for code in range(50):
-                    inner.start_soon(one, code)
+                ))
+                for code in range(50)
+            ]
             # a child forked by other code in our own session is left to its owner
             helper = await trio.run_process(["/bin/sh", "-c", "exit 5"], check=False)
-            forker_status = (await forker.wait()).code
+            # Until every adopted orphan is reaped and every managed child has ended, the
+            # managed ones stay zombies for their owner, whatever SIGCHLDs came meanwhile.
+            managed = {forker.pid, *(child.pid for _, child in quick)}
             with trio.move_on_after(10):
-                while children():
+                while children() - managed or any(state(p) not in ("Z", None) for p in managed):
                     await trio.sleep(0.02)
+            zombies_left = [p for p in children() - managed if state(p) == "Z"]
+            stolen = [p for p in managed if state(p) is None]
+            forker_status = (await forker.wait()).code
+            statuses = [(code, (await child.wait()).code) for code, child in quick]
             nursery.cancel_scope.cancel()
         print(json.dumps({
             "subreaper": is_subreaper(),
             "forker": forker_status,
-            "quick": sorted(quick),
+            "quick": statuses,
             "helper": helper.returncode,
+            "stolen": stolen,
             "children": sorted(children()),
-            "zombies": zombies(),
+            "zombies": zombies_left,
         }))
 
     trio.run(main)
@@ -108,6 +104,7 @@ async def test_subreaper_reaps_adopted_children_and_spares_managed_ones(tmp_path
     assert report["subreaper"] is True
     assert report["forker"] == 7  # the managed child's status was not stolen by the reaper
     assert report["quick"] == [[code, code] for code in range(50)]
+    assert report["stolen"] == []
     assert report["helper"] == 5
     assert report["children"] == []
     assert report["zombies"] == []
@@ -206,13 +203,12 @@ async def test_sentinel_sweeps_the_run_when_the_supervisor_is_sigkilled(
             pids = json.loads(line)
             assert set(find_run_processes(invocation_id)) == {pids["child"], grandchild}
             assert os.getsid(pids["sentinel"]) == pids["sentinel"]
-            assert (
-                b"DDSUP_INVOCATION_ID" not in Path(f"/proc/{pids['sentinel']}/environ").read_bytes()
-            )
+            environ = await trio.Path(f"/proc/{pids['sentinel']}/environ").read_bytes()
+            assert b"DDSUP_INVOCATION_ID" not in environ
         finally:
             parent.kill()
             await parent.wait()
-            await parent.aclose()
+            await parent.stdout.aclose()
     killed_at = trio.current_time()
     with trio.move_on_after(10.0):
         while find_run_processes(invocation_id):  # noqa: ASYNC110 (external, bounded)

@@ -6,17 +6,21 @@ directory of its own: a private ``munged`` (own key and socket), one ``slurmctld
 ``slurmd -N nX`` that all run on this host, on ports bound to 0 and released, so two
 clusters never clash and nothing in ``/etc`` is touched.
 
-The daemons are detached (a launcher forks them into their own session and exits), so
-they are never children of the test process: the suite's guard in ``tests/conftest.py``
-fails a test that leaves children alive, and a session-wide cluster must outlive tests.
-Because nothing reaps them for us, ``stop`` ends them by PID, and then ends every process
-that carries this cluster's marker variable in its environment (``slurmstepd``, job
-tasks, even tasks that daemonized out of Slurm's process tracking) and their
-descendants: when ``stop`` returns, no process of the cluster is left.
+The daemons are never children of the test process (the suite's guard in
+``tests/conftest.py`` fails a test that leaves children alive, and a session-wide
+cluster must outlive single tests). A detached *keeper* process (``_keeper_main``)
+spawns them, reaps them and whatever daemonizes below them, and kills the lot if the
+test process dies. ``stop`` ends the daemons by PID, then every process that carries
+this cluster's marker variable (``slurmstepd``, job tasks, even tasks that daemonized
+out of Slurm's process tracking, ``srun`` clients) and their descendants: when ``stop``
+returns, no process of the cluster is left.
+
+Run by hand: ``python tests/slurm/cluster.py DIR [--nodes N]`` (see docs/testing-slurm.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import getpass
 import json
@@ -62,6 +66,7 @@ TERMINAL_STATES = frozenset(
 _SOCKET_PATH_BUDGET = 60
 """Longest directory that may hold Unix sockets: sun_path is 108 bytes, and slurmd adds
 ``<node>_<job>.<step>`` below its spool directory."""
+
 
 class SlurmNotInstalled(RuntimeError):
     """Slurm or munge binaries are missing; ``.ci/install-slurm`` installs them."""
@@ -165,6 +170,9 @@ def render_conf(
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "SchedulerType=sched/builtin",
+        # The main loop every second (default 60 s): a job submitted while the previous
+        # job's nodes are still completing then starts within ~1 s instead of ~3 s.
+        "SchedulerParameters=sched_interval=1",
         "SlurmdParameters=config_overrides",  # nodes keep the CPUs declared here
         "MpiDefault=none",
         "ReturnToService=2",
@@ -208,13 +216,17 @@ class SlurmCluster:
 
         On any failure every daemon already started is stopped before the error rises.
         """
+        if nodes < 1:
+            raise ValueError(f"a cluster needs at least one node, not nodes={nodes}")
         missing = missing_binaries()
         if missing:
             raise SlurmNotInstalled(
                 f"Slurm binaries not found: {', '.join(missing)}; run .ci/install-slurm as root"
             )
         began = time.monotonic()
-        cluster = cls(_make_layout(Path(tmp_dir)), [f"n{i}" for i in range(1, nodes + 1)], find_binaries())
+        cluster = cls(
+            _make_layout(Path(tmp_dir)), [f"n{i}" for i in range(1, nodes + 1)], find_binaries()
+        )
         try:
             cluster._write_files(cpus)
             cluster._start_daemons(timeout)
@@ -225,12 +237,20 @@ class SlurmCluster:
         return cluster
 
     def stop(self, grace: float = 5.0) -> None:
-        """End the daemons (TERM, ``grace``, KILL), then every process of the cluster."""
-        for name in sorted(self.pids, key=_stop_order):
-            _terminate([self.pids[name]], grace)
+        """End the daemons (TERM, ``grace``, KILL), then every process of the cluster.
+
+        Idempotent. Steps and tasks get SIGKILL at once: a stopping test cluster owes
+        them no graceful end, and slurmd would not end them on its own SIGTERM anyway.
+        """
+        for level in sorted({_stop_order(name) for name in self.pids}):
+            _terminate(
+                [pid for name, pid in self.pids.items() if _stop_order(name) == level], grace
+            )
         _terminate(sorted(self._leftover_pids()), grace=0.0)
+        self.pids.clear()
         if self._keeper is not None:
             self._keeper.close()
+            self._keeper = None
         if self.layout.run != self.layout.root:
             shutil.rmtree(self.layout.run, ignore_errors=True)
 
@@ -309,8 +329,9 @@ class SlurmCluster:
 
     def node_states(self) -> dict[str, str]:
         """Node → compact state as ``sinfo`` shows it (``idle``, ``alloc``, ``down*``…)."""
-        out = self.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout
-        return dict(line.split() for line in out.splitlines() if line.strip())
+        out = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10).stdout
+        rows = [line.split() for line in out.splitlines()]
+        return {row[0]: row[1] for row in rows if len(row) == 2}
 
     # -- internals -----------------------------------------------------------------
 
@@ -341,7 +362,9 @@ class SlurmCluster:
             lambda: "munged never created its socket\n" + self._diagnostics(),
             alive=self._check_alive,
         )
-        self._launch("slurmctld", [self.binaries["slurmctld"], "-D", "-i", "-f", str(self.layout.conf)])
+        self._launch(
+            "slurmctld", [self.binaries["slurmctld"], "-D", "-i", "-f", str(self.layout.conf)]
+        )
         for node in self.node_names:
             argv = [self.binaries["slurmd"], "-D", "-N", node, "-f", str(self.layout.conf)]
             self._launch(f"slurmd-{node}", argv)
@@ -367,20 +390,24 @@ class SlurmCluster:
 
     def _launch(self, name: str, argv: list[str]) -> None:
         if self._keeper is None:
-            self._keeper = _Keeper.launch(self.layout.logs / "keeper.log")
-        env = {**self.env, "HOME": str(self.layout.root)}
+            scratch = self.layout.run if self.layout.run != self.layout.root else None
+            self._keeper = _Keeper.launch(self.layout.logs / "keeper.log", scratch)
         log = self.layout.logs / f"{name}.stdout"
-        self.pids[name] = self._keeper.spawn(argv, env, log)
+        self.pids[name] = self._keeper.spawn(argv, self.env, log)
 
     def _all_idle(self) -> bool:
-        states = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False, timeout=10).stdout
-        idle = {line.split()[0] for line in states.splitlines() if line.split()[1:] == ["idle"]}
-        return idle >= set(self.node_names)
+        try:
+            states = self.node_states()
+        except SlurmClusterError:
+            return False  # slurmctld not answering yet
+        return all(states.get(node) == "idle" for node in self.node_names)
 
     def _check_alive(self) -> None:
         dead = [name for name, pid in self.pids.items() if not _alive(pid)]
         if dead:
-            raise SlurmClusterError(f"{', '.join(dead)} exited during startup\n" + self._diagnostics())
+            raise SlurmClusterError(
+                f"{', '.join(dead)} exited during startup\n" + self._diagnostics()
+            )
 
     def _diagnostics(self) -> str:
         """The tails of every daemon log: the reason a start failed is in one of them."""
@@ -418,7 +445,8 @@ def _client_env(layout: _Layout, binaries: Mapping[str, str]) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k != "DDSUP_INVOCATION_ID"
+        if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))
+        and k != "DDSUP_INVOCATION_ID"
     }
     dirs = [str(Path(path).parent) for path in binaries.values()]
     path = [*dict.fromkeys(dirs), *env.get("PATH", os.defpath).split(os.pathsep)]
@@ -438,12 +466,10 @@ def _write_munge_key(path: Path) -> None:
 
 def _parse_fields(text: str) -> dict[str, str]:
     """``Key=Value Key2=Value two`` → dict; values may hold spaces (e.g. ``Command``)."""
-    matches = list(re.finditer(r"(?:^|\s)([A-Za-z][\w/:]*)=", text.strip()))
-    fields = {}
-    for match, following in zip(matches, [*matches[1:], None]):
-        end = following.start() if following else len(text.strip())
-        fields[match.group(1)] = text.strip()[match.end() : end]
-    return fields
+    text = text.strip()
+    keys = list(re.finditer(r"(?:^|\s)([A-Za-z][\w/:]*)=", text))
+    ends = [key.start() for key in keys[1:]] + [len(text)]
+    return {key.group(1): text[key.end() : end] for key, end in zip(keys, ends, strict=True)}
 
 
 def wait_until(
@@ -477,20 +503,29 @@ def _alive(pid: int) -> bool:
 
 
 def _terminate(pids: Sequence[int], grace: float) -> None:
-    """SIGTERM (skipped when ``grace`` is 0), wait up to ``grace``, SIGKILL, wait for death."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        if sig == signal.SIGTERM and grace <= 0:
-            continue
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + wait
-        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if not any(_alive(pid) for pid in pids):
+    """SIGTERM and up to ``grace`` seconds to exit (none when 0), then SIGKILL."""
+    if grace > 0:
+        _signal_all(pids, signal.SIGTERM)
+        if _wait_gone(pids, grace):
             return
+    _signal_all(pids, signal.SIGKILL)
+    _wait_gone(pids, 5.0)
+
+
+def _signal_all(pids: Iterable[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _wait_gone(pids: Sequence[int], timeout: float) -> bool:
+    """Poll (bounded) until none of ``pids`` is alive; whether that happened."""
+    deadline = time.monotonic() + timeout
+    while any(_alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _pids_with_env(name: str, value: str) -> list[int]:
@@ -530,11 +565,12 @@ class _Keeper:
         self.pid = pid
 
     @classmethod
-    def launch(cls, log: Path) -> _Keeper:
+    def launch(cls, log: Path, scratch: Path | None) -> _Keeper:
+        """Start the keeper; it removes ``scratch`` (a private dir) when it exits."""
         ours, theirs = socket.socketpair()
         with theirs, log.open("ab") as out:
             subprocess.run(
-                [sys.executable, __file__, "--keeper", str(theirs.fileno())],
+                [sys.executable, __file__, "--keeper", str(theirs.fileno()), str(scratch or "")],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -577,28 +613,40 @@ class _Keeper:
         return reply
 
 
-def _keeper_main(fd: int) -> None:
-    """Body of the keeper process (``python cluster.py --keeper FD``)."""
+def _keeper_main(fd: int, scratch: str) -> None:
+    """Body of the keeper process (``python cluster.py --keeper FD SCRATCH``)."""
     if os.fork() != 0:
         os._exit(0)  # the launcher exits: the keeper is nobody's child in the test process
     os.setsid()
+    # The daemons must see SIGTERM: undo a blocked mask or ignored SIGINT inherited from
+    # whoever started us (a shell's `&`, the sigwait of _serve_main).
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     signal.signal(signal.SIGCHLD, _reap_children)
     conn = socket.socket(fileno=fd)
     conn.sendall(json.dumps({"pid": os.getpid()}).encode() + b"\n")
+    marker = ""
     for line in conn.makefile("rb"):
         request = json.loads(line)
+        marker = request["env"].get(MARKER, marker)
+        reply: dict[str, object]
         try:
             reply = {"pid": _spawn_session(request["argv"], request["env"], request["log"])}
         except OSError as exc:
             reply = {"error": str(exc)}
         conn.sendall(json.dumps(reply).encode() + b"\n")
-    for child in psutil.Process().children(recursive=True):
-        child.kill()
+    # The owner is gone (or done): end the cluster, and its clients that outlived it.
+    doomed = {c.pid for c in psutil.Process().children(recursive=True)}
+    doomed.update(_pids_with_env(MARKER, marker) if marker else [])
+    _signal_all(doomed - {os.getpid()}, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
     while psutil.Process().children() and time.monotonic() < deadline:
         time.sleep(0.02)
+    if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
     os._exit(0)
 
 
@@ -621,5 +669,41 @@ def _reap_children(signum: int, frame: object) -> None:
             return
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--keeper"]:
-    _keeper_main(int(sys.argv[2]))
+# -- by hand: python tests/slurm/cluster.py DIR ------------------------------------
+
+
+def _serve_main(argv: Sequence[str]) -> int:
+    """Start a cluster in DIR, print how to use it, stop it on Ctrl-C or SIGTERM."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python tests/slurm/cluster.py", description="Run a private Slurm test cluster."
+    )
+    parser.add_argument("dir", type=Path, help="directory for config, logs and state")
+    parser.add_argument("--nodes", type=int, default=3, help="number of slurmd (default 3)")
+    args = parser.parse_args(argv)
+    if args.nodes < 1:
+        parser.error(f"--nodes must be at least 1, not {args.nodes}")
+    wanted = {signal.SIGINT, signal.SIGTERM}
+    for sig in wanted:  # a shell's `&` ignores SIGINT, and sigwait never sees ignored ones
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_BLOCK, wanted)  # delivered only to sigwait below
+    try:
+        cluster = SlurmCluster.start(args.dir, nodes=args.nodes)
+    except (SlurmNotInstalled, SlurmClusterError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        print(f"cluster up in {cluster.startup_seconds:.1f}s: nodes {', '.join(cluster.nodes())}")
+        print(f"  export SLURM_CONF={cluster.env['SLURM_CONF']}")
+        print(f"  logs in {cluster.layout.logs}; Ctrl-C stops it", flush=True)
+        signal.sigwait(wanted)
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--keeper"]:
+        _keeper_main(int(sys.argv[2]), sys.argv[3])
+    sys.exit(_serve_main(sys.argv[1:]))

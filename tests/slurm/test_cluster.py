@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -137,6 +138,7 @@ def test_kill_on_bad_exit_ends_the_other_tasks(slurm_cluster: SlurmCluster) -> N
     assert not any(_alive(pid) for pid in pids)
 
 
+@pytest.mark.usefixtures("slurm_installed")
 def test_stop_leaves_no_process_even_when_a_task_escaped(tmp_path: Path) -> None:
     # A second cluster beside the session's: its own ports, its own munged.
     second = SlurmCluster.start(tmp_path / "c", nodes=1)
@@ -148,7 +150,9 @@ def test_stop_leaves_no_process_even_when_a_task_escaped(tmp_path: Path) -> None
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_until(lambda: escaped.exists() and escaped.read_text().strip() != "", 15, lambda: "no task")
+        wait_until(
+            lambda: escaped.exists() and escaped.read_text().strip() != "", 15, lambda: "no task"
+        )
         escaped_pid = int(escaped.read_text())
         daemons = list(second.pids.values())
     finally:
@@ -160,6 +164,7 @@ def test_stop_leaves_no_process_even_when_a_task_escaped(tmp_path: Path) -> None
     assert _marked_pids(second.env[MARKER]) == []
 
 
+@pytest.mark.usefixtures("slurm_installed")
 def test_failed_start_names_the_daemon_and_shows_its_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -176,3 +181,26 @@ def test_failed_start_names_the_daemon_and_shows_its_log(
     assert "slurmctld" in str(failure.value)
     assert "LaunchParameters" in str(failure.value)
     assert _marked_pids(str((tmp_path / "broken").resolve())) == []
+
+
+@pytest.mark.usefixtures("slurm_installed")
+def test_cluster_dies_with_its_owner(tmp_path: Path) -> None:
+    # The by-hand runner owns a cluster; SIGKILL it and the keeper must end the rest.
+    root = (tmp_path / "owned").resolve()
+    argv = [sys.executable, cluster_module.__file__, str(root), "--nodes", "1"]
+    owner = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert owner.stdout is not None
+        first_line = owner.stdout.readline()  # printed once every node is idle
+        daemons = _marked_pids(str(root))
+    finally:
+        owner.kill()
+        owner.communicate(timeout=10)
+
+    assert first_line.startswith("cluster up"), first_line
+    assert len(daemons) >= 3  # munged, slurmctld, slurmd
+    wait_until(
+        lambda: not _marked_pids(str(root)),
+        10,
+        lambda: f"processes outlived their owner: {_marked_pids(str(root))}",
+    )

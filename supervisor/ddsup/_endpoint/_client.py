@@ -4,11 +4,19 @@ h11 parses and frames HTTP/1.1; everything h11 leaves to its user lives here: re
 with deadlines (slowloris protection: a request head must arrive within
 ``client_header_timeout`` of its first byte, an idle keep-alive connection is closed
 after ``client_idle_timeout``), the body size limit, batching writes into one
-``send_all`` per flush, and noticing a client that hangs up while its request is still
-being served.
+``send_all`` per flush, and noticing a client that hangs up while its request is served.
+
+One reader task per connection does every read (:meth:`Client.run_reader`). It reads
+only when asked: when a request is being parsed, or while a request is forwarded, so
+that a hang-up (EOF) cancels the forwarding at once. A task per connection rather than
+a watcher task per request: keep-alive clients then pay for it once (it measured as a
+quarter of the per-request CPU cost), and reads stay bounded (one read at a time).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import h11
 import trio
@@ -31,53 +39,102 @@ class Abort(Exception):
 class Client:
     """Reads requests from and writes responses to one accepted connection."""
 
-    __slots__ = ("config", "conn", "disconnected", "out", "stream")
+    __slots__ = (
+        "_arrived",
+        "_want",
+        "_watch",
+        "config",
+        "conn",
+        "disconnected",
+        "eof",
+        "linger_wanted",
+        "out",
+        "stream",
+    )
 
     def __init__(self, stream: trio.SocketStream, config: EndpointConfig) -> None:
         self.stream = stream
         self.config = config
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=config.max_header_bytes)
         self.out: list[bytes] = []
-        self.disconnected = False
+        self.disconnected = False  # hung up while a request was being served
+        self.eof = False
+        self.linger_wanted = False
+        self._want = trio.Event()  # set: the reader should read once more
+        self._arrived = trio.Event()  # set: the reader delivered bytes or EOF
+        self._watch: trio.CancelScope | None = None
 
-    async def _receive(self, deadline: float) -> bytes | None:
-        """Bytes from the client, ``b""`` at EOF, ``None`` when ``deadline`` passed."""
-        with trio.move_on_at(deadline):
+    async def run_reader(self) -> None:
+        """Read whenever asked, feed h11, and cancel a watched request on hang-up."""
+        while True:
+            await self._want.wait()
             try:
-                return await self.stream.receive_some(RECEIVE_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
-                raise ClientGone from err
-        return None
+                data = await self.stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            self._want = trio.Event()
+            if not data:
+                self.eof = True
+                self.conn.receive_data(b"")
+                if self._watch is not None:
+                    self.disconnected = True
+                    self._watch.cancel()
+                self._arrived.set()
+                return
+            self.conn.receive_data(data)
+            self._arrived.set()
+
+    async def _more(self, deadline: float) -> bool:
+        """Wait until the reader delivered more bytes (or EOF); ``False`` at ``deadline``."""
+        if self.eof:
+            return True  # h11 already knows; its next event says so
+        self._arrived = trio.Event()
+        self._want.set()
+        with trio.move_on_at(deadline):
+            await self._arrived.wait()
+            return True
+        return False
+
+    @contextmanager
+    def watching(self) -> Iterator[trio.CancelScope]:
+        """A scope that the client hanging up cancels (see :meth:`run_reader`)."""
+        scope = trio.CancelScope()
+        self._watch = scope
+        if not self.eof and not self.conn.trailing_data[0]:
+            self._want.set()  # nothing pipelined is waiting: listen for EOF meanwhile
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._watch = None
 
     async def read_head(self) -> h11.Request | None:
         """The next request's head, or ``None`` when the client is done with the connection."""
         conn = self.conn
         started = bool(conn.trailing_data[0])
-        now = trio.current_time()
-        deadline = now + (
-            self.config.client_header_timeout if started else self.config.client_idle_timeout
-        )
+        config = self.config
+        timeout = config.client_header_timeout if started else config.client_idle_timeout
+        deadline = trio.current_time() + timeout
         while True:
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError as err:
-                await self.reject(
-                    ApiError(err.error_status_hint, "invalid_request_error", str(err))
-                )
+                status = err.error_status_hint
+                await self.reject(ApiError(status, "invalid_request_error", str(err)))
+                self.linger_wanted = True
                 return None
             if isinstance(event, h11.Request):
                 return event
             if event is not h11.NEED_DATA:
                 return None  # ConnectionClosed (or PAUSED, which a finished cycle never is)
-            data = await self._receive(deadline)
-            if data is None:
-                if started:
+            if not await self._more(deadline):
+                if started or conn.trailing_data[0]:
                     await self.reject(request_timeout("request head"))
+                    self.linger_wanted = True
                 return None
-            if not started and data:
+            if not started:
                 started = True
-                deadline = trio.current_time() + self.config.client_header_timeout
-            conn.receive_data(data)
+                deadline = trio.current_time() + config.client_header_timeout
 
     async def read_body(self, request: h11.Request, limit: int) -> bytes:
         """The whole request body; :class:`ApiError` 413/408/400 on a limit or a bad frame."""
@@ -104,10 +161,8 @@ class Client:
             elif isinstance(event, h11.EndOfMessage):
                 return b"".join(chunks)
             elif event is h11.NEED_DATA:
-                data = await self._receive(trio.current_time() + timeout)
-                if data is None:
+                if not await self._more(trio.current_time() + timeout):
                     raise request_timeout("request body")
-                conn.receive_data(data)
             else:
                 raise bad_request("the request ended before its body")
 
@@ -132,6 +187,7 @@ class Client:
         headers = [*headers, (b"content-length", str(len(body)).encode())]
         if self.conn.their_state is not h11.DONE:
             headers.append((b"connection", b"close"))  # the unread body makes reuse impossible
+            self.linger_wanted = True
         self.write(h11.Response(status_code=status, headers=headers))
         if body:
             self.write(h11.Data(data=body))
@@ -152,28 +208,15 @@ class Client:
         conn = self.conn
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
-    async def watch(self, cancel_scope: trio.CancelScope) -> None:
-        """Cancel ``cancel_scope`` if the client hangs up while its request is served.
-
-        Bytes that arrive instead (a pipelined next request) go to h11's buffer and the
-        watch ends: the next cycle will read them.
-        """
-        try:
-            data = await self.stream.receive_some(RECEIVE_SIZE)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            data = b""
-        if data:
-            self.conn.receive_data(data)
-            return
-        self.disconnected = True
-        cancel_scope.cancel()
-
     async def linger(self) -> None:
         """After an early answer, let the client read it before the socket goes away.
 
         Closing with unread request bytes makes the kernel send RST, which may destroy
         our response in flight; so half-close, then drain for a short bounded time.
+        Call it only once the reader task has ended.
         """
+        if self.eof:
+            return
         try:
             await self.stream.send_eof()
             with trio.move_on_after(1.0):

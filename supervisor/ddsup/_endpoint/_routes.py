@@ -65,10 +65,9 @@ async def handle_request(ep: Endpoint, client: Client, request: h11.Request) -> 
         await client.reject(err)
     except (Abort, ClientGone):
         raise
-    except Exception as err:
+    except Exception:
         log.exception("bug while serving %s %s", request.method.decode(), _path(request).decode())
-        await client.reject(internal_error())
-        raise Abort from err
+        await client.reject(internal_error())  # h11 still frames it; if it cannot: Abort
 
 
 async def _route(ep: Endpoint, client: Client, request: h11.Request) -> None:
@@ -142,20 +141,9 @@ async def _proxied(ep: Endpoint, client: Client, request: h11.Request) -> None:
 
 async def _watched(ep: Endpoint, client: Client, forward: Forward, model: str) -> int:
     """Forward while watching the client: if it hangs up, the lane's request is cancelled."""
-    status: int | None = None
-    error: Exception | None = None
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(client.watch, nursery.cancel_scope)
-        try:
-            status = await ep.proxy.forward(client, forward, model)
-        except (ApiError, Abort, ClientGone) as err:
-            error = err
-        nursery.cancel_scope.cancel()
-    if error is not None:
-        raise error
-    if status is None:
-        raise ClientGone("the client hung up")
-    return status
+    with client.watching():
+        return await ep.proxy.forward(client, forward, model)
+    raise ClientGone("the client hung up")
 
 
 def _model_of(body: bytes) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-import h11
 import trio
 
 from ddsup._endpoint._client import Abort, Client, ClientGone
@@ -50,19 +49,27 @@ async def _serve_connection(endpoint: Endpoint, stream: trio.SocketStream) -> No
     """Serve requests on one connection until either side is done; never raises."""
     client = Client(stream, endpoint.config)
     try:
-        while True:
-            request = await client.read_head()
-            if request is None:
-                break
-            await handle_request(endpoint, client, request)
-            if not client.keep_alive():
-                if client.conn.their_state is h11.SEND_BODY:
-                    await client.linger()  # answered early: let the client read it
-                break
-            client.conn.start_next_cycle()
-    except (Abort, ClientGone, trio.BrokenResourceError, trio.ClosedResourceError):
-        pass
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.run_reader)
+            await _serve_requests(endpoint, client)
+            nursery.cancel_scope.cancel()
+        if client.linger_wanted:
+            await client.linger()  # answered early: let the client read the answer
     except Exception:
         log.exception("bug on a client connection; closing it")
     finally:
         await trio.aclose_forcefully(stream)
+
+
+async def _serve_requests(endpoint: Endpoint, client: Client) -> None:
+    try:
+        while True:
+            request = await client.read_head()
+            if request is None:
+                return
+            await handle_request(endpoint, client, request)
+            if not client.keep_alive():
+                return
+            client.conn.start_next_cycle()
+    except (Abort, ClientGone, trio.BrokenResourceError, trio.ClosedResourceError):
+        client.linger_wanted = False

@@ -9,14 +9,10 @@ message cleanly; anything else (cancelled mid-request, truncated body) is closed
 from __future__ import annotations
 
 import errno
-import sys
 from urllib.parse import urlsplit
 
 import h11
 import trio
-
-if sys.version_info < (3, 11):  # pragma: no cover
-    from exceptiongroup import BaseExceptionGroup
 
 RECEIVE_SIZE = 65536
 
@@ -67,9 +63,7 @@ class UpstreamConnection:
 
 def _connect_failure(err: OSError) -> str:
     """``refused`` when every address refused; trio hides the errnos in ``__cause__``."""
-    causes: list[BaseException] = [err]
-    if isinstance(err.__cause__, BaseExceptionGroup):
-        causes = list(err.__cause__.exceptions)
+    causes: list[BaseException] = list(getattr(err.__cause__, "exceptions", None) or [err])
     refused = all(isinstance(e, OSError) and e.errno == errno.ECONNREFUSED for e in causes)
     return "refused" if refused else "connect failed"
 
@@ -128,3 +122,31 @@ class ConnectionPool:
         idle, self._idle = self._idle, []
         for conn in idle:
             conn.close_now()
+
+
+async def fetch(pool: ConnectionPool, path: str, connect_timeout: float) -> tuple[int, bytes]:
+    """``GET path`` on a pooled connection: (status, whole body). For small control reads."""
+    conn = await pool.acquire(connect_timeout)
+    try:
+        request = h11.Request(method="GET", target=path, headers=[(b"host", pool.host_header)])
+        await conn.stream.send_all(conn.h11.send(request) + conn.h11.send(h11.EndOfMessage()))
+        status = 0
+        body: list[bytes] = []
+        while True:
+            event = await conn.receive_event()
+            if isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.Data):
+                body.append(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                break
+            elif not isinstance(event, h11.InformationalResponse):
+                raise UpstreamError("reset", "the lane closed the connection mid-answer")
+    except (trio.BrokenResourceError, OSError, h11.ProtocolError) as err:
+        conn.close_now()
+        raise UpstreamError("reset", str(err)) from err
+    except BaseException:
+        conn.close_now()
+        raise
+    pool.release(conn)
+    return status, b"".join(body)

@@ -26,6 +26,8 @@ class Behaviour:
 
     ``lane_id`` is the identity a test uses to tell lanes apart; it defaults to the port
     (``None`` here means "use the bound port"). Optional times are ``None`` when off.
+    ``ignore_sigterm``, ``spawn_engine`` and ``engine_pid_file`` concern the process and
+    are acted on by the command line only; :func:`serve_fake_vllm` uses the rest.
     """
 
     host: str = "127.0.0.1"

@@ -2,7 +2,8 @@
 
 Output contract (tests and scripts rely on it): once the port is bound, the first line
 on stdout is ``fake-vllm listening on http://HOST:PORT`` (with ``--port 0`` that is how
-the chosen port is learnt). Everything else goes to stderr. With ``--spawn-engine`` the
+the chosen port is learnt). Everything else goes to stderr; with a startup delay that includes the line
+``fake-vllm: loading the model for Ns``, printed once signals are handled. With ``--spawn-engine`` the
 engine child's PID is printed to stderr as ``fake-vllm: engine pid N`` and written to
 ``--engine-pid-file`` when given.
 
@@ -33,16 +34,26 @@ def configure_fake_vllm(parser: argparse.ArgumentParser) -> None:
         "Serve a vLLM-compatible stand-in (OpenAI API, /health, /metrics) for rehearsals "
         "and tests. The first stdout line is 'fake-vllm listening on http://HOST:PORT'."
     )
-    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    parser.epilog = (
+        "Exit status: 0 after SIGTERM/SIGINT (graceful drain), 1 when a --crash-after-* "
+        "knob fires, 64 for a bad command line."
+    )
     _serving_flags(parser.add_argument_group("serving"))
     _timing_flags(parser.add_argument_group("speed and capacity"))
     _failure_flags(parser.add_argument_group("failures and shutdown"))
 
 
 def _serving_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--host", default="127.0.0.1", help="address to bind")
-    group.add_argument("--port", type=int, default=8000, help="port to bind; 0 picks a free one")
-    group.add_argument("--model", default=defaults.DEFAULT_MODEL, help="served model name")
+    group.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    group.add_argument(
+        "--port",
+        type=int,
+        default=8000,
+        help="port to bind; 0 picks a free one (default: %(default)s)",
+    )
+    group.add_argument(
+        "--model", default=defaults.DEFAULT_MODEL, help="served model name (default: %(default)s)"
+    )
     group.add_argument(
         "--lane-id",
         default=None,
@@ -51,7 +62,7 @@ def _serving_flags(group: argparse._ArgumentGroup) -> None:
     )
     group.add_argument(
         "--max-model-len", type=int, default=defaults.DEFAULT_MAX_MODEL_LEN,
-        help="context length: prompt + max_tokens beyond it is a 400",
+        help="context length: prompt + max_tokens beyond it is a 400 (default: %(default)s)",
     )  # fmt: skip
 
 
@@ -61,7 +72,11 @@ def _timing_flags(group: argparse._ArgumentGroup) -> None:
         help="seconds before the port is bound (connections are refused until then)",
     )  # fmt: skip
     group.add_argument(
-        "--ttft", type=float, default=0.0, metavar="SECONDS", help="time to first token"
+        "--ttft",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="time to first token (default: 0)",
     )
     group.add_argument(
         "--tokens-per-second", type=float, default=0.0, metavar="N",
@@ -70,11 +85,11 @@ def _timing_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--max-num-seqs", type=int, default=defaults.DEFAULT_MAX_NUM_SEQS, metavar="N",
         help="requests generated at once; the rest wait in a FIFO queue "
-        "(vllm:num_requests_waiting)",
+        "(vllm:num_requests_waiting; default: %(default)s)",
     )  # fmt: skip
     group.add_argument(
         "--default-max-tokens", type=int, default=defaults.DEFAULT_MAX_TOKENS, metavar="N",
-        help="tokens generated when a request gives no max_tokens",
+        help="tokens generated when a request gives no max_tokens (default: %(default)s)",
     )  # fmt: skip
 
 
@@ -99,7 +114,7 @@ def _failure_flags(group: argparse._ArgumentGroup) -> None:
         "--shutdown-timeout", type=float, default=defaults.DEFAULT_SHUTDOWN_TIMEOUT,
         metavar="SECONDS",
         help="on SIGTERM/SIGINT: stop accepting, let in-flight requests finish this long, "
-        "then exit 0",
+        "then exit 0 (default: %(default)s)",
     )  # fmt: skip
     group.add_argument(
         "--spawn-engine", action="store_true",
@@ -139,11 +154,11 @@ def behaviour_from_args(args: argparse.Namespace) -> Behaviour:
 def run_fake_vllm(args: argparse.Namespace) -> int:
     """Run the server in the foreground until a signal (exit 0) or a planned crash."""
     behaviour = behaviour_from_args(args)
-    if behaviour.ignore_sigterm:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     engine = spawn_engine_core(behaviour.engine_pid_file) if behaviour.spawn_engine else None
     if engine is not None:
         print(f"fake-vllm: engine pid {engine.pid}", file=sys.stderr, flush=True)
+    if behaviour.ignore_sigterm:  # after the spawn: an ignored signal is inherited
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         trio.run(_main, behaviour)
     finally:
@@ -156,7 +171,13 @@ async def _main(behaviour: Behaviour) -> None:
     shutdown = trio.Event()
     listening = trio.Event()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_watch_signals, behaviour, shutdown, listening, nursery.cancel_scope)
+        await nursery.start(_watch_signals, behaviour, shutdown, listening, nursery.cancel_scope)
+        if behaviour.startup_delay > 0:
+            print(
+                f"fake-vllm: loading the model for {behaviour.startup_delay:g}s",
+                file=sys.stderr,
+                flush=True,
+            )
         port = await nursery.start(partial(_serve_then_stop, behaviour, shutdown, nursery))
         host = f"[{behaviour.host}]" if ":" in behaviour.host else behaviour.host
         print(f"fake-vllm listening on http://{host}:{port}", flush=True)
@@ -174,11 +195,16 @@ async def _serve_then_stop(
 
 
 async def _watch_signals(
-    behaviour: Behaviour, shutdown: trio.Event, listening: trio.Event, stop: trio.CancelScope
+    behaviour: Behaviour,
+    shutdown: trio.Event,
+    listening: trio.Event,
+    stop: trio.CancelScope,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """First signal: drain (or, while still "loading", just stop). Second: stop now."""
     signals = [signal.SIGINT] if behaviour.ignore_sigterm else [signal.SIGINT, signal.SIGTERM]
     with trio.open_signal_receiver(*signals) as received:
+        task_status.started()
         async for signum in received:
             if shutdown.is_set() or not listening.is_set():
                 stop.cancel()

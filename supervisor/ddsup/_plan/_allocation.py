@@ -141,3 +141,32 @@ def _nodes(hosts: list[str], gpus_per_node: int, *, address: str | None = None) 
         raise UsageError(f"--gpus-per-node must be 0 or more (got {gpus_per_node})")
     gpus = tuple(range(gpus_per_node))
     return [Node(name=h, address=address or h, gpus=gpus) for h in hosts]
+
+
+def slurm_node_addresses(hosts: list[str]) -> dict[str, str]:
+    """Each node's ``NodeAddr`` from ``scontrol show node``: what other nodes connect to.
+
+    Node names need not resolve (several ``slurmd`` on one host are named n1, n2, … and
+    share one address), so lanes are reached at the address Slurm itself uses. Nodes
+    scontrol does not describe keep their name as address.
+    """
+    addresses = {host: host for host in hosts}
+    scontrol = shutil.which("scontrol")
+    if scontrol is None or not hosts:
+        return addresses
+    try:
+        done = subprocess.run(
+            [scontrol, "show", "node", "--oneliner", ",".join(hosts)],
+            capture_output=True,
+            text=True,
+            timeout=_SCONTROL_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return addresses
+    for line in done.stdout.splitlines():
+        fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+        name, address = fields.get("NodeName"), fields.get("NodeAddr")
+        if name in addresses and address:
+            addresses[name] = address
+    return addresses

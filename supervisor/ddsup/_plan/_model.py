@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from ddsup._units._model import UnitType
 
@@ -80,7 +80,7 @@ class Plan:
         return replace(self, instances=instances)
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(asdict(self))
+        return cast(dict[str, Any], _jsonable(asdict(self)))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"

@@ -22,3 +22,4 @@ from ddsup._units._specifiers import resolve_argv as resolve_argv
 from ddsup._units._specifiers import resolve_specifiers as resolve_specifiers
 from ddsup._units._unitset import load_unit_files as load_unit_files
 from ddsup._units._unitset import load_unit_set as load_unit_set
+from ddsup._units._unitset import parse_unit_set as parse_unit_set

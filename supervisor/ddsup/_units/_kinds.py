@@ -247,6 +247,13 @@ def _environment(value: object) -> MappingProxyType[str, str]:
     return MappingProxyType(dict(value))
 
 
+def _variable_name(value: object) -> str:
+    name = _string(value)
+    if not VAR_NAME.fullmatch(name):
+        raise Invalid(f"{name!r} is not a valid environment variable name")
+    return name
+
+
 def _variable(pair: object) -> None:
     assert isinstance(pair, tuple)
     name: str = pair[0]
@@ -327,7 +334,7 @@ VAR_NAMES = Kind(
 )
 VARIABLE = Kind(
     "variable name",
-    lambda v: _matching(VAR_NAME, "environment variable name")([_string(v)])[0],
+    lambda value: _variable_name(value),
     lambda: {"type": "string", "pattern": f"^{VAR_NAME.pattern}$"},
 )
 ARGV = Kind(

@@ -197,6 +197,8 @@ def _unknown_key(spec: schema.SectionSpec, key: str) -> str:
     close = difflib.get_close_matches(key, names, n=1)
     if close:
         return f"unknown key '{key}' in [{spec.name}]; did you mean '{close[0]}'?"
+    if key in schema.SECTION_NAMES:
+        return f"'{key}' is a section, not a key of [{spec.name}]; put it under a [{key}] header"
     home = next((s.name for s in schema.SECTIONS if s.key(key) is not None), None)
     if home is not None:
         return f"unknown key '{key}' in [{spec.name}]; it belongs in [{home}]"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,21 @@ def load_unit_set(path: StrPath) -> UnitSet:
         raise UnitFileError([Problem(shown, 1, 1, "no unit files (*.toml) in this directory")])
     parsed = [read_unit_file(os.path.join(shown, p.name)) for p in files]
     return _validate(shown, parsed, siblings=frozenset())
+
+
+def parse_unit_set(directory: str, files: Mapping[str, bytes | str]) -> UnitSet:
+    """Units from memory: ``{file name: contents}`` checked exactly like a directory.
+
+    For tests and tools that hold unit files as text; names are shown as
+    ``directory/name`` in problems. No file system access.
+    """
+    parsed = [
+        parse_bytes(os.path.join(directory, name), data.encode() if isinstance(data, str) else data)
+        for name, data in sorted(files.items())
+    ]
+    if not parsed:
+        raise UnitFileError([Problem(directory, 1, 1, "no unit files given")])
+    return _validate(directory, parsed, siblings=frozenset())
 
 
 def load_unit_files(paths: Sequence[StrPath]) -> UnitSet:

@@ -1,0 +1,425 @@
+"""Chaos schedules: a unit set, signals to inject at event-defined phases, and the exit
+status the cause table of SPEC §3 demands, all derived from ``(seed, index)`` alone.
+
+A schedule has exactly one *primary* cause, the thing that must end the run (a stop
+signal to ``ddsup start``, the worker's end, a unit failing for good, a readiness
+timeout, a lost node agent, or SIGKILL of ``ddsup start`` itself). The unit set is built
+so that nothing else can end the run first: *noise* injections only hit targets that
+survive them (a lane that restarts, a lane that ignores SIGTERM, an unforwarded SIGUSR1),
+so the expected exit status is known before the run starts. An optional *re-entry*
+injection sends a second stop signal once ``run stopping`` appears: it must turn the
+stop into SIGKILL-everything without changing the exit status.
+
+Nothing here touches a process; :mod:`chaos_harness` runs what this module describes.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+ALL_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGUSR1, signal.SIGHUP)
+EXIT_UNIT_FAILED = 70
+EXIT_READINESS_TIMEOUT = 75
+SCHEDULE_BOUND = 45.0  # seconds from launch to exit; past it the schedule is a hang
+
+
+class Phase(enum.IntEnum):
+    """Points of a run, in the order a run passes them; each is recognised from events
+    (and, for PREFLIGHT, from the node agents appearing in /proc)."""
+
+    PREFLIGHT = 0  # node agents are up, no unit has started
+    FIRST_STARTING = 1  # the first lane reported ``starting``
+    MID_STAGGER = 2  # a lane is ``waiting`` for its stagger slot
+    READINESS_WAIT = 3  # a slow lane has a process but is not ready yet
+    RUNNING = 4  # every healthy lane has been ready, and the worker (if any) runs
+    STOPPING = 5  # ``run stopping`` appeared: the stop sequence is under way
+
+
+class LaneKind(str, enum.Enum):
+    PLAIN = "plain"  # sleep; ready once started
+    SLOW = "slow"  # ready when a 0.6 s exec probe passes
+    STUBBORN = "stubborn"  # ignores SIGTERM and SIGINT: only SIGKILL after timeout_stop ends it
+    SETSID = "setsid"  # leaves a setsid grandchild that sleeps forever
+    FAKE_VLLM = "fakevllm"  # ddsup fake-vllm --spawn-engine (a setsid EngineCore), http probe
+    CRASH = "crash"  # exits 3 shortly after every start: a crash loop
+    NEVER_READY = "never"  # its probe never passes
+
+
+HEALTHY = frozenset(
+    {LaneKind.PLAIN, LaneKind.SLOW, LaneKind.STUBBORN, LaneKind.SETSID, LaneKind.FAKE_VLLM}
+)
+
+
+class Cause(str, enum.Enum):
+    STOP_SIGNAL = "stop-signal"  # SIGTERM/SIGINT/SIGHUP to ddsup start → 128+N
+    KILL_START = "kill-start"  # SIGKILL to ddsup start → -9, the sentinel cleans up
+    WORKER_EXIT = "worker-exit"  # the worker exits K by itself → K
+    WORKER_SIGNAL = "worker-signal"  # a signal kills the worker → 128+N
+    FORWARDED = "forwarded"  # SIGUSR1 to ddsup start, forwarded to the worker → 138
+    LANE_KILLED = "lane-killed"  # a signal kills a restart=no, stop-all lane → 70
+    CRASH_LOOP = "crash-loop"  # a stop-all lane hits its start limit → 70
+    READINESS = "readiness"  # a stop-all lane is never ready → 75
+    AGENT_LOST = "agent-lost"  # a node agent dies → 70
+
+
+@dataclass(frozen=True)
+class LaneUnit:
+    """One lane unit (a template): ``replicas`` instances of one behaviour."""
+
+    name: str
+    kind: LaneKind
+    replicas: int
+    fragile: bool  # restart = "no", on_failure = "stop-all" (a primary's target)
+    stagger: float
+
+    def instances(self) -> list[str]:
+        return [f"{self.name}@{i}" for i in range(self.replicas)]
+
+    def sections(self) -> dict[str, dict[str, Any]]:
+        service, ready = _lane_behaviour(self.kind)
+        if self.fragile:
+            service.update(restart="no", on_failure="stop-all")
+        elif self.kind is LaneKind.CRASH:
+            service.update(restart="on-failure", start_limit_burst=3, on_failure="continue")
+        else:
+            service.update(restart="on-failure", start_limit_burst=8)
+        lane = {
+            "model": self.name,
+            "gpus": 1,
+            "replicas": self.replicas,
+            "port": "auto",
+            "stagger": f"{int(self.stagger * 1000)}ms",
+        }
+        sections: dict[str, dict[str, Any]] = {"unit": {"type": "lane"}, "service": service}
+        if ready:
+            sections["ready"] = ready
+        sections["lane"] = lane
+        return sections
+
+
+def _lane_behaviour(kind: LaneKind) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``[service]`` and ``[ready]`` of a lane kind (cheap processes: sh and sleep)."""
+    service: dict[str, Any] = {"timeout_stop": "1s", "restart_sec": "100ms"}
+    ready: dict[str, Any] = {}
+    if kind is LaneKind.PLAIN:
+        service["exec"] = ["sleep", "600"]
+    elif kind is LaneKind.SLOW:
+        service["exec"] = ["sleep", "600"]
+        ready = {"exec": ["sleep", "0.6"], "interval": "50ms"}
+    elif kind is LaneKind.STUBBORN:
+        service["exec"] = ["sh", "-c", "trap '' TERM INT; exec sleep 600"]
+        service["timeout_stop"] = "800ms"
+    elif kind is LaneKind.SETSID:
+        service["exec"] = ["sh", "-c", "setsid sleep 600 & exec sleep 600"]
+    elif kind is LaneKind.FAKE_VLLM:
+        service["exec"] = [
+            *("ddsup", "fake-vllm", "--port", "{port}", "--model", "{model}"),
+            *("--spawn-engine", "--startup-delay", "0.2", "--shutdown-timeout", "0.2"),
+        ]
+        ready = {"http": "http://{host}:{port}/health", "interval": "100ms"}
+    elif kind is LaneKind.CRASH:
+        service["exec"] = ["sh", "-c", "sleep 0.2; exit 3"]
+        service["restart_sec"] = "50ms"
+    else:
+        service["exec"] = ["sleep", "600"]
+        service["timeout_start"] = "700ms"
+        ready = {"exec": ["false"], "interval": "50ms"}
+    return service, ready
+
+
+class WorkerKind(str, enum.Enum):
+    NONE = "none"  # no worker: the run lasts until something stops it
+    FOREVER = "forever"  # sleeps until stopped
+    SETSID = "setsid"  # sleeps until stopped, with a setsid grandchild
+    EXITS = "exits"  # exits with a chosen status shortly after it starts
+
+
+@dataclass(frozen=True)
+class Worker:
+    kind: WorkerKind
+    after: tuple[str, ...]  # the healthy lane units: it starts once they are all ready
+    exit_code: int = 0
+    forward_usr1: bool = False
+
+    def sections(self) -> dict[str, dict[str, Any]]:
+        if self.kind is WorkerKind.EXITS:
+            argv = ["sh", "-c", f"sleep 0.3; exit {self.exit_code}"]
+        elif self.kind is WorkerKind.SETSID:
+            argv = ["sh", "-c", "setsid sleep 600 & exec sleep 600"]
+        else:
+            argv = ["sleep", "600"]
+        service: dict[str, Any] = {"exec": argv, "timeout_stop": "1s"}
+        if self.forward_usr1:
+            service["forward_signals"] = ["SIGUSR1"]
+        return {"unit": {"type": "worker", "after": list(self.after)}, "service": service}
+
+
+@dataclass(frozen=True)
+class Injection:
+    """Send ``signum`` to ``target`` once the run reaches ``phase``.
+
+    Targets: ``start`` (ddsup start), ``agent:NODE``, ``lane:INSTANCE``, ``worker``.
+    """
+
+    phase: Phase
+    target: str
+    signum: signal.Signals
+    role: str  # primary | noise | reentry
+
+    def describe(self) -> str:
+        return f"{self.role}: {self.signum.name} → {self.target} at {self.phase.name}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    seed: int
+    index: int
+    nodes: int
+    gpus_per_node: int
+    lanes: tuple[LaneUnit, ...]
+    worker: Worker
+    client_setsid_service: bool
+    cause: Cause
+    injections: tuple[Injection, ...]
+    expected_exit: int  # -9 when ddsup start itself is SIGKILLed
+    expected_status: str | None  # result.json status; None: no result.json (SIGKILL)
+    bound: float = SCHEDULE_BOUND
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def test_id(self) -> str:
+        return f"schedule-{self.seed}-{self.index}"
+
+    def unit_files(self) -> dict[str, Mapping[str, Mapping[str, Any]]]:
+        """File name → TOML sections."""
+        files: dict[str, Mapping[str, Mapping[str, Any]]] = {
+            f"{lane.name}@.toml": lane.sections() for lane in self.lanes
+        }
+        if self.worker.kind is not WorkerKind.NONE:
+            files["worker.toml"] = self.worker.sections()
+        if self.client_setsid_service:
+            files["helper.toml"] = {
+                "unit": {"type": "service"},
+                "service": {
+                    "exec": ["sh", "-c", "setsid sleep 600 & exec sleep 600"],
+                    "timeout_stop": "1s",
+                },
+            }
+        return files
+
+    def lane_instances(self, *, healthy_only: bool = False) -> list[str]:
+        return [
+            i
+            for lane in self.lanes
+            if not healthy_only or lane.kind in HEALTHY
+            for i in lane.instances()
+        ]
+
+    def describe(self) -> str:
+        lanes = ", ".join(
+            f"{u.name}×{u.replicas}{' fragile' if u.fragile else ''}" for u in self.lanes
+        )
+        worker = self.worker.kind.value
+        if self.worker.kind is WorkerKind.EXITS:
+            worker += f"({self.worker.exit_code})"
+        if self.worker.forward_usr1:
+            worker += "+forward USR1"
+        lines = [
+            f"{self.test_id}: cause {self.cause.value}, expect exit {self.expected_exit}"
+            f" ({self.expected_status}); nodes {self.nodes}×{self.gpus_per_node} GPUs;"
+            f" lanes [{lanes}]; worker {worker}"
+            + ("; client setsid service" if self.client_setsid_service else ""),
+            *(f"  {i.describe()}" for i in self.injections),
+            *(f"  note: {n}" for n in self.notes),
+        ]
+        return "\n".join(lines)
+
+
+# --- generation -----------------------------------------------------------------------
+
+
+def make_schedule(seed: int, index: int) -> Schedule:
+    """The schedule ``index`` of ``seed``: the same pair always gives the same schedule."""
+    rng = random.Random(f"ddsup-chaos:{seed}:{index}")
+    cause = rng.choice(list(Cause))
+    nodes = rng.choice((1, 2, 2, 3)) if cause is not Cause.AGENT_LOST else rng.choice((2, 3))
+    gpus = rng.choice((2, 3))
+    lanes = _lanes(rng, cause, nodes * gpus)
+    worker = _worker(rng, cause, lanes)
+    sched = Schedule(
+        seed=seed,
+        index=index,
+        nodes=nodes,
+        gpus_per_node=gpus,
+        lanes=lanes,
+        worker=worker,
+        client_setsid_service=rng.random() < 0.3,
+        cause=cause,
+        injections=(),
+        expected_exit=0,
+        expected_status=None,
+    )
+    primary, code, status = _primary(rng, sched)
+    injections = _noise(rng, sched, primary) + primary
+    if cause is not Cause.KILL_START and rng.random() < 0.4:
+        second = rng.choice((signal.SIGTERM, signal.SIGINT))
+        injections.append(Injection(Phase.STOPPING, "start", second, "reentry"))
+    return Schedule(
+        seed=seed,
+        index=index,
+        nodes=nodes,
+        gpus_per_node=gpus,
+        lanes=lanes,
+        worker=worker,
+        client_setsid_service=sched.client_setsid_service,
+        cause=cause,
+        injections=tuple(injections),
+        expected_exit=code,
+        expected_status=status,
+    )
+
+
+def _lanes(rng: random.Random, cause: Cause, capacity: int) -> tuple[LaneUnit, ...]:
+    """1–3 lane units that fit ``capacity`` GPUs; always one healthy unit, and the unit a
+    built-in cause needs (a fragile target, a stop-all crash loop, a never-ready lane)."""
+    kinds = [LaneKind.PLAIN, LaneKind.SLOW, LaneKind.STUBBORN, LaneKind.SETSID]
+    if rng.random() < 0.15:
+        kinds.append(LaneKind.FAKE_VLLM)
+    if cause not in (Cause.CRASH_LOOP, Cause.READINESS) and rng.random() < 0.3:
+        kinds.append(LaneKind.CRASH)  # on_failure = continue: a crash loop that ends nothing
+    chosen = [rng.choice([k for k in kinds if k is not LaneKind.CRASH])]
+    extra = rng.randint(0, 2)
+    chosen += rng.sample([k for k in kinds if k not in chosen], min(extra, len(kinds) - 1))
+    fragile = None
+    if cause is Cause.LANE_KILLED:
+        fragile = rng.choice((LaneKind.PLAIN, LaneKind.SLOW, LaneKind.SETSID))
+        chosen = [k for k in chosen if k is not fragile]
+    elif cause is Cause.CRASH_LOOP:
+        fragile = LaneKind.CRASH
+    elif cause is Cause.READINESS:
+        fragile = LaneKind.NEVER_READY
+    if not any(k in HEALTHY for k in chosen):
+        chosen.append(LaneKind.PLAIN)
+    chosen = chosen[: max(1, capacity - (fragile is not None))]
+    specs: list[tuple[LaneKind, bool]] = [(k, False) for k in chosen]
+    if fragile is not None:
+        specs.append((fragile, True))
+    replicas = _split(rng, capacity, len(specs))
+    units = []
+    for n, ((kind, is_fragile), count) in enumerate(zip(specs, replicas)):
+        name = f"{chr(ord('a') + n)}-{kind.value}"
+        if is_fragile:
+            name = f"{chr(ord('a') + n)}-fragile-{kind.value}"
+            count = 1
+        stagger = rng.choice((0.1, 0.3, 0.5))
+        units.append(LaneUnit(name, kind, count, is_fragile, stagger))
+    return tuple(units)
+
+
+def _split(rng: random.Random, capacity: int, parts: int) -> list[int]:
+    """Replica counts ≥ 1 per part, summing to at most ``capacity``."""
+    counts = [1] * parts
+    for _ in range(rng.randint(0, capacity - parts)):
+        counts[rng.randrange(parts)] += 1
+    return counts
+
+
+def _worker(rng: random.Random, cause: Cause, lanes: tuple[LaneUnit, ...]) -> Worker:
+    after = tuple(f"{u.name}@" for u in lanes if u.kind in HEALTHY and not u.fragile)
+    if cause is Cause.WORKER_EXIT:
+        return Worker(WorkerKind.EXITS, after, exit_code=rng.choice((0, 0, 3, 42)))
+    if cause in (Cause.WORKER_SIGNAL, Cause.FORWARDED):
+        kind = rng.choice((WorkerKind.FOREVER, WorkerKind.SETSID))
+        return Worker(kind, after, forward_usr1=cause is Cause.FORWARDED)
+    kind = rng.choice((WorkerKind.NONE, WorkerKind.FOREVER, WorkerKind.SETSID))
+    return Worker(kind, after)
+
+
+def _primary(rng: random.Random, sched: Schedule) -> tuple[list[Injection], int, str | None]:
+    """The primary injection(s) and the exit status and result status they demand."""
+    cause = sched.cause
+    phases = _reachable_phases(sched)
+    if cause is Cause.STOP_SIGNAL:
+        signum = rng.choice(STOP_SIGNALS)
+        phase = rng.choice(phases)
+        return [Injection(phase, "start", signum, "primary")], 128 + signum, "stopped"
+    if cause is Cause.KILL_START:
+        phase = rng.choice(phases)
+        return [Injection(phase, "start", signal.SIGKILL, "primary")], -9, None
+    if cause is Cause.WORKER_EXIT:
+        code = sched.worker.exit_code
+        return [], code, "ok" if code == 0 else "worker_failed"
+    if cause is Cause.WORKER_SIGNAL:
+        signum = rng.choice(ALL_SIGNALS)
+        return [Injection(Phase.RUNNING, "worker", signum, "primary")], 128 + signum, "worker_failed"
+    if cause is Cause.FORWARDED:
+        inj = Injection(Phase.RUNNING, "start", signal.SIGUSR1, "primary")
+        return [inj], 128 + signal.SIGUSR1, "worker_failed"
+    if cause is Cause.LANE_KILLED:
+        [fragile] = [u for u in sched.lanes if u.fragile]
+        signum = rng.choice(ALL_SIGNALS)
+        phase = Phase.READINESS_WAIT if fragile.kind is LaneKind.SLOW else Phase.RUNNING
+        target = f"lane:{fragile.instances()[0]}"
+        return [Injection(phase, target, signum, "primary")], EXIT_UNIT_FAILED, "unit_failed"
+    if cause is Cause.CRASH_LOOP:
+        return [], EXIT_UNIT_FAILED, "unit_failed"
+    if cause is Cause.READINESS:
+        return [], EXIT_READINESS_TIMEOUT, "readiness_timeout"
+    lane_nodes = -(-len(sched.lane_instances()) // sched.gpus_per_node)  # nodes with lanes
+    node = f"node{rng.randrange(min(lane_nodes, sched.nodes))}"
+    signum = rng.choice((signal.SIGKILL, signal.SIGKILL, signal.SIGTERM, signal.SIGHUP))
+    phase = rng.choice(phases)
+    return [Injection(phase, f"agent:{node}", signum, "primary")], EXIT_UNIT_FAILED, "unit_failed"
+
+
+def _reachable_phases(sched: Schedule) -> list[Phase]:
+    """Phases a run of this unit set passes (before anything ends it)."""
+    phases = [Phase.PREFLIGHT, Phase.FIRST_STARTING, Phase.RUNNING]
+    if _has_stagger_window(sched):
+        phases.append(Phase.MID_STAGGER)
+    if any(u.kind is LaneKind.SLOW for u in sched.lanes):
+        phases.append(Phase.READINESS_WAIT)
+    return sorted(phases)
+
+
+def _has_stagger_window(sched: Schedule) -> bool:
+    """Some node gets two or more lanes (placement fills nodes in unit-name order)."""
+    return sum(u.replicas for u in sched.lanes) >= 2 and sched.gpus_per_node >= 2
+
+
+def _noise(rng: random.Random, sched: Schedule, primary: list[Injection]) -> list[Injection]:
+    """Injections that must not change how the run ends, at phases before the primary's."""
+    last = primary[0].phase if primary else Phase.FIRST_STARTING
+    if sched.cause in (Cause.CRASH_LOOP, Cause.READINESS):
+        last = Phase.FIRST_STARTING  # the run may end any moment after that
+    phases = [p for p in _reachable_phases(sched) if p <= last]
+    out = []
+    for _ in range(rng.randint(0, 3)):
+        target, signum = _noise_target(rng, sched)
+        if target is not None:
+            out.append(Injection(rng.choice(phases), target, signum, "noise"))
+    out.sort(key=lambda i: i.phase)
+    return out
+
+
+def _noise_target(rng: random.Random, sched: Schedule) -> tuple[str | None, signal.Signals]:
+    forwards = sched.worker.forward_usr1
+    choice = rng.random()
+    if choice < 0.25 and not forwards:
+        return "start", signal.SIGUSR1  # not forwarded to anything: ignored
+    resilient = [u for u in sched.lanes if not u.fragile and u.kind is not LaneKind.NEVER_READY]
+    if not resilient:
+        return None, signal.SIGUSR1
+    unit = rng.choice(resilient)
+    instance = rng.choice(unit.instances())
+    if unit.kind is LaneKind.STUBBORN and choice < 0.6:
+        return f"lane:{instance}", rng.choice((signal.SIGTERM, signal.SIGINT))
+    if unit.kind is LaneKind.FAKE_VLLM:
+        return f"lane:{instance}", signal.SIGKILL  # SIGTERM would be a clean exit 0
+    return f"lane:{instance}", rng.choice(ALL_SIGNALS)

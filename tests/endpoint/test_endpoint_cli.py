@@ -1,0 +1,130 @@
+"""``ddsup endpoint`` as a process, and the pure parts: lane choice, samples, config."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import trio
+from endpoint_fakes import FakeLane, http_client
+
+from ddsup._endpoint import EndpointConfig, LaneInfo, LaneTable
+from ddsup._endpoint._admission import choose
+from ddsup._endpoint._metrics_sampler import parse_waiting
+from ddsup._units._model import EndpointSection
+
+ENDPOINT = [sys.executable, "-m", "ddsup", "endpoint", "--bind", "127.0.0.1", "--port", "0"]
+
+
+async def test_cli_serves_a_static_lane_table_and_stops_on_sigterm() -> None:
+    lane = FakeLane("a", "llama")
+    env = {**os.environ, "TEST_ENDPOINT_KEY": "k3y"}
+    argv = [
+        *ENDPOINT,
+        "--lane",
+        "llama=http://127.0.0.1:{port}",
+        "--api-key-env",
+        "TEST_ENDPOINT_KEY",
+    ]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lane.serve)
+        argv[-3] = argv[-3].format(port=lane.port)
+        proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, env=env)
+        try:
+            assert proc.stdout is not None
+            line = b""
+            with trio.fail_after(10):
+                while not line.endswith(b"\n"):
+                    chunk = await proc.stdout.receive_some(1)
+                    assert chunk, "the endpoint exited before printing its URL"
+                    line += chunk
+            assert line.startswith(b"endpoint listening on http://127.0.0.1:")
+            url = line.split()[-1].decode()
+            async with http_client() as client:
+                response = await client.post(
+                    f"{url}/v1/completions",
+                    json={"model": "llama"},
+                    headers={"authorization": "Bearer k3y"},
+                )
+            assert response.status_code == 200
+            assert response.json()["lane"] == "a"
+            proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(10):
+                assert await proc.wait() == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            if proc.stdout is not None:
+                await proc.stdout.aclose()
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--lane", "nonsense"], b"MODEL=http://HOST:PORT"),
+        (["--retry-after", "soon"], b"bad duration"),
+        (["--api-key-env", "DDSUP_TEST_SURELY_UNSET"], b"DDSUP_TEST_SURELY_UNSET"),
+        (["--retries", "-1"], b"retries"),
+    ],
+)
+async def test_cli_usage_errors_exit_64(args: list[str], message: bytes) -> None:
+    result = await trio.run_process([*ENDPOINT, *args], capture_stderr=True, check=False)
+    assert result.returncode == 64
+    assert message in result.stderr
+    assert b"Traceback" not in result.stderr
+
+
+def _states(*outstanding: int) -> list[object]:
+    table = LaneTable(
+        LaneInfo(f"l{i}", "m", f"http://127.0.0.1:{1000 + i}") for i in range(len(outstanding))
+    )
+    states = table.ready("m")
+    for state, n in zip(states, outstanding, strict=True):
+        state.outstanding = n
+    return list(states)
+
+
+def test_choice_prefers_fewest_then_rotates_and_respects_limits() -> None:
+    states = _states(3, 1, 1, 5)
+    picks = [choose(states, (), limit=8, now=0, stale_after=1, turn=t) for t in range(4)]  # type: ignore[arg-type]
+    assert [p.info.instance for p in picks if p] == ["l1", "l2", "l1", "l2"]
+    tried = ("l1", "l2")
+    pick = choose(states, tried, limit=8, now=0, stale_after=1, turn=0)  # type: ignore[arg-type]
+    assert pick is not None
+    assert pick.info.instance == "l0"
+    assert choose(states, (), limit=1, now=0, stale_after=1, turn=0) is None  # type: ignore[arg-type]
+
+
+def test_fresh_samples_count_and_stale_ones_do_not() -> None:
+    (state,) = _states(2)
+    state.record_sample(10, now=100.0)  # type: ignore[attr-defined]
+    assert state.queue(100.5, stale_after=1.0) == 10  # type: ignore[attr-defined]
+    assert state.queue(101.5, stale_after=1.0) == 2  # type: ignore[attr-defined]
+    state.record_sample(None, now=102.0)  # type: ignore[attr-defined]
+    assert state.queue(102.0, stale_after=1.0) == 2  # type: ignore[attr-defined]
+
+
+def test_parse_waiting() -> None:
+    text = (
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        'vllm:num_requests_waiting{model_name="a"} 3.0\n'
+        'vllm:num_requests_waiting_by_reason{reason="x"} 50.0\n'
+        'vllm:num_requests_waiting{model_name="b"} 1.5\n'
+    )
+    assert parse_waiting(text) == 5
+    assert parse_waiting("vllm:num_requests_running 4\n") is None
+    assert parse_waiting("vllm:num_requests_waiting NaN\n") is None
+
+
+def test_config_from_unit_section_never_shows_the_key() -> None:
+    section = EndpointSection(port=9100, max_queue_per_lane=7, retries=1, retry_after=2.0)
+    config = EndpointConfig.from_section(section, api_key="secret-value")
+    assert (config.port, config.max_queue_per_lane, config.retries) == (9100, 7, 1)
+    assert config.retry_after == 2.0
+    assert config.api_key == "secret-value"
+    assert "secret-value" not in repr(config)

@@ -1,0 +1,172 @@
+"""Restart policy: the start limit, and backoff delays (doubling, capped, ±10 % jitter).
+
+The start count comes from lines the unit appends to a file each time it starts. Exact
+backoff values are checked in-process on :class:`ddsup._service.Service` under the
+autojump clock (the jitter pinned to its extremes); the subprocess run checks the same
+rule end to end from ``events.jsonl`` timestamps, with scheduling slack.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import trio
+from engine_helpers import UnitDir, run_start, stamps
+
+from ddsup import _service
+from ddsup._events import Event
+from ddsup._service import Service, ServiceSpec
+from ddsup._units._model import Restart, ServiceSection, SourceLocation, Unit, UnitType
+
+SLACK = 0.25  # scheduling slack on a loaded CI machine (seconds)
+
+
+@pytest.mark.parametrize(("restart", "exit_code"), [("always", 0), ("on-failure", 1)])
+async def test_start_limit_burst_stops_restarts_for_good(
+    tmp_path: Path, restart: str, exit_code: int
+) -> None:
+    starts = tmp_path / "starts"
+    units = UnitDir(tmp_path / "units")
+    service = {
+        "restart": restart,
+        "restart_sec": "100ms",
+        "restart_max_sec": "150ms",
+        "start_limit_burst": 3,
+        "start_limit_interval": "10m",
+    }
+    units.add(
+        "flappy",
+        "service",
+        units.stamp("x", starts, "sh", "-c", f"exit {exit_code}"),
+        service=service,
+    )
+    units.add("worker", "worker", ["sleep", "60"], unit={"after": ["flappy"]})
+    run = await run_start(units, tmp_path / "state")
+
+    assert run.returncode == 70, run.describe()
+    assert len(stamps(starts)) == 3, "the unit must start exactly start_limit_burst times"
+    result = run.result()
+    assert result["status"] == "unit_failed"
+    assert result["cause"]["unit"] == "flappy"
+    assert "start limit" in result["cause"]["reason"]
+    assert len(run.transitions("flappy", "starting")) == 3
+    assert run.transitions("flappy")[-1]["to"] == "failed"
+    # the backoff between the starts: restart_sec, then doubled but capped at 150 ms
+    restarting = run.times("flappy", "restarting")
+    starting = run.times("flappy", "starting")[1:]
+    gaps = [b - a for a, b in zip(restarting, starting, strict=True)]
+    assert len(gaps) == 2
+    assert 0.09 <= gaps[0] <= 0.11 + SLACK, gaps
+    assert 0.135 <= gaps[1] <= 0.15 + SLACK, gaps
+
+
+def _unit(**service: Any) -> Unit:
+    return Unit(
+        name="flappy",
+        type=UnitType.SERVICE,
+        service=ServiceSection(exec=("sh", "-c", "exit 1"), **service),
+        source=SourceLocation("flappy.toml"),
+    )
+
+
+async def _delays(tmp_path: Path, unit: Unit) -> list[float]:
+    """Run the service until its start limit; the restarting → starting gaps (trio time)."""
+    marks: list[tuple[float, Event]] = []
+    spec = ServiceSpec(
+        instance="flappy",
+        node="node0",
+        unit=unit,
+        argv=unit.service.exec,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd=str(tmp_path),
+        log_path=tmp_path / "flappy.log",
+        context={},
+    )
+    service = Service(spec, lambda event: marks.append((trio.current_time(), event)))
+    await service.run()
+    assert service.status.state is _service.UnitState.FAILED
+    gaps = []
+    restarting_at = None
+    for at, event in marks:
+        if event.to_state == "restarting":
+            restarting_at = at
+        elif event.to_state == "starting" and restarting_at is not None:
+            gaps.append(at - restarting_at)
+    return gaps
+
+
+BACKOFF = {
+    "restart": Restart.ON_FAILURE,
+    "restart_sec": 1.0,
+    "restart_max_sec": 5.0,
+    "start_limit_burst": 6,
+    "start_limit_interval": 3600.0,
+}
+BASES = [1.0, 2.0, 4.0, 5.0, 5.0]  # restart_sec · 2^k, capped at restart_max_sec
+
+
+def _pinned(pick: Callable[[float, float], float]) -> SimpleNamespace:
+    return SimpleNamespace(uniform=pick)
+
+
+@pytest.mark.parametrize(
+    ("pick", "factor"),
+    [(lambda lo, hi: hi, 1.1), (lambda lo, hi: lo, 0.9), (lambda lo, hi: (lo + hi) / 2, 1.0)],
+    ids=["jitter-high", "jitter-low", "jitter-mid"],
+)
+async def test_backoff_doubles_and_caps_exactly(
+    autojump_clock: trio.testing.MockClock,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    pick: Callable[[float, float], float],
+    factor: float,
+) -> None:
+    monkeypatch.setattr(_service, "random", _pinned(pick))
+    gaps = await _delays(tmp_path, _unit(**BACKOFF))
+    expected = [min(base * factor, BACKOFF["restart_max_sec"]) for base in BASES]
+    assert gaps == pytest.approx(expected, abs=1e-9)
+
+
+async def test_backoff_jitter_stays_within_ten_percent_and_the_cap(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    gaps = await _delays(tmp_path, _unit(**BACKOFF))
+    assert len(gaps) == len(BASES)
+    for gap, base in zip(gaps, BASES, strict=True):
+        assert base * 0.9 - 1e-9 <= gap <= min(base * 1.1, 5.0) + 1e-9, (gaps, BASES)
+
+
+async def test_restart_sec_zero_restarts_at_once(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    gaps = await _delays(tmp_path, _unit(**{**BACKOFF, "restart_sec": 0.0}))
+    assert gaps == [0.0] * len(BASES)
+
+
+async def test_clean_exit_with_on_failure_is_not_restarted(tmp_path: Path) -> None:
+    unit = Unit(
+        name="once",
+        type=UnitType.SERVICE,
+        service=ServiceSection(
+            exec=("true",), restart=Restart.ON_FAILURE, kill_signal=signal.SIGTERM
+        ),
+        source=SourceLocation("once.toml"),
+    )
+    events: list[Event] = []
+    spec = ServiceSpec(
+        "once",
+        "node0",
+        unit,
+        ("true",),
+        {"PATH": "/usr/bin:/bin"},
+        str(tmp_path),
+        tmp_path / "once.log",
+        {},
+    )
+    await Service(spec, events.append).run()
+    assert [e.to_state for e in events if e.event == "unit"] == ["starting", "ready", "exited"]

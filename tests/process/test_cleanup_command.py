@@ -1,0 +1,108 @@
+"""``ddsup cleanup``: end every process of a run on this node, by hand, any number of times."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+from process_helpers import SLEEP, alive, py, run_env
+
+
+def _cleanup(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ddsup", "cleanup", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def _start(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(py(SLEEP), env=env, start_new_session=True)
+
+
+def test_cleanup_by_invocation_twice(invocation_id: str) -> None:
+    mine = [_start(run_env(invocation_id)) for _ in range(3)]
+    decoy = _start(run_env(invocation_id + "x"))
+    try:
+        first = _cleanup("--invocation", invocation_id)
+        assert (first.returncode, first.stdout) == (
+            0,
+            f"ended 3 process(es) of run {invocation_id}\n",
+        )
+        assert [p.wait(timeout=10) for p in mine] == [-signal.SIGKILL] * 3
+        assert alive(decoy.pid)  # another run's process: never touched
+        second = _cleanup("--invocation", invocation_id)
+        assert (second.returncode, second.stdout) == (
+            0,
+            f"ended 0 process(es) of run {invocation_id}\n",
+        )
+    finally:
+        for proc in [*mine, decoy]:
+            proc.kill()
+            proc.wait()
+
+
+def test_cleanup_by_state_dir(invocation_id: str, tmp_path: Path) -> None:
+    (tmp_path / "run.json").write_text(json.dumps({"invocation_id": invocation_id}))
+    proc = _start(run_env(invocation_id))
+    try:
+        result = _cleanup("--state-dir", str(tmp_path))
+        assert result.returncode == 0, result.stderr
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "run.json: no such file; is {dir} a ddsup state directory?"),
+        ("{}", "run.json: no key 'invocation_id' (a string) in the run's state"),
+        ("{not json", "run.json: cannot read the run's state"),
+    ],
+)
+def test_cleanup_state_dir_errors_are_clear(
+    tmp_path: Path, content: str | None, message: str
+) -> None:
+    if content is not None:
+        (tmp_path / "run.json").write_text(content)
+    result = _cleanup("--state-dir", str(tmp_path))
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"ddsup: error: {tmp_path}/")
+    assert message.format(dir=tmp_path) in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cleanup_needs_exactly_one_way_to_name_the_run() -> None:
+    assert _cleanup().returncode == 64
+    assert _cleanup("--invocation", "a", "--state-dir", ".").returncode == 64
+    empty = _cleanup("--invocation", "")
+    assert (empty.returncode, empty.stderr) == (
+        64,
+        "ddsup: error: --invocation needs a non-empty invocation id\n",
+    )
+
+
+async def test_cleanup_ends_a_run_started_through_the_api(
+    invocation_id: str, tmp_path: Path
+) -> None:
+    """The processes ddsup itself starts are found by the same id."""
+    from ddsup._process import spawn
+
+    child = await spawn(py(SLEEP), env=run_env(invocation_id), cwd=".", log_path=tmp_path / "log")
+    result = await trio.run_process(
+        [sys.executable, "-m", "ddsup", "cleanup", "--invocation", invocation_id],
+        capture_stdout=True,
+        env={**os.environ},
+    )
+    assert result.stdout == f"ended 1 process(es) of run {invocation_id}\n".encode()
+    assert (await child.wait()).signal == signal.SIGKILL

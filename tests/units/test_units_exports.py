@@ -1,0 +1,34 @@
+"""The public surface of ``ddsup._units`` is pinned: additions and removals are deliberate."""
+
+from __future__ import annotations
+
+import ddsup._units
+
+EXPECTED = {
+    "SPECIFIERS",
+    "SpecifierError",
+    "Unit",
+    "UnitSet",
+    "UnitType",
+    "configure_schema",
+    "configure_verify",
+    "json_schema",
+    "load_unit_files",
+    "load_unit_set",
+    "parse_duration",
+    "parse_signal",
+    "parse_unit_set",
+    "resolve_argv",
+    "resolve_specifiers",
+    "run_schema",
+    "run_verify",
+}
+
+
+def test_exported_members() -> None:
+    exported = {name for name in vars(ddsup._units) if not name.startswith("_")}
+    assert exported == EXPECTED
+    for name in EXPECTED:
+        member = getattr(ddsup._units, name)
+        module = getattr(member, "__module__", "ddsup._units._x")
+        assert module.startswith("ddsup._units._"), name
