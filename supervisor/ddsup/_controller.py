@@ -112,6 +112,7 @@ class Controller:
         self.control_port: int | None = None
         self.expected_agents: set[str] = set()
         self.client_address = "127.0.0.1"
+        self._background: trio.Nursery | None = None  # owns fire-and-forget sends
         self._changed = trio.Event()
         self._published: list[dict[str, str]] | None = None
 
@@ -209,6 +210,7 @@ class Controller:
         sentinel = start_sentinel(self.invocation_id)
         try:
             async with trio.open_nursery() as nursery:
+                self._background = nursery
                 nursery.start_soon(reap_adopted_children)
                 nursery.start_soon(self._watch_signals, units)
                 host = "127.0.0.1" if launcher.name == "local" else "0.0.0.0"
@@ -535,7 +537,8 @@ class Controller:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 await channel.send(message)
 
-        trio.lowlevel.spawn_system_task(send)
+        if self._background is not None:
+            self._background.start_soon(send)
 
     def _end(self, outcome: Outcome) -> None:
         if self.outcome is None:

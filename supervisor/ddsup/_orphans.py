@@ -107,7 +107,9 @@ async def _reap_once() -> int:
     reaped = 0
     async with registry.lock:  # spawn holds it from fork to registration
         own_session = os.getsid(0)
-        for pid in _child_pids() - registry.pids:
+        # a /proc scan costs milliseconds per hundred processes: keep it off the event loop
+        children = await trio.to_thread.run_sync(_child_pids)
+        for pid in children - registry.pids:
             if not _reapable(pid, own_session):
                 continue
             with contextlib.suppress(ChildProcessError):

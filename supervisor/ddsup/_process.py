@@ -20,10 +20,11 @@ that exits at once cannot be seen as an unknown zombie before it is registered.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 
@@ -32,6 +33,8 @@ import trio
 
 from ddsup._errors import DdsupError
 from ddsup._sentinel import read_environ
+
+log = logging.getLogger(__name__)
 
 _ESCAPED_GRACE = 5.0  # seconds for SIGKILLed escaped descendants to die (no event exists)
 
@@ -111,9 +114,15 @@ def identity_of(env: Mapping[str, str]) -> frozenset[tuple[bytes, bytes]]:
 class ChildProcess:
     """A started child; ``stop`` ends it and everything it started, and always reaps it."""
 
-    def __init__(self, process: trio.Process, identity: frozenset[tuple[bytes, bytes]]) -> None:
+    def __init__(
+        self,
+        process: trio.Process,
+        identity: frozenset[tuple[bytes, bytes]],
+        registry: ManagedChildren,
+    ) -> None:
         self._process = process
         self._identity = identity
+        self._registry = registry
         self.pid: int = process.pid
         self._status: ExitStatus | None = None
         self._stop_lock = trio.Lock()
@@ -140,7 +149,7 @@ class ChildProcess:
     def _record(self, returncode: int) -> None:
         if self._status is None:
             self._status = ExitStatus.from_returncode(returncode)
-        managed_children().pids.discard(self.pid)
+        self._registry.pids.discard(self.pid)
 
     async def wait(self) -> ExitStatus:
         """Until the child exits (trio waits on a pidfd: no polling). Safe to call again."""
@@ -164,7 +173,12 @@ class ChildProcess:
         return self._stopped
 
     async def _stop(self, kill_signal: int, timeout_stop: float) -> ExitStatus:
-        tree = _descendants(self.pid)
+        # The tree is recorded only while the child lives: once it has exited, its
+        # descendants were reparented to us (a subreaper) and the identity scan finds them.
+        # Skipping this /proc scan keeps the crash → restart gap short.
+        tree = (
+            [] if self.status is not None else await trio.to_thread.run_sync(_descendants, self.pid)
+        )
         if self.status is None:
             self.signal_group(kill_signal)
             with trio.move_on_after(timeout_stop):
@@ -177,22 +191,29 @@ class ChildProcess:
     async def _kill_escaped(self, tree: list[psutil.Process]) -> None:
         """SIGKILL what left the group: the recorded tree, and carriers of our identity."""
         pidfds = [fd for fd in map(_open_if_same, tree) if fd is not None]
-        carriers = map(self._open_if_carrier, self._identity_carriers())
+        protected = frozenset(self._registry.pids)
+        found = await trio.to_thread.run_sync(self._identity_carriers, protected)
+        carriers = map(self._open_if_carrier, found)
         pidfds += [fd for fd in carriers if fd is not None]
         try:
             for fd in pidfds:
                 _pidfd_kill(fd)
-            with trio.move_on_after(_ESCAPED_GRACE):
+            with trio.move_on_after(_ESCAPED_GRACE) as grace:
                 for fd in pidfds:  # a pidfd turns readable when its process has ended
                     await trio.lowlevel.wait_readable(fd)
+            if grace.cancelled_caught:  # e.g. stuck in a driver call: the final sweep retries
+                log.warning(
+                    "pid %d: SIGKILLed descendants still alive after %ss", self.pid, _ESCAPED_GRACE
+                )
         finally:
             for fd in pidfds:
                 os.close(fd)
 
-    def _identity_carriers(self) -> list[int]:
+    def _identity_carriers(self, managed: frozenset[int]) -> list[int]:
+        """Live processes with our identity, except managed units' groups and our ancestry."""
         if not self._identity:
             return []
-        protected = managed_children().pids | {os.getpid()} | _ancestors()
+        protected = managed | {os.getpid()} | _ancestors()
         found = []
         for pid in psutil.pids():
             if pid in protected or not _carries(read_environ(pid), self._identity):
@@ -303,7 +324,7 @@ async def spawn(
             registry.pids.add(process.pid)
     finally:
         os.close(log_fd)
-    return ChildProcess(process, identity_of(env))
+    return ChildProcess(process, identity_of(env), registry)
 
 
 @asynccontextmanager
@@ -322,8 +343,3 @@ async def supervised(
         yield child
     finally:
         await child.stop(kill_signal, timeout_stop)
-
-
-def managed_pids() -> Collection[int]:
-    """PIDs of this run's managed children (for sweeps that must spare them)."""
-    return frozenset(managed_children().pids)

@@ -152,6 +152,7 @@ class Service:
         self._starts: deque[float] = deque()
         self._failures = 0
         self._started_once = False
+        self._stopped_exit: ExitStatus | None = None  # how the last process ended
 
     # --- control from outside -------------------------------------------------------
     def request_stop(self, reason: str = "stop requested") -> None:
@@ -188,9 +189,9 @@ class Service:
             self._transition(UnitState.EXITED, "stopped before start")
         elif self.status.state not in (UnitState.STOPPING,):
             self._transition(UnitState.STOPPING, "stop requested")
-            self._transition(UnitState.EXITED, "stopped")
+            self._transition(UnitState.EXITED, "stopped", exit=self._stopped_exit)
         else:
-            self._transition(UnitState.EXITED, "stopped")
+            self._transition(UnitState.EXITED, "stopped", exit=self._stopped_exit)
 
     async def _run(self) -> None:
         service = self.spec.unit.service
@@ -293,9 +294,11 @@ class Service:
         finally:
             with trio.CancelScope(shield=True):
                 final = await child.stop(service.kill_signal, service.timeout_stop)
+            # recorded here, so that a stop (which cancels us) reports the exit too
+            self._stopped_exit = final
+            self.status.last_exit = final.to_json()
+            self.status.pid = None
             self._child = None
-        self.status.last_exit = final.to_json()
-        self.status.pid = None
         if timed_out:
             self.status.readiness_timeout = True
             self._fail(

@@ -13,20 +13,23 @@ itself), and whatever happens it SIGKILLs everything of the run before returning
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos_schedule import HEALTHY, Injection, LaneKind, Phase, Schedule, WorkerKind
+from chaos_schedule import Injection, LaneKind, Phase, Schedule, WorkerKind
 
 ORPHAN_GRACE = 10.0  # SPEC §4: nothing of the run alive this long after ddsup start ended
+STOP_BOUND = 6.0  # seconds from the cause of the end to the exit of ddsup start
+REENTRY_BOUND = 4.0  # seconds from a second stop signal to the exit (SIGKILL everything)
 POLL = 0.01  # seconds between looks at events.jsonl and /proc
 STATUS_OF_CODE = {70: "unit_failed", 75: "readiness_timeout"}
 
@@ -76,20 +79,19 @@ def kill_run(invocation_id: str) -> None:
     deadline = time.monotonic() + 5.0
     while (found := run_processes(invocation_id)) and time.monotonic() < deadline:
         for pid in found:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         time.sleep(0.02)
 
 
-def agent_pid(invocation_id: str, node: str) -> int | None:
-    """The ``ddsup agent --node NODE`` process of the run, if it is up."""
+def agent_pids(invocation_id: str) -> dict[str, int]:
+    """Node → PID of the run's ``ddsup agent --node NODE`` processes that are up."""
+    found = {}
     for pid, cmdline in run_processes(invocation_id).items():
         words = cmdline.split()
-        if "agent" in words and "--node" in words and words[words.index("--node") + 1] == node:
-            return pid
-    return None
+        if "agent" in words and "--node" in words[:-1]:
+            found[words[words.index("--node") + 1]] = pid
+    return found
 
 
 # --- what the run wrote ---------------------------------------------------------------
@@ -165,6 +167,23 @@ class RunView:
         self.seen = len(events)
 
 
+@dataclass
+class Figures:
+    """What the schedules of this session found (filled by the tests, printed at the end)."""
+
+    run: int = 0
+    orphans: int = 0
+    wrong_exit: int = 0
+    hangs: int = 0
+    bad: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        return (
+            f"chaos: schedules run {self.run}, orphans found {self.orphans}, "
+            f"wrong exit codes {self.wrong_exit}, hangs {self.hangs}"
+        )
+
+
 # --- one run --------------------------------------------------------------------------
 
 
@@ -180,6 +199,14 @@ class Outcome:
     fired: list[str] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    stop_seconds: float | None = None  # from the cause of the end to the exit
+    reentry_seconds: float | None = None  # from the second stop signal to the exit
+
+    @property
+    def slow_stop(self) -> bool:
+        """The stop took longer than its bound: a hang, though not past the hard bound."""
+        slow = self.stop_seconds is not None and self.stop_seconds > STOP_BOUND
+        return slow or (self.reentry_seconds is not None and self.reentry_seconds > REENTRY_BOUND)
 
     @property
     def wrong_exit(self) -> bool:
@@ -188,6 +215,13 @@ class Outcome:
     def report(self, state: Path) -> str:
         lines = [self.schedule.describe(), f"ddsup start: exit {self.returncode}"]
         lines += [f"fired: {f}" for f in self.fired] + [f"missed: {m}" for m in self.missed]
+        if self.stop_seconds is not None:
+            lines.append(f"stop took {self.stop_seconds:.2f}s (bound {STOP_BOUND:g}s)")
+        if self.reentry_seconds is not None:
+            lines.append(
+                f"exit {self.reentry_seconds:.2f}s after the second stop signal"
+                f" (bound {REENTRY_BOUND:g}s)"
+            )
         if self.hang:
             lines.append(f"HANG: still running after {self.schedule.bound:g}s")
         lines += [f"ORPHAN {pid}: {cmd}" for pid, cmd in sorted(self.orphans.items())]
@@ -199,8 +233,15 @@ class Outcome:
 class ChaosRun:
     """One schedule: write units, start, inject, wait, check, clean up."""
 
-    def __init__(self, schedule: Schedule, workdir: Path) -> None:
+    def __init__(
+        self,
+        schedule: Schedule,
+        workdir: Path,
+        *,
+        before_fire: Callable[[ChaosRun, Injection], bool] | None = None,
+    ) -> None:
         self.schedule = schedule
+        self.before_fire = before_fire
         self.units = workdir / "units"
         self.state = workdir / "state"
         self.output = workdir / "output.log"
@@ -210,13 +251,19 @@ class ChaosRun:
         self.invocation_id: str | None = None
         self.started_at = 0.0
         self.fired_at: dict[str, float] = {}
+        self._agents_seen = False
+        self.exited_wall = 0.0
 
     def run(self) -> Outcome:
         write_units(self.units, self.schedule.unit_files())
         self.started_at = time.monotonic()
         with self.output.open("wb") as output:
             process = subprocess.Popen(
-                self._argv(), env=start_env(), stdin=subprocess.DEVNULL, stdout=output, stderr=output
+                self._argv(),
+                env=start_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
             )
         try:
             self._drive(process)
@@ -230,6 +277,7 @@ class ChaosRun:
                 kill_run(self.invocation_id)
         self.outcome.seconds = time.monotonic() - self.started_at
         self._check_artefacts()
+        self._check_stop_time()
         return self.outcome
 
     def _argv(self) -> list[str]:
@@ -250,11 +298,11 @@ class ChaosRun:
                 process.kill()
                 break
             self._look()
-            while pending and self._try_fire(pending[0], process):
-                pending.pop(0)
+            pending = [i for i in pending if not self._try_fire(i, process)]
             time.sleep(POLL)
+        self.exited_wall = time.time()
         self.outcome.returncode = process.wait()
-        self.outcome.missed += [i.describe() for i in pending]
+        self.outcome.missed += [i.describe() for i in pending if i.role != "storm"]
 
     def _look(self) -> None:
         if self.invocation_id is None:
@@ -267,6 +315,12 @@ class ChaosRun:
         with it (fired, or a noise injection whose target is gone for good)."""
         if self.invocation_id is None or not self._reached(injection):
             return False
+        if (
+            injection.role == "primary"
+            and self.before_fire
+            and not self.before_fire(self, injection)
+        ):
+            return False
         pid = self._resolve(injection.target, process)
         if pid is None:
             if injection.role == "noise" and self._phase() >= Phase.RUNNING:
@@ -274,20 +328,26 @@ class ChaosRun:
                 return True
             return False
         try:
-            os.kill(pid, injection.signum)
+            if pid == process.pid:
+                process.send_signal(injection.signum)  # never once it has been reaped
+            else:
+                os.kill(pid, injection.signum)
         except ProcessLookupError:
             return False
-        self.fired_at[injection.describe()] = time.time()
+        key = "reentry" if injection.role == "storm" else injection.role
+        if injection.role == "storm" and key in self.fired_at:
+            return False  # a storm goes on until ddsup start exits
+        self.fired_at[key] = self.fired_at.get(key, time.time())
         elapsed = time.monotonic() - self.started_at
         self.outcome.fired.append(f"{injection.describe()} (pid {pid}, t+{elapsed:.2f}s)")
-        return True
+        return injection.role != "storm"
 
     def _resolve(self, target: str, process: subprocess.Popen[bytes]) -> int | None:
         assert self.invocation_id is not None
         if target == "start":
             return process.pid
         if target.startswith("agent:"):
-            return agent_pid(self.invocation_id, target.split(":", 1)[1])
+            return agent_pids(self.invocation_id).get(target.split(":", 1)[1])
         instance = "worker" if target == "worker" else target.split(":", 1)[1]
         pid = self.view.pid.get(instance)
         if pid is None or self.view.state.get(instance) not in ("starting", "ready"):
@@ -298,33 +358,37 @@ class ChaosRun:
     def _reached(self, injection: Injection) -> bool:
         if injection.phase is Phase.READINESS_WAIT and injection.target.startswith("lane:"):
             return injection.target.split(":", 1)[1] in self.view.pid  # the target's own start
-        return self._phase() >= injection.phase
+        phase = self._phase()
+        return phase is not None and phase >= injection.phase
 
-    def _phase(self) -> Phase:
+    def _phase(self) -> Phase | None:
         """The furthest phase the run has reached (phases are passed in order)."""
         view, sched = self.view, self.schedule
         if "stopping" in view.run_steps:
             return Phase.STOPPING
         healthy = sched.lane_instances(healthy_only=True)
         worker_up = sched.worker.kind is WorkerKind.NONE or "worker" in view.pid
-        if healthy and set(healthy) <= view.ever_ready and worker_up:
+        if set(healthy) <= view.ever_ready and worker_up:
             return Phase.RUNNING
         lanes = sched.lane_instances()
         slow = [i for u in sched.lanes if u.kind is LaneKind.SLOW for i in u.instances()]
         if any(i in view.pid for i in slow):
             return Phase.READINESS_WAIT
-        started = [i for i in lanes if i in view.state and view.state[i] != "waiting"]
+        started = [i for i in lanes if view.state.get(i, "waiting") != "waiting"]
         waiting = [i for i in lanes if view.state.get(i) == "waiting"]
         if started and (waiting or len(started) == len(lanes)):
             return Phase.MID_STAGGER
         if started:
             return Phase.FIRST_STARTING
-        if view.state or any(agent_pid(self.invocation_id or "", f"node{n}") for n in range(1)):
+        if view.state or self._agents_up():
             return Phase.PREFLIGHT
-        return Phase.PREFLIGHT if self._agents_up() else Phase(-1) if False else _BEFORE
+        return None
 
     def _agents_up(self) -> bool:
-        return self.invocation_id is not None and agent_pid(self.invocation_id, "node0") is not None
+        """Whether a node agent of the run is up (it then runs preflight)."""
+        if not self._agents_seen and self.invocation_id is not None:
+            self._agents_seen = bool(agent_pids(self.invocation_id))
+        return self._agents_seen
 
     # --- after the end ----------------------------------------------------------------
     def _await_no_orphans(self, ended_at: float) -> None:
@@ -350,8 +414,17 @@ class ChaosRun:
         self.outcome.problems += check_result(self.state, self.outcome.returncode)
         self.outcome.problems += check_events(self.tail.events, self.state)
 
-
-_BEFORE = Phase.PREFLIGHT
+    def _check_stop_time(self) -> None:
+        """From the cause of the end to the exit of ddsup start, and from a second stop
+        signal to the exit, within bounds (``timeout_stop`` ≤ 1 s in every schedule)."""
+        if self.outcome.hang or self.schedule.expected_status is None:
+            return
+        ending = [e["time"] for e in self.tail.events if e.get("reason") == "ending"]
+        cause = self.fired_at.get("primary", ending[0] if ending else None)
+        if cause is not None:
+            self.outcome.stop_seconds = self.exited_wall - cause
+        if "reentry" in self.fired_at:
+            self.outcome.reentry_seconds = self.exited_wall - self.fired_at["reentry"]
 
 
 def read_invocation_id(state: Path) -> str | None:
@@ -415,7 +488,9 @@ def check_events(events: list[dict[str, Any]], state: Path) -> list[str]:
         return problems
     for key in ("status", "exit_code"):
         if finished.get(key) != result.get(key):
-            problems.append(f"'run finished' {key} {finished.get(key)!r} != result {result.get(key)!r}")
+            problems.append(
+                f"'run finished' {key} {finished.get(key)!r} != result {result.get(key)!r}"
+            )
     return problems
 
 
@@ -446,6 +521,3 @@ def start_env() -> dict[str, str]:
     }
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
-
-
-__all__ = ["HEALTHY", "ChaosRun", "Outcome", "kill_run", "run_processes"]

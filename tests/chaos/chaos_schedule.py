@@ -68,6 +68,28 @@ class Cause(str, enum.Enum):
     AGENT_LOST = "agent-lost"  # a node agent dies → 70
 
 
+# How often each cause is drawn: signals to ddsup start and its agents at every phase
+# are the heart of the suite; the causes that need no injection are rarer.
+CAUSE_WEIGHTS = {
+    Cause.STOP_SIGNAL: 5,
+    Cause.KILL_START: 2,
+    Cause.AGENT_LOST: 2,
+    Cause.LANE_KILLED: 2,
+    Cause.WORKER_SIGNAL: 1,
+    Cause.WORKER_EXIT: 1,
+    Cause.FORWARDED: 1,
+    Cause.CRASH_LOOP: 1,
+    Cause.READINESS: 1,
+}
+PHASE_WEIGHTS = {
+    Phase.PREFLIGHT: 1,
+    Phase.FIRST_STARTING: 1,
+    Phase.MID_STAGGER: 2,
+    Phase.READINESS_WAIT: 2,
+    Phase.RUNNING: 2,
+}
+
+
 @dataclass(frozen=True)
 class LaneUnit:
     """One lane unit (a template): ``replicas`` instances of one behaviour."""
@@ -170,7 +192,10 @@ class Injection:
     phase: Phase
     target: str
     signum: signal.Signals
-    role: str  # primary | noise | reentry
+    role: str  # primary | prelude (before the primary) | noise | reentry | storm
+
+    # A storm is a reentry repeated every few milliseconds until ddsup start exits (a
+    # user hammering Ctrl-C, or scancel and a job script's trap both signalling).
 
     def describe(self) -> str:
         return f"{self.role}: {self.signum.name} → {self.target} at {self.phase.name}"
@@ -247,7 +272,7 @@ class Schedule:
 def make_schedule(seed: int, index: int) -> Schedule:
     """The schedule ``index`` of ``seed``: the same pair always gives the same schedule."""
     rng = random.Random(f"ddsup-chaos:{seed}:{index}")
-    cause = rng.choice(list(Cause))
+    cause = rng.choices(list(CAUSE_WEIGHTS), weights=list(CAUSE_WEIGHTS.values()))[0]
     nodes = rng.choice((1, 2, 2, 3)) if cause is not Cause.AGENT_LOST else rng.choice((2, 3))
     gpus = rng.choice((2, 3))
     lanes = _lanes(rng, cause, nodes * gpus)
@@ -269,7 +294,11 @@ def make_schedule(seed: int, index: int) -> Schedule:
     injections = _noise(rng, sched, primary) + primary
     if cause is not Cause.KILL_START and rng.random() < 0.4:
         second = rng.choice((signal.SIGTERM, signal.SIGINT))
-        injections.append(Injection(Phase.STOPPING, "start", second, "reentry"))
+        role = "storm" if rng.random() < 0.3 else "reentry"
+        injections.append(Injection(Phase.STOPPING, "start", second, role))
+    if cause is not Cause.KILL_START and rng.random() < 0.25:  # an agent dies while stopping
+        node = f"node{rng.randrange(lane_nodes(sched))}"
+        injections.append(Injection(Phase.STOPPING, f"agent:{node}", signal.SIGKILL, "noise"))
     return Schedule(
         seed=seed,
         index=index,
@@ -312,7 +341,7 @@ def _lanes(rng: random.Random, cause: Cause, capacity: int) -> tuple[LaneUnit, .
         specs.append((fragile, True))
     replicas = _split(rng, capacity, len(specs))
     units = []
-    for n, ((kind, is_fragile), count) in enumerate(zip(specs, replicas)):
+    for n, ((kind, is_fragile), count) in enumerate(zip(specs, replicas, strict=True)):
         name = f"{chr(ord('a') + n)}-{kind.value}"
         if is_fragile:
             name = f"{chr(ord('a') + n)}-fragile-{kind.value}"
@@ -347,17 +376,24 @@ def _primary(rng: random.Random, sched: Schedule) -> tuple[list[Injection], int,
     phases = _reachable_phases(sched)
     if cause is Cause.STOP_SIGNAL:
         signum = rng.choice(STOP_SIGNALS)
-        phase = rng.choice(phases)
+        phase = _pick_phase(rng, phases)
         return [Injection(phase, "start", signum, "primary")], 128 + signum, "stopped"
     if cause is Cause.KILL_START:
-        phase = rng.choice(phases)
-        return [Injection(phase, "start", signal.SIGKILL, "primary")], -9, None
+        kill = Injection(_pick_phase(rng, phases), "start", signal.SIGKILL, "primary")
+        if rng.random() < 0.3:  # SIGKILL in the middle of the stop sequence
+            first = Injection(_pick_phase(rng, phases), "start", signal.SIGTERM, "prelude")
+            return [first, Injection(Phase.STOPPING, "start", signal.SIGKILL, "primary")], -9, None
+        return [kill], -9, None
     if cause is Cause.WORKER_EXIT:
         code = sched.worker.exit_code
         return [], code, "ok" if code == 0 else "worker_failed"
     if cause is Cause.WORKER_SIGNAL:
         signum = rng.choice(ALL_SIGNALS)
-        return [Injection(Phase.RUNNING, "worker", signum, "primary")], 128 + signum, "worker_failed"
+        return (
+            [Injection(Phase.RUNNING, "worker", signum, "primary")],
+            128 + signum,
+            "worker_failed",
+        )
     if cause is Cause.FORWARDED:
         inj = Injection(Phase.RUNNING, "start", signal.SIGUSR1, "primary")
         return [inj], 128 + signal.SIGUSR1, "worker_failed"
@@ -371,11 +407,15 @@ def _primary(rng: random.Random, sched: Schedule) -> tuple[list[Injection], int,
         return [], EXIT_UNIT_FAILED, "unit_failed"
     if cause is Cause.READINESS:
         return [], EXIT_READINESS_TIMEOUT, "readiness_timeout"
-    lane_nodes = -(-len(sched.lane_instances()) // sched.gpus_per_node)  # nodes with lanes
-    node = f"node{rng.randrange(min(lane_nodes, sched.nodes))}"
+    node = f"node{rng.randrange(lane_nodes(sched))}"
     signum = rng.choice((signal.SIGKILL, signal.SIGKILL, signal.SIGTERM, signal.SIGHUP))
-    phase = rng.choice(phases)
+    phase = _pick_phase(rng, phases)
     return [Injection(phase, f"agent:{node}", signum, "primary")], EXIT_UNIT_FAILED, "unit_failed"
+
+
+def lane_nodes(sched: Schedule) -> int:
+    """How many nodes get lanes (and so an agent): lanes fill the nodes in order."""
+    return min(sched.nodes, -(-len(sched.lane_instances()) // sched.gpus_per_node))
 
 
 def _reachable_phases(sched: Schedule) -> list[Phase]:
@@ -386,6 +426,10 @@ def _reachable_phases(sched: Schedule) -> list[Phase]:
     if any(u.kind is LaneKind.SLOW for u in sched.lanes):
         phases.append(Phase.READINESS_WAIT)
     return sorted(phases)
+
+
+def _pick_phase(rng: random.Random, phases: list[Phase]) -> Phase:
+    return rng.choices(phases, weights=[PHASE_WEIGHTS[p] for p in phases])[0]
 
 
 def _has_stagger_window(sched: Schedule) -> bool:
@@ -402,8 +446,12 @@ def _noise(rng: random.Random, sched: Schedule, primary: list[Injection]) -> lis
     out = []
     for _ in range(rng.randint(0, 3)):
         target, signum = _noise_target(rng, sched)
-        if target is not None:
-            out.append(Injection(rng.choice(phases), target, signum, "noise"))
+        if target is None:
+            continue
+        phase = rng.choice(phases)
+        if target.startswith("lane:"):
+            phase = max(phase, Phase.FIRST_STARTING)  # no lane runs before
+        out.append(Injection(phase, target, signum, "noise"))
     out.sort(key=lambda i: i.phase)
     return out
 

@@ -14,7 +14,7 @@ import math
 import socket
 import ssl
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 
@@ -160,9 +160,9 @@ class FakeLane:
                 _abort(stream)
                 return False
             event = f"data: {json.dumps({'lane': self.name, 'i': i})}\n\n".encode()
-            await stream.send_all(conn.send(h11.Data(data=event)))
-            self.events_sent += 1
+            self.events_sent += 1  # counted before it leaves: the client may see it at once
             self._notify()
+            await stream.send_all(conn.send(h11.Data(data=event)))
         await stream.send_all(conn.send(h11.Data(data=b"data: [DONE]\n\n")))
         await stream.send_all(conn.send(h11.EndOfMessage()))
         return True
@@ -281,8 +281,8 @@ class Running:
 async def running_endpoint(
     lanes: list[FakeLane],
     *,
-    extra: list[LaneInfo] = (),
-    **overrides: object,  # type: ignore[assignment]
+    extra: Sequence[LaneInfo] = (),
+    **overrides: object,
 ) -> AsyncIterator[Running]:
     """Start ``lanes`` and an endpoint over them (plus ``extra`` lane infos); stop all after."""
     config = replace(TEST_CONFIG, **overrides)  # type: ignore[arg-type]

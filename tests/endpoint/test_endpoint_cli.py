@@ -9,9 +9,9 @@ import sys
 
 import pytest
 import trio
-from endpoint_fakes import FakeLane, http_client
+from endpoint_fakes import TEST_CONFIG, FakeLane, http_client
 
-from ddsup._endpoint import EndpointConfig, LaneInfo, LaneTable
+from ddsup._endpoint import EndpointConfig, LaneInfo, LaneTable, serve
 from ddsup._endpoint._admission import choose
 from ddsup._endpoint._metrics_sampler import parse_waiting
 from ddsup._units._model import EndpointSection
@@ -128,3 +128,33 @@ def test_config_from_unit_section_never_shows_the_key() -> None:
     assert config.retry_after == 2.0
     assert config.api_key == "secret-value"
     assert "secret-value" not in repr(config)
+
+
+async def test_serve_follows_its_feeder_and_ends_with_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    lane = FakeLane("a")
+    fed, finish, served = trio.Event(), trio.Event(), trio.Event()
+
+    async def feeder(table: LaneTable) -> None:
+        table.set_ready([lane.info])
+        fed.set()
+        await finish.wait()  # the controller's feed ends: the endpoint must end too
+
+    async def run_serve() -> None:
+        await serve(TEST_CONFIG, LaneTable(), feeder)
+        served.set()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lane.serve)
+        nursery.start_soon(run_serve)
+        with trio.fail_after(5):
+            await fed.wait()
+        url = capsys.readouterr().out.split()[-1]
+        async with http_client() as client:
+            response = await client.post(f"{url}/v1/completions", json={"model": "m"})
+        assert response.json()["lane"] == "a"
+        finish.set()
+        with trio.fail_after(5):
+            await served.wait()
+        nursery.cancel_scope.cancel()

@@ -327,6 +327,6 @@ async def test_metrics_are_prometheus_text() -> None:
         (s.labels["model"], s.labels["status"]): s.value
         for s in families["ddsup_endpoint_requests"].samples
     }
-    assert requests == {("m", "200"): 1.0, ("zzz", "404"): 1.0}
+    assert requests == {("m", "200"): 1.0, ("(unknown)", "404"): 1.0}
     assert "ddsup_endpoint_request_duration_seconds" in families
     assert "ddsup_endpoint_lane_outstanding" in families

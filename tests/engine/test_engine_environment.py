@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from engine_helpers import PY, UnitDir, run_start
 
 from ddsup._channel import ADDRESS_ENV, SECRET_ENV
@@ -22,6 +23,7 @@ def _ready_when_dumped(dumps: Path) -> dict[str, Any]:
     return {"exec": ["test", "-s", f"{dumps}/{{instance}}.json"], "interval": "20ms"}
 
 
+@pytest.mark.slow  # node agents: a few seconds each
 async def test_unit_environment_and_state_dir(tmp_path: Path) -> None:
     dumps = tmp_path / "env"
     dumps.mkdir()

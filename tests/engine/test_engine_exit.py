@@ -117,6 +117,7 @@ def _lane(units: UnitDir, *, port: int | str, replicas: int) -> None:
     units.add("worker", "worker", ["true"], unit={"after": ["lane"]})
 
 
+@pytest.mark.slow  # node agents: a few seconds each
 async def test_planned_port_in_use_fails_preflight_69(tmp_path: Path) -> None:
     units = UnitDir(tmp_path / "units")
     with socket.socket() as busy:
@@ -133,6 +134,7 @@ async def test_planned_port_in_use_fails_preflight_69(tmp_path: Path) -> None:
     assert not run.transitions("worker", "starting")
 
 
+@pytest.mark.slow  # node agents: a few seconds each
 async def test_more_replicas_than_gpus_fails_69(tmp_path: Path) -> None:
     units = UnitDir(tmp_path / "units")
     _lane(units, port="auto", replicas=3)

@@ -12,6 +12,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from engine_helpers import PY, UnitDir, first_stamp, run_start, running
 
 SLACK = 0.25  # scheduling slack on a loaded CI machine (seconds)
@@ -83,6 +84,7 @@ def _starting(events: list[dict[str, Any]]) -> dict[str, float]:
     return {e["instance"]: e["time"] for e in events if e.get("to") == "starting"}
 
 
+@pytest.mark.slow  # node agents: a few seconds each
 async def test_lanes_on_a_node_start_stagger_apart(tmp_path: Path) -> None:
     units = UnitDir(tmp_path / "units")
     _lanes(units, "200ms")
@@ -98,6 +100,7 @@ async def test_lanes_on_a_node_start_stagger_apart(tmp_path: Path) -> None:
         assert 0.18 <= gap <= 0.2 + SLACK, gaps
 
 
+@pytest.mark.slow  # node agents: a few seconds each
 async def test_stop_mid_stagger_starts_nothing_new(tmp_path: Path) -> None:
     units = UnitDir(tmp_path / "units")
     _lanes(units, "2s")

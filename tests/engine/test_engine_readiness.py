@@ -7,6 +7,7 @@ import os
 import socket
 from pathlib import Path
 
+import pytest
 import trio
 from engine_helpers import PY, UnitDir, run_start
 
@@ -49,6 +50,7 @@ def _lane(model: str) -> dict[str, object]:
     return {"model": model, "gpus": 1, "replicas": 1, "port": "auto", "stagger": "0s"}
 
 
+@pytest.mark.slow  # node agents: a few seconds each
 async def test_http_tcp_and_exec_probes_gate_the_worker(tmp_path: Path) -> None:
     units = UnitDir(tmp_path / "units")
     (units.path / "late.py").write_text(LATE_LISTENER_PY)

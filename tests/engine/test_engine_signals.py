@@ -48,6 +48,7 @@ async def test_stop_signal_stops_gracefully(tmp_path: Path, signum: int, code: i
     assert signal.Signals(signum).name in result["cause"]["reason"]
     for instance in ("svc", "worker"):
         assert [e["to"] for e in done.transitions(instance)][-2:] == ["stopping", "exited"]
+    assert done.transitions("svc", "exited")[0]["exit"] == {"signal": "SIGTERM"}
     # reverse order: the worker is down before the service it started after
     assert done.times("worker", "exited")[0] <= done.times("svc", "stopping")[0]
 
@@ -59,8 +60,9 @@ async def test_term_ignoring_unit_is_killed_after_timeout_stop(tmp_path: Path) -
     run = await run_start(units, tmp_path / "state")
     assert run.returncode == 0, run.describe()
     [stopping] = run.times("stubborn", "stopping")
-    [exited] = run.times("stubborn", "exited")
-    assert 0.3 <= exited - stopping <= 0.3 + 2.0
+    [exited] = run.transitions("stubborn", "exited")
+    assert 0.3 <= exited["time"] - stopping <= 0.3 + 2.0
+    assert exited["exit"] == {"signal": "SIGKILL"}
 
 
 async def test_second_stop_signal_kills_everything_at_once(tmp_path: Path) -> None:

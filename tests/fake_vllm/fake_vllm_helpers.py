@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import jsonschema  # type: ignore[import-untyped]  # no stubs; tests only
+import jsonschema  # type: ignore[import-untyped,unused-ignore]  # stubs optional
 import trio
 
 STARTUP_TIMEOUT = 15.0  # a cold interpreter on a loaded CI box

@@ -13,6 +13,9 @@ import pytest
 import trio
 from process_helpers import SLEEP, alive, py, run_env
 
+from ddsup._cli import main
+from ddsup._process import spawn
+
 
 def _cleanup(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -50,12 +53,24 @@ def test_cleanup_by_invocation_twice(invocation_id: str) -> None:
             proc.wait()
 
 
-def test_cleanup_by_state_dir(invocation_id: str, tmp_path: Path) -> None:
+def _cleanup_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``ddsup cleanup`` in this process (same code path, without an interpreter start)."""
+    try:
+        status = main(["cleanup", *args])
+    except SystemExit as exited:  # argparse's usage errors
+        status = int(exited.code or 0)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_cleanup_by_state_dir(
+    invocation_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "run.json").write_text(json.dumps({"invocation_id": invocation_id}))
     proc = _start(run_env(invocation_id))
     try:
-        result = _cleanup("--state-dir", str(tmp_path))
-        assert result.returncode == 0, result.stderr
+        status, out, err = _cleanup_here(capsys, "--state-dir", str(tmp_path))
+        assert (status, out) == (0, f"ended 1 process(es) of run {invocation_id}\n"), err
         assert proc.wait(timeout=10) == -signal.SIGKILL
     finally:
         proc.kill()
@@ -67,27 +82,27 @@ def test_cleanup_by_state_dir(invocation_id: str, tmp_path: Path) -> None:
     [
         (None, "run.json: no such file; is {dir} a ddsup state directory?"),
         ("{}", "run.json: no key 'invocation_id' (a string) in the run's state"),
+        ('{"invocation_id": 3}', "run.json: no key 'invocation_id' (a string) in the run's state"),
         ("{not json", "run.json: cannot read the run's state"),
     ],
 )
 def test_cleanup_state_dir_errors_are_clear(
-    tmp_path: Path, content: str | None, message: str
+    tmp_path: Path, content: str | None, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     if content is not None:
         (tmp_path / "run.json").write_text(content)
-    result = _cleanup("--state-dir", str(tmp_path))
-    assert result.returncode == 1
-    assert result.stderr.startswith(f"ddsup: error: {tmp_path}/")
-    assert message.format(dir=tmp_path) in result.stderr
-    assert "Traceback" not in result.stderr
+    status, _, err = _cleanup_here(capsys, "--state-dir", str(tmp_path))
+    assert status == 1
+    assert err.startswith(f"ddsup: error: {tmp_path}/run.json: ")
+    assert message.format(dir=tmp_path) in err
 
 
-def test_cleanup_needs_exactly_one_way_to_name_the_run() -> None:
-    assert _cleanup().returncode == 64
-    assert _cleanup("--invocation", "a", "--state-dir", ".").returncode == 64
-    empty = _cleanup("--invocation", "")
-    assert (empty.returncode, empty.stderr) == (
+def test_cleanup_needs_exactly_one_way_to_name_the_run(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _cleanup_here(capsys)[0] == 64
+    assert _cleanup_here(capsys, "--invocation", "a", "--state-dir", ".")[0] == 64
+    assert _cleanup_here(capsys, "--invocation", "") == (
         64,
+        "",
         "ddsup: error: --invocation needs a non-empty invocation id\n",
     )
 
@@ -96,8 +111,6 @@ async def test_cleanup_ends_a_run_started_through_the_api(
     invocation_id: str, tmp_path: Path
 ) -> None:
     """The processes ddsup itself starts are found by the same id."""
-    from ddsup._process import spawn
-
     child = await spawn(py(SLEEP), env=run_env(invocation_id), cwd=".", log_path=tmp_path / "log")
     result = await trio.run_process(
         [sys.executable, "-m", "ddsup", "cleanup", "--invocation", invocation_id],

@@ -47,6 +47,11 @@ def configure_endpoint(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key-env", metavar="VAR", help="require the bearer token in $VAR")
     parser.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
     parser.add_argument("--max-concurrent", type=int, default=d.max_concurrent)
+    parser.add_argument(
+        "--lanes-from-controller",
+        action="store_true",
+        help=argparse.SUPPRESS,  # ddsup start's live lane feed (see ddsup._lane_feed)
+    )
 
 
 def parse_duration(text: str) -> float:
@@ -89,15 +94,27 @@ def config_from_args(args: argparse.Namespace) -> EndpointConfig:
 
 
 def run_endpoint(args: argparse.Namespace, feeder: Feeder | None = None) -> int:
-    """Serve until SIGINT/SIGTERM (exit 0); ``feeder`` keeps the lane table current."""
+    """Serve until SIGINT/SIGTERM (exit 0); ``feeder`` keeps the lane table current.
+
+    With ``--lanes-from-controller`` the feeder is ``ddsup start``'s live lane feed.
+    """
     config = config_from_args(args)
     try:
         table = LaneTable(parse_lanes(args.lane), max_idle=config.max_idle_upstream_connections)
     except ValueError as err:
         raise UsageError(str(err)) from err
+    if feeder is None and args.lanes_from_controller:
+        feeder = _controller_feed()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="endpoint: %(message)s")
     trio.run(partial(serve, config, table, feeder))
     return 0
+
+
+def _controller_feed() -> Feeder:
+    from ddsup._lane_feed import controller_address, follow_controller  # imports this package
+
+    address, secret = controller_address()
+    return partial(follow_controller, address=address, secret=secret)
 
 
 async def serve(config: EndpointConfig, lanes: LaneTable, feeder: Feeder | None = None) -> None:
@@ -108,7 +125,13 @@ async def serve(config: EndpointConfig, lanes: LaneTable, feeder: Feeder | None 
             host = f"[{config.bind}]" if ":" in config.bind else config.bind
             print(f"endpoint listening on http://{host}:{port}", flush=True)
             if feeder is not None:
-                nursery.start_soon(feeder, lanes)
+                nursery.start_soon(_feed_then_stop, feeder, lanes, nursery.cancel_scope)
             async for _ in signals:
                 nursery.cancel_scope.cancel()
                 break
+
+
+async def _feed_then_stop(feeder: Feeder, lanes: LaneTable, scope: trio.CancelScope) -> None:
+    """The feed ending means its source (the controller) is gone: so is the endpoint's job."""
+    await feeder(lanes)
+    scope.cancel()

@@ -12,6 +12,7 @@ flushed to the client before the next, so a slow client slows the lane's reads
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -22,13 +23,14 @@ from ddsup._endpoint._admission import choose
 from ddsup._endpoint._client import Abort, Client
 from ddsup._endpoint._config import EndpointConfig
 from ddsup._endpoint._errors import no_ready_lane, overloaded, upstream_failed
+from ddsup._endpoint._http1 import ProtocolError, ResponseHead
 from ddsup._endpoint._lanes import LaneState, LaneTable
 from ddsup._endpoint._metrics import Metrics
 from ddsup._endpoint._upstream import (
-    RECEIVE_SIZE,
     ConnectionPool,
     UpstreamConnection,
     UpstreamError,
+    request_bytes,
 )
 
 log = logging.getLogger("ddsup.endpoint")
@@ -53,6 +55,15 @@ def end_to_end(
         for name, value in headers
         if name not in drop and name not in listed and not name.startswith(b"proxy-")
     ]
+
+
+def _client_head(head: ResponseHead, conn: UpstreamConnection) -> h11.Response:
+    """The lane's response head as the client gets it (h11 validates it on the way)."""
+    assert conn.decoder is not None
+    length_framed = conn.decoder.remaining >= 0
+    drop = HOP_BY_HOP if length_framed else HOP_BY_HOP | {b"content-length"}
+    headers = end_to_end(head.headers, drop)
+    return h11.Response(status_code=head.status, headers=headers, reason=head.reason)
 
 
 @dataclass(frozen=True)
@@ -130,23 +141,28 @@ class Proxy:
             except UpstreamError as err:
                 log.debug("lane %s: %s", lane.info.instance, err)
                 return Failure(err.kind, str(err))
-            if response.status_code in RETRY_STATUSES:
+            if response.status in RETRY_STATUSES:
                 conn.close_now()
-                code = response.status_code
+                code = response.status
                 return Failure(f"http {code}", f"answered {code}", code)
             try:
-                await self._relay(conn, client, response, lane)
+                client_head = _client_head(response, conn)
+            except h11.ProtocolError as err:  # a header h11 will not pass on to the client
+                conn.close_now()
+                return Failure("protocol", f"unusable response head ({err})")
+            try:
+                await self._relay(conn, client, client_head, lane)
             except BaseException:
                 conn.close_now()
                 raise
             lane.pool.release(conn)
-            return response.status_code
+            return response.status
         finally:
             lane.outstanding -= 1
 
     async def _open(
         self, pool: ConnectionPool, request: Forward
-    ) -> tuple[UpstreamConnection, h11.Response]:
+    ) -> tuple[UpstreamConnection, ResponseHead]:
         """Send ``request`` and read the response head, on a fresh connection if a kept one died."""
         conn = await pool.acquire(self.config.upstream_connect_timeout)
         for last in (False, True):
@@ -164,64 +180,45 @@ class Proxy:
 
     async def _exchange(
         self, conn: UpstreamConnection, host: bytes, request: Forward
-    ) -> h11.Response:
-        h = conn.h11
-        length = str(len(request.body)).encode()
-        headers = [(b"host", host), *request.headers, (b"content-length", length)]
-        data = h.send(h11.Request(method=request.method, target=request.target, headers=headers))
-        if request.body:
-            data += h.send(h11.Data(data=request.body))
-        data += h.send(h11.EndOfMessage())
+    ) -> ResponseHead:
+        data = request_bytes(request.method, request.target, host, request.headers, request.body)
         timeout = self.config.upstream_timeout
         try:
             with trio.fail_after(timeout):
                 await conn.stream.send_all(data)
-                while True:
-                    event = await conn.receive_event()
-                    if isinstance(event, h11.Response):
-                        return event
-                    if not isinstance(event, h11.InformationalResponse):
-                        raise UpstreamError(
-                            "reset", "the lane closed the connection before answering"
-                        )
+                return await conn.read_head()
         except trio.TooSlowError as err:
             raise UpstreamError("timeout", f"no answer within {timeout:g} s") from err
-        except (trio.BrokenResourceError, OSError, h11.RemoteProtocolError) as err:
+        except (trio.BrokenResourceError, OSError, ProtocolError) as err:
             raise UpstreamError("reset", f"connection broken before answering ({err})") from err
 
     async def _relay(
-        self, conn: UpstreamConnection, client: Client, response: h11.Response, lane: LaneState
+        self, conn: UpstreamConnection, client: Client, head: h11.Response, lane: LaneState
     ) -> None:
-        headers = end_to_end(response.headers, HOP_BY_HOP)
-        client.write(
-            h11.Response(status_code=response.status_code, headers=headers, reason=response.reason)
-        )
-        h = conn.h11
+        decoder = conn.decoder
+        assert decoder is not None
+        client.write(head)
         timeout = self.config.upstream_timeout
-        while True:
-            try:
-                event = h.next_event()
-            except h11.RemoteProtocolError as err:
-                raise self._cut(lane, f"bad or truncated response body ({err})") from err
-            if isinstance(event, h11.Data):
-                client.write(h11.Data(data=event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                client.write(h11.EndOfMessage())
+        with trio.CancelScope() as idle:  # one scope, its deadline pushed on at each read
+            while True:
+                try:
+                    data = conn.buffered()
+                except ProtocolError as err:
+                    raise self._cut(lane, f"bad response body ({err})") from err
+                if data:
+                    client.write(h11.Data(data=data))
+                if decoder.done:
+                    client.write(h11.EndOfMessage())
+                    await client.flush()
+                    return
                 await client.flush()
-                return
-            elif event is h11.NEED_DATA:
-                await client.flush()
-                data = b""
-                with trio.move_on_after(timeout) as scope:
-                    try:
-                        data = await conn.stream.receive_some(RECEIVE_SIZE)
-                    except trio.BrokenResourceError as err:
-                        raise self._cut(lane, f"connection broken mid-response ({err})") from err
-                if scope.cancelled_caught:
-                    raise self._cut(lane, f"silent for {timeout:g} s mid-response")
-                h.receive_data(data)
-            else:
-                raise self._cut(lane, "closed mid-response")
+                idle.deadline = trio.current_time() + timeout
+                try:
+                    await conn.receive()
+                except (trio.BrokenResourceError, ProtocolError) as err:
+                    raise self._cut(lane, f"response cut short ({err})") from err
+                idle.deadline = math.inf  # a slow client is not a silent lane
+        raise self._cut(lane, f"silent for {timeout:g} s mid-response")
 
     def _cut(self, lane: LaneState, why: str) -> Abort:
         log.warning("lane %s: %s; the client's response is cut short", lane.info.instance, why)

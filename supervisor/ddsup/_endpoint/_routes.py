@@ -121,7 +121,8 @@ async def _proxied(ep: Endpoint, client: Client, request: h11.Request) -> None:
         body = await client.read_body(request, ep.config.max_body_bytes)
         model = _model_of(body)
         if not ep.lanes.is_known(model):
-            raise unknown_model(model, ep.lanes.known_models())
+            wanted, model = model, "(unknown)"  # one label, whatever clients send
+            raise unknown_model(wanted, ep.lanes.known_models())
         if not ep.lanes.ready(model):
             raise no_ready_lane(model)
         forward = Forward(

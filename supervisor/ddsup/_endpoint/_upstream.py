@@ -1,9 +1,10 @@
-"""Pooled HTTP/1.1 connections from the endpoint to one lane, spoken with h11.
+"""Pooled HTTP/1.1 connections from the endpoint to one lane.
 
 Opening a TCP connection per proxied request would double the endpoint's cost and put
 TIME_WAIT pressure on the lanes, so each lane keeps a stack of idle keep-alive
-connections. A connection goes back to the pool only when both sides finished their
-message cleanly; anything else (cancelled mid-request, truncated body) is closed.
+connections. A connection goes back to the pool only when its response ended cleanly
+at a message boundary; anything else (cancelled mid-request, truncated body) is closed.
+Requests are written directly and responses parsed by :mod:`._http1`.
 """
 
 from __future__ import annotations
@@ -11,54 +12,88 @@ from __future__ import annotations
 import errno
 from urllib.parse import urlsplit
 
-import h11
 import trio
+
+from ddsup._endpoint._http1 import BodyDecoder, ProtocolError, ResponseHead, parse_head, split_head
 
 RECEIVE_SIZE = 65536
 
 
 class UpstreamError(Exception):
-    """The lane failed before answering; ``kind`` says how (refused, reset, timeout…).
+    """The lane failed before answering; ``kind`` says how (refused, reset, timeout…)."""
 
-    ``fresh`` is false when the failure came on a reused keep-alive connection that the
-    lane may simply have closed while idle: the caller then tries a new connection to
-    the same lane before counting it as a failed attempt.
-    """
-
-    def __init__(self, kind: str, detail: str, *, fresh: bool = True) -> None:
+    def __init__(self, kind: str, detail: str) -> None:
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
-        self.fresh = fresh
 
 
 class UpstreamConnection:
-    """One TCP connection to a lane and its h11 client state."""
+    """One TCP connection to a lane, and the framing state of its current response."""
 
-    __slots__ = ("h11", "reused", "stream")
+    __slots__ = ("buffer", "closed", "decoder", "reused", "stream")
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
-        self.h11 = h11.Connection(h11.CLIENT)
+        self.buffer = b""
+        self.decoder: BodyDecoder | None = None
         self.reused = False
+        self.closed = False
 
     def reusable(self) -> bool:
-        conn = self.h11
-        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+        decoder = self.decoder
+        return (
+            decoder is not None
+            and decoder.done
+            and decoder.reusable
+            and not self.closed
+            and not self.buffer
+        )
 
     def close_now(self) -> None:
         """Close without awaiting: for use where no checkpoint may happen."""
         self.stream.socket.close()
 
-    async def receive_event(self) -> h11.Event:
-        """The next event from the lane, reading from the socket as h11 needs."""
+    async def read_head(self) -> ResponseHead:
+        """The response head (1xx skipped); :class:`UpstreamError` if the lane closes first."""
         while True:
-            event = self.h11.next_event()
-            if isinstance(event, h11.Event):
-                return event
-            if event is h11.PAUSED:  # only after a complete response; never while awaiting one
-                raise UpstreamError("reset", "the lane's connection is out of step")
-            data = await self.stream.receive_some(RECEIVE_SIZE)
-            self.h11.receive_data(data)
+            split = split_head(self.buffer)
+            if split is None:
+                await self.receive()
+                if self.closed:
+                    raise UpstreamError("reset", "the lane closed the connection before answering")
+                continue
+            head_bytes, self.buffer = split
+            head = parse_head(head_bytes)
+            if head.status >= 200:
+                self.decoder = BodyDecoder(head)
+                return head
+
+    def buffered(self) -> bytes:
+        """Body bytes already received (no I/O); check ``decoder.done`` for the end."""
+        data, self.buffer = self.buffer, b""
+        assert self.decoder is not None
+        return self.decoder.feed(data) if data else b""
+
+    async def receive(self) -> None:
+        """One read from the lane into the buffer; at EOF, check the body was complete."""
+        data = await self.stream.receive_some(RECEIVE_SIZE)
+        if data:
+            self.buffer += data
+            return
+        self.closed = True
+        if self.decoder is not None:
+            self.decoder.eof()
+
+
+def request_bytes(
+    method: bytes, target: bytes, host: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+) -> bytes:
+    """One HTTP/1.1 request; header names and values were already validated (by h11)."""
+    parts = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method, target, host)]
+    parts.extend(b"%s: %s\r\n" % pair for pair in headers)
+    parts.append(b"content-length: %d\r\n\r\n" % len(body))
+    parts.append(body)
+    return b"".join(parts)
 
 
 def _connect_failure(err: OSError) -> str:
@@ -109,11 +144,7 @@ class ConnectionPool:
         if self._retired or len(self._idle) >= self._max_idle or not conn.reusable():
             conn.close_now()
             return
-        try:
-            conn.h11.start_next_cycle()
-        except h11.LocalProtocolError:
-            conn.close_now()
-            return
+        conn.decoder = None
         self._idle.append(conn)
 
     def close_idle(self, *, retire: bool) -> None:
@@ -128,25 +159,19 @@ async def fetch(pool: ConnectionPool, path: str, connect_timeout: float) -> tupl
     """``GET path`` on a pooled connection: (status, whole body). For small control reads."""
     conn = await pool.acquire(connect_timeout)
     try:
-        request = h11.Request(method="GET", target=path, headers=[(b"host", pool.host_header)])
-        await conn.stream.send_all(conn.h11.send(request) + conn.h11.send(h11.EndOfMessage()))
-        status = 0
-        body: list[bytes] = []
-        while True:
-            event = await conn.receive_event()
-            if isinstance(event, h11.Response):
-                status = event.status_code
-            elif isinstance(event, h11.Data):
-                body.append(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                break
-            elif not isinstance(event, h11.InformationalResponse):
-                raise UpstreamError("reset", "the lane closed the connection mid-answer")
-    except (trio.BrokenResourceError, OSError, h11.ProtocolError) as err:
+        request = b"GET %s HTTP/1.1\r\nhost: %s\r\n\r\n" % (path.encode(), pool.host_header)
+        await conn.stream.send_all(request)
+        head = await conn.read_head()
+        assert conn.decoder is not None
+        body = [conn.buffered()]
+        while not conn.decoder.done:
+            await conn.receive()
+            body.append(conn.buffered())
+    except (trio.BrokenResourceError, OSError, ProtocolError) as err:
         conn.close_now()
         raise UpstreamError("reset", str(err)) from err
     except BaseException:
         conn.close_now()
         raise
     pool.release(conn)
-    return status, b"".join(body)
+    return head.status, b"".join(body)

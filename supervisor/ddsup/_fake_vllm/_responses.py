@@ -94,6 +94,10 @@ class ChunkWriter:
             "created": int(time.time()),
             "model": request.model,
         }
+        head = dumps(self._head)[:-1]  # without the closing brace
+        self._prefix = b"data: " + head + b',"choices":[{"index":'
+        self._text_open = b',"delta":{"content":' if request.chat else b',"text":'
+        self._text_close = b"}" if request.chat else b""
 
     def role(self, index: int) -> bytes:
         """vLLM's first chat chunk per choice announces the assistant role."""
@@ -102,16 +106,26 @@ class ChunkWriter:
         return self._event([choice])
 
     def delta(self, index: int, text: str, finish: ChoiceText | None) -> bytes:
-        """A chunk carrying ``text``; ``finish`` marks the choice's last chunk."""
-        choice: Json = {"index": index}
-        if self._request.chat:
-            choice["delta"] = {"content": text}
-        else:
-            choice["text"] = text
-        choice["logprobs"] = None
-        choice["finish_reason"] = finish.finish_reason if finish else None
-        choice["stop_reason"] = finish.stop_reason if finish else None
-        return self._event([choice])
+        """A chunk carrying ``text``; ``finish`` marks the choice's last chunk.
+
+        The hot path of streaming (one call per token), so it fills a pre-rendered
+        template instead of serialising the whole chunk: only the text is escaped.
+        """
+        end = b'null,"stop_reason":null}]}\n\n'
+        if finish is not None:
+            reason = dumps(finish.finish_reason)
+            end = reason + b',"stop_reason":' + dumps(finish.stop_reason) + b"}]}\n\n"
+        return b"".join(
+            (
+                self._prefix,
+                str(index).encode(),
+                self._text_open,
+                dumps(text),
+                self._text_close,
+                _MIDDLE,
+                end,
+            )
+        )
 
     def usage(self, choices: Sequence[ChoiceText]) -> bytes:
         """The final chunk of ``stream_options.include_usage``: no choices, just usage."""
@@ -125,3 +139,4 @@ class ChunkWriter:
 
 
 DONE = b"data: [DONE]\n\n"
+_MIDDLE = b',"logprobs":null,"finish_reason":'

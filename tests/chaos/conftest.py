@@ -1,0 +1,101 @@
+"""Options and figures of the chaos suite.
+
+``pytest tests/chaos --chaos-runs N --chaos-seed S`` runs schedules ``schedule-S-0`` …
+``schedule-S-(N-1)``; each is reproducible from its id alone (``-k schedule-S-I`` with the
+same seed, or ``--chaos-seed S --chaos-only I``). The session ends with one figure line::
+
+    chaos: schedules run N, orphans found X, wrong exit codes Y, hangs Z
+
+where X, Y and Z count schedules (a schedule with two orphans counts once).
+
+The options exist when pytest is pointed at ``tests/chaos`` (or a file in it); from the
+top of the suite the defaults apply.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from chaos_harness import Figures
+from chaos_known_bugs import REGRESSIONS, known_bug
+from chaos_schedule import Schedule, make_schedule
+
+DEFAULT_RUNS = 50
+DEFAULT_SEED = 1
+
+
+FIGURES = pytest.StashKey[Figures]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("chaos", "ddsup chaos schedules")
+    group.addoption(
+        "--chaos-runs",
+        type=int,
+        default=int(os.environ.get("DDSUP_CHAOS_RUNS", DEFAULT_RUNS)),
+        help=f"schedules to run (default {DEFAULT_RUNS}, or $DDSUP_CHAOS_RUNS)",
+    )
+    group.addoption(
+        "--chaos-seed",
+        type=int,
+        default=int(os.environ.get("DDSUP_CHAOS_SEED", DEFAULT_SEED)),
+        help=f"seed of the schedules (default {DEFAULT_SEED}, or $DDSUP_CHAOS_SEED)",
+    )
+    group.addoption(
+        "--chaos-only",
+        type=int,
+        action="append",
+        default=None,
+        metavar="I",
+        help="run only schedule I of the seed (repeatable)",
+    )
+
+
+def _option(config: pytest.Config, name: str, env: str, default: int) -> int:
+    """The option's value; its default when this conftest was not loaded at start-up."""
+    try:
+        value = config.getoption(name)
+    except ValueError:
+        return int(os.environ.get(env, default))
+    return int(value)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "schedule" not in metafunc.fixturenames:
+        return
+    config = metafunc.config
+    seed = _option(config, "chaos_seed", "DDSUP_CHAOS_SEED", DEFAULT_SEED)
+    runs = _option(config, "chaos_runs", "DDSUP_CHAOS_RUNS", DEFAULT_RUNS)
+    try:
+        only = config.getoption("chaos_only")
+    except ValueError:
+        only = None
+    indices = list(only) if only else list(range(runs))
+    if metafunc.function.__name__ == "test_regression":  # those the seed does not run anyway
+        covered = {(seed, i) for i in indices}
+        schedules = [make_schedule(s, i) for s, i in REGRESSIONS if (s, i) not in covered]
+    else:
+        schedules = [make_schedule(seed, i) for i in indices]
+    params = [pytest.param(s, id=s.test_id, marks=_marks(s)) for s in schedules]
+    metafunc.parametrize("schedule", params)
+
+
+def _marks(schedule: Schedule) -> list[pytest.MarkDecorator]:
+    reason = known_bug(schedule)
+    return [] if reason is None else [pytest.mark.xfail(strict=True, reason=reason)]
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Figures:
+    return request.config.stash.setdefault(FIGURES, Figures())
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    figures = terminalreporter.config.stash.get(FIGURES, None)
+    if figures is None or not figures.run:
+        return
+    terminalreporter.write_sep("-", "ddsup chaos")
+    for bad in figures.bad:
+        terminalreporter.write_line(bad)
+    terminalreporter.write_line(figures.line())

@@ -1,0 +1,145 @@
+"""The chaos suite: seeded schedules of signals into a running ``ddsup start``, its node
+agents, lanes and worker, each checked against the no-orphan promise (SPEC §4), the exit
+status table (SPEC §3), well-formed ``result.json``/``events.jsonl``, and a hard bound.
+
+``pytest tests/chaos --chaos-runs N --chaos-seed S``; one test id per schedule,
+``schedule-S-I``, reproducible from (S, I). See ``chaos_schedule`` for what a schedule is.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+
+from chaos_harness import ChaosRun, Figures, Outcome, run_processes
+from chaos_schedule import (
+    Cause,
+    Injection,
+    LaneKind,
+    LaneUnit,
+    Phase,
+    Schedule,
+    Worker,
+    WorkerKind,
+    make_schedule,
+)
+
+
+def _record(figures: Figures, outcome: Outcome, state: Path) -> list[str]:
+    """Count the schedule in the session's figures; the ways it went wrong."""
+    figures.run += 1
+    wrong = []
+    if outcome.orphans:
+        figures.orphans += 1
+        wrong.append(f"{len(outcome.orphans)} orphan(s)")
+    if outcome.wrong_exit:
+        figures.wrong_exit += 1
+        wrong.append(f"exit {outcome.returncode}, expected {outcome.schedule.expected_exit}")
+    if outcome.hang or outcome.slow_stop:
+        figures.hangs += 1
+        wrong.append("hang" if outcome.hang else "slow stop")
+    if outcome.problems:
+        wrong.append(f"{len(outcome.problems)} malformed-artefact problem(s)")
+    if wrong:
+        figures.bad.append(f"{outcome.schedule.test_id}: {', '.join(wrong)} ({state})")
+    return wrong
+
+
+def test_schedule(schedule: Schedule, tmp_path: Path, figures: Figures) -> None:
+    outcome = ChaosRun(schedule, tmp_path).run()
+    wrong = _record(figures, outcome, tmp_path / "state")
+    assert not wrong, outcome.report(tmp_path / "state")
+
+
+def test_regression(schedule: Schedule, tmp_path: Path, figures: Figures) -> None:
+    """Schedules that once found a bug (``chaos_known_bugs.REGRESSIONS``), whatever the seed."""
+    test_schedule(schedule, tmp_path, figures)
+
+
+# --- the headline check ---------------------------------------------------------------
+
+
+def _grandchildren(run: ChaosRun) -> dict[int, str]:
+    """Processes of the run that called setsid below a unit process: PID → node."""
+    assert run.invocation_id is not None
+    units = set(run.view.pid.values())
+    found = {}
+    for pid in run_processes(run.invocation_id):
+        try:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            leader = os.getsid(pid) == pid
+        except (OSError, ValueError, IndexError):
+            continue
+        if leader and parent in units:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            node = next((e[11:].decode() for e in environ if e.startswith(b"DDSUP_NODE=")), "?")
+            found[pid] = node
+    return found
+
+
+def test_kill9_of_start_leaves_no_setsid_grandchild_on_two_nodes(tmp_path: Path) -> None:
+    """kill -9 of ``ddsup start`` while lanes on two simulated nodes (and the worker) have
+    setsid grandchildren: after 10 s nothing of the run is alive (the sentinels sweep)."""
+    lanes = (
+        LaneUnit("a-setsid", LaneKind.SETSID, 3, False, 0.1),
+        LaneUnit("b-fakevllm", LaneKind.FAKE_VLLM, 1, False, 0.1),
+    )
+    kill = Injection(Phase.RUNNING, "start", signal.SIGKILL, "primary")
+    schedule = Schedule(
+        seed=0,
+        index=0,
+        nodes=2,
+        gpus_per_node=2,
+        lanes=lanes,
+        worker=Worker(WorkerKind.SETSID, ("a-setsid@", "b-fakevllm@")),
+        client_setsid_service=True,
+        cause=Cause.KILL_START,
+        injections=(kill,),
+        expected_exit=-signal.SIGKILL,
+        expected_status=None,
+    )
+    seen: dict[int, str] = {}
+
+    def before(run: ChaosRun, injection: Injection) -> bool:
+        seen.update(_grandchildren(run))
+        # every lane, the worker and the helper service have one; the engine may lag
+        return len(seen) >= 3 + 1 + 1 + 1
+
+    outcome = ChaosRun(schedule, tmp_path, before_fire=before).run()
+    assert sorted(Counter(seen.values())) == ["node0", "node1"], seen
+    assert outcome.returncode == -signal.SIGKILL, outcome.report(tmp_path / "state")
+    assert not outcome.orphans, outcome.report(tmp_path / "state")
+    assert not outcome.hang and not outcome.problems, outcome.report(tmp_path / "state")
+
+
+# --- the generator --------------------------------------------------------------------
+
+
+def test_schedules_are_reproducible_from_seed_and_index() -> None:
+    assert make_schedule(7, 3) == make_schedule(7, 3)
+    assert make_schedule(7, 3).describe() == make_schedule(7, 3).describe()
+    assert len({make_schedule(7, i).describe() for i in range(20)}) == 20
+    assert make_schedule(7, 3) != make_schedule(8, 3)
+
+
+def test_default_schedules_cover_every_cause_phase_target_and_signal() -> None:
+    schedules = [make_schedule(1, i) for i in range(50)]
+    assert {s.cause for s in schedules} == set(Cause)
+    primaries = [i for s in schedules for i in s.injections if i.role == "primary"]
+    phases = {i.phase for i in primaries if i.target == "start"}
+    assert phases >= {Phase.PREFLIGHT, Phase.MID_STAGGER, Phase.READINESS_WAIT, Phase.RUNNING}
+    injected = [i for s in schedules for i in s.injections]
+    assert {i.target.split(":")[0] for i in injected} == {"start", "agent", "lane", "worker"}
+    assert {i.signum for i in injected} >= {
+        signal.SIGTERM,
+        signal.SIGINT,
+        signal.SIGKILL,
+        signal.SIGUSR1,
+        signal.SIGHUP,
+    }
+    assert any(i.role == "reentry" for i in injected)
+    kinds = {u.kind for s in schedules for u in s.lanes}
+    assert kinds == set(LaneKind)
+    assert {s.nodes for s in schedules} >= {1, 2, 3}

@@ -1,0 +1,101 @@
+"""The lean HTTP/1.1 response parser the endpoint uses towards its lanes."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ddsup._endpoint._http1 import BodyDecoder, ProtocolError, parse_head, split_head
+
+
+def decode(head: bytes, pieces: list[bytes]) -> tuple[bytes, BodyDecoder]:
+    decoder = BodyDecoder(parse_head(head))
+    return b"".join(decoder.feed(p) for p in pieces), decoder
+
+
+def chunked(body_parts: list[bytes]) -> bytes:
+    framed = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in body_parts if p)
+    return framed + b"0\r\nx-trailer: 1\r\n\r\n"
+
+
+def test_head_is_split_and_parsed() -> None:
+    raw = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-A:  spaced \r\n\r\nbody"
+    assert split_head(raw[:20]) is None
+    split = split_head(raw)
+    assert split is not None
+    head_bytes, rest = split
+    head = parse_head(head_bytes)
+    assert (head.status, head.reason, rest) == (200, b"OK", b"body")
+    assert head.headers == [(b"content-type", b"text/plain"), (b"x-a", b"spaced")]
+    assert head.keep_alive()
+    assert not parse_head(b"HTTP/1.0 200 OK").keep_alive()
+    assert not parse_head(b"HTTP/1.1 200 OK\r\nConnection: close").keep_alive()
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/2 200 OK",
+        b"HTTP/1.1 20 OK",
+        b"garbage",
+        b"HTTP/1.1 200 OK\r\nno colon",
+        b"HTTP/1.1 200 OK\r\n folded: x",
+    ],
+)
+def test_bad_heads_are_protocol_errors(head: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        parse_head(head)
+
+
+def test_content_length_framing() -> None:
+    body, decoder = decode(b"HTTP/1.1 200 OK\r\ncontent-length: 5", [b"he", b"llo"])
+    assert body == b"hello"
+    assert decoder.done
+    assert decoder.reusable
+    _, short = decode(b"HTTP/1.1 200 OK\r\ncontent-length: 5", [b"he"])
+    with pytest.raises(ProtocolError):
+        short.eof()
+    with pytest.raises(ProtocolError):
+        BodyDecoder(parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2"))
+    empty = BodyDecoder(parse_head(b"HTTP/1.1 204 No Content"))
+    assert empty.done
+
+
+def test_until_close_framing_is_never_reused() -> None:
+    body, decoder = decode(b"HTTP/1.1 200 OK", [b"abc", b"def"])
+    assert body == b"abcdef"
+    assert not decoder.done
+    decoder.eof()
+    assert decoder.done
+    assert not decoder.reusable
+
+
+@given(
+    parts=st.lists(st.binary(min_size=0, max_size=40), max_size=8),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=10),
+)
+def test_chunked_decodes_whatever_the_read_boundaries(parts: list[bytes], cuts: list[int]) -> None:
+    framed = chunked(parts)
+    bounds = sorted({min(c, len(framed)) for c in cuts} | {0, len(framed)})
+    pieces = [framed[a:b] for a, b in itertools.pairwise(bounds)]
+    body, decoder = decode(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked", pieces)
+    assert body == b"".join(parts)
+    assert decoder.done
+    assert decoder.reusable
+
+
+@pytest.mark.parametrize("framed", [b"zz\r\n", b"-5\r\nhello\r\n", b"3\r\nabcdef\r\n0\r\n\r\n"])
+def test_bad_chunk_framing_is_a_protocol_error(framed: bytes) -> None:
+    decoder = BodyDecoder(parse_head(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked"))
+    with pytest.raises(ProtocolError):
+        decoder.feed(framed)
+
+
+def test_truncated_chunked_body_is_detected_at_eof() -> None:
+    body, decoder = decode(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked", [b"5\r\nhel"])
+    assert body == b"hel"
+    with pytest.raises(ProtocolError):
+        decoder.eof()

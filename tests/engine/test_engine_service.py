@@ -1,0 +1,82 @@
+"""The state machine of one :class:`ddsup._service.Service`, driven in-process with real
+processes: the transitions a user sees in ``events.jsonl`` and ``ddsup status``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import trio
+
+from ddsup._events import Event
+from ddsup._service import Service, ServiceSpec, UnitState
+from ddsup._units._model import Restart, ServiceSection, SourceLocation, Unit, UnitType
+
+
+def _service(tmp_path: Path, argv: tuple[str, ...], events: list[Event], **keys: object) -> Service:
+    unit = Unit(
+        name="svc",
+        type=UnitType.SERVICE,
+        service=ServiceSection(exec=argv, **keys),  # type: ignore[arg-type]
+        source=SourceLocation("svc.toml"),
+    )
+    spec = ServiceSpec(
+        instance="svc",
+        node="node0",
+        unit=unit,
+        argv=argv,
+        env=dict(os.environ),
+        cwd=str(tmp_path),
+        log_path=tmp_path / "svc.log",
+        context={},
+    )
+    return Service(spec, events.append)
+
+
+def _states(events: list[Event]) -> list[str | None]:
+    return [e.to_state for e in events if e.event == "unit"]
+
+
+async def test_clean_exit_with_on_failure_is_not_restarted(tmp_path: Path) -> None:
+    events: list[Event] = []
+    service = _service(tmp_path, ("true",), events, restart=Restart.ON_FAILURE)
+    await service.run()
+    assert _states(events) == ["starting", "ready", "exited"]
+    assert service.status.last_exit == {"code": 0}
+
+
+async def test_stop_while_starting_never_reports_ready(tmp_path: Path) -> None:
+    """A stop that lands between spawn and the first checkpoint of a probe-less unit (the
+    controller stopping everything as the unit starts) must not make it "ready"."""
+    events: list[Event] = []
+    service = _service(tmp_path, ("sleep", "60"), events, timeout_stop=5.0)
+
+    def emit(event: Event) -> None:
+        events.append(event)
+        if event.event == "process":  # spawned, readiness not yet reported
+            service.request_stop("stop while starting")
+
+    service._emit = emit
+    with trio.fail_after(10):
+        await service.run()
+    assert _states(events) == ["starting", "stopping", "exited"]
+    assert not service.ready.is_set()
+    assert service.status.state is UnitState.EXITED
+
+
+async def test_request_stop_is_idempotent_and_reaps(tmp_path: Path) -> None:
+    events: list[Event] = []
+    service = _service(tmp_path, ("sleep", "60"), events, timeout_stop=5.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.run)
+        with trio.fail_after(10):
+            await service.ready.wait()
+        pid = service.status.pid
+        assert pid is not None
+        service.request_stop()
+        service.request_stop()
+        with trio.fail_after(10):
+            await service.finished.wait()
+    assert _states(events) == ["starting", "ready", "stopping", "exited"]
+    assert service.status.last_exit == {"signal": "SIGTERM"}
+    assert service.status.pid is None
