@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.slurm.cluster import SlurmCluster  # noqa: E402 (needs the path above)
+from tests.slurm.cluster import SlurmCluster, wait_until  # noqa: E402 (needs the path above)
 from tests.slurm.jobs import (  # noqa: E402
     DdsupJob,
     run_processes,
@@ -69,6 +69,7 @@ def _startup_run(cluster: SlurmCluster, root: Path) -> dict[str, float]:
     job = DdsupJob(root)
     _units(job, '[unit]\ntype = "worker"\nafter = ["lane"]\n[service]\nexec = ["true"]\n')
     job_id = cluster.sbatch(_timed_script(job), extra_args=["-N3"])
+    started = _watch_processes(job)
     result = cluster.wait_job(job_id, timeout=60)
     if result.exit_code != 0:
         raise SystemExit(f"job {job_id} failed:\n{cluster.job_output(job_id)}")
@@ -87,9 +88,18 @@ def _startup_run(cluster: SlurmCluster, root: Path) -> dict[str, float]:
     last_ready = max(first(i, "ready") for i in lanes)
     exec_time = float((root / "exec-time").read_text())
     listening = {i: float((job.state / f"listening-{i}").read_text()) for i in lanes}
+    # process start times are in clock ticks since boot; the batch shell (which execs
+    # ddsup, same PID) started just before it wrote exec-time: that anchors them
+    ticks = os.sysconf("SC_CLK_TCK")
+    anchor = exec_time - started["controller"] / ticks
+    srun = anchor + started["srun"] / ticks
+    agents = anchor + started["agents"] / ticks
     return {
         "overhead": worker - start - slowest,
         "to first lane start": first_lane - start,
+        "  run starting → srun spawned": srun - start,
+        "  srun spawned → last agent exec'd": agents - srun,
+        "  last agent exec'd → first lane start": first_lane - agents,
         "after the last ready": worker - last_ready,
         "slowest lane start→ready": slowest,
         "  of it: lane's own start (starting→bound)": max(
@@ -101,6 +111,34 @@ def _startup_run(cluster: SlurmCluster, root: Path) -> dict[str, float]:
         "exec → run starting": start - exec_time,
         "run finished after worker start": job.run_event_time("finished") - worker,
     }
+
+
+def _start_ticks(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
+
+
+def _watch_processes(job: DdsupJob) -> dict[str, int]:
+    """Start times (ticks) of the controller, its srun and the last agent, seen live."""
+    wait_until(lambda: (job.state / "run.json").exists(), 30, lambda: "no run.json")
+    invocation, controller = job.invocation_id(), int(job._json("run.json")["pid"])
+    seen = {"controller": _start_ticks(controller)}
+    agents: dict[int, int] = {}
+    deadline = time.monotonic() + 30
+    while len(agents) < 3 and time.monotonic() < deadline:  # no event for "exec'd"
+        for pid in run_processes(invocation):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if argv[0].endswith(b"srun"):
+                    seen.setdefault("srun", _start_ticks(pid))
+                elif argv[1:4] == [b"-m", b"ddsup", b"agent"]:
+                    agents.setdefault(pid, _start_ticks(pid))
+            except (OSError, IndexError):
+                continue
+        time.sleep(0.01)
+    if len(agents) < 3 or "srun" not in seen:
+        raise SystemExit(f"did not see srun and 3 agents of {job.state}: {seen} {agents}")
+    seen["agents"] = max(agents.values())
+    return seen
 
 
 def _scancel_run(cluster: SlurmCluster, root: Path) -> float:

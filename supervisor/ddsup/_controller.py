@@ -230,6 +230,7 @@ class Controller:
                         nursery=services,
                         emit=self._event,
                         extra_args=self._endpoint_args(units, plan),
+                        extra_env=self._endpoint_env(plan),
                     )
                     try:
                         await self._run(units, plan, launcher, services)
@@ -722,6 +723,11 @@ class Controller:
             api_key=api_key,
         )
 
+    def _endpoint_env(self, plan: Plan) -> dict[str, dict[str, str]]:
+        """The endpoint alone gets the control address and secret, for its lane feed."""
+        feed = {ADDRESS_ENV: f"127.0.0.1:{self.control_port}", SECRET_ENV: self.secret}
+        return {i.instance: feed for i in plan.instances if i.type is UnitType.ENDPOINT}
+
     def _endpoint_args(self, units: UnitSet, plan: Plan) -> dict[str, tuple[str, ...]]:
         endpoint = units.endpoint
         if endpoint is None or endpoint.endpoint is None:
@@ -742,6 +748,8 @@ class Controller:
             str(section.max_body_bytes),
             "--max-concurrent",
             str(section.max_concurrent),
+            "--upstream-timeout",
+            f"{section.upstream_timeout:g}s",
             "--lanes-from-controller",
         ]
         if section.api_key_env:

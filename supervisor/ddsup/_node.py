@@ -37,6 +37,7 @@ class NodeRunner:
         emit: Callable[[Event], None],
         base_env: Mapping[str, str] | None = None,
         extra_args: Mapping[str, tuple[str, ...]] | None = None,
+        extra_env: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.units = units
         self.plan = plan
@@ -46,6 +47,7 @@ class NodeRunner:
         self._emit = emit
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._extra_args = dict(extra_args or {})
+        self._extra_env = dict(extra_env or {})
         self.services: dict[str, Service] = {}
 
     def planned(self, instance: str) -> PlannedInstance:
@@ -67,6 +69,7 @@ class NodeRunner:
         )
         argv = resolve_argv(template, context) + self._extra_args.get(planned.instance, ())
         env = unit_environment(self._base_env, unit, planned, context, self.run)
+        env.update(self._extra_env.get(planned.instance, {}))
         env.update(extra_env)
         cwd = Path(self.run.unit_dir, unit.service.working_directory)
         return ServiceSpec(

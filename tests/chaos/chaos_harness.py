@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos_schedule import Injection, LaneKind, Phase, Schedule, WorkerKind
+from chaos_schedule import Injection, LaneKind, Phase, Schedule, WorkerKind, lane_nodes
 
 ORPHAN_GRACE = 10.0  # SPEC §4: nothing of the run alive this long after ddsup start ended
 STOP_BOUND = 6.0  # seconds from the cause of the end to the exit of ddsup start
@@ -226,7 +226,7 @@ class Outcome:
             lines.append(f"HANG: still running after {self.schedule.bound:g}s")
         lines += [f"ORPHAN {pid}: {cmd}" for pid, cmd in sorted(self.orphans.items())]
         lines += [f"PROBLEM: {p}" for p in self.problems]
-        lines.append(f"state dir: {state}")
+        lines.append(f"state dir: {state} (output of ddsup start: {state.parent / 'output.log'})")
         return "\n".join(lines)
 
 
@@ -323,7 +323,7 @@ class ChaosRun:
             return False
         pid = self._resolve(injection.target, process)
         if pid is None:
-            if injection.role == "noise" and self._phase() >= Phase.RUNNING:
+            if injection.role == "noise" and (self._phase() or Phase.PREFLIGHT) >= Phase.RUNNING:
                 self.outcome.missed.append(injection.describe() + " (no such process)")
                 return True
             return False
@@ -385,9 +385,10 @@ class ChaosRun:
         return None
 
     def _agents_up(self) -> bool:
-        """Whether a node agent of the run is up (it then runs preflight)."""
+        """Whether every node agent of the run is up (they then run preflight)."""
         if not self._agents_seen and self.invocation_id is not None:
-            self._agents_seen = bool(agent_pids(self.invocation_id))
+            up = len(agent_pids(self.invocation_id))
+            self._agents_seen = up >= lane_nodes(self.schedule)
         return self._agents_seen
 
     # --- after the end ----------------------------------------------------------------

@@ -15,6 +15,7 @@ Nothing here touches a process; :mod:`chaos_harness` runs what this module descr
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import random
 import signal
@@ -33,7 +34,7 @@ class Phase(enum.IntEnum):
     """Points of a run, in the order a run passes them; each is recognised from events
     (and, for PREFLIGHT, from the node agents appearing in /proc)."""
 
-    PREFLIGHT = 0  # node agents are up, no unit has started
+    PREFLIGHT = 0  # every node agent is up (running preflight), no unit has started
     FIRST_STARTING = 1  # the first lane reported ``starting``
     MID_STAGGER = 2  # a lane is ``waiting`` for its stagger slot
     READINESS_WAIT = 3  # a slow lane has a process but is not ready yet
@@ -277,7 +278,7 @@ def make_schedule(seed: int, index: int) -> Schedule:
     gpus = rng.choice((2, 3))
     lanes = _lanes(rng, cause, nodes * gpus)
     worker = _worker(rng, cause, lanes)
-    sched = Schedule(
+    sched = Schedule(  # the unit set; injections and expectations follow from it
         seed=seed,
         index=index,
         nodes=nodes,
@@ -294,23 +295,13 @@ def make_schedule(seed: int, index: int) -> Schedule:
     injections = _noise(rng, sched, primary) + primary
     if cause is not Cause.KILL_START and rng.random() < 0.4:
         second = rng.choice((signal.SIGTERM, signal.SIGINT))
-        role = "storm" if rng.random() < 0.3 else "reentry"
+        role = "storm" if rng.random() < 0.2 else "reentry"
         injections.append(Injection(Phase.STOPPING, "start", second, role))
     if cause is not Cause.KILL_START and rng.random() < 0.25:  # an agent dies while stopping
         node = f"node{rng.randrange(lane_nodes(sched))}"
         injections.append(Injection(Phase.STOPPING, f"agent:{node}", signal.SIGKILL, "noise"))
-    return Schedule(
-        seed=seed,
-        index=index,
-        nodes=nodes,
-        gpus_per_node=gpus,
-        lanes=lanes,
-        worker=worker,
-        client_setsid_service=sched.client_setsid_service,
-        cause=cause,
-        injections=tuple(injections),
-        expected_exit=code,
-        expected_status=status,
+    return dataclasses.replace(
+        sched, injections=tuple(injections), expected_exit=code, expected_status=status
     )
 
 
@@ -322,7 +313,7 @@ def _lanes(rng: random.Random, cause: Cause, capacity: int) -> tuple[LaneUnit, .
         kinds.append(LaneKind.FAKE_VLLM)
     if cause not in (Cause.CRASH_LOOP, Cause.READINESS) and rng.random() < 0.3:
         kinds.append(LaneKind.CRASH)  # on_failure = continue: a crash loop that ends nothing
-    chosen = [rng.choice([k for k in kinds if k is not LaneKind.CRASH])]
+    chosen: list[LaneKind] = [rng.choice([k for k in kinds if k is not LaneKind.CRASH])]
     extra = rng.randint(0, 2)
     chosen += rng.sample([k for k in kinds if k not in chosen], min(extra, len(kinds) - 1))
     fragile = None

@@ -8,12 +8,21 @@ status table (SPEC §3), well-formed ``result.json``/``events.jsonl``, and a har
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections import Counter
 from pathlib import Path
 
-from chaos_harness import ChaosRun, Figures, Outcome, run_processes
+from chaos_harness import (
+    ChaosRun,
+    EventTail,
+    Figures,
+    Outcome,
+    check_events,
+    check_result,
+    run_processes,
+)
 from chaos_schedule import (
     Cause,
     Injection,
@@ -139,7 +148,48 @@ def test_default_schedules_cover_every_cause_phase_target_and_signal() -> None:
         signal.SIGUSR1,
         signal.SIGHUP,
     }
-    assert any(i.role == "reentry" for i in injected)
+    assert {"reentry", "storm", "prelude", "noise"} <= {i.role for i in injected}
+    assert any(i.phase is Phase.STOPPING and i.signum is signal.SIGKILL for i in primaries)
     kinds = {u.kind for s in schedules for u in s.lanes}
     assert kinds == set(LaneKind)
     assert {s.nodes for s in schedules} >= {1, 2, 3}
+
+
+# --- the judge ------------------------------------------------------------------------
+
+
+def test_event_tail_flags_malformed_lines_and_reads_growing_files(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    tail = EventTail(path)
+    tail.poll()  # no file yet: nothing, no error
+    path.write_text('{"time": 1.5, "event": "run", "reason": "starting"}\n{"time": 2.0, "ev')
+    tail.poll()
+    assert [e["reason"] for e in tail.events] == ["starting"] and not tail.problems
+    with path.open("a") as handle:
+        handle.write('ent": "unit"}\nnot json\n[1]\n{"time": 3, "event": "x"}\n{"time"')
+    tail.finish()
+    assert len(tail.events) == 2
+    assert len(tail.problems) == 4, tail.problems  # not JSON, not an object, int time, no newline
+
+
+def test_result_and_events_checks_catch_disagreement(tmp_path: Path) -> None:
+    good = {"status": "stopped", "exit_code": 143, "cause": {"reason": "received SIGTERM"}}
+    state = tmp_path
+    (tmp_path / "result.json").write_text(json.dumps(good))
+    assert check_result(state, 143) == []
+    assert check_result(state, -15) != []  # killed by the signal instead of exiting 143
+    (tmp_path / "result.json").write_text(json.dumps({**good, "status": "ok"}))
+    assert check_result(state, 143) != []
+    (tmp_path / "result.json").write_text(json.dumps({"status": "stopped", "exit_code": 143}))
+    assert check_result(state, 143) != []  # no cause
+    (tmp_path / "result.json").write_text(json.dumps(good))
+    events = [
+        {"time": 1.0, "event": "run", "reason": "starting"},
+        {"time": 2.0, "event": "run", "reason": "ending"},
+        {"time": 3.0, "event": "run", "reason": "finished", "status": "stopped", "exit_code": 143},
+    ]
+    assert check_events(events, state) == []
+    assert check_events(events[:2], state) != []  # no 'run finished'
+    assert check_events([events[0], events[1], events[1], events[2]], state) != []
+    wrong = {**events[2], "exit_code": 130}
+    assert check_events([*events[:2], wrong], state) != []

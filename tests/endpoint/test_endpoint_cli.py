@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -158,3 +159,15 @@ async def test_serve_follows_its_feeder_and_ends_with_it(
         with trio.fail_after(5):
             await served.wait()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_busy_port_is_a_clear_error() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = [*ENDPOINT[:-1], str(port), "--lane", "m=http://127.0.0.1:1"]
+        result = await trio.run_process(argv, capture_stderr=True, check=False)
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}".encode() in result.stderr
+    assert b"Traceback" not in result.stderr

@@ -67,10 +67,9 @@ def test_content_length_framing() -> None:
 def test_until_close_framing_is_never_reused() -> None:
     body, decoder = decode(b"HTTP/1.1 200 OK", [b"abc", b"def"])
     assert body == b"abcdef"
-    assert not decoder.done
+    assert (decoder.done, decoder.reusable) == (False, False)
     decoder.eof()
-    assert decoder.done
-    assert not decoder.reusable
+    assert (decoder.done, decoder.reusable) == (True, False)
 
 
 @given(

@@ -254,8 +254,9 @@ def test_scancel_batch_term_stops_gracefully_in_order(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="plain scancel: `ddsup agent` has no SIGTERM handler, dies at once, and its "
-    "sentinel SIGKILLs the lanes before their graceful stop (KillWait would allow it)",
+    reason="plain scancel SIGTERMs the agents' step too: `ddsup agent` has no SIGTERM "
+    "handler and dies at once, then its sentinel and the controller's sweep SIGKILL the "
+    "lanes before their 1 s graceful exit, though KillWait (5 s) would allow it",
 )
 def test_scancel_gives_lanes_their_graceful_stop(
     slurm_cluster: SlurmCluster, job: DdsupJob
@@ -284,7 +285,9 @@ def test_time_limit_warning_signal_reaches_the_worker(
     )  # fmt: skip
     job.write_units({"lane@.toml": tiny_lane_unit(), "worker.toml": worker})
 
-    job_id = job.submit(slurm_cluster, "--time=1", "--signal=B:USR1@50")
+    # slurmctld checks time limits every 30 s and warns when the limit is within N + 30 s,
+    # so USR1@20 of a 1-minute job comes 10-40 s in: never before ddsup is up.
+    job_id = job.submit(slurm_cluster, "--time=1", "--signal=B:USR1@20")
     result = finish(slurm_cluster, job, job_id, timeout=90)
 
     assert (result.state, result.exit_code) == ("COMPLETED", 0), job_log(slurm_cluster, job, job_id)

@@ -15,9 +15,6 @@ quarter of the per-request CPU cost), and reads stay bounded (one read at a time
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import h11
 import trio
 
@@ -95,18 +92,14 @@ class Client:
             return True
         return False
 
-    @contextmanager
-    def watching(self) -> Iterator[trio.CancelScope]:
-        """A scope that the client hanging up cancels (see :meth:`run_reader`)."""
-        scope = trio.CancelScope()
+    def watch(self, scope: trio.CancelScope | None) -> None:
+        """Let the client hanging up cancel ``scope`` (``None``: stop); see :meth:`run_reader`.
+
+        A plain method rather than a context manager: it runs on every request.
+        """
         self._watch = scope
-        if not self.eof and not self.conn.trailing_data[0]:
+        if scope is not None and not self.eof and not self.conn.trailing_data[0]:
             self._want.set()  # nothing pipelined is waiting: listen for EOF meanwhile
-        try:
-            with scope:
-                yield scope
-        finally:
-            self._watch = None
 
     async def read_head(self) -> h11.Request | None:
         """The next request's head, or ``None`` when the client is done with the connection."""

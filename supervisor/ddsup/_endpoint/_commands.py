@@ -22,7 +22,7 @@ import trio
 from ddsup._endpoint._config import EndpointConfig
 from ddsup._endpoint._lanes import LaneInfo, LaneTable
 from ddsup._endpoint._server import serve_endpoint
-from ddsup._errors import UsageError
+from ddsup._errors import DdsupError, UsageError
 
 Feeder = Callable[[LaneTable], Awaitable[None]]
 
@@ -47,6 +47,11 @@ def configure_endpoint(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key-env", metavar="VAR", help="require the bearer token in $VAR")
     parser.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
     parser.add_argument("--max-concurrent", type=int, default=d.max_concurrent)
+    parser.add_argument(
+        "--upstream-timeout",
+        default=f"{d.upstream_timeout:g}s",
+        help="a lane's time to answer (and most silence mid-response) (default %(default)s)",
+    )
     parser.add_argument(
         "--lanes-from-controller",
         action="store_true",
@@ -88,6 +93,7 @@ def config_from_args(args: argparse.Namespace) -> EndpointConfig:
             api_key=api_key,
             max_body_bytes=args.max_body_bytes,
             max_concurrent=args.max_concurrent,
+            upstream_timeout=parse_duration(args.upstream_timeout),
         )
     except ValueError as err:
         raise UsageError(str(err)) from err
@@ -119,16 +125,24 @@ def _controller_feed() -> Feeder:
 
 async def serve(config: EndpointConfig, lanes: LaneTable, feeder: Feeder | None = None) -> None:
     """Serve ``lanes`` (fed by ``feeder``) until SIGINT or SIGTERM; print the bound URL."""
+    failed: DdsupError | None = None
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            port = await nursery.start(serve_endpoint, config, lanes)
-            host = f"[{config.bind}]" if ":" in config.bind else config.bind
-            print(f"endpoint listening on http://{host}:{port}", flush=True)
-            if feeder is not None:
-                nursery.start_soon(_feed_then_stop, feeder, lanes, nursery.cancel_scope)
-            async for _ in signals:
+            try:
+                port = await nursery.start(serve_endpoint, config, lanes)
+            except DdsupError as err:  # cannot bind: raised plainly below, not as a group
+                failed = err
                 nursery.cancel_scope.cancel()
-                break
+            else:
+                host = f"[{config.bind}]" if ":" in config.bind else config.bind
+                print(f"endpoint listening on http://{host}:{port}", flush=True)
+                if feeder is not None:
+                    nursery.start_soon(_feed_then_stop, feeder, lanes, nursery.cancel_scope)
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+    if failed is not None:
+        raise failed
 
 
 async def _feed_then_stop(feeder: Feeder, lanes: LaneTable, scope: trio.CancelScope) -> None:

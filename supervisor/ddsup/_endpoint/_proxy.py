@@ -195,30 +195,35 @@ class Proxy:
     async def _relay(
         self, conn: UpstreamConnection, client: Client, head: h11.Response, lane: LaneState
     ) -> None:
-        decoder = conn.decoder
-        assert decoder is not None
         client.write(head)
-        timeout = self.config.upstream_timeout
-        with trio.CancelScope() as idle:  # one scope, its deadline pushed on at each read
-            while True:
-                try:
-                    data = conn.buffered()
-                except ProtocolError as err:
-                    raise self._cut(lane, f"bad response body ({err})") from err
-                if data:
-                    client.write(h11.Data(data=data))
-                if decoder.done:
-                    client.write(h11.EndOfMessage())
+        if not self._pass_buffered(conn, client, lane):
+            timeout = self.config.upstream_timeout
+            with trio.CancelScope() as idle:  # one scope, its deadline pushed on at each read
+                while True:
                     await client.flush()
-                    return
-                await client.flush()
-                idle.deadline = trio.current_time() + timeout
-                try:
-                    await conn.receive()
-                except (trio.BrokenResourceError, ProtocolError) as err:
-                    raise self._cut(lane, f"response cut short ({err})") from err
-                idle.deadline = math.inf  # a slow client is not a silent lane
-        raise self._cut(lane, f"silent for {timeout:g} s mid-response")
+                    idle.deadline = trio.current_time() + timeout
+                    try:
+                        await conn.receive()
+                    except (trio.BrokenResourceError, ProtocolError) as err:
+                        raise self._cut(lane, f"response cut short ({err})") from err
+                    idle.deadline = math.inf  # a slow client is not a silent lane
+                    if self._pass_buffered(conn, client, lane):
+                        break
+            if idle.cancelled_caught:
+                raise self._cut(lane, f"silent for {timeout:g} s mid-response")
+        client.write(h11.EndOfMessage())
+        await client.flush()
+
+    def _pass_buffered(self, conn: UpstreamConnection, client: Client, lane: LaneState) -> bool:
+        """Queue the body bytes received so far for the client; ``True`` at the body's end."""
+        try:
+            data = conn.buffered()
+        except ProtocolError as err:
+            raise self._cut(lane, f"bad response body ({err})") from err
+        if data:
+            client.write(h11.Data(data=data))
+        assert conn.decoder is not None
+        return conn.decoder.done
 
     def _cut(self, lane: LaneState, why: str) -> Abort:
         log.warning("lane %s: %s; the client's response is cut short", lane.info.instance, why)

@@ -46,14 +46,16 @@ class Endpoint:
         self.metrics = Metrics()
         self.proxy = Proxy(config, lanes, self.metrics)
         self.active = 0
-        self._key = None if config.api_key is None else f"Bearer {config.api_key}".encode()
+        self._key = None if config.api_key is None else config.api_key.encode()
 
     def authorized(self, request: h11.Request) -> bool:
+        """``Authorization: Bearer <key>`` (scheme case-insensitive, key compared in constant time)."""
         if self._key is None:
             return True
         for name, value in request.headers:
             if name == b"authorization":
-                return hmac.compare_digest(value, self._key)
+                scheme, _, token = value.partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self._key)
         return False
 
 
@@ -142,8 +144,13 @@ async def _proxied(ep: Endpoint, client: Client, request: h11.Request) -> None:
 
 async def _watched(ep: Endpoint, client: Client, forward: Forward, model: str) -> int:
     """Forward while watching the client: if it hangs up, the lane's request is cancelled."""
-    with client.watching():
-        return await ep.proxy.forward(client, forward, model)
+    scope = trio.CancelScope()
+    client.watch(scope)
+    try:
+        with scope:
+            return await ep.proxy.forward(client, forward, model)
+    finally:
+        client.watch(None)
     raise ClientGone("the client hung up")
 
 

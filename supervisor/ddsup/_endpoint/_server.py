@@ -18,6 +18,7 @@ from ddsup._endpoint._config import EndpointConfig
 from ddsup._endpoint._lanes import LaneTable
 from ddsup._endpoint._metrics_sampler import sample_lanes
 from ddsup._endpoint._routes import Endpoint, handle_request
+from ddsup._errors import DdsupError
 
 log = logging.getLogger("ddsup.endpoint")
 
@@ -33,7 +34,11 @@ async def serve_endpoint(
     On cancellation the listeners, every client connection and every idle upstream
     connection are closed before this returns.
     """
-    listeners = await trio.open_tcp_listeners(config.port, host=config.bind)
+    try:
+        listeners = await trio.open_tcp_listeners(config.port, host=config.bind)
+    except OSError as err:
+        where = f"{config.bind}:{config.port}"
+        raise DdsupError(f"the endpoint cannot listen on {where}: {err.strerror or err}") from err
     endpoint = Endpoint(config, lanes)
     try:
         async with trio.open_nursery() as nursery:

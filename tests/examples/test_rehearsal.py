@@ -1,0 +1,70 @@
+"""The README's first command, end to end: the rehearsal example completes and exits 0.
+
+Real processes throughout: ``ddsup start`` with 2 simulated nodes × 2 GPUs, four
+``ddsup fake-vllm`` lanes under two node agents, the endpoint fed live by the controller,
+and the bundled worker sending all 300 prompts through ``OPENAI_BASE_URL``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+REHEARSAL = Path(__file__).resolve().parents[2] / "units" / "examples" / "rehearsal"
+PROMPTS = sum(1 for line in (REHEARSAL / "prompts.jsonl").read_text().splitlines() if line)
+
+
+@pytest.mark.slow
+async def test_rehearsal_runs_end_to_end(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    argv = [
+        sys.executable,
+        "-m",
+        "ddsup",
+        "start",
+        str(REHEARSAL),
+        "--launcher",
+        "local",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--state-dir",
+        str(state),
+    ]
+    with trio.fail_after(120):
+        done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+
+    result = json.loads((state / "result.json").read_text())
+    assert result == {
+        "status": "ok",
+        "exit_code": 0,
+        "cause": {"unit": "worker", "reason": "exit status 0", "exit": {"code": 0}},
+    }
+    plan = json.loads((state / "plan.json").read_text())
+    lanes = [i for i in plan["instances"] if i["type"] == "lane"]
+    assert sorted((i["node"], tuple(i["gpus"])) for i in lanes) == [
+        ("node0", (0,)),
+        ("node0", (1,)),
+        ("node1", (0,)),
+        ("node1", (1,)),
+    ]
+    results = [json.loads(line) for line in (state / "results.jsonl").read_text().splitlines()]
+    assert len(results) == PROMPTS
+    assert len({r["id"] for r in results}) == PROMPTS
+    assert all(r["text"] for r in results)
+    # fake-vllm prefixes its text with its lane id (its port): the endpoint spread the load.
+    answered_by = {re.match(r"\[(\d+)\]", r["text"]).group(1) for r in results}  # type: ignore[union-attr]
+    assert answered_by == {str(i["port"]) for i in lanes}
+
+    events = [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()]
+    ready = {e["instance"]: e["time"] for e in events if e.get("to") == "ready"}
+    started = {e["instance"]: e["time"] for e in events if e.get("to") == "starting"}
+    assert all(ready[lane["instance"]] <= started["endpoint"] for lane in lanes)
+    assert ready["endpoint"] <= started["worker"]
