@@ -9,6 +9,7 @@ process started from the tests inherits.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -17,7 +18,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 
 TEST_SESSION = os.environ.setdefault("DDSUP_TEST_SESSION", uuid.uuid4().hex)
 _MARK = f"DDSUP_TEST_SESSION={TEST_SESSION}".encode()
@@ -76,10 +76,8 @@ def _no_leftover_processes() -> Iterator[None]:
     for child in children:
         child.kill()
     for pid in strays:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
     pytest.fail(
         f"test left processes behind: children={[c.pid for c in children]} "
         f"ddsup-run processes={sorted(strays)}"

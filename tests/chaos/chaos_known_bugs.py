@@ -7,6 +7,8 @@ entry here. Each entry says what goes wrong and where the cause is.
 
 from __future__ import annotations
 
+import signal
+
 from chaos_schedule import Cause, Phase, Schedule, lane_nodes
 
 STOP_BEFORE_AGENTS_CONNECT = (
@@ -25,7 +27,7 @@ SIGNAL_AFTER_WATCHER_CLOSED = (
 )
 
 # (seed, index) of schedules kept as regression tests whatever --chaos-seed says
-REGRESSIONS = ((1, 8), (1, 15))
+REGRESSIONS = ((1, 8), (1, 15), (1, 3), (1, 37))
 
 
 def known_bug(schedule: Schedule) -> str | None:
@@ -35,8 +37,14 @@ def known_bug(schedule: Schedule) -> str | None:
     primary = next((i for i in schedule.injections if i.role == "primary"), None)
     if primary is None or primary.phase is not Phase.PREFLIGHT:
         return None
-    if schedule.cause is Cause.STOP_SIGNAL:
-        return STOP_BEFORE_AGENTS_CONNECT
-    if schedule.cause is Cause.AGENT_LOST and lane_nodes(schedule) >= 2:
-        return STOP_BEFORE_AGENTS_CONNECT  # the other agents have not connected yet
-    return None
+    if schedule.cause not in (Cause.STOP_SIGNAL, Cause.AGENT_LOST):
+        return None
+    # the wait is for agents that are still alive: one we SIGKILL ends its share at once
+    killed = {
+        i.target
+        for i in schedule.injections
+        if i.target.startswith("agent:") and i.signum is signal.SIGKILL
+    }
+    if schedule.cause is Cause.AGENT_LOST:
+        killed.add(primary.target)
+    return STOP_BEFORE_AGENTS_CONNECT if lane_nodes(schedule) > len(killed) else None

@@ -74,8 +74,7 @@ class Plan:
         if not ports:
             return self
         instances = tuple(
-            replace(i, port=ports[i.instance]) if i.instance in ports else i
-            for i in self.instances
+            replace(i, port=ports[i.instance]) if i.instance in ports else i for i in self.instances
         )
         return replace(self, instances=instances)
 
