@@ -102,8 +102,11 @@ def _startup_run(cluster: SlurmCluster, root: Path) -> dict[str, float]:
         "  last agent exec'd → first lane start": first_lane - agents,
         "after the last ready": worker - last_ready,
         "slowest lane start→ready": slowest,
-        "  of it: lane's own start (starting→bound)": max(
-            listening[i] - first(i, "starting") for i in lanes
+        "  of it: ddsup's spawn (starting→exec'd)": max(
+            anchor + started[f"lane {i}"] / ticks - first(i, "starting") for i in lanes
+        ),
+        "  of it: lane's own start (exec'd→bound)": max(
+            listening[i] - anchor - started[f"lane {i}"] / ticks for i in lanes
         ),
         "  of it: probe latency (bound→ready)": max(
             first(i, "ready") - listening[i] for i in lanes
@@ -123,8 +126,11 @@ def _watch_processes(job: DdsupJob) -> dict[str, int]:
     invocation, controller = job.invocation_id(), int(job._json("run.json")["pid"])
     seen = {"controller": _start_ticks(controller)}
     agents: dict[int, int] = {}
+    lanes: dict[str, int] = {}
     deadline = time.monotonic() + 30
-    while len(agents) < 3 and time.monotonic() < deadline:  # no event for "exec'd"
+    while len(agents) < 3 or len(lanes) < 6:  # no event for "exec'd": poll /proc
+        if time.monotonic() > deadline:
+            raise SystemExit(f"did not see srun, agents, lanes of {job.state}: {seen}")
         for pid in run_processes(invocation):
             try:
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -132,12 +138,13 @@ def _watch_processes(job: DdsupJob) -> dict[str, int]:
                     seen.setdefault("srun", _start_ticks(pid))
                 elif argv[1:4] == [b"-m", b"ddsup", b"agent"]:
                     agents.setdefault(pid, _start_ticks(pid))
-            except (OSError, IndexError):
+                elif argv[2:3] == [b"lane"]:
+                    lanes.setdefault(argv[argv.index(b"--me") + 1].decode(), _start_ticks(pid))
+            except (OSError, IndexError, ValueError):
                 continue
         time.sleep(0.01)
-    if len(agents) < 3 or "srun" not in seen:
-        raise SystemExit(f"did not see srun and 3 agents of {job.state}: {seen} {agents}")
     seen["agents"] = max(agents.values())
+    seen.update({f"lane {name}": ticks for name, ticks in lanes.items()})
     return seen
 
 

@@ -11,8 +11,10 @@ run that no longer exists.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -79,9 +81,13 @@ async def _serve_controller(
     def emit(event: Event) -> None:
         outbox_send.send_nowait({"op": "event", "event": event.to_dict()})
 
+    forwarded = trio.Event()
+
     async def forward() -> None:
         async for message in outbox_receive:
-            await channel.send(message)
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await channel.send(message)
+        forwarded.set()
 
     async with trio.open_nursery() as services:
         runner = NodeRunner(
@@ -93,17 +99,36 @@ async def _serve_controller(
             emit=emit,
         )
         services.start_soon(forward)
-        try:
-            await _command_loop(channel, runner, services)
-        except ChannelError:
-            pass  # the controller is gone: stop everything below
-        finally:
-            with trio.CancelScope(shield=True):
-                await runner.stop()
-                with trio.move_on_after(2):
-                    await outbox_send.aclose()
-                    await channel.send({"op": "stopped", "node": node})
+        with trio.CancelScope() as loop_scope:
+            services.start_soon(_watch_signals, channel, runner, loop_scope)
+            try:
+                await _command_loop(channel, runner, services)
+            except ChannelError:
+                pass  # the controller is gone: stop everything below
+            finally:
+                with trio.CancelScope(shield=True):
+                    await runner.stop()
+                    with trio.move_on_after(2):
+                        await outbox_send.aclose()
+                        await forwarded.wait()  # every event out before "stopped"
+                        await channel.send({"op": "stopped", "node": node})
         services.cancel_scope.cancel()
+
+
+async def _watch_signals(channel: Channel, runner: NodeRunner, loop: trio.CancelScope) -> None:
+    """SIGTERM/SIGINT/SIGHUP (e.g. ``scancel``): stop this node's units gracefully.
+
+    The controller hears why first, so a scancel ends the run as "stopped" rather than as
+    a lost agent; a second signal SIGKILLs everything at once, as for ``ddsup start``.
+    """
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            if loop.cancel_called:
+                runner.kill_all()
+                continue
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await channel.send({"op": "signalled", "signal": int(signum)})
+            loop.cancel()
 
 
 async def _command_loop(channel: Channel, runner: NodeRunner, nursery: trio.Nursery) -> None:

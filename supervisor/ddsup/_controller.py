@@ -415,6 +415,10 @@ class Controller:
                         self.preflight_done.set()
                 elif message.get("op") == "event":
                     self._event(Event.from_dict(message["event"]))
+                elif message.get("op") == "signalled":
+                    name = signal.Signals(int(message["signal"])).name
+                    reason = f"the agent on {node} received {name}"
+                    self._end(_outcome.stopped(int(message["signal"]), reason))
                 elif message.get("op") == "stopped":
                     break
         except ChannelError as err:
@@ -604,6 +608,14 @@ class Controller:
             elif op == "stop":
                 self._end(_outcome.stopped(signal.SIGTERM, "ddsup stop"))
                 await channel.send({"op": "stopping"})
+            elif op == "metrics":
+                await channel.send({"op": "metrics", "text": self._metrics_text()})
+
+    def _metrics_text(self) -> str:
+        from ddsup._events import read_events
+        from ddsup._supervisor_metrics import render_supervisor_metrics
+
+        return render_supervisor_metrics(self.status_snapshot(), read_events(self.state.events))
 
     def status_snapshot(self) -> dict[str, Any]:
         instances = []
@@ -639,13 +651,15 @@ class Controller:
     async def _watch_signals(self, units: UnitSet) -> None:
         forwarded = {s for u in units.units for s in u.service.forward_signals}
         wanted = set(STOP_SIGNALS) | forwarded | {signal.SIGUSR1, signal.SIGUSR2}
+        stop_signals = 0
         with trio.open_signal_receiver(*wanted) as signals:
             async for signum in signals:
                 if signum in forwarded:
                     self._forward(units, signum)
                 elif signum in STOP_SIGNALS:
-                    if self.stopping or self.ending.is_set():
-                        self._kill_everything()
+                    if stop_signals:
+                        self._kill_everything()  # a second stop signal: no more grace
+                    stop_signals += 1
                     self._end(_outcome.stopped(signum, f"received {signal.Signals(signum).name}"))
 
     def _forward(self, units: UnitSet, signum: int) -> None:

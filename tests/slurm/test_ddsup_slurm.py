@@ -100,11 +100,6 @@ def test_three_node_job_runs_lanes_on_every_node(
     assert job.result()["status"] == "ok"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ddsup endpoint does not accept --lanes-from-controller yet (exit 64), "
-    "so a job with an endpoint fails with 70",
-)
 def test_three_node_job_through_the_endpoint(slurm_cluster: SlurmCluster, job: DdsupJob) -> None:
     endpoint = (REHEARSAL / "endpoint.toml").read_text()
     worker = (
@@ -126,7 +121,11 @@ def test_three_node_job_through_the_endpoint(slurm_cluster: SlurmCluster, job: D
     result = finish(slurm_cluster, job, job_id)
 
     assert (result.state, result.exit_code) == ("COMPLETED", 0), job_log(slurm_cluster, job, job_id)
-    assert len((job.state / "results.jsonl").read_text().splitlines()) == 12
+    results = [json.loads(line) for line in (job.state / "results.jsonl").read_text().splitlines()]
+    assert len(results) == 12 and not [r for r in results if r.get("error")], results
+    node_of_port = {lane["port"]: lane["node"] for lane in job.lanes()}
+    served_by = {node_of_port[int(r["text"][1:].split("]")[0])] for r in results}
+    assert served_by == set(NODES), f"the endpoint used lanes on {sorted(served_by)} only"
 
 
 # -- 2. and 3. remote failures --------------------------------------------------------------

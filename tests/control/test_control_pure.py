@@ -1,0 +1,170 @@
+"""The pure parts: metrics text, the console's lines and progress line, log offsets."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+from ddsup._console import Console
+from ddsup._control import parse_since, render_status, since_offset, tail_offset
+from ddsup._events import Event
+from ddsup._outcome import Outcome
+from ddsup._supervisor_metrics import render_supervisor_metrics
+
+
+def _lane(name: str, state: str, **extra: object) -> dict[str, object]:
+    return {
+        "instance": name,
+        "unit": "lane@",
+        "type": "lane",
+        "node": "n1",
+        "state": state,
+        **extra,
+    }
+
+
+def test_metrics_text_counts_lanes_per_model_and_escapes_labels() -> None:
+    snapshot = {
+        "state_dir": "/nonexistent",
+        "uptime": 12.5,
+        "instances": [
+            _lane("lane@0", "ready", model="a", restarts=2),
+            _lane("lane@1", "starting", model="a"),
+            _lane("lane@1:1", "starting"),  # rank 1: not a replica of its own
+            _lane("other@0", "ready", model='we"ird'),
+            {
+                "instance": "prep",
+                "unit": "prep",
+                "type": "oneshot",
+                "node": "n0",
+                "state": "exited",
+            },
+        ],
+    }
+    events = [
+        {"time": 10.0, "event": "unit", "instance": "lane@0", "to": "starting"},
+        {"time": 13.25, "event": "unit", "instance": "lane@0", "to": "ready"},
+    ]
+    text = render_supervisor_metrics(snapshot, events)
+    assert 'ddsup_lanes_ready{model="a"} 1\n' in text and 'ddsup_lanes{model="a"} 2\n' in text
+    assert 'ddsup_lanes{model="we\\"ird"} 1\n' in text
+    assert 'ddsup_unit_state{instance="lane@1",node="n1",unit="lane@",state="starting"} 1\n' in text
+    assert 'ddsup_unit_state{instance="lane@1",node="n1",unit="lane@",state="ready"} 0\n' in text
+    assert 'ddsup_unit_restarts_total{instance="lane@0"} 2\n' in text
+    assert 'ddsup_unit_ready_seconds{instance="lane@0"} 3.25\n' in text
+    assert "ddsup_run_uptime_seconds 12.5\n" in text
+    assert "# TYPE ddsup_unit_restarts_total counter" in text
+    for line in text.splitlines():  # every sample line is "name{labels} number"
+        assert line.startswith("#") or float(line.rsplit(" ", 1)[1]) >= 0
+
+
+def _unit(instance: str, to: str, at: float, node: str = "n3") -> Event:
+    return Event("unit", instance=instance, node=node, to_state=to, reason=to, time=at)
+
+
+def test_console_draws_a_progress_line_on_a_terminal() -> None:
+    stream, now = io.StringIO(), [100.0]
+    console = Console(stream=stream, tty=True, clock=lambda: now[0])
+    console.lanes({"lane@0": "m", "lane@1": "m"})
+    console.event(_unit("lane@0", "starting", 30.0))
+    console.event(_unit("lane@1", "starting", 28.0, node="n4"))
+    assert console.progress() == "lanes ready 0/2 · waiting on lane@1 (n4) 1m12s (+1 more)"
+    console.event(_unit("lane@1", "ready", 99.0, node="n4"))
+    assert console.progress() == "lanes ready 1/2 · waiting on lane@0 (n3) 1m10s"
+    out = stream.getvalue()
+    assert "\r\x1b[K" in out and "\x1b[32m● ready\x1b[0m — ready\n" in out
+    console.event(_unit("lane@0", "ready", 100.0))
+    assert console.progress() == ""
+    console.result(Outcome("ok", 0, "worker", "exit status 0"), Path("/s"))
+    assert (
+        stream.getvalue()
+        .rstrip("\n")
+        .endswith("finished: ok, exit 0 (worker: exit status 0); state in /s")
+    )
+
+
+def test_console_prints_plain_lines_when_not_a_terminal() -> None:
+    stream = io.StringIO()
+    console = Console(stream=stream, tty=False)
+    console.event(_unit("lane@0", "starting", 1.0))
+    console.event(_unit("lane@1", "starting", 1.0))
+    console.event(_unit("lane@0", "ready", 2.0))
+    console.event(Event("process", instance="lane@1", details={"pid": 42}))
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(
+        "ddsup: lane@0 (n3): ready — ready · lanes ready 1/2"
+    )
+    assert "\r" not in stream.getvalue() and "\x1b" not in stream.getvalue()
+    verbose = io.StringIO()
+    chatty = Console(stream=verbose, tty=False, verbose=True)
+    chatty.event(Event("process", instance="lane@1", node="n3", details={"pid": 42}))
+    chatty.event(_unit("lane@1", "starting", 1.0))
+    assert "lane@1 (n3): pid 42" in verbose.getvalue() and "starting" in verbose.getvalue()
+    quiet = io.StringIO()
+    Console(stream=quiet, tty=True, quiet=True).event(_unit("lane@0", "failed", 1.0))
+    assert quiet.getvalue() == ""
+
+
+def test_since_uses_process_log_offsets_when_events_have_them(tmp_path: Path) -> None:
+    log = tmp_path / "lane@0.log"
+    log.write_bytes(b"first run\ncrashed\nsecond run\n")
+    events = [
+        {"time": 10.0, "event": "process", "instance": "lane@0", "pid": 1, "log_offset": 0},
+        {
+            "time": 20.0,
+            "event": "unit",
+            "instance": "lane@0",
+            "to": "restarting",
+            "exit": {"code": 1},
+        },
+        {"time": 21.0, "event": "process", "instance": "lane@0", "pid": 2, "log_offset": 18},
+    ]
+    assert since_offset(log, "lane@0", 5.0, events) == 0
+    assert since_offset(log, "lane@0", 25.0, events) == 18  # only the second process
+    old = tmp_path / "old.log"
+    old.write_bytes(b"x\n")
+    os.utime(old, (1000.0, 1000.0))
+    assert since_offset(old, "old", 999.0, []) == 0  # no offsets: the file as a whole
+    assert since_offset(old, "old", 1001.0, []) == 2
+
+
+def test_tail_offset_and_since_parsing(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_bytes(b"a\nbb\nccc\n")
+    assert log.read_bytes()[tail_offset(log, 0, 2) :] == b"bb\nccc\n"
+    assert tail_offset(log, 0, 10) == 0 and tail_offset(log, 0, 0) == 9
+    assert log.read_bytes()[tail_offset(log, 2, 5) :] == b"bb\nccc\n"
+    assert abs(parse_since("2026-01-02T03:04:05Z") - 1767323045.0) < 1e-6
+    assert 590 < __import__("time").time() - parse_since("10m") < 610
+
+
+def test_status_text_of_a_run_that_did_not_answer() -> None:
+    data = json.loads(
+        json.dumps(
+            {
+                "invocation_id": "abc",
+                "launcher": "slurm",
+                "state_dir": "/s",
+                "live": False,
+                "result": None,
+                "lanes": {},
+                "instances": [_lane("lane@0", "ready", gpus=[0, 1], port=8000, since=90.0, pid=7)],
+            }
+        )
+    )
+    text = render_status(data, colour=False, now=100.0)
+    assert "not answering and no result.json" in text
+    assert text.splitlines()[-1].split() == [
+        "lane@0",
+        "n1",
+        "ready",
+        "10s",
+        "7",
+        "0",
+        "-",
+        "0,1",
+        "8000",
+        "-",
+    ]
