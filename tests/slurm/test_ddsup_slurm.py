@@ -251,12 +251,6 @@ def test_scancel_batch_term_stops_gracefully_in_order(
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plain scancel SIGTERMs the agents' step too: `ddsup agent` has no SIGTERM "
-    "handler and dies at once, then its sentinel and the controller's sweep SIGKILL the "
-    "lanes before their 1 s graceful exit, though KillWait (5 s) would allow it",
-)
 def test_scancel_gives_lanes_their_graceful_stop(
     slurm_cluster: SlurmCluster, job: DdsupJob
 ) -> None:
