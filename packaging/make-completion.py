@@ -12,7 +12,7 @@ and committed; ``--check`` fails when the committed file no longer matches the p
 What completes: subcommands; each subcommand's flags; the values of flags with choices
 (``--launcher auto|local|slurm``); directories for unit directories and state
 directories; files for ``verify`` and path-valued flags. Hidden subcommands (``agent``)
-are left out.
+and hidden flags are left out.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ def _command(name: str, parser: argparse.ArgumentParser) -> Command:
     values: dict[str, str] = {}
     positional = ""
     for action in parser._actions:
+        if action.help == argparse.SUPPRESS:
+            continue  # internal flags (ddsup start passes them) are not offered
         if not action.option_strings:
             positional = _compgen_for(action)
             continue
@@ -90,7 +92,7 @@ def _case_values(command: Command) -> list[str]:
     for compgen, options in sorted(by_compgen.items()):
         pattern = "|".join(sorted(options))
         if compgen:
-            lines.append(f'                {pattern}) _ddsup_reply {compgen}; return ;;')
+            lines.append(f"                {pattern}) _ddsup_reply {compgen}; return ;;")
         else:
             lines.append(f"                {pattern}) return ;;  # a value: nothing to offer")
     return lines
@@ -132,7 +134,7 @@ def render() -> str:
         "    for ((i = 1; i < COMP_CWORD; i++)); do",
         '        case "${COMP_WORDS[i]}" in',
         "            -*) ;;",
-        '            *) command=${COMP_WORDS[i]}; break ;;',
+        "            *) command=${COMP_WORDS[i]}; break ;;",
         "        esac",
         "    done",
         '    case "$command" in',

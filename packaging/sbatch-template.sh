@@ -25,6 +25,7 @@ DDSUP_ENV=/shared/software/ddsup       # a virtual environment with ddsup (and v
 UNITS=/shared/jobs/llama/units
 STATE_ROOT=/shared/jobs/llama/runs
 
+# shellcheck source=/dev/null
 source "$DDSUP_ENV/bin/activate"       # units inherit PATH: python3, vllm, ddsup
 # export HF_HOME=/shared/hf-cache      # EDIT: whatever vLLM needs; units inherit it
 # export DDSUP_API_KEY=$(openssl rand -hex 16)   # with [endpoint] api_key_env

@@ -100,7 +100,7 @@ class Console:
         self._clock = clock
         self._seen: dict[str, _Seen] = {}
         self._lanes: dict[str, str] | None = None
-        self._stopping = False
+        self._stop_began: float | None = None  # when the run began to stop
         self._done = False
         self._progress = ""  # what the progress line shows now ("" = not shown)
         self._wake = trio.Event()
@@ -115,7 +115,7 @@ class Console:
         if event.event == "unit" and event.instance and event.to_state:
             self._seen[event.instance] = _Seen(event.to_state, event.node, event.time)
         elif event.event == "run" and event.reason in ("stopping", "ending"):
-            self._stopping = True
+            self._stop_began = self._stop_began or event.time
         line = None if self.quiet else self._line(event)
         if line is not None:
             self._print(line)
@@ -183,8 +183,8 @@ class Console:
         if not self.tty or self.quiet:
             return
         text = "" if self._done else self.progress()
-        if text == self._progress == "":
-            return
+        if text == self._progress:
+            return  # unchanged (the elapsed time moves on only every second)
         width = shutil.get_terminal_size((100, 24)).columns - 1
         with contextlib.suppress(BrokenPipeError, ValueError):
             self.stream.write(f"{_CLEAR_LINE}{text[:width]}")
@@ -196,20 +196,20 @@ class Console:
 
     def progress(self) -> str:
         """The progress line's text now ("" when there is nothing to wait for)."""
-        now = self._clock()
-        if self._stopping:
+        if self._stop_began is not None:
             pending = {i: s for i, s in self._seen.items() if s.state not in ("exited", "failed")}
-            head = f"stopping · {len(pending)} left"
+            head, busy, began = f"stopping · {len(pending)} left", "stopping", self._stop_began
         else:
             lanes = {i: s for i, s in self._seen.items() if self._is_lane(i)}
             pending = {i: s for i, s in lanes.items() if s.state in _LOADING}
             ready, total = self._counts()
-            head = f"lanes ready {ready}/{total}"
+            head, busy, began = f"lanes ready {ready}/{total}", "starting", 0.0
         if not pending:
             return ""
-        name, oldest = min(pending.items(), key=lambda item: item[1].since)
+        # the one that has been at it longest: loading (or being stopped) before queued
+        name, oldest = min(pending.items(), key=lambda i: (i[1].state != busy, i[1].since))
         more = f" (+{len(pending) - 1} more)" if len(pending) > 1 else ""
-        elapsed = duration(now - oldest.since)
+        elapsed = duration(self._clock() - max(oldest.since, began))
         return f"{head} · waiting on {name}{_where(oldest.node)} {elapsed}{more}"
 
     def _is_lane(self, instance: str) -> bool:

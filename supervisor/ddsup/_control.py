@@ -249,7 +249,10 @@ def render_status(data: dict[str, Any], *, colour: bool, now: float | None = Non
         per_model = [f"{m} {c['ready']}/{c['total']}" for m, c in data["lanes"].items()]
         lines.append("lanes ready: " + " · ".join(per_model))
     lines.append("")
-    lines += _table(data["instances"], colour=colour, now=now)
+    if data["instances"]:
+        lines += _table(data["instances"], colour=colour, now=now)
+    else:
+        lines.append("no unit instances: the run ended before it had a plan")
     return "\n".join(lines)
 
 
@@ -258,7 +261,8 @@ def _run_state(data: dict[str, Any], now: float) -> str:
     if result:
         cause = result.get("cause") or {}
         who = f"{cause['unit']}: " if cause.get("unit") else ""
-        text = f"finished: {result.get('status')}, exit {result.get('exit_code')} ({who}{cause.get('reason')})"
+        reason = _one_line(str(cause.get("reason")))
+        text = f"finished: {result.get('status')}, exit {result.get('exit_code')} ({who}{reason})"
         if data.get("ended_at") and data.get("started_at"):
             ran = duration(data["ended_at"] - data["started_at"])
             text += f" · ran {ran}, ended {duration(now - data['ended_at'])} ago"
@@ -399,7 +403,14 @@ async def _report_end(state: StateDir, name: str) -> None:
 
 def _summary(result: dict[str, Any]) -> str:
     cause = result.get("cause") or {}
-    return f"{result.get('status')}, exit {result.get('exit_code')} ({cause.get('reason')})"
+    reason = _one_line(str(cause.get("reason")))
+    return f"{result.get('status')}, exit {result.get('exit_code')} ({reason})"
+
+
+def _one_line(text: str) -> str:
+    """The first line of a cause (invalid unit files give one line per problem)."""
+    first, *rest = text.splitlines() or [""]
+    return f"{first} (+{len(rest)} more in result.json)" if rest else first
 
 
 # --- logs --------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ Restart rule (documented in docs/units.md): after an unclean exit (or any exit w
 failures), capped at ``restart_max_sec``, with ±10 % jitter (never above the cap). k resets
 to 0 once the unit has stayed ready for ``restart_max_sec``. More than
 ``start_limit_burst`` starts inside ``start_limit_interval`` = the unit has failed.
-A readiness timeout is final: the unit has failed (no restart), and the run exits 75.
+A readiness timeout stops the process and counts as a failure for the restart policy;
+when it is what finally fails the unit, the run exits 75 (``readiness_timeout``).
 """
 
 from __future__ import annotations
@@ -126,10 +127,6 @@ class ServiceStatus:
         }
 
 
-class _ReadyTimeout(Exception):
-    pass
-
-
 class Service:
     """Runs one unit instance until it exits for good, fails, or is asked to stop."""
 
@@ -152,6 +149,7 @@ class Service:
         self._starts: deque[float] = deque()
         self._failures = 0
         self._started_once = False
+        self._timeout_reason = ""
         self._stopped_exit: ExitStatus | None = None  # how the last process ended
 
     # --- control from outside -------------------------------------------------------
@@ -203,10 +201,11 @@ class Service:
             while self._starts and now - self._starts[0] > service.start_limit_interval:
                 self._starts.popleft()
             if len(self._starts) >= service.start_limit_burst:
+                last = f"; last: {self._timeout_reason}" if self.status.readiness_timeout else ""
                 self._fail(
                     f"start limit hit: {len(self._starts)} starts within "
                     f"{service.start_limit_interval:g}s (start_limit_burst = "
-                    f"{service.start_limit_burst})"
+                    f"{service.start_limit_burst}){last}"
                 )
                 return
             self._starts.append(now)
@@ -215,29 +214,33 @@ class Service:
             self._started_once = True
             status, ready_for = await self._run_once()
             if status is None:
-                return  # failed for good inside _run_once (spawn error or readiness timeout)
+                return  # failed for good inside _run_once (the process could not start)
             if self.spec.unit.type is UnitType.ONESHOT and status.is_success(
                 service.success_exit_status
             ):
                 self.ready.set()
                 self._transition(UnitState.EXITED, "completed", exit=status)
                 return
-            clean = status.is_success(service.success_exit_status)
+            timed_out = self.status.readiness_timeout
+            clean = not timed_out and status.is_success(service.success_exit_status)
             restart = service.restart is Restart.ALWAYS or (
                 service.restart is Restart.ON_FAILURE and not clean
             )
+            why = self._timeout_reason if timed_out else status.describe()
             if not restart:
                 if clean:
-                    self._transition(UnitState.EXITED, status.describe(), exit=status)
+                    self._transition(UnitState.EXITED, why, exit=status)
                 else:
-                    self._fail(status.describe(), exit=status)
+                    self._fail(why, exit=None if timed_out else status)
                 return
             if ready_for >= service.restart_max_sec:
                 self._failures = 0
             delay = self._backoff()
             self._failures += 1
             self._transition(
-                UnitState.RESTARTING, f"{status.describe()}; restart in {delay:.3g}s", exit=status
+                UnitState.RESTARTING,
+                f"{why}; restart in {delay:.3g}s",
+                exit=None if timed_out else status,
             )
             await trio.sleep(delay)
 
@@ -299,14 +302,13 @@ class Service:
             self.status.last_exit = final.to_json()
             self.status.pid = None
             self._child = None
+        self.status.readiness_timeout = timed_out
         if timed_out:
-            self.status.readiness_timeout = True
-            self._fail(
+            self._timeout_reason = (
                 f"not ready within timeout_start = {service.timeout_start:g}s"
-                + (f" (last probe: {self.status.probe})" if self.status.probe else ""),
-                exit=final,
+                + (f" (last probe: {self.status.probe})" if self.status.probe else "")
             )
-            return None, 0.0
+            return final, 0.0
         ready_for = 0.0 if ready_at is None else trio.current_time() - ready_at
         return final, ready_for
 

@@ -66,7 +66,7 @@ class Cause(str, enum.Enum):
     LANE_KILLED = "lane-killed"  # a signal kills a restart=no, stop-all lane → 70
     CRASH_LOOP = "crash-loop"  # a stop-all lane hits its start limit → 70
     READINESS = "readiness"  # a stop-all lane is never ready → 75
-    AGENT_LOST = "agent-lost"  # a node agent dies → 70
+    AGENT_LOST = "agent-lost"  # SIGKILL to a node agent → 70; TERM/HUP once it runs → 128+N
 
 
 # How often each cause is drawn: signals to ddsup start and its agents at every phase
@@ -401,7 +401,12 @@ def _primary(rng: random.Random, sched: Schedule) -> tuple[list[Injection], int,
     node = f"node{rng.randrange(lane_nodes(sched))}"
     signum = rng.choice((signal.SIGKILL, signal.SIGKILL, signal.SIGTERM, signal.SIGHUP))
     phase = _pick_phase(rng, phases)
-    return [Injection(phase, f"agent:{node}", signum, "primary")], EXIT_UNIT_FAILED, "unit_failed"
+    agent = [Injection(phase, f"agent:{node}", signum, "primary")]
+    if signum is signal.SIGKILL or phase is Phase.PREFLIGHT:
+        # the agent is gone without a word (at PREFLIGHT it is still starting up and has
+        # no handler yet): a lost agent is a failed unit
+        return agent, EXIT_UNIT_FAILED, "unit_failed"
+    return agent, 128 + signum, "stopped"  # scancel: the agent tells the controller why
 
 
 def lane_nodes(sched: Schedule) -> int:

@@ -244,3 +244,48 @@ replicas = 1
         assert b"\x1b[32m\xe2\x97\x8f ready\x1b[0m" in screen  # coloured state changes
         tail = screen.rsplit(b"finished: stopped", 1)
         assert len(tail) == 2 and b"waiting on" not in tail[1]  # progress line gone at the end
+
+
+def test_stop_and_status_of_a_run_whose_controller_was_killed(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on any more
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    state = tmp_path / "ddsup-killed"
+    state.mkdir()
+    run = {"invocation_id": "k1", "pid": dead.pid, "launcher": "local", "started_at": 1.0}
+    (state / "run.json").write_text(
+        json.dumps({**run, "control": {"host": "127.0.0.1", "port": port}})
+    )
+    (state / "control.secret").write_text("x\n")
+    planned = {
+        "instance": "lane@0",
+        "unit": "lane@",
+        "type": "lane",
+        "node": "n0",
+        "gpus": [0],
+        "port": 8000,
+    }
+    (state / "plan.json").write_text(json.dumps({"instances": [planned]}))
+    lines = [
+        {
+            "time": 2.0,
+            "event": "unit",
+            "instance": "lane@0",
+            "node": "n0",
+            "to": "starting",
+            "restarts": 0,
+        },
+        {"time": 2.1, "event": "process", "instance": "lane@0", "node": "n0", "pid": 4242},
+    ]
+    (state / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    stop = ddsup("stop", cwd=tmp_path)
+    assert stop.returncode == 0 and "run k1 is not running" in stop.stdout, stop
+    shown = ddsup("status", cwd=tmp_path)
+    assert "not answering and no result.json" in shown.stdout
+    data = json.loads(ddsup("status", "--json", cwd=tmp_path).stdout)
+    assert data["live"] is False and data["result"] is None
+    assert data["instances"][0]["state"] == "starting" and data["instances"][0]["pid"] == 4242

@@ -168,3 +168,28 @@ def test_status_text_of_a_run_that_did_not_answer() -> None:
         "8000",
         "-",
     ]
+
+
+async def test_console_run_redraws_the_elapsed_time_every_second(autojump_clock: object) -> None:
+    import trio
+
+    stream = io.StringIO()
+    console = Console(stream=stream, tty=True, clock=trio.current_time)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(console.run)
+        await trio.sleep(5)  # idle: nothing to show, so nothing is drawn
+        assert stream.getvalue() == ""
+        console.lanes({"lane@0": "m"})
+        console.event(_unit("lane@0", "starting", trio.current_time()))
+        await trio.sleep(61.5)
+        assert stream.getvalue().endswith("\r\x1b[Klanes ready 0/1 · waiting on lane@0 (n3) 1m01s")
+        assert stream.getvalue().count("\r\x1b[K") == 62  # once at the event, then every second
+        console.event(_unit("lane@0", "ready", trio.current_time()))
+        drawn = stream.getvalue()
+        await trio.sleep(30)
+        assert stream.getvalue() == drawn  # nothing left to wait for: no more redraws
+        console.event(Event("run", reason="stopping", time=trio.current_time()))
+        console.event(_unit("lane@0", "stopping", trio.current_time()))
+        await trio.sleep(3.5)
+        assert stream.getvalue().endswith("stopping · 1 left · waiting on lane@0 (n3) 3s")
+        nursery.cancel_scope.cancel()

@@ -95,13 +95,24 @@ async def test_http_tcp_and_exec_probes_gate_the_worker(tmp_path: Path) -> None:
     assert probed["reason"] == "probe passed"
 
 
-async def test_never_ready_within_timeout_start_exits_75(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("restart", "starts"), [("no", 1), ("always", 3)])
+async def test_never_ready_within_timeout_start_exits_75(
+    tmp_path: Path, restart: str, starts: int
+) -> None:
+    """A readiness timeout counts as a failure for the restart policy; when it is what
+    finally fails the unit (no restart, or the start limit), the run exits 75."""
     units = UnitDir(tmp_path / "units")
     units.add(
         "stuck",
         "service",
         ["sleep", "60"],
-        service={"timeout_start": "300ms", "restart": "always"},
+        service={
+            "timeout_start": "300ms",
+            "restart": restart,
+            "restart_sec": "0s",
+            "start_limit_burst": 3,
+            "start_limit_interval": "1h",
+        },
         ready={"exec": ["false"], "interval": "50ms"},
     )
     units.add("worker", "worker", ["true"], unit={"after": ["stuck"]})
@@ -113,9 +124,10 @@ async def test_never_ready_within_timeout_start_exits_75(tmp_path: Path) -> None
     assert result["exit_code"] == 75
     assert result["cause"]["unit"] == "stuck"
     assert "timeout_start" in result["cause"]["reason"]
-    [starting] = run.times("stuck", "starting")  # a readiness timeout is final: no restart
+    starting = run.times("stuck", "starting")
+    assert len(starting) == starts
     [failed] = run.times("stuck", "failed")
-    assert failed - starting >= 0.3
+    assert failed - starting[-1] >= 0.3
     assert not run.transitions("worker", "starting")
 
 
