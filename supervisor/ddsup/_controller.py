@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import math
 import os
 import signal
 import sys
@@ -30,8 +29,10 @@ from ddsup._console import Console
 from ddsup._environment import INVOCATION_ENV, RunContext
 from ddsup._errors import DdsupError, PreflightError, UnitFileError, UsageError
 from ddsup._events import Event, EventLog
+from ddsup._lane_feed import LanePublisher
 from ddsup._launcher import AgentProcess, Launcher, LocalLauncher, SlurmLauncher
 from ddsup._node import NodeRunner
+from ddsup._ordering import lanes_by_model, runs_on_agent, start_after, stop_levels
 from ddsup._orphans import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
 from ddsup._outcome import Outcome
 from ddsup._plan import make_plan
@@ -44,7 +45,7 @@ from ddsup._plan._allocation import (
 from ddsup._plan._model import Node, Plan, PlannedInstance
 from ddsup._state_dir import StateDir, default_state_dir, write_private
 from ddsup._units import load_unit_set
-from ddsup._units._model import OnFailure, UnitSet, UnitType
+from ddsup._units._model import EndpointSection, OnFailure, UnitSet, UnitType
 
 PREFLIGHT_TIMEOUT = 120.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -103,7 +104,7 @@ class Controller:
         self.agents: dict[str, Channel] = {}
         self.preflight: dict[str, dict[str, Any]] = {}
         self.preflight_done = trio.Event()
-        self.lane_subscribers: list[trio.MemorySendChannel[dict[str, Any]]] = []
+        self.lane_feed = LanePublisher()
         self.agent_processes: list[AgentProcess] = []
         self.units: UnitSet | None = None
         self.plan: Plan | None = None
@@ -114,7 +115,6 @@ class Controller:
         self.client_address = "127.0.0.1"
         self._background: trio.Nursery | None = None  # owns fire-and-forget sends
         self._changed = trio.Event()
-        self._published: list[dict[str, str]] | None = None
 
     # --- top level ------------------------------------------------------------------
     async def main(self) -> int:
@@ -124,6 +124,7 @@ class Controller:
             units = self._load_units()
             launcher, plan = self._make_plan(units)
             self.units, self.plan = units, plan
+            self.console.lanes(self._lane_models(units, plan))
             write_private(self.state.plan, plan.to_json())
             await self._supervise(units, plan, launcher)
         except DdsupError as err:
@@ -213,6 +214,7 @@ class Controller:
                 self._background = nursery
                 nursery.start_soon(reap_adopted_children)
                 nursery.start_soon(self._watch_signals, units)
+                nursery.start_soon(self.console.run)
                 host = "127.0.0.1" if launcher.name == "local" else "0.0.0.0"
                 self.control_port = await nursery.start(
                     lambda task_status: serve_channel(
@@ -289,31 +291,18 @@ class Controller:
     async def _dependencies_ready(
         self, units: UnitSet, plan: Plan, planned: PlannedInstance
     ) -> None:
-        unit = units.by_name(planned.unit)
-        for dep_name in unit.after:
-            dep = units.by_name(dep_name)
-            for other in plan.instances:
-                if other.unit == dep.name:
-                    await self.ready[other.instance].wait()
-        if unit.type is UnitType.ENDPOINT:
+        for name in start_after(units, plan, planned):
+            await self.ready[name].wait()
+        if planned.type is UnitType.ENDPOINT:
             await self._min_ready_lanes(units, plan)
-        if unit.type is UnitType.WORKER and units.endpoint is not None:
-            for other in plan.instances:
-                if other.type is UnitType.ENDPOINT:
-                    await self.ready[other.instance].wait()
 
     async def _min_ready_lanes(self, units: UnitSet, plan: Plan) -> None:
+        """Until ``min_ready`` lanes of every model are ready (the endpoint's quorum)."""
         endpoint = units.endpoint
-        assert endpoint is not None and endpoint.endpoint is not None
-        min_ready = endpoint.endpoint.min_ready
-        by_model: dict[str, list[str]] = {}
-        for planned in plan.instances:
-            if planned.type is UnitType.LANE and not planned.rank:
-                lane = units.by_name(planned.unit).lane
-                assert lane is not None
-                by_model.setdefault(lane.model, []).append(planned.instance)
-        for instances in by_model.values():
-            need = min_ready.required(len(instances))
+        assert endpoint is not None
+        section = endpoint.endpoint or EndpointSection()
+        for instances in lanes_by_model(units, plan).values():
+            need = section.min_ready.required(len(instances))
             while True:
                 changed = self._changed
                 if sum(1 for i in instances if self._is_ready(i)) >= need:
@@ -330,7 +319,7 @@ class Controller:
     # --- agents ---------------------------------------------------------------------
     async def _launch_agents(self, plan: Plan, launcher: Launcher, nursery: trio.Nursery) -> None:
         nodes = sorted(
-            {i.node for i in plan.instances if i.type is UnitType.LANE or self._each_node(i)},
+            {i.node for i in plan.instances if self._on_agent(i)},
             key=[n.name for n in plan.nodes].index,
         )
         if not nodes:
@@ -365,13 +354,8 @@ class Controller:
                 self.local.plan = plan
 
     def _on_agent(self, planned: PlannedInstance) -> bool:
-        """Lanes and each-node services run in node agents; the rest in the controller."""
-        return planned.type is UnitType.LANE or self._each_node(planned)
-
-    def _each_node(self, planned: PlannedInstance) -> bool:
         assert self.units is not None
-        unit = self.units.by_name(planned.unit)
-        return unit.type in (UnitType.SERVICE, UnitType.ONESHOT) and unit.on.value == "each-node"
+        return runs_on_agent(self.units, planned)
 
     def _control_host(self, launcher: Launcher) -> str:
         if launcher.name == "local":
@@ -395,7 +379,7 @@ class Controller:
         if role == "agent":
             await self._serve_agent(channel, str(hello.get("node")))
         elif role == "lanes":
-            await self._serve_lane_feed(channel)
+            await self.lane_feed.serve(channel)
         elif role == "control":
             await self._serve_control(channel)
 
@@ -532,7 +516,7 @@ class Controller:
 
     def _request_stop_instance(self, planned: PlannedInstance) -> None:
         channel = self.agents.get(planned.node)
-        if channel is not None and (planned.type is UnitType.LANE or self._each_node(planned)):
+        if channel is not None and self._on_agent(planned):
             self._send_soon(channel, {"op": "stop", "instances": [planned.instance]})
         elif self.local is not None and planned.instance in self.local.services:
             self.local.services[planned.instance].request_stop("a required unit failed")
@@ -574,27 +558,20 @@ class Controller:
                 )
         return lanes
 
+    @staticmethod
+    def _lane_models(units: UnitSet, plan: Plan) -> dict[str, str]:
+        """Serving lane instance → model, for the console and status."""
+        return {
+            instance: model
+            for model, instances in lanes_by_model(units, plan).items()
+            for instance in instances
+        }
+
     def _models(self) -> list[str]:
         return sorted({u.lane.model for u in self.units.lanes if u.lane}) if self.units else []
 
     def _publish_lanes(self) -> None:
-        lanes = self._ready_lanes()
-        if self._published == lanes:
-            return
-        self._published = lanes
-        for subscriber in list(self.lane_subscribers):
-            try:
-                subscriber.send_nowait({"op": "lanes", "lanes": lanes, "models": self._models()})
-            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                self.lane_subscribers.remove(subscriber)
-
-    async def _serve_lane_feed(self, channel: Channel) -> None:
-        send, receive = trio.open_memory_channel[dict[str, Any]](math.inf)
-        self.lane_subscribers.append(send)
-        await channel.send({"op": "lanes", "lanes": self._ready_lanes(), "models": self._models()})
-        async with receive:
-            async for message in receive:
-                await channel.send(message)
+        self.lane_feed.publish(self._ready_lanes(), self._models())
 
     # --- operator control -----------------------------------------------------------
     async def _serve_control(self, channel: Channel) -> None:
@@ -619,6 +596,7 @@ class Controller:
 
     def status_snapshot(self) -> dict[str, Any]:
         instances = []
+        models = self._lane_models(self.units, self.plan) if self.units and self.plan else {}
         for planned in self.plan.instances if self.plan else ():
             record = self.states.get(planned.instance, {})
             instances.append(
@@ -635,6 +613,7 @@ class Controller:
                     "restarts": record.get("restarts", 0),
                     "last_exit": record.get("exit"),
                     "reason": record.get("reason"),
+                    "model": models.get(planned.instance),
                 }
             )
         return {
@@ -694,7 +673,7 @@ class Controller:
         self.stopping = True
         self._event(Event("run", reason="stopping"))
         plan = self.plan or plan
-        for level in reversed(_levels(units, plan)):
+        for level in stop_levels(units, plan):
             await self._stop_level(level)
         await self._shutdown_agents()
 
@@ -786,26 +765,3 @@ def _put_own_interpreter_first_on_path() -> None:
     path = os.environ.get("PATH", "")
     if path.split(os.pathsep)[0] != bin_dir:
         os.environ["PATH"] = os.pathsep.join([bin_dir, path]) if path else bin_dir
-
-
-def _levels(units: UnitSet, plan: Plan) -> list[list[PlannedInstance]]:
-    """Instances grouped by start depth: lanes/services first, endpoint, then worker."""
-    depth: dict[str, int] = {}
-
-    def unit_depth(name: str, seen: frozenset[str] = frozenset()) -> int:
-        if name in depth:
-            return depth[name]
-        unit = units.by_name(name)
-        deps = [units.by_name(d).name for d in unit.after]
-        if unit.type is UnitType.ENDPOINT:
-            deps += [u.name for u in units.lanes]
-        if unit.type is UnitType.WORKER and units.endpoint is not None:
-            deps.append(units.endpoint.name)
-        value = 1 + max((unit_depth(d, seen | {name}) for d in deps if d not in seen), default=-1)
-        depth[name] = value
-        return value
-
-    levels: dict[int, list[PlannedInstance]] = {}
-    for planned in plan.instances:
-        levels.setdefault(unit_depth(planned.unit), []).append(planned)
-    return [levels[k] for k in sorted(levels)]

@@ -255,13 +255,18 @@ class Service:
         service = spec.unit.service
         self._transition(UnitState.STARTING, "starting")
         try:
+            log_offset = spec.log_path.stat().st_size
+        except OSError:
+            log_offset = 0
+        try:
             child = await spawn(spec.argv, env=spec.env, cwd=spec.cwd, log_path=spec.log_path)
         except SpawnError as err:
             self._fail(str(err))
             return None, 0.0
         self._child = child
         self.status.pid = child.pid
-        self._emit_event("process", details={"pid": child.pid})
+        # log_offset: where this process's output begins in the log (``logs --since``)
+        self._emit_event("process", details={"pid": child.pid, "log_offset": log_offset})
         ready_at: float | None = None
         timed_out = False
         try:
