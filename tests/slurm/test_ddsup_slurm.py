@@ -16,6 +16,8 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -377,3 +379,40 @@ def test_two_node_lane_gets_its_specifiers_and_fails_as_a_unit(
     assert (outcome["status"], outcome["cause"]["unit"]) == ("unit_failed", "lane@0:1"), outcome
     assert outcome["cause"]["exit"] == {"code": 7}
     assert job.states("lane@0")[-2:] == ["stopping", "exited"], job.states("lane@0")
+
+
+def test_status_logs_and_stop_of_a_slurm_run(slurm_cluster: SlurmCluster, job: DdsupJob) -> None:
+    """An operator on the batch node sees every node's lanes, reads a remote lane's log
+    (written by its agent into the shared state dir), and stops the run like SIGTERM."""
+    _long_running(job)
+    job_id = job.submit(slurm_cluster)
+    job.wait_ready(ALL_LANES)
+    ddsup = [sys.executable, "-m", "ddsup"]
+    where = ["--state-dir", str(job.state)]
+
+    status = subprocess.run(
+        [*ddsup, "status", "--json", *where], capture_output=True, text=True, check=True
+    )
+    data = json.loads(status.stdout)
+    lanes = {i["instance"]: i for i in data["instances"] if i["type"] == "lane"}
+    assert data["launcher"] == "slurm"
+    assert sorted(lanes) == sorted(ALL_LANES)
+    assert {i["node"] for i in lanes.values()} == set(NODES)
+    assert all(i["state"] == "ready" and i["pid"] for i in lanes.values())
+
+    remote = next(name for name, i in lanes.items() if i["node"] == "n3")
+    logs = subprocess.run(
+        [*ddsup, "logs", remote, *where], capture_output=True, text=True, check=True
+    )
+    assert (job.state / "logs" / f"{remote}.log").read_text() == logs.stdout
+
+    invocation = job.invocation_id()
+    stopped = subprocess.run([*ddsup, "stop", *where], capture_output=True, text=True, check=False)
+    assert stopped.returncode == 0, stopped.stderr
+    wait_no_processes(invocation, CLEAN_WITHIN_S)
+    result = finish(slurm_cluster, job, job_id)
+    assert job.result()["status"] == "stopped"
+    assert job.result()["exit_code"] == 128 + signal.SIGTERM
+    assert result.exit_code == 128 + signal.SIGTERM
+    again = subprocess.run([*ddsup, "stop", *where], capture_output=True, text=True, check=False)
+    assert again.returncode == 0, "stop is idempotent"
