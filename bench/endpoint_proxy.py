@@ -21,12 +21,14 @@ import re
 import selectors
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -152,8 +154,13 @@ def serve_bare(port_file: str) -> None:
     trio.run(main)
 
 
+Child = subprocess.Popen[Any]
+
+
 @dataclass(frozen=True)
 class Result:
+    """One wrk run against one variant; ``cpu_s`` is the serving process's CPU time."""
+
     name: str
     requests: int
     seconds: float
@@ -168,6 +175,16 @@ class Result:
     @property
     def cpu_us(self) -> float | None:
         return None if self.cpu_s is None else self.cpu_s / self.requests * 1e6
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Where wrk sends a scenario, and which processes' CPU time it is charged to."""
+
+    name: str
+    base: str
+    body: str
+    serving: tuple[psutil.Process, ...]
 
 
 def wrk(
@@ -202,6 +219,102 @@ def _ms(text: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
 
 
+def ensure_nginx() -> str:
+    """The nginx binary; installs Debian's ``nginx-light`` (else ``nginx``) when absent.
+
+    Debian's package would start the system service where no ``policy-rc.d`` forbids
+    it: that nginx is stopped again, so the bench leaves no process behind.
+    """
+    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise SystemExit("nginx is needed: apt-get install -y nginx-light")
+    print("installing nginx-light (apt-get) …", file=sys.stderr)
+    service_pid = Path("/run/nginx.pid")
+    was_running = service_pid.exists()
+    for update_first in (False, True):
+        if update_first:
+            _quietly(["apt-get", "update", "-qq"])
+        for package in ("nginx-light", "nginx"):
+            _quietly(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package])
+            found = shutil.which("nginx", path="/usr/sbin:/usr/bin:/sbin")
+            if found:
+                if service_pid.exists() and not was_running:
+                    _quietly([found, "-s", "quit"])  # the system service, started by apt
+                return found
+    raise SystemExit("could not install nginx: run apt-get install -y nginx-light")
+
+
+def _quietly(argv: list[str]) -> None:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    out = subprocess.DEVNULL
+    subprocess.run(argv, env=env, stdout=out, stderr=out, timeout=600, check=False)
+
+
+NGINX_CONF = """\
+daemon off;
+master_process on;
+worker_processes 1;
+worker_cpu_affinity {mask};
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/client_body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    keepalive_requests 1000000;
+    upstream lanes {{
+{servers}
+        keepalive 256;
+        keepalive_requests 1000000;
+    }}
+    server {{
+        listen 127.0.0.1:{port} backlog=1024;
+        location / {{
+            proxy_pass http://lanes;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }}
+    }}
+}}
+"""
+
+
+def start_nginx(binary: str, lanes: list[str], cpu: int, tmp: Path) -> tuple[Child, str]:
+    """nginx in front of ``lanes``, its one worker on ``cpu``; returns (master, base URL).
+
+    The bench binds the listening socket itself (port 0) and hands it to nginx the way
+    nginx hands sockets to a new binary on upgrade (``NGINX="fd;"``), so no port is
+    guessed and none can be taken in between.
+    """
+    home = tmp / "nginx"
+    home.mkdir()
+    listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
+    port = listener.getsockname()[1]
+    servers = "\n".join(f"        server {lane.removeprefix('http://')};" for lane in lanes)
+    mask = "1" + "0" * cpu  # worker_cpu_affinity: the rightmost digit is CPU 0
+    conf = home / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(mask=mask, tmp=home, servers=servers, port=port))
+    fd = listener.fileno()
+    argv = [binary, "-p", str(home), "-c", str(conf), "-e", str(home / "error.log")]
+    proc = subprocess.Popen(argv, env={**os.environ, "NGINX": f"{fd};"}, pass_fds=(fd,))
+    listener.close()  # nginx holds its own copy
+    os.sched_setaffinity(proc.pid, {cpu})
+    deadline = time.monotonic() + 20
+    while len(psutil.Process(proc.pid).children()) < 1:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            log = (home / "error.log").read_text() if (home / "error.log").exists() else ""
+            raise SystemExit(f"nginx did not start (status {proc.poll()}):\n{log}")
+        time.sleep(0.05)  # nginx forks its worker: bounded poll for an external process
+    return proc, f"http://127.0.0.1:{port}"
+
+
 def start(argv: list[str], cpus: set[int]) -> subprocess.Popen[str]:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     os.sched_setaffinity(proc.pid, cpus)
@@ -217,91 +330,146 @@ def wait_port(port_file: Path) -> int:
     raise SystemExit(f"no port in {port_file}: a bench server did not start")
 
 
-def run(args: argparse.Namespace) -> list[Result]:
+def cpu_time(processes: tuple[psutil.Process, ...]) -> float:
+    """User + system seconds of ``processes`` and their children (nginx's worker)."""
+    total = 0.0
+    for proc in processes:
+        for one in (proc, *proc.children(recursive=True)):
+            times = one.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def stop_all(children: list[Child]) -> None:
+    """SIGTERM each child (nginx's master ends its worker), SIGKILL what lingers."""
+    descendants = []
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            descendants += psutil.Process(child.pid).children(recursive=True)
+        if child.poll() is None:
+            child.terminate()
+    for child in children:
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    _, alive = psutil.wait_procs(descendants, timeout=5)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+def run(args: argparse.Namespace) -> dict[str, list[Result]]:
+    """Every variant ``args.reps`` times, the order rotated each repetition."""
     cpus = sorted(os.sched_getaffinity(0))
     endpoint_cpu, others = {cpus[0]}, set(cpus[1:]) or {cpus[0]}
-    tmp = Path(tempfile.mkdtemp())
+    nginx = ensure_nginx()
+    tmp = Path(tempfile.mkdtemp(prefix="ddsup-bench-"))
     me = [sys.executable, __file__]
-    children: list[subprocess.Popen[str]] = []
+    children: list[Child] = []
     try:
-        up = [
-            *me,
-            "--upstream",
-            str(tmp / "up"),
-            "--events",
-            str(args.events),
-            "--gap",
-            str(args.gap),
-        ]
-        children.append(start(up, others))
+        ups = []
+        for i in range(args.lanes):
+            up = [*me, "--upstream", str(tmp / f"up{i}"), "--events", str(args.events)]
+            children.append(start([*up, "--gap", str(args.gap)], others))
+            ups.append(children[-1])
         children.append(bare := start([*me, "--bare", str(tmp / "bare")], endpoint_cpu))
-        lane = f"http://127.0.0.1:{wait_port(tmp / 'up')}"
+        lanes = [f"http://127.0.0.1:{wait_port(tmp / f'up{i}')}" for i in range(args.lanes)]
         floor = f"http://127.0.0.1:{wait_port(tmp / 'bare')}"
-        argv = [sys.executable, "-m", "ddsup", "endpoint", "--port", "0", "--lane", f"m={lane}"]
+        argv = [sys.executable, "-m", "ddsup", "endpoint", "--port", "0"]
+        argv += [a for lane in lanes for a in ("--lane", f"m={lane}")]
         children.append(endpoint := start(argv, endpoint_cpu))
         assert endpoint.stdout is not None
         url = endpoint.stdout.readline().split()[-1]
+        master, proxy = start_nginx(nginx, lanes, cpus[0], tmp)
+        children.append(master)
+        lane0, ep, ngx = (psutil.Process(p.pid) for p in (ups[0], endpoint, master))
         plain = '{"model":"m","prompt":"hi","max_tokens":16}'
         stream = '{"model":"m","prompt":"hi","stream":true}'
-        results = []
-        for name, base, body, measured in (
-            ("floor", floor, plain, bare),
-            ("direct", lane, plain, None),
-            ("endpoint", url, plain, endpoint),
-            ("direct SSE", lane, stream, None),
-            ("endpoint SSE", url, stream, endpoint),
-        ):
-            target = f"{base}/v1/completions"
-            wrk(target, body, 1, args.connections, others)  # warm-up
-            proc = psutil.Process(measured.pid) if measured else None
-            before = sum(proc.cpu_times()[:2]) if proc else 0.0
-            n, took, p50, p99 = wrk(target, body, args.seconds, args.connections, others)
-            cpu = sum(proc.cpu_times()[:2]) - before if proc else None
-            results.append(Result(name, n, took, p50, p99, cpu))
+        variants = [
+            Variant("direct", lanes[0], plain, (lane0,)),
+            Variant("nginx", proxy, plain, (ngx,)),
+            Variant("endpoint", url, plain, (ep,)),
+            Variant("floor", floor, plain, (psutil.Process(bare.pid),)),
+            Variant("direct SSE", lanes[0], stream, (lane0,)),
+            Variant("nginx SSE", proxy, stream, (ngx,)),
+            Variant("endpoint SSE", url, stream, (ep,)),
+        ]
+        results: dict[str, list[Result]] = {v.name: [] for v in variants}
+        for rep in range(args.reps):
+            for v in variants[rep % len(variants) :] + variants[: rep % len(variants)]:
+                target = f"{v.base}/v1/completions"
+                if rep == 0:
+                    wrk(target, v.body, 1, args.connections, others)  # warm-up
+                before = cpu_time(v.serving)
+                n, took, p50, p99 = wrk(target, v.body, args.seconds, args.connections, others)
+                cpu = cpu_time(v.serving) - before
+                results[v.name].append(Result(v.name, n, took, p50, p99, cpu))
         return results
     finally:
-        for child in children:
-            child.terminate()
-            try:
-                child.wait(10)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+        stop_all(children)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def report(results: list[Result], events: int) -> None:
-    by = {r.name: r for r in results}
-    floor_us = by["floor"].cpu_us or float("nan")
-    plain_us = by["endpoint"].cpu_us or 0.0
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def report(results: dict[str, list[Result]], args: argparse.Namespace) -> None:
+    med = {
+        name: {
+            "rps": median([r.rps for r in rs]),
+            "p50": median([r.p50_ms for r in rs]),
+            "p99": median([r.p99_ms for r in rs]),
+            "cpu": median([r.cpu_us for r in rs if r.cpu_us is not None]),
+        }
+        for name, rs in results.items()
+    }
+    reps = len(next(iter(results.values())))
     print(
-        f"{'scenario':<14}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'+p50 ms':>9}{'+p99 ms':>9}"
-        f"{'CPU µs/req':>12}{'µs/event':>10}{'x floor':>9}"
+        f"plain JSON, wrk -c {args.connections}, {args.seconds}s × {reps} reps (medians); "
+        "CPU = the serving process (lane for 'direct', proxy otherwise)"
     )
-    for r in results:
-        direct = by["direct SSE" if "SSE" in r.name else "direct"]
-        added = r.name.startswith("endpoint")
-        us = r.cpu_us
-        per_event = f"{(us - plain_us) / events:.1f}" if us is not None and "SSE" in r.name else "-"
+    _table(med, ("direct", "nginx", "endpoint", "floor"), "direct")
+    print(f"\nSSE, {args.events} events per request, {args.gap * 1000:g} ms apart")
+    _table(med, ("direct SSE", "nginx SSE", "endpoint SSE"), "direct SSE")
+    for proxy in ("nginx", "endpoint"):
+        per_event = (med[f"{proxy} SSE"]["cpu"] - med[proxy]["cpu"]) / args.events
+        print(f"  {proxy:<9} CPU per event: {per_event:6.1f} µs")
+    print(
+        "µs/event = (SSE CPU µs/req - plain CPU µs/req) / events. 'floor' is a bare trio + h11\n"
+        "server answering a fixed body on the endpoint's core; SPEC §5 measured nginx at\n"
+        "~21 µs/req and that floor at ~113 µs/req on the reference machine, so\n"
+        "'x floor' × 113 µs estimates the cost there."
+    )
+
+
+def _table(med: dict[str, dict[str, float]], rows: tuple[str, ...], direct: str) -> None:
+    base = med[direct]
+    floor = med["floor"]["cpu"]
+    print(
+        f"  {'variant':<14}{'req/s':>9}{'x direct':>10}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'+p50 ms':>9}{'+p99 ms':>9}{'CPU µs/req':>12}{'x floor':>9}"
+    )
+    for name in rows:
+        m = med[name]
+        added = name != direct
         print(
-            f"{r.name:<14}{r.rps:>9.0f}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}"
-            f"{(r.p50_ms - direct.p50_ms) if added else 0.0:>9.2f}"
-            f"{(r.p99_ms - direct.p99_ms) if added else 0.0:>9.2f}"
-            f"{'-' if us is None else f'{us:.0f}':>12}{per_event:>10}"
-            f"{'-' if us is None else f'{us / floor_us:.2f}':>9}"
+            f"  {name:<14}{m['rps']:>9.0f}{m['rps'] / base['rps']:>10.2f}"
+            f"{m['p50']:>9.2f}{m['p99']:>9.2f}"
+            f"{(m['p50'] - base['p50']) if added else 0.0:>9.2f}"
+            f"{(m['p99'] - base['p99']) if added else 0.0:>9.2f}"
+            f"{m['cpu']:>12.0f}{m['cpu'] / floor:>9.2f}"
         )
-    print(
-        f"SSE: {events} events per request; µs/event = (SSE µs/req - plain µs/req) / events.\n"
-        "CPU: the serving process's user+system time (psutil). 'floor' is a bare trio + h11\n"
-        "server answering a fixed body on the same core; SPEC §5 measured it at ~113 µs on\n"
-        "the reference machine, so 'x floor' × 113 µs estimates the cost there."
-    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--seconds", type=int, default=5, help="wrk time per run")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions (medians reported)")
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--lanes", type=int, default=1, help="upstream lanes behind proxies")
     parser.add_argument("--events", type=int, default=50, help="SSE events per streamed request")
     parser.add_argument("--gap", type=float, default=0.001, help="seconds between SSE events")
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
@@ -314,7 +482,7 @@ def main() -> None:
     elif not shutil.which("wrk"):
         raise SystemExit("wrk is needed: apt-get install -y wrk")
     else:
-        report(run(args), args.events)
+        report(run(args), args)
 
 
 if __name__ == "__main__":

@@ -1,29 +1,46 @@
 """What supervision costs: ddsup's local engine next to supervisord 4.3.0.
 
-Side by side, alternating, ``--reps`` times, medians and the ratio:
+Both tools in one run, alternating (the order flips each repetition), ``--reps`` times;
+medians and the ratio ddsup / supervisord:
 
-- restart gap: a POSIX-sh unit appends ``date +%s%N`` to a file and exits 1, restarted
-  at once (ddsup: ``restart = "always"``, ``restart_sec = "0s"``; supervisord:
-  ``autorestart=true``, ``startsecs=0``); the gap is the time between consecutive
-  timestamps (start to start, so it includes the unit's own fork/exec of ``date``);
-- idle CPU: CPU time (user + system, psutil) of the supervisor's own processes (ddsup:
-  ``ddsup start``, its agents and its sentinel; supervisord: itself) over a window while
-  ``--services`` units sleep, as % of one core;
-- RSS of those processes during that window;
-- stop: SIGTERM to the supervisor → its exit, with all services running.
+- **restart gap**: a bash unit appends ``$EPOCHREALTIME`` (a builtin: no fork) to a file
+  and exits 1, restarted at once (ddsup: ``restart = "always"``, ``restart_sec = "0s"``;
+  supervisord: ``autorestart=true``, ``startsecs=0``); the gap is the time between
+  consecutive timestamps (start to start, so it includes bash's own start-up);
+- **exit detection**: the same unit; the time from the timestamp it writes right before
+  ``exit 1`` to the supervisor noticing the exit: ddsup's ``events.jsonl`` ``restarting``
+  event (its ``time``), supervisord's ``exited:`` log line (millisecond stamps,
+  truncated: +0.5 ms). Wall clock on both sides (ddsup's events carry Unix time). Then
+  again with a grandchild (``sleep 5 &``) that holds the unit's stdout open;
+- **stop of a SIGTERM-ignoring unit** (``trap '' TERM``) with a 2 s stop timeout
+  (``timeout_stop = "2s"`` / ``stopwaitsecs=2``, ``stopasgroup``, ``killasgroup``): SIGTERM
+  to the supervisor → the unit's exit (a pidfd) and → the supervisor's exit;
+- **orphans**: a unit that starts ``setsid sleep 600 &`` and exits 1, restarted at once
+  for ``--orphan-seconds``; live grandchildren while the supervisor still runs, and after
+  it stopped (then they are killed);
+- **idle CPU**: CPU time (user + system, psutil) of the supervisor's own processes
+  (ddsup: ``ddsup start`` and its sentinel; supervisord: itself) over ``--idle-seconds``
+  while each of ``--services`` sleeping units runs, as % of one core; their **RSS** then;
+  and **stop**: SIGTERM to the supervisor → its exit, with all those services running.
 
-supervisord is installed into its own venv under ``--cache`` (``python -m venv``,
-``pip install supervisor==4.3.0``) when not there yet.
+Every process a measurement starts carries ``DDSUP_BENCH_MARK=<random>`` in its
+environment; after each measurement every live process with that mark is SIGKILLed and
+counted (a leftover is reported, never left). supervisord is installed into its own venv
+under ``--cache`` (``python -m venv``, ``pip install supervisor==4.3.0``) when not there.
 
-    .venv/bin/python bench/supervision.py [--reps 3] [--services 32] [--idle-seconds 10]
+    .venv/bin/python bench/supervision.py [--reps 3] [--services 32,256] \
+        [--idle-seconds 10] [--only gap,exit,stop,orphans,idle] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
 import json
 import os
+import re
+import select
 import shutil
 import signal
 import statistics
@@ -32,24 +49,27 @@ import sys
 import tempfile
 import textwrap
 import time
+import uuid
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
 SUPERVISOR_VERSION = "4.3.0"
-GOALS = {"gap_ms": 25.0, "idle_cpu_pct": 1.0, "stop_s": 1.5}
-CRASH_SH = 'date +%s%N >> "$0"; exit 1'
+MARK_VAR = "DDSUP_BENCH_MARK"
+MARK = uuid.uuid4().hex
+STOP_TIMEOUT_S = 2.0
+CRASH_SH = 'echo "$EPOCHREALTIME" >> "$0"; exit 1'
+HOLD_PIPE_SH = 'sleep 5 & echo "$EPOCHREALTIME" >> "$0"; exit 1'
+ORPHAN_SH = 'setsid sleep 600 & echo "$EPOCHREALTIME" >> "$0"; exit 1'
+IGNORE_TERM_SH = "trap '' TERM; echo $$ > \"$0\"; while :; do sleep 1; done"
+GOALS = {"gap_ms": 25.0, "idle_cpu_pct:32": 1.0, "stop_s:32": 1.5}
+BASH = shutil.which("bash") or "/bin/bash"
 
-
-@dataclass
-class Sample:
-    gaps_ms: list[float] = field(default_factory=list)
-    idle_cpu_pct: list[float] = field(default_factory=list)
-    rss_mib: list[float] = field(default_factory=list)
-    stop_s: list[float] = field(default_factory=list)
+# metric name -> tool -> values
+Results = dict[str, dict[str, list[float]]]
 
 
 # --- helpers -------------------------------------------------------------------------
@@ -58,40 +78,58 @@ def wait_until(check: Callable[[], bool], limit: float, what: str) -> None:
     deadline = time.monotonic() + limit
     while not check():
         if time.monotonic() > deadline:
-            raise SystemExit(f"bench: timed out waiting for {what}")
+            raise SystemExit(f"bench: timed out after {limit:g}s waiting for {what}")
         time.sleep(0.01)
 
 
-def timestamps(path: Path) -> list[int]:
+def stamps(path: Path) -> list[float]:
+    """Unix times (seconds) the unit wrote, one a line; a half-written last line is skipped."""
     if not path.exists():
         return []
-    return [int(x) for x in path.read_text().split()]
+    lines = path.read_text().split("\n")
+    return [float(x) for x in lines[:-1] if x]
 
 
-def gaps_ms(stamps: list[int]) -> list[float]:
-    return [(b - a) / 1e6 for a, b in itertools.pairwise(stamps)]
+def gaps_ms(times: list[float]) -> list[float]:
+    return [(b - a) * 1e3 for a, b in itertools.pairwise(times)]
+
+
+def marked_processes() -> list[psutil.Process]:
+    """Live (non-zombie) processes of this bench: they carry ``MARK`` in their environment."""
+    found = []
+    for proc in psutil.process_iter():
+        with suppress(psutil.Error):
+            if proc.environ().get(MARK_VAR) == MARK and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
+def kill_marked() -> int:
+    """SIGKILL every live process of this bench; how many there were."""
+    procs = marked_processes()
+    for proc in procs:
+        with suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(procs, timeout=5)
+    return len(procs)
 
 
 def own_processes(root: psutil.Process, unit_names: tuple[str, ...]) -> list[psutil.Process]:
     """The supervisor and its helper processes, not the units it supervises."""
     found = [root]
     for child in root.children(recursive=True):
-        try:
+        with suppress(psutil.NoSuchProcess):
             if child.name() not in unit_names:
                 found.append(child)
-        except psutil.NoSuchProcess:
-            pass
     return found
 
 
 def cpu_seconds(processes: list[psutil.Process]) -> float:
     total = 0.0
     for proc in processes:
-        try:
+        with suppress(psutil.NoSuchProcess):
             times = proc.cpu_times()
             total += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
     return total
 
 
@@ -112,14 +150,27 @@ def stop(process: subprocess.Popen[bytes], limit: float = 60.0) -> float:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-        raise SystemExit("bench: supervisor did not stop within {limit}s") from None
+        raise SystemExit(f"bench: supervisor did not stop within {limit}s") from None
     return time.monotonic() - start
+
+
+def wait_exit(pidfd: int, limit: float) -> float:
+    """Block until the process behind ``pidfd`` exited; the monotonic time it was seen."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    if not poller.poll(limit * 1e3):
+        raise SystemExit(f"bench: unit did not exit within {limit:g}s")
+    return time.monotonic()
 
 
 @contextmanager
 def started(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The supervisor, marked; afterwards it is stopped and every marked process killed."""
+    env = {**os.environ, MARK_VAR: MARK, "LC_ALL": "C"}
     with log.open("wb") as output:
-        process = subprocess.Popen(argv, stdout=output, stderr=output, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            argv, stdout=output, stderr=output, stdin=subprocess.DEVNULL, env=env
+        )
     try:
         yield process
     finally:
@@ -130,9 +181,59 @@ def started(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        kill_marked()
+
+
+def measure_idle(process: subprocess.Popen[bytes], seconds: float) -> tuple[float, float, float]:
+    """(% of one core, RSS MiB, stop seconds) of the supervisor's own processes."""
+    time.sleep(1.0)  # let start-up work settle before the window opens
+    procs = own_processes(psutil.Process(process.pid), ("sleep",))
+    before = cpu_seconds(procs)
+    time.sleep(seconds)  # the measurement window itself
+    used = cpu_seconds(procs) - before
+    memory = rss_mib(procs)
+    return 100.0 * used / seconds, memory, stop(process)
+
+
+def measure_stop_timeout(process: subprocess.Popen[bytes], pid_file: Path) -> tuple[float, float]:
+    """SIGTERM to the supervisor → (the unit's exit, the supervisor's exit), seconds."""
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().endswith("\n"), 60, "unit pid")
+    time.sleep(0.3)  # the unit is past its trap and sleeping (no event to await: its state)
+    pidfd = os.pidfd_open(int(pid_file.read_text()))
+    try:
+        start = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        unit_gone = wait_exit(pidfd, 30) - start
+    finally:
+        os.close(pidfd)
+    process.wait(timeout=30)
+    return unit_gone, time.monotonic() - start
+
+
+def count_orphans(process: subprocess.Popen[bytes], seconds: float) -> tuple[float, float]:
+    """(live setsid grandchildren after ``seconds`` of restarts, live after the stop)."""
+    time.sleep(seconds)  # the restart loop runs for this long: the measurement window
+    live = sum(p.name() == "sleep" for p in marked_processes())
+    stop(process)
+    after = sum(p.name() == "sleep" for p in marked_processes())
+    return float(live), float(after)
 
 
 # --- ddsup ---------------------------------------------------------------------------
+def service(argv: list[str], **keys: object) -> str:
+    lines = ['[unit]\ntype = "service"\n[service]', f"exec = {json.dumps(argv)}"]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
+RESTART_AT_ONCE: dict[str, object] = {
+    "restart": "always",
+    "restart_sec": "0s",
+    "start_limit_burst": 1000000,
+    "start_limit_interval": "1s",
+}
+
+
 class Ddsup:
     name = "ddsup"
 
@@ -149,42 +250,73 @@ class Ddsup:
         argv = [sys.executable, "-m", "ddsup", "start", str(directory / "units")]
         return [*argv, "--state-dir", str(state), "-q"], state
 
-    def restart_gaps(self, count: int, tag: str) -> list[float]:
+    def _exits(self, state: Path) -> list[float]:
+        """Times of the ``restarting`` events (ddsup noticed an exit), oldest first."""
+        path = state / "events.jsonl"
+        if not path.exists():
+            return []
+        out = []
+        for line in path.read_text().splitlines():
+            if '"to": "restarting"' in line:
+                out.append(float(json.loads(line)["time"]))
+        return out
+
+    def _crash_loop(self, script: str, tag: str) -> tuple[list[str], Path, Path]:
         stamps_file = self.work / f"ddsup-stamps-{tag}"
         stamps_file.unlink(missing_ok=True)
-        unit = textwrap.dedent(f"""\
-            [unit]
-            type = "service"
-            [service]
-            exec = ["sh", "-c", {json.dumps(CRASH_SH)}, {json.dumps(str(stamps_file))}]
-            restart = "always"
-            restart_sec = "0s"
-            start_limit_burst = 100000
-            start_limit_interval = "1s"
-            """)
+        unit = service([BASH, "-c", script, str(stamps_file)], **RESTART_AT_ONCE)
         argv, state = self._start({"crash": unit}, tag)
+        return argv, state, stamps_file
+
+    def restart_gaps(self, count: int, tag: str) -> list[float]:
+        argv, state, stamps_file = self._crash_loop(CRASH_SH, tag)
         with started(argv, state.parent / "output") as process:
-            wait_until(lambda: len(timestamps(stamps_file)) > count, 60, "ddsup restarts")
+            wait_until(lambda: len(stamps(stamps_file)) > count, 60, "ddsup restarts")
             stop(process)
-        return gaps_ms(timestamps(stamps_file)[: count + 1])
+        return gaps_ms(stamps(stamps_file)[: count + 1])
+
+    def exit_latency(self, count: int, tag: str, hold_pipe: bool) -> list[float]:
+        script = HOLD_PIPE_SH if hold_pipe else CRASH_SH
+        argv, state, stamps_file = self._crash_loop(script, tag)
+        with started(argv, state.parent / "output") as process:
+            wait_until(lambda: len(self._exits(state)) >= count, 60, "ddsup exits")
+            stop(process)
+        pairs = zip(stamps(stamps_file), self._exits(state)[:count], strict=False)
+        return [(seen - wrote) * 1e3 for wrote, seen in pairs]
+
+    def stop_timeout(self, tag: str) -> tuple[float, float]:
+        pid_file = self.work / f"ddsup-pid-{tag}"
+        pid_file.unlink(missing_ok=True)
+        unit = service([BASH, "-c", IGNORE_TERM_SH, str(pid_file)], timeout_stop="2s")
+        argv, state = self._start({"stubborn": unit}, tag)
+        with started(argv, state.parent / "output") as process:
+            return measure_stop_timeout(process, pid_file)
+
+    def orphans(self, seconds: float, tag: str) -> tuple[float, float, float]:
+        argv, state, stamps_file = self._crash_loop(ORPHAN_SH, tag)
+        with started(argv, state.parent / "output") as process:
+            live, after = count_orphans(process, seconds)
+        return float(len(stamps(stamps_file))), live, after
 
     def idle(self, services: int, seconds: float, tag: str) -> tuple[float, float, float]:
-        unit = '[unit]\ntype = "service"\n[service]\nexec = ["sleep", "3600"]\n'
-        argv, state = self._start({f"s{i:02d}": unit for i in range(services)}, tag)
+        unit = service(["sleep", "3600"])
+        argv, state = self._start({f"s{i:03d}": unit for i in range(services)}, tag)
         with started(argv, state.parent / "output") as process:
 
             def all_ready() -> bool:
                 path = state / "events.jsonl"
                 if not path.exists():
                     return False
-                lines = path.read_text().splitlines()
-                return sum('"to": "ready"' in line for line in lines) >= services
+                return path.read_text().count('"to": "ready"') >= services
 
-            wait_until(all_ready, 60, "ddsup services ready")
+            wait_until(all_ready, 120, "ddsup services ready")
             return measure_idle(process, seconds)
 
 
 # --- supervisord ---------------------------------------------------------------------
+EXITED_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) INFO exited: crash ")
+
+
 class Supervisord:
     name = "supervisord"
 
@@ -192,7 +324,7 @@ class Supervisord:
         self.work = work
         self.binary = binary
 
-    def _start(self, programs: str, tag: str) -> tuple[list[str], Path]:
+    def _start(self, programs: str, tag: str, loglevel: str = "warn") -> tuple[list[str], Path]:
         directory = self.work / f"supervisord-{tag}"
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True)
@@ -204,32 +336,80 @@ class Supervisord:
                 logfile={directory}/supervisord.log
                 pidfile={directory}/supervisord.pid
                 childlogdir={directory}
-                loglevel=warn
+                loglevel={loglevel}
                 """)
             + programs
         )
         return [str(self.binary), "-c", str(conf)], directory
 
-    def restart_gaps(self, count: int, tag: str) -> list[float]:
+    def _crash_loop(self, script: str, tag: str) -> tuple[list[str], Path, Path]:
         stamps_file = self.work / f"supervisord-stamps-{tag}"
         stamps_file.unlink(missing_ok=True)
-        command = f"/bin/sh -c '{CRASH_SH.replace('%', '%%')}' {stamps_file}"
+        quoted = script.replace("%", "%%").replace('"', '\\"')
         program = textwrap.dedent(f"""\
             [program:crash]
-            command={command}
+            command={BASH} -c "{quoted}" {stamps_file}
             autorestart=true
             startsecs=0
-            startretries=100000
+            startretries=1000000
+            """)
+        argv, directory = self._start(program, tag, loglevel="info")
+        return argv, directory, stamps_file
+
+    def _exits(self, directory: Path) -> list[float]:
+        """Times of the ``exited: crash`` log lines, +0.5 ms (the stamp is truncated)."""
+        path = directory / "supervisord.log"
+        if not path.exists():
+            return []
+        out = []
+        for line in path.read_text().splitlines():
+            match = EXITED_LINE.match(line)
+            if match:
+                wall = datetime.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S")
+                out.append(time.mktime(wall.timetuple()) + (int(match[2]) + 0.5) / 1e3)
+        return out
+
+    def restart_gaps(self, count: int, tag: str) -> list[float]:
+        argv, directory, stamps_file = self._crash_loop(CRASH_SH, tag)
+        with started(argv, directory / "output") as process:
+            wait_until(lambda: len(stamps(stamps_file)) > count, 120, "supervisord restarts")
+            stop(process)
+        return gaps_ms(stamps(stamps_file)[: count + 1])
+
+    def exit_latency(self, count: int, tag: str, hold_pipe: bool) -> list[float]:
+        script = HOLD_PIPE_SH if hold_pipe else CRASH_SH
+        argv, directory, stamps_file = self._crash_loop(script, tag)
+        with started(argv, directory / "output") as process:
+            wait_until(lambda: len(self._exits(directory)) >= count, 120, "supervisord exits")
+            stop(process)
+        pairs = zip(stamps(stamps_file), self._exits(directory)[:count], strict=False)
+        return [(seen - wrote) * 1e3 for wrote, seen in pairs]
+
+    def stop_timeout(self, tag: str) -> tuple[float, float]:
+        pid_file = self.work / f"supervisord-pid-{tag}"
+        pid_file.unlink(missing_ok=True)
+        quoted = IGNORE_TERM_SH.replace('"', '\\"')
+        program = textwrap.dedent(f"""\
+            [program:stubborn]
+            command={BASH} -c "{quoted}" {pid_file}
+            startsecs=0
+            stopwaitsecs={STOP_TIMEOUT_S:g}
+            stopasgroup=true
+            killasgroup=true
             """)
         argv, directory = self._start(program, tag)
         with started(argv, directory / "output") as process:
-            wait_until(lambda: len(timestamps(stamps_file)) > count, 120, "supervisord restarts")
-            stop(process)
-        return gaps_ms(timestamps(stamps_file)[: count + 1])
+            return measure_stop_timeout(process, pid_file)
+
+    def orphans(self, seconds: float, tag: str) -> tuple[float, float, float]:
+        argv, directory, stamps_file = self._crash_loop(ORPHAN_SH, tag)
+        with started(argv, directory / "output") as process:
+            live, after = count_orphans(process, seconds)
+        return float(len(stamps(stamps_file))), live, after
 
     def idle(self, services: int, seconds: float, tag: str) -> tuple[float, float, float]:
         programs = "".join(
-            f"[program:s{i:02d}]\ncommand=sleep 3600\nstartsecs=0\n" for i in range(services)
+            f"[program:s{i:03d}]\ncommand=sleep 3600\nstartsecs=0\n" for i in range(services)
         )
         argv, directory = self._start(programs, tag)
         with started(argv, directory / "output") as process:
@@ -239,20 +419,8 @@ class Supervisord:
                 sleeping = [c for c in root.children() if c.name() == "sleep"]
                 return len(sleeping) >= services
 
-            wait_until(all_running, 60, "supervisord programs running")
+            wait_until(all_running, 120, "supervisord programs running")
             return measure_idle(process, seconds)
-
-
-def measure_idle(process: subprocess.Popen[bytes], seconds: float) -> tuple[float, float, float]:
-    """(% of one core, RSS MiB, stop seconds) of the supervisor's own processes."""
-    time.sleep(1.0)  # let start-up work settle before the window opens
-    root = psutil.Process(process.pid)
-    procs = own_processes(root, ("sleep",))
-    before = cpu_seconds(procs)
-    time.sleep(seconds)  # the measurement window itself
-    used = cpu_seconds(procs) - before
-    memory = rss_mib(procs)
-    return 100.0 * used / seconds, memory, stop(process)
 
 
 def supervisord_binary(cache: Path) -> Path:
@@ -267,87 +435,153 @@ def supervisord_binary(cache: Path) -> Path:
     return binary
 
 
+# --- one repetition --------------------------------------------------------------------
+Tool = Ddsup | Supervisord
+
+
+def run_tool(tool: Tool, rep: int, args: argparse.Namespace, out: Results) -> None:
+    """Every selected measurement of one tool, once; appends to ``out[metric][tool]``."""
+
+    def add(metric: str, *values: float) -> None:
+        out[metric][tool.name].extend(values)
+        out[f"load:{metric}"][tool.name].append(os.getloadavg()[0])
+
+    only = args.only
+    if "gap" in only:
+        add("gap_ms", *tool.restart_gaps(args.restarts, f"gap{rep}"))
+    if "exit" in only:
+        add("exit_ms", *tool.exit_latency(args.restarts, f"exit{rep}", hold_pipe=False))
+        add("exit_held_ms", *tool.exit_latency(args.restarts, f"held{rep}", hold_pipe=True))
+    if "stop" in only:
+        unit_s, supervisor_s = tool.stop_timeout(f"stop{rep}")
+        add("stop_unit_s", unit_s)
+        add("stop_supervisor_s", supervisor_s)
+    if "orphans" in only:
+        starts, live, after = tool.orphans(args.orphan_seconds, f"orph{rep}")
+        add("orphan_starts", starts)
+        add("orphans_live", live)
+        add("orphans_after_stop", after)
+    if "idle" in only:
+        for count in args.services:
+            cpu, rss, stop_s = tool.idle(count, args.idle_seconds, f"idle{count}-{rep}")
+            add(f"idle_cpu_pct:{count}", cpu)
+            add(f"rss_mib:{count}", rss)
+            add(f"stop_s:{count}", stop_s)
+    leftovers = kill_marked()
+    if leftovers:
+        print(f"bench: killed {leftovers} leftover processes of {tool.name}", file=sys.stderr)
+
+
 # --- report --------------------------------------------------------------------------
+LABELS = {
+    "gap_ms": "restart gap (ms)",
+    "exit_ms": "exit detection (ms)",
+    "exit_held_ms": "exit detection, pipe held (ms)",
+    "stop_unit_s": "stop, TERM ignored, timeout 2 s: unit gone (s)",
+    "stop_supervisor_s": "stop, TERM ignored, timeout 2 s: supervisor gone (s)",
+    "orphan_starts": "orphan loop: starts",
+    "orphans_live": "orphan loop: live grandchildren, running",
+    "orphans_after_stop": "orphan loop: live grandchildren, after stop",
+    "idle_cpu_pct": "idle CPU, {} services (% core)",
+    "rss_mib": "RSS, {} services (MiB)",
+    "stop_s": "stop of {} services (s)",
+}
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def report(results: dict[str, Sample], args: argparse.Namespace) -> None:
-    d, s = results["ddsup"], results["supervisord"]
-    rows = [
-        ("restart gap, median (ms)", median(d.gaps_ms), median(s.gaps_ms), GOALS["gap_ms"], "≤"),
-        (
-            f"idle CPU, {args.services} services (% core)",
-            median(d.idle_cpu_pct),
-            median(s.idle_cpu_pct),
-            GOALS["idle_cpu_pct"],
-            "≤",
-        ),
-        (
-            f"RSS with {args.services} services (MiB)",
-            median(d.rss_mib),
-            median(s.rss_mib),
-            None,
-            "",
-        ),
-        (f"stop of {args.services} (s)", median(d.stop_s), median(s.stop_s), GOALS["stop_s"], "≤"),
-    ]
+def label(metric: str) -> str:
+    name, _, count = metric.partition(":")
+    return LABELS[name].format(count)
+
+
+def verdict(metric: str, mine: float) -> str:
+    goal = GOALS.get(metric)
+    if goal is None:
+        return ""
+    return f"≤ {goal:g}: {'met' if mine <= goal else 'MISSED'}"
+
+
+def report(results: Results, args: argparse.Namespace) -> None:
     print(
-        f"\n{args.reps} repetitions, alternating; {len(d.gaps_ms)} gaps per tool; "
-        f"idle window {args.idle_seconds:g}s; load average {os.getloadavg()[0]:.1f} "
+        f"\n{args.reps} repetitions, alternating; load average now {os.getloadavg()[0]:.2f} "
         f"on {os.cpu_count()} CPUs"
     )
-    head = f"{'metric':<34} {'ddsup':>10} {'supervisord':>12} {'ratio':>8}  goal (ddsup)"
+    head = f"| {'metric':<52} | {'ddsup':>9} | {'supervisord':>11} | {'ratio':>7} | n | load | goal |"
     print(head)
-    print("-" * len(head))
-    for label, mine, theirs, goal, op in rows:
+    print("|" + "---|" * 7)
+    for metric, per_tool in results.items():
+        if metric.startswith("load:"):
+            continue
+        mine, theirs = median(per_tool["ddsup"]), median(per_tool["supervisord"])
         ratio = mine / theirs if theirs else float("nan")
-        verdict = ""
-        if goal is not None:
-            verdict = f"{op} {goal:g}: {'met' if mine <= goal else 'MISSED'}"
-        print(f"{label:<34} {mine:>10.3f} {theirs:>12.3f} {ratio:>8.3f}  {verdict}")
+        loads = results[f"load:{metric}"]["ddsup"] + results[f"load:{metric}"]["supervisord"]
+        print(
+            f"| {label(metric):<52} | {mine:>9.3f} | {theirs:>11.3f} | {ratio:>7.3f} "
+            f"| {len(per_tool['ddsup'])}/{len(per_tool['supervisord'])} "
+            f"| {min(loads):.1f}–{max(loads):.1f} | {verdict(metric, mine)} |"
+        )
     tick = 100.0 / os.sysconf("SC_CLK_TCK") / args.idle_seconds
     print(f"(CPU time is counted in clock ticks: 0 means < {tick:.2f} % of a core)")
-    gaps = sorted(d.gaps_ms)
-    if gaps:
-        print(
-            f"\nddsup gaps (ms): min {gaps[0]:.1f}, p90 {gaps[int(0.9 * (len(gaps) - 1))]:.1f}, "
-            f"max {gaps[-1]:.1f}"
-        )
+    for metric in ("gap_ms", "exit_ms", "exit_held_ms"):
+        for tool, values in results.get(metric, {}).items():
+            ordered = sorted(values)
+            if ordered:
+                p90 = ordered[int(0.9 * (len(ordered) - 1))]
+                print(
+                    f"{metric} {tool}: min {ordered[0]:.1f}, median {median(ordered):.1f}, "
+                    f"p90 {p90:.1f}, max {ordered[-1]:.1f}"
+                )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--restarts", type=int, default=10, help="gaps per sample")
-    parser.add_argument("--services", type=int, default=32)
+    parser.add_argument("--restarts", type=int, default=10, help="samples per measurement")
+    parser.add_argument(
+        "--services", type=lambda s: [int(x) for x in s.split(",")], default=[32, 256]
+    )
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--orphan-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--only",
+        type=lambda s: set(s.split(",")),
+        default={"gap", "exit", "stop", "orphans", "idle"},
+        help="comma-separated subset of gap,exit,stop,orphans,idle",
+    )
+    parser.add_argument("--json", type=Path, help="also write the raw samples here")
     parser.add_argument(
         "--cache",
         type=Path,
         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ddsup-bench",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     binary = supervisord_binary(args.cache)
-    results = {"ddsup": Sample(), "supervisord": Sample()}
-    with tempfile.TemporaryDirectory(prefix="ddsup-bench-") as tmp:
-        tools: list[Ddsup | Supervisord] = [Ddsup(Path(tmp)), Supervisord(Path(tmp), binary)]
-        for rep in range(args.reps):
-            order = tools if rep % 2 == 0 else tools[::-1]
-            for tool in order:
-                sample = results[tool.name]
-                sample.gaps_ms += tool.restart_gaps(args.restarts, f"gap{rep}")
-                cpu, rss, stop_s = tool.idle(args.services, args.idle_seconds, f"idle{rep}")
-                sample.idle_cpu_pct.append(cpu)
-                sample.rss_mib.append(rss)
-                sample.stop_s.append(stop_s)
-                print(
-                    f"rep {rep + 1} {tool.name:<11}: gap median "
-                    f"{median(sample.gaps_ms):7.1f} ms, idle {cpu:.3f} % core, "
-                    f"rss {rss:.1f} MiB, stop {stop_s:.3f} s",
-                    file=sys.stderr,
-                )
+    results: Results = defaultdict(lambda: defaultdict(list))
+    try:
+        with tempfile.TemporaryDirectory(prefix="ddsup-bench-") as tmp:
+            tools: list[Tool] = [Ddsup(Path(tmp)), Supervisord(Path(tmp), binary)]
+            for rep in range(args.reps):
+                for tool in tools if rep % 2 == 0 else tools[::-1]:
+                    started_at = time.monotonic()
+                    run_tool(tool, rep, args, results)
+                    took = time.monotonic() - started_at
+                    print(
+                        f"rep {rep + 1} {tool.name:<11} done in {took:.0f}s, "
+                        f"load {os.getloadavg()[0]:.2f}",
+                        file=sys.stderr,
+                    )
+    finally:
+        kill_marked()
     report(results, args)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

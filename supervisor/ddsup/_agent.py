@@ -47,6 +47,10 @@ def run_agent(args: argparse.Namespace) -> int:
 
 
 async def _agent_main(node: str, address: str, secret: str, gpus: int | None) -> int:
+    # Until the signal watcher runs, a stop signal (scancel) must not kill the agent
+    # half-way: nothing runs yet, and the controller will tell it to shut down.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     become_subreaper()
     hello = {"op": "hello", "role": "agent", "node": node, "pid": os.getpid()}
     channel = await connect_channel(address, secret, hello)
@@ -121,7 +125,10 @@ async def _watch_signals(channel: Channel, runner: NodeRunner, loop: trio.Cancel
     The controller hears why first, so a scancel ends the run as "stopped" rather than as
     a lost agent; a second signal SIGKILLs everything at once, as for ``ddsup start``.
     """
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    for stop in stops:  # after the receiver closes, late signals must not cut cleanup
+        signal.signal(stop, signal.SIG_IGN)
+    with trio.open_signal_receiver(*stops) as signals:
         async for signum in signals:
             if loop.cancel_called:
                 runner.kill_all()

@@ -565,6 +565,8 @@ def since_offset(path: Path, instance: str, since: float, events: list[dict[str,
         stat = path.stat()
     except FileNotFoundError:
         return 0
+    if stat.st_mtime < since:
+        return stat.st_size  # nothing was written since then
     starts: list[tuple[int, float | None]] = []  # (offset, end time or None while alive)
     for event in events:
         if event.get("instance") != instance:

@@ -388,6 +388,8 @@ class Controller:
         run = dataclasses.asdict(self._run_context(self.plan, with_key=False))
         await channel.send({"op": "setup", "plan": self.plan.to_dict(), "run": run})
         self.agents[node] = channel
+        if self.stopping:  # connected after the stop began: nothing for it to run
+            await channel.send({"op": "shutdown"})
         try:
             while True:
                 message = await channel.receive()
@@ -631,6 +633,12 @@ class Controller:
         forwarded = {s for u in units.units for s in u.service.forward_signals}
         wanted = set(STOP_SIGNALS) | forwarded | {signal.SIGUSR1, signal.SIGUSR2}
         stop_signals = 0
+        # Whatever arrives after this receiver closes (final sweep, result.json, exit) must
+        # not kill ddsup half-way: the receiver restores these dispositions on exit, and
+        # ignoring is right then. (Children exec'd meanwhile get defaults: the receiver's
+        # handlers, not SIG_IGN, are installed while they are spawned.)
+        for stop in STOP_SIGNALS:
+            signal.signal(stop, signal.SIG_IGN)
         with trio.open_signal_receiver(*wanted) as signals:
             async for signum in signals:
                 if signum in forwarded:
@@ -667,6 +675,9 @@ class Controller:
             self.local.kill_all()
         for channel in self.agents.values():
             self._send_soon(channel, {"op": "kill"})
+        for agent in self.agent_processes:
+            if not set(agent.nodes) & set(self.agents):
+                agent.process.signal_group(signal.SIGKILL)  # not connected: nothing to ask
 
     # --- stop sequence --------------------------------------------------------------
     async def _stop_everything(self, units: UnitSet, plan: Plan) -> None:
@@ -693,13 +704,24 @@ class Controller:
                         nursery.start_soon(self.final[planned.instance].wait)
 
     async def _shutdown_agents(self) -> None:
+        """Connected agents stop their units and exit; the rest are ended at once.
+
+        An agent that never connected (a stop during its start-up) has started nothing,
+        so waiting for it would only delay the stop: it gets SIGTERM straight away.
+        """
+        connected = set(self.agents)
         for channel in list(self.agents.values()):
             self._send_soon(channel, {"op": "shutdown"})
-        with trio.move_on_after(AGENT_SHUTDOWN_GRACE):
-            for agent in self.agent_processes:
-                await agent.process.wait()
-        for agent in self.agent_processes:
+
+        async def finish(agent: AgentProcess) -> None:
+            if connected & set(agent.nodes) and not self.killing:
+                with trio.move_on_after(AGENT_SHUTDOWN_GRACE):
+                    await agent.process.wait()
             await agent.process.stop(signal.SIGTERM, 5.0)
+
+        async with trio.open_nursery() as nursery:
+            for agent in self.agent_processes:
+                nursery.start_soon(finish, agent)
 
     # --- helpers --------------------------------------------------------------------
     def _run_context(self, plan: Plan, *, with_key: bool) -> RunContext:
