@@ -84,14 +84,25 @@ def kill_run(invocation_id: str) -> None:
         time.sleep(0.02)
 
 
-def agent_pids(invocation_id: str) -> dict[str, int]:
-    """Node → PID of the run's ``ddsup agent --node NODE`` processes that are up."""
+def agent_pids(invocation_id: str, parent: int) -> dict[str, int]:
+    """Node → PID of the run's ``ddsup agent --node NODE`` processes that are up.
+
+    Only children of ``ddsup start`` (``parent``) count: a unit process the agent has
+    forked but not yet exec'd still shows the agent's command line and environment.
+    """
     found = {}
     for pid, cmdline in run_processes(invocation_id).items():
         words = cmdline.split()
-        if "agent" in words and "--node" in words[:-1]:
+        if "agent" in words and "--node" in words[:-1] and _parent(pid) == parent:
             found[words[words.index("--node") + 1]] = pid
     return found
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 # --- what the run wrote ---------------------------------------------------------------
@@ -210,7 +221,8 @@ class Outcome:
 
     @property
     def wrong_exit(self) -> bool:
-        return not self.hang and self.returncode != self.schedule.expected_exit
+        allowed = {self.schedule.expected_exit, *self.schedule.also_ok}
+        return not self.hang and self.returncode not in allowed
 
     def report(self, state: Path) -> str:
         lines = [self.schedule.describe(), f"ddsup start: exit {self.returncode}"]
@@ -252,6 +264,7 @@ class ChaosRun:
         self.started_at = 0.0
         self.fired_at: dict[str, float] = {}
         self._agents_seen = False
+        self.start_pid = 0
         self.exited_wall = 0.0
 
     def run(self) -> Outcome:
@@ -347,7 +360,8 @@ class ChaosRun:
         if target == "start":
             return process.pid
         if target.startswith("agent:"):
-            return agent_pids(self.invocation_id).get(target.split(":", 1)[1])
+            nodes = agent_pids(self.invocation_id, process.pid)
+            return nodes.get(target.split(":", 1)[1])
         instance = "worker" if target == "worker" else target.split(":", 1)[1]
         pid = self.view.pid.get(instance)
         if pid is None or self.view.state.get(instance) not in ("starting", "ready"):
@@ -387,7 +401,7 @@ class ChaosRun:
     def _agents_up(self) -> bool:
         """Whether every node agent of the run is up (they then run preflight)."""
         if not self._agents_seen and self.invocation_id is not None:
-            up = len(agent_pids(self.invocation_id))
+            up = len(agent_pids(self.invocation_id, self.start_pid))
             self._agents_seen = up >= lane_nodes(self.schedule)
         return self._agents_seen
 
