@@ -3,14 +3,15 @@
 Starts ``--lanes`` fake-vllm lanes with a real capacity limit (``--max-num-seqs`` slots,
 each request holding one for ``--ttft`` seconds: ``--tokens-per-second 0``), the
 endpoint (``ddsup endpoint --max-queue-per-lane N``) pinned to the first core, and a
-load generator in its own process (trio + h11, exact counts per status and latency per
-class). First a closed loop with lanes × max-queue connections measures peak goodput;
+load generator in its own process (trio, keep-alive connections, a minimal HTTP/1.1
+reader: exact counts per status and latency per class). First a closed loop with lanes × max-queue connections measures peak goodput;
 then an open loop offers each ``--levels`` multiple of that peak for ``--seconds``
 (the first ``--warmup`` seconds not counted) and prints, per level: offered req/s,
 goodput (2xx/s) and its share of peak, the 429 share, p50/p99 latency of 2xx answers,
 p99 of 429 answers, errors (anything neither 2xx nor 429: must be 0), and the CPU of the
-endpoint and of the generator (as % of one core) with the generator's p99 lateness, so a
-saturated generator is visible rather than blamed on the endpoint.
+endpoint (also per answered request), the lanes, the generator and every other process
+on the machine (as % of one core), with the generator's p99 lateness, so a saturated
+generator or a busy shared machine is visible rather than blamed on the endpoint.
 
     .venv/bin/python bench/endpoint_overload.py [--seconds 10] [--levels 0.5,1,2,4,8]
 
@@ -33,7 +34,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import h11
 import psutil
 import trio
 
@@ -44,9 +44,13 @@ ERROR_CAP = 20  # distinct error kinds kept
 # ---------------------------------------------------------------------------- generator
 
 
+class BadResponse(Exception):
+    """The answer was not HTTP/1.1 this generator can frame (counted as an error)."""
+
+
 @dataclass
 class Tally:
-    """What the generator saw in the counted window (requests started in it)."""
+    """What the generator saw for the requests due inside the counted window."""
 
     started: int = 0
     ok_latency: list[float] = field(default_factory=list)
@@ -55,170 +59,206 @@ class Tally:
     errors: Counter[str] = field(default_factory=Counter)
     lateness: list[float] = field(default_factory=list)
     connections_opened: int = 0
-    not_sent: int = 0  # the generator's own connection cap was reached
-    done: int = 0  # requests that got an answer or an error
+    not_sent: int = 0  # due but never sent: every connection was busy until the window ended
 
 
-class Client:
-    """Keep-alive connections to one ``host:port``, reused most recently freed first."""
+class Connection:
+    """One keep-alive connection with a minimal HTTP/1.1 response reader.
 
-    def __init__(self, host: str, port: int, max_connections: int) -> None:
-        self.host, self.port = host, port
-        self.max_connections = max_connections
-        self.idle: list[tuple[trio.SocketStream, h11.Connection]] = []
-        self.open = 0
-        self.request = h11.Request(
-            method="POST",
-            target="/v1/completions",
-            headers=[
-                ("host", f"{host}:{port}"),
-                ("content-type", "application/json"),
-                ("content-length", str(len(BODY))),
-            ],
-        )
+    Hand-framed rather than h11: on these 2-core machines the generator's own cost per
+    request decides how far it can push, and h11's state machine costs more than the
+    endpoint's answer. Answers must carry ``content-length`` or be chunked; anything
+    else raises :class:`BadResponse`.
+    """
 
-    async def exchange(self, tally: Tally) -> tuple[int, bool]:
-        """One request; (status, whether a 429 carried Retry-After). Raises OSError/h11 errors."""
-        if self.idle:
-            stream, conn = self.idle.pop()
-        else:
-            self.open += 1
-            tally.connections_opened += 1
-            try:
-                stream = await trio.open_tcp_stream(self.host, self.port)
-            except BaseException:
-                self.open -= 1
-                raise
-            conn = h11.Connection(h11.CLIENT)
-        reusable = False
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.buf = bytearray()
+
+    async def exchange(self, request: bytes) -> tuple[int, bool, bool]:
+        """Send ``request``; (status, has Retry-After, connection reusable)."""
+        await self.stream.send_all(request)
+        end = await self._find(b"\r\n\r\n")
+        lines = bytes(self.buf[:end]).split(b"\r\n")
+        del self.buf[: end + 4]
         try:
-            data = conn.send(self.request) + conn.send(h11.Data(data=BODY))
-            await stream.send_all(data + conn.send(h11.EndOfMessage()))
-            status, retry_after = 0, False
+            status = int(lines[0].split(b" ", 2)[1])
+        except (IndexError, ValueError) as err:
+            raise BadResponse(f"bad status line {lines[0]!r}") from err
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip().lower()
+        if b"content-length" in headers:
+            await self._skip(int(headers[b"content-length"]))
+        elif headers.get(b"transfer-encoding") == b"chunked":
             while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    conn.receive_data(await stream.receive_some(65536))
-                elif isinstance(event, h11.Response):
-                    status = event.status_code
-                    retry_after = any(name == b"retry-after" for name, _ in event.headers)
-                elif isinstance(event, h11.EndOfMessage):
+                end = await self._find(b"\r\n")
+                size = int(bytes(self.buf[:end]).split(b";")[0], 16)
+                del self.buf[: end + 2]
+                await self._skip(size + 2)  # data and its CRLF; after size 0: the final CRLF
+                if size == 0:
                     break
-                elif isinstance(event, h11.ConnectionClosed):
-                    raise h11.RemoteProtocolError("connection closed mid-response")
-            if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
-                conn.start_next_cycle()
-                reusable = True
-            return status, retry_after
-        finally:
-            if reusable:
-                self.idle.append((stream, conn))
-            else:
-                self.open -= 1
-                await trio.aclose_forcefully(stream)
+        else:
+            raise BadResponse("an answer with neither content-length nor chunks")
+        return status, b"retry-after" in headers, headers.get(b"connection") != b"close"
+
+    async def _find(self, separator: bytes) -> int:
+        while (at := self.buf.find(separator)) < 0:
+            await self._receive()
+        return at
+
+    async def _skip(self, count: int) -> None:
+        while len(self.buf) < count:
+            await self._receive()
+        del self.buf[:count]
+
+    async def _receive(self) -> None:
+        data = await self.stream.receive_some(65536)
+        if not data:
+            raise BadResponse("connection closed mid-response")
+        self.buf += data
+
+
+FAILURES = (OSError, trio.BrokenResourceError, BadResponse, ValueError)
+
+
+class Worker:
+    """One connection's loop: sends the requests it is given, one at a time."""
+
+    def __init__(self, host: str, port: int, tally: Tally, window_end: float) -> None:
+        self.host, self.port = host, port
+        self.tally = tally
+        self.window_end = window_end
+        self.request = (
+            f"POST /v1/completions HTTP/1.1\r\nhost: {host}:{port}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(BODY)}\r\n\r\n"
+        ).encode() + BODY
+        self.conn: Connection | None = None
+
+    async def connect(self) -> None:
+        self.conn = Connection(await trio.open_tcp_stream(self.host, self.port))
+        self.tally.connections_opened += 1
+
+    async def one(self, counted: bool) -> None:
+        tally = self.tally
+        start = trio.current_time()
+        try:
+            if self.conn is None:
+                await self.connect()
+            assert self.conn is not None
+            status, retry_after, keep = await self.conn.exchange(self.request)
+        except FAILURES as err:
+            self.close()
+            if counted and len(tally.errors) < ERROR_CAP:
+                tally.errors[type(err).__name__] += 1
+            return
+        except trio.Cancelled:  # the drain after the window ran out
+            tally.errors["unanswered 5 s after the window"] += counted
+            raise
+        end = trio.current_time()
+        if not keep:
+            self.close()
+        if not counted:
+            return
+        if 200 <= status < 300:
+            tally.ok_latency.append(end - start)
+            tally.ok_in_window += end <= self.window_end
+        elif status == 429:
+            tally.busy_latency.append(end - start)
+            if not retry_after:
+                tally.errors["429 without Retry-After"] += 1
+        else:
+            tally.errors[f"HTTP {status}"] += 1
 
     def close(self) -> None:
-        for stream, _ in self.idle:
-            stream.socket.close()
-        self.idle.clear()
+        if self.conn is not None:
+            self.conn.stream.socket.close()
+            self.conn = None
 
 
-async def one_request(client: Client, tally: Tally, counted: bool, window_end: float) -> None:
-    start = trio.current_time()
-    try:
-        status, retry_after = await client.exchange(tally)
-    except (OSError, trio.BrokenResourceError, h11.ProtocolError) as err:
-        tally.done += 1
-        if counted and len(tally.errors) < ERROR_CAP:
-            tally.errors[type(err).__name__] += 1
-        return
-    end = trio.current_time()
-    tally.done += 1
-    if not counted:
-        return
-    if 200 <= status < 300:
-        tally.ok_latency.append(end - start)
-        tally.ok_in_window += end <= window_end
-    elif status == 429:
-        tally.busy_latency.append(end - start)
-        if not retry_after:
-            tally.errors["429 without Retry-After"] += 1
-    else:
-        tally.errors[f"HTTP {status}"] += 1
+async def open_loop(spec: dict[str, Any]) -> Tally:
+    """Requests fall due at ``rate``/s on a fixed schedule, whatever the answers do.
 
-
-async def open_loop(client: Client, rate: float, warmup: float, seconds: float) -> Tally:
-    """Start requests at ``rate``/s on a fixed schedule, whatever the answers do."""
+    ``connections`` workers take due requests in order; a request that waits for a free
+    worker shows as lateness, and one still waiting when the window ends is not sent.
+    """
     tally = Tally()
+    rate, warmup, seconds = spec["rate"], spec["warmup"], spec["seconds"]
+    workers = [
+        Worker(spec["host"], spec["port"], tally, math.inf) for _ in range(spec["connections"])
+    ]
+    for worker in workers:
+        await worker.connect()
+    send, receive = trio.open_memory_channel[tuple[float, bool]](math.inf)
     t0 = trio.current_time()
     counted_from, window_end = t0 + warmup, t0 + warmup + seconds
-    scope = trio.CancelScope()  # its deadline, once set, ends the drain
-    spawned = 0
-    with scope:
+    for worker in workers:
+        worker.window_end = window_end
+
+    async def serve(worker: Worker) -> None:
+        async for due, counted in receive:
+            now = trio.current_time()
+            if now >= window_end:
+                tally.not_sent += counted
+                continue
+            if counted:
+                tally.started += 1
+                tally.lateness.append(now - due)
+            await worker.one(counted)
+
+    with trio.CancelScope() as scope:  # its deadline, once set, ends the drain
         async with trio.open_nursery() as nursery:
-            i = 0
+            for worker in workers:
+                nursery.start_soon(serve, worker)
+            i, marked = 0, False
             while (due := t0 + i / rate) < window_end:
-                i += 1
                 now = trio.current_time()
-                if due > now:
-                    await trio.sleep_until(due)
-                    now = trio.current_time()
-                counted = due >= counted_from
-                if counted and tally.started == 0:
-                    print("mark start", flush=True)
-                if client.open >= client.max_connections and not client.idle:
-                    tally.not_sent += counted
-                    continue
-                if counted:
-                    tally.started += 1
-                    tally.lateness.append(now - due)
-                spawned += 1
-                nursery.start_soon(one_request, client, tally, counted, window_end)
+                while due <= now and due < window_end:  # 1 ms ticks: one wake-up per batch
+                    send.send_nowait((due, due >= counted_from))
+                    i += 1
+                    due = t0 + i / rate
+                if not marked and now >= counted_from:
+                    marked = True
+                    print(f"mark start {time.process_time()}", flush=True)
+                await trio.sleep_until(max(due, now + 0.001))
+            send.close()
             await trio.sleep_until(window_end)
-            print("mark end", flush=True)
+            print(f"mark end {time.process_time()}", flush=True)
             scope.deadline = window_end + 5.0  # answers after the window still need a status
-    if spawned > tally.done:
-        tally.errors["unanswered 5 s after the window"] += spawned - tally.done
+    for worker in workers:
+        worker.close()
     return tally
 
 
-async def closed_loop(client: Client, connections: int, warmup: float, seconds: float) -> Tally:
-    """``connections`` loops, each sending its next request when the last is answered."""
+async def closed_loop(spec: dict[str, Any]) -> Tally:
+    """``closed`` workers, each sending its next request when the last is answered."""
     tally = Tally()
     t0 = trio.current_time()
-    counted_from, window_end = t0 + warmup, t0 + warmup + seconds
+    counted_from, window_end = t0 + spec["warmup"], t0 + spec["warmup"] + spec["seconds"]
+    workers = [Worker(spec["host"], spec["port"], tally, window_end) for _ in range(spec["closed"])]
 
-    async def loop() -> None:
+    async def loop(worker: Worker) -> None:
         while (now := trio.current_time()) < window_end:
             counted = now >= counted_from
             tally.started += counted
-            await one_request(client, tally, counted, window_end)
+            await worker.one(counted)
 
     async with trio.open_nursery() as nursery:
-        for _ in range(connections):
-            nursery.start_soon(loop)
+        for worker in workers:
+            nursery.start_soon(loop, worker)
         await trio.sleep_until(counted_from)
-        print("mark start", flush=True)
+        print(f"mark start {time.process_time()}", flush=True)
         await trio.sleep_until(window_end)
-        print("mark end", flush=True)
+        print(f"mark end {time.process_time()}", flush=True)
+    for worker in workers:
+        worker.close()
     return tally
 
 
 def generate(spec: dict[str, Any]) -> None:
     """The generator process: run one load level, print marks then one JSON line."""
-
-    async def main() -> Tally:
-        client = Client(spec["host"], spec["port"], spec["max_connections"])
-        try:
-            if spec["rate"] > 0:
-                return await open_loop(client, spec["rate"], spec["warmup"], spec["seconds"])
-            return await closed_loop(client, spec["closed"], spec["warmup"], spec["seconds"])
-        finally:
-            client.close()
-
-    me = psutil.Process()
-    tally = trio.run(main)
-    cpu = sum(me.cpu_times()[:2])
+    tally = trio.run(open_loop if spec["rate"] > 0 else closed_loop, spec)
     out = {
         "started": tally.started,
         "ok_latency": tally.ok_latency,
@@ -228,7 +268,6 @@ def generate(spec: dict[str, Any]) -> None:
         "late_p99": percentile(tally.lateness, 99),
         "connections_opened": tally.connections_opened,
         "not_sent": tally.not_sent,
-        "cpu": cpu,
     }
     print(json.dumps(out), flush=True)
 
@@ -256,6 +295,8 @@ class Level:
     busy_p99: float
     errors: dict[str, int]
     endpoint_cpu: float
+    endpoint_us: float  # endpoint CPU per answered request
+    others_cpu: float  # every other process on the machine (shared machines)
     lanes_cpu: float
     generator_cpu: float
     late_p99: float
@@ -280,12 +321,20 @@ def first_line_url(proc: Child, what: str) -> str:
     return line.split()[-1]
 
 
+def machine_busy() -> float:
+    """CPU seconds every CPU of the machine spent busy (steal included) since boot."""
+    times = psutil.cpu_times()
+    return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
+
+
 def cpu_of(proc: psutil.Process) -> float:
     times = proc.cpu_times()
     return float(times.user + times.system)
 
 
-def run_level(label: str, spec: dict[str, Any], endpoint: psutil.Process, cpus: set[int]) -> Level:
+def run_level(
+    label: str, spec: dict[str, Any], watched: list[psutil.Process], cpus: set[int]
+) -> Level:
     """Run the generator once; charge ``watched`` CPU over the counted window only.
 
     ``watched`` is the endpoint then the lanes: their CPU is sampled at the generator's
@@ -294,20 +343,28 @@ def run_level(label: str, spec: dict[str, Any], endpoint: psutil.Process, cpus: 
     argv = [sys.executable, __file__, "--generate", json.dumps(spec)]
     gen = start(argv, cpus)
     assert gen.stdout is not None
-    marks: dict[str, tuple[float, list[float]]] = {}
+    marks: dict[str, tuple[float, float, list[float]]] = {}
     result: dict[str, Any] | None = None
-    for line in gen.stdout:
-        if line.startswith("mark "):
-            marks[line.split()[1]] = (time.monotonic(), [cpu_of(p) for p in watched])
-        elif line.startswith("{"):
-            result = json.loads(line)
-    if gen.wait(30) != 0 or result is None or len(marks) != 2:
+    try:
+        for line in gen.stdout:
+            if line.startswith("mark "):
+                _, which, generator_cpu = line.split()
+                used = [cpu_of(p) for p in watched] + [machine_busy()]
+                marks[which] = (time.monotonic(), float(generator_cpu), used)
+            elif line.startswith("{"):
+                result = json.loads(line)
+        gen.wait(30)
+    finally:
+        stop_all([gen])  # only does something when interrupted
+    if gen.returncode != 0 or result is None or len(marks) != 2:
         raise SystemExit(f"the load generator failed at {label} (status {gen.returncode})")
     wall = marks["end"][0] - marks["start"][0]
-    used = [after - before for before, after in zip(marks["start"][1], marks["end"][1])]
+    used = [
+        after - before for before, after in zip(marks["start"][2], marks["end"][2], strict=True)
+    ]
     seconds = spec["seconds"]
+    generator = marks["end"][1] - marks["start"][1]
     answered = len(result["ok_latency"]) + len(result["busy_latency"])
-    total_gen_seconds = spec["seconds"] + spec["warmup"]
     return Level(
         label=label,
         offered=(result["started"] + result["not_sent"]) / seconds,
@@ -318,8 +375,10 @@ def run_level(label: str, spec: dict[str, Any], endpoint: psutil.Process, cpus: 
         busy_p99=percentile(result["busy_latency"], 99) * 1000,
         errors=result["errors"],
         endpoint_cpu=100 * used[0] / wall,
-        lanes_cpu=100 * sum(used[1:]) / wall,
-        generator_cpu=100 * result["cpu"] / total_gen_seconds,  # start-up included: upper bound
+        others_cpu=100 * (used[-1] - sum(used[:-1]) - generator) / wall,
+        endpoint_us=1e6 * used[0] / max(1, answered) * seconds / wall,
+        lanes_cpu=100 * sum(used[1:-1]) / wall,
+        generator_cpu=100 * generator / wall,
         late_p99=result["late_p99"] * 1000,
         not_sent=result["not_sent"],
         connections=result["connections_opened"],
@@ -341,6 +400,8 @@ def stop_all(children: list[Child]) -> None:
 def run(args: argparse.Namespace) -> tuple[float, list[Level]]:
     cpus = sorted(os.sched_getaffinity(0))
     endpoint_cpu, others = {cpus[0]}, set(cpus[1:]) or {cpus[0]}
+    if args.spread:
+        others = set(cpus)
     children: list[Child] = []
     try:
         lanes = []
@@ -357,11 +418,12 @@ def run(args: argparse.Namespace) -> tuple[float, list[Level]]:
         url = first_line_url(children[-1], "the endpoint")
         watched = [psutil.Process(child.pid) for child in (children[-1], *children[:-1])]
         host, port = url.removeprefix("http://").rsplit(":", 1)
-        base = {"host": host, "port": int(port), "max_connections": args.max_connections}
+        base = {"host": host, "port": int(port)}
+        base |= {"connections": args.connections}
         base |= {"seconds": args.seconds, "warmup": args.warmup}
         closed = args.lanes * args.max_queue_per_lane
         peak = run_level(
-            f"peak (closed, {closed} conns)", base | {"rate": 0, "closed": closed}, endpoint, others
+            f"peak (closed, {closed} conns)", base | {"rate": 0, "closed": closed}, watched, others
         )
         levels = [peak]
         for factor in args.levels:
@@ -379,26 +441,31 @@ def report(peak: float, levels: list[Level], args: argparse.Namespace) -> None:
         f"(nominal capacity {capacity:.0f} req/s); endpoint --max-queue-per-lane "
         f"{args.max_queue_per_lane}; {args.seconds:g}s per level after {args.warmup:g}s warm-up"
     )
-    print(f"peak goodput (closed loop): {peak:.0f} req/s\n")
-    head = (
-        f"{'level':<24}{'offered':>8}{'2xx/s':>8}{'% peak':>8}{'429 %':>7}{'2xx p50':>9}"
-        f"{'2xx p99':>9}{'429 p99':>9}{'errors':>7}{'ep CPU':>8}{'lanes':>7}{'gen CPU':>8}{'gen late':>9}"
-    )
+    print(f"peak goodput (closed loop): {peak:.0f} req/s")
     print(
-        head
-        + "\n"
-        + f"{'':<24}{'req/s':>8}{'':>8}{'':>8}{'':>7}{'ms':>9}{'ms':>9}{'ms':>9}{'':>7}{'%':>8}{'%':>7}{'%':>8}{'p99 ms':>9}"
+        "CPU in % of one core over each counted window; 'others' = every other process on\n"
+        f"this machine ({os.cpu_count()} CPUs, steal included): high means the figures are noise.\n"
     )
+    columns = [
+        ("level", "", 24), ("offered", "req/s", 8), ("2xx/s", "", 8), ("% peak", "", 8),
+        ("429 %", "", 7), ("2xx p50", "ms", 9), ("2xx p99", "ms", 9), ("429 p99", "ms", 9),
+        ("errors", "", 7), ("ep CPU", "%", 8), ("ep µs", "/req", 7), ("lanes", "%", 7),
+        ("gen CPU", "%", 8), ("gen late", "p99 ms", 9), ("others", "%", 8),
+    ]  # fmt: skip
+    for row in (0, 1):
+        first = f"{columns[0][row]:<24}"
+        print(first + "".join(f"{col[row]:>{col[2]}}" for col in columns[1:]))
     for lv in levels:
         errors = sum(lv.errors.values())
         print(
             f"{lv.label:<24}{lv.offered:>8.0f}{lv.goodput:>8.0f}{100 * lv.goodput / peak:>8.1f}"
             f"{100 * lv.busy_share:>7.1f}{lv.ok_p50:>9.1f}{lv.ok_p99:>9.1f}{lv.busy_p99:>9.2f}"
-            f"{errors:>7}{lv.endpoint_cpu:>8.0f}{lv.lanes_cpu:>7.0f}{lv.generator_cpu:>8.0f}{lv.late_p99:>9.2f}"
+            f"{errors:>7}{lv.endpoint_cpu:>8.0f}{lv.endpoint_us:>7.0f}{lv.lanes_cpu:>7.0f}"
+            f"{lv.generator_cpu:>8.0f}{lv.late_p99:>9.2f}{lv.others_cpu:>8.0f}"
         )
     for lv in levels:
         if lv.errors or lv.not_sent:
-            print(f"  {lv.label}: errors {lv.errors}, not sent (generator cap) {lv.not_sent}")
+            print(f"  {lv.label}: errors {lv.errors}, not offered (generator behind) {lv.not_sent}")
     print(f"connections opened per level: {[lv.connections for lv in levels]}")
     four = next((lv for lv in levels if lv.label == "4×"), None)
     if four is not None:
@@ -426,7 +493,14 @@ def main() -> None:
         "--ttft", type=float, default=0.05, help="seconds each request holds a slot"
     )
     parser.add_argument("--max-queue-per-lane", type=int, default=16)
-    parser.add_argument("--max-connections", type=int, default=2048, help="the generator's cap")
+    parser.add_argument(
+        "--connections", type=int, default=256, help="the generator's connections (open loop)"
+    )
+    parser.add_argument(
+        "--spread",
+        action="store_true",
+        help="let the lanes and the generator run on every core, the endpoint's too",
+    )
     parser.add_argument("--generate", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.generate:

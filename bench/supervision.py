@@ -70,6 +70,7 @@ BASH = shutil.which("bash") or "/bin/bash"
 
 # metric name -> tool -> values
 Results = dict[str, dict[str, list[float]]]
+Phases = dict[str, list[float]]
 
 
 # --- helpers -------------------------------------------------------------------------
@@ -219,6 +220,37 @@ def count_orphans(process: subprocess.Popen[bytes], seconds: float) -> tuple[flo
     return float(live), float(after)
 
 
+def gap_phases(times: list[float], events_path: Path) -> Phases:
+    """Where ddsup's restart gap goes, per restart, from its events and the unit's stamps.
+
+    The k-th ``restarting`` event is the exit of the process that wrote stamp k.
+    ``exit``: stamp k → ``restarting`` (ddsup saw the exit, reaped it and swept for
+    escaped descendants: the event is written after that cleanup); ``restart``: →
+    ``starting``; ``start``: → stamp k+1 (ddsup's fork/exec and bash's own start-up).
+    ``spawn`` (overlaps ``start``): ``starting`` → the ``process`` event, written once
+    the spawn call returned (the child has exec'd; bash may already have run).
+    """
+    restarting: list[float] = []
+    starting: list[float] = []
+    process: list[float] = []
+    for line in events_path.read_text().splitlines():
+        event = json.loads(line)
+        kind = event.get("to") if event["event"] == "unit" else event["event"]
+        {"restarting": restarting, "starting": starting, "process": process}.get(
+            str(kind), []
+        ).append(float(event["time"]))
+    phases: Phases = defaultdict(list)
+    # starting[0]/process[0] are the first start; restart k is followed by start k+1
+    for k, seen in enumerate(restarting[: len(times) - 1]):
+        if k + 1 >= len(starting) or k + 1 >= len(process):
+            break
+        phases["gap_exit_ms"].append((seen - times[k]) * 1e3)
+        phases["gap_restart_ms"].append((starting[k + 1] - seen) * 1e3)
+        phases["gap_start_ms"].append((times[k + 1] - starting[k + 1]) * 1e3)
+        phases["gap_spawn_ms"].append((process[k + 1] - starting[k + 1]) * 1e3)
+    return phases
+
+
 # --- ddsup ---------------------------------------------------------------------------
 def service(argv: list[str], **keys: object) -> str:
     lines = ['[unit]\ntype = "service"\n[service]', f"exec = {json.dumps(argv)}"]
@@ -268,12 +300,13 @@ class Ddsup:
         argv, state = self._start({"crash": unit}, tag)
         return argv, state, stamps_file
 
-    def restart_gaps(self, count: int, tag: str) -> list[float]:
+    def restart_gaps(self, count: int, tag: str) -> tuple[list[float], Phases]:
         argv, state, stamps_file = self._crash_loop(CRASH_SH, tag)
         with started(argv, state.parent / "output") as process:
             wait_until(lambda: len(stamps(stamps_file)) > count, 60, "ddsup restarts")
             stop(process)
-        return gaps_ms(stamps(stamps_file)[: count + 1])
+        times = stamps(stamps_file)[: count + 1]
+        return gaps_ms(times), gap_phases(times, state / "events.jsonl")
 
     def exit_latency(self, count: int, tag: str, hold_pipe: bool) -> list[float]:
         script = HOLD_PIPE_SH if hold_pipe else CRASH_SH
@@ -314,7 +347,7 @@ class Ddsup:
 
 
 # --- supervisord ---------------------------------------------------------------------
-EXITED_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) INFO exited: crash ")
+EXITED_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) [A-Z]+ exited: crash ")
 
 
 class Supervisord:
@@ -369,12 +402,12 @@ class Supervisord:
                 out.append(time.mktime(wall.timetuple()) + (int(match[2]) + 0.5) / 1e3)
         return out
 
-    def restart_gaps(self, count: int, tag: str) -> list[float]:
+    def restart_gaps(self, count: int, tag: str) -> tuple[list[float], Phases]:
         argv, directory, stamps_file = self._crash_loop(CRASH_SH, tag)
         with started(argv, directory / "output") as process:
             wait_until(lambda: len(stamps(stamps_file)) > count, 120, "supervisord restarts")
             stop(process)
-        return gaps_ms(stamps(stamps_file)[: count + 1])
+        return gaps_ms(stamps(stamps_file)[: count + 1]), {}
 
     def exit_latency(self, count: int, tag: str, hold_pipe: bool) -> list[float]:
         script = HOLD_PIPE_SH if hold_pipe else CRASH_SH
@@ -448,7 +481,10 @@ def run_tool(tool: Tool, rep: int, args: argparse.Namespace, out: Results) -> No
 
     only = args.only
     if "gap" in only:
-        add("gap_ms", *tool.restart_gaps(args.restarts, f"gap{rep}"))
+        gaps, phases = tool.restart_gaps(args.restarts, f"gap{rep}")
+        add("gap_ms", *gaps)
+        for phase, values in phases.items():
+            add(phase, *values)
     if "exit" in only:
         add("exit_ms", *tool.exit_latency(args.restarts, f"exit{rep}", hold_pipe=False))
         add("exit_held_ms", *tool.exit_latency(args.restarts, f"held{rep}", hold_pipe=True))
@@ -475,6 +511,10 @@ def run_tool(tool: Tool, rep: int, args: argparse.Namespace, out: Results) -> No
 # --- report --------------------------------------------------------------------------
 LABELS = {
     "gap_ms": "restart gap (ms)",
+    "gap_exit_ms": "  ddsup gap: stamp → exit seen + swept (ms)",
+    "gap_restart_ms": "  ddsup gap: → starting (ms)",
+    "gap_start_ms": "  ddsup gap: → next stamp (fork, exec, bash) (ms)",
+    "gap_spawn_ms": "  ddsup gap: (spawn call, inside the above) (ms)",
     "exit_ms": "exit detection (ms)",
     "exit_held_ms": "exit detection, pipe held (ms)",
     "stop_unit_s": "stop, TERM ignored, timeout 2 s: unit gone (s)",
@@ -507,9 +547,12 @@ def verdict(metric: str, mine: float) -> str:
 def report(results: Results, args: argparse.Namespace) -> None:
     print(
         f"\n{args.reps} repetitions, alternating; load average now {os.getloadavg()[0]:.2f} "
-        f"on {os.cpu_count()} CPUs"
+        f"on {os.cpu_count()} CPUs; {len(psutil.pids())} processes on the machine "
+        f"(+{args.background} background during the run)"
     )
-    head = f"| {'metric':<52} | {'ddsup':>9} | {'supervisord':>11} | {'ratio':>7} | n | load | goal |"
+    head = (
+        f"| {'metric':<52} | {'ddsup':>9} | {'supervisord':>11} | {'ratio':>7} | n | load | goal |"
+    )
     print(head)
     print("|" + "---|" * 7)
     for metric, per_tool in results.items():
@@ -551,6 +594,18 @@ def parse_args() -> argparse.Namespace:
         default={"gap", "exit", "stop", "orphans", "idle"},
         help="comma-separated subset of gap,exit,stop,orphans,idle",
     )
+    parser.add_argument(
+        "--background",
+        type=int,
+        default=0,
+        help="extra idle processes (sleep) on the machine during the run",
+    )
+    parser.add_argument(
+        "--tools",
+        type=lambda s: s.split(","),
+        default=["ddsup", "supervisord"],
+        help="comma-separated subset of ddsup,supervisord",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw samples here")
     parser.add_argument(
         "--cache",
@@ -564,9 +619,14 @@ def main() -> None:
     args = parse_args()
     binary = supervisord_binary(args.cache)
     results: Results = defaultdict(lambda: defaultdict(list))
+    background: list[subprocess.Popen[bytes]] = []
     try:
+        for _ in range(args.background):  # not marked: the sweeps after each measurement
+            # must leave them; killed by pid below
+            background.append(subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL))
         with tempfile.TemporaryDirectory(prefix="ddsup-bench-") as tmp:
-            tools: list[Tool] = [Ddsup(Path(tmp)), Supervisord(Path(tmp), binary)]
+            every: list[Tool] = [Ddsup(Path(tmp)), Supervisord(Path(tmp), binary)]
+            tools = [tool for tool in every if tool.name in args.tools]
             for rep in range(args.reps):
                 for tool in tools if rep % 2 == 0 else tools[::-1]:
                     started_at = time.monotonic()
@@ -578,6 +638,9 @@ def main() -> None:
                         file=sys.stderr,
                     )
     finally:
+        for proc in background:
+            proc.kill()
+            proc.wait()
         kill_marked()
     report(results, args)
     if args.json:
