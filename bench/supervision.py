@@ -28,8 +28,13 @@ environment; after each measurement every live process with that mark is SIGKILL
 counted (a leftover is reported, never left). supervisord is installed into its own venv
 under ``--cache`` (``python -m venv``, ``pip install supervisor==4.3.0``) when not there.
 
+``--background N`` keeps N idle ``sleep`` processes alive during the run (ddsup's
+per-exit clean-up reads every process's environment, so its costs grow with the number
+of processes on the machine); ``--tools`` runs one side only.
+
     .venv/bin/python bench/supervision.py [--reps 3] [--services 32,256] \
-        [--idle-seconds 10] [--only gap,exit,stop,orphans,idle] [--json out.json]
+        [--idle-seconds 10] [--only gap,exit,stop,orphans,idle] [--tools ddsup,supervisord] \
+        [--background 0] [--json out.json]
 """
 
 from __future__ import annotations

@@ -215,7 +215,7 @@ class ChildProcess:
             return []
         protected = managed | {os.getpid()} | _ancestors()
         found = []
-        for pid in psutil.pids():
+        for pid in _candidates():
             if pid in protected or not _carries(read_environ(pid), self._identity):
                 continue
             try:
@@ -233,6 +233,37 @@ class ChildProcess:
             os.close(fd)
             return None
         return fd
+
+
+def _candidates() -> list[int]:
+    """PIDs that may hold an escaped descendant of ours.
+
+    As a subreaper (ddsup start and every agent are), whatever a unit leaves behind is
+    reparented to us and stays in our own subtree: only that subtree's environments are
+    read, so a stop costs the same on a node running 1,000 other processes. Without the
+    subreaper flag (library use), escapes go to init and every process is a candidate.
+    """
+    from ddsup._orphans import is_subreaper
+
+    if not is_subreaper():
+        return psutil.pids()
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                ppid = int(stat.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    found: list[int] = []
+    pending = [os.getpid()]
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            found.append(child)
+            pending.append(child)
+    return found
 
 
 def _carries(environ: Mapping[bytes, bytes], identity: frozenset[tuple[bytes, bytes]]) -> bool:

@@ -215,6 +215,8 @@ class Service:
             status, ready_for = await self._run_once()
             if status is None:
                 return  # failed for good inside _run_once (the process could not start)
+            if self._stop_requested:
+                return  # stopped while it exited: run() records the stop, not a restart
             if self.spec.unit.type is UnitType.ONESHOT and status.is_success(
                 service.success_exit_status
             ):
