@@ -72,11 +72,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     except ValueError:
         only = None
     indices = list(only) if only else list(range(runs))
-    if metafunc.function.__name__ == "test_regression":  # those the seed does not run anyway
+    schedules = [make_schedule(seed, i) for i in indices]
+    if not only:  # regressions run whatever the seed (those it does not cover already)
         covered = {(seed, i) for i in indices}
-        schedules = [make_schedule(s, i) for s, i in REGRESSIONS if (s, i) not in covered]
-    else:
-        schedules = [make_schedule(seed, i) for i in indices]
+        schedules += [make_schedule(s, i) for s, i in REGRESSIONS if (s, i) not in covered]
     params = [pytest.param(s, id=s.test_id, marks=_marks(s)) for s in schedules]
     metafunc.parametrize("schedule", params)
 

@@ -57,14 +57,11 @@ def _record(figures: Figures, outcome: Outcome, state: Path) -> list[str]:
 
 
 def test_schedule(schedule: Schedule, tmp_path: Path, figures: Figures) -> None:
+    """One seeded schedule; also every schedule that once found a bug
+    (``chaos_known_bugs.REGRESSIONS``), whatever the seed."""
     outcome = ChaosRun(schedule, tmp_path).run()
     wrong = _record(figures, outcome, tmp_path / "state")
     assert not wrong, outcome.report(tmp_path / "state")
-
-
-def test_regression(schedule: Schedule, tmp_path: Path, figures: Figures) -> None:
-    """Schedules that once found a bug (``chaos_known_bugs.REGRESSIONS``), whatever the seed."""
-    test_schedule(schedule, tmp_path, figures)
 
 
 # --- the headline check ---------------------------------------------------------------
