@@ -270,11 +270,8 @@ class Controller:
         for planned in plan.instances:
             self.ready.setdefault(planned.instance, trio.Event())
             self.final.setdefault(planned.instance, trio.Event())
-        for planned in self._startable(plan):
+        for planned in plan.instances:
             nursery.start_soon(self._start_when_due, units, plan, planned)
-
-    def _startable(self, plan: Plan) -> list[PlannedInstance]:
-        return list(plan.instances)
 
     async def _start_when_due(self, units: UnitSet, plan: Plan, planned: PlannedInstance) -> None:
         await self._dependencies_ready(units, plan, planned)
