@@ -29,7 +29,7 @@ from ddsup._orphans import become_subreaper, reap_adopted_children, start_sentin
 from ddsup._plan._model import Plan
 from ddsup._preflight import run_preflight
 from ddsup._state_dir import StateDir
-from ddsup._units import load_unit_set
+from ddsup._units import UnitSet, load_unit_set
 
 
 def configure_agent(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +73,7 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
 
 
 async def _serve_controller(
-    channel: Channel, node: str, units: Any, plan: Plan, run: RunContext, gpus: int | None
+    channel: Channel, node: str, units: UnitSet, plan: Plan, run: RunContext, gpus: int | None
 ) -> None:
     result = run_preflight(
         node, units, plan, gpus_available=gpus, slurm_node=os.environ.get("SLURMD_NODENAME")

@@ -28,7 +28,7 @@ from ddsup._channel import ADDRESS_ENV, SECRET_ENV, Channel, ChannelError, new_s
 from ddsup._console import Console
 from ddsup._environment import INVOCATION_ENV, RunContext
 from ddsup._errors import DdsupError, PreflightError, UnitFileError, UsageError
-from ddsup._events import Event, EventLog
+from ddsup._events import Event, EventLog, read_events
 from ddsup._lane_feed import LanePublisher
 from ddsup._launcher import AgentProcess, Launcher, LocalLauncher, SlurmLauncher
 from ddsup._node import NodeRunner
@@ -44,6 +44,7 @@ from ddsup._plan._allocation import (
 )
 from ddsup._plan._model import Node, Plan, PlannedInstance
 from ddsup._state_dir import StateDir, default_state_dir, write_private
+from ddsup._supervisor_metrics import render_supervisor_metrics
 from ddsup._units import load_unit_set
 from ddsup._units._model import EndpointSection, OnFailure, UnitSet, UnitType
 
@@ -588,9 +589,6 @@ class Controller:
                 await channel.send({"op": "metrics", "text": self._metrics_text()})
 
     def _metrics_text(self) -> str:
-        from ddsup._events import read_events
-        from ddsup._supervisor_metrics import render_supervisor_metrics
-
         return render_supervisor_metrics(self.status_snapshot(), read_events(self.state.events))
 
     def status_snapshot(self) -> dict[str, Any]:

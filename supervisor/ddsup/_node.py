@@ -118,6 +118,3 @@ class NodeRunner:
             service = self.services.get(name)
             if service is not None:
                 service.send_signal(sig)
-
-    def snapshot(self) -> list[dict[str, object]]:
-        return [s.status.to_dict() for s in self.services.values()]

@@ -26,7 +26,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,23 +108,6 @@ class ServiceStatus:
     probe: str | None = None
     reason: str | None = None
     readiness_timeout: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "instance": self.instance,
-            "node": self.node,
-            "unit": self.unit,
-            "type": self.type,
-            "state": self.state.value,
-            "since": round(self.since, 3),
-            "pid": self.pid,
-            "restarts": self.restarts,
-            "last_exit": self.last_exit,
-            "probe": self.probe,
-            "reason": self.reason,
-            **self.extra,
-        }
 
 
 class Service:

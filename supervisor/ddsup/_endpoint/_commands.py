@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -23,11 +22,9 @@ from ddsup._endpoint._config import EndpointConfig
 from ddsup._endpoint._lanes import LaneInfo, LaneTable
 from ddsup._endpoint._server import serve_endpoint
 from ddsup._errors import DdsupError, UsageError
+from ddsup._units._durations import parse_duration as units_parse_duration
 
 Feeder = Callable[[LaneTable], Awaitable[None]]
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
 def configure_endpoint(parser: argparse.ArgumentParser) -> None:
@@ -60,11 +57,11 @@ def configure_endpoint(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_duration(text: str) -> float:
-    """``"500ms"``, ``"1s"``, ``"2m"``, ``"1h"`` (bare numbers are seconds)."""
-    match = _DURATION.match(text)
-    if not match:
-        raise UsageError(f"bad duration {text!r}: write a number with ms, s, m or h, like 1s")
-    return float(match.group(1)) * _SCALE[match.group(2)]
+    """A duration as unit files write it (``"500ms"``, ``"1s"``, ``"1m30s"``)."""
+    try:
+        return units_parse_duration(text)
+    except ValueError as err:
+        raise UsageError(f"bad duration {text!r}: {err}") from err
 
 
 def parse_lanes(specs: list[str]) -> list[LaneInfo]:
