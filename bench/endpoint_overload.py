@@ -2,37 +2,50 @@
 
 Starts ``--lanes`` fake-vllm lanes with a real capacity limit (``--max-num-seqs`` slots,
 each request holding one for ``--ttft`` seconds: ``--tokens-per-second 0``), the
-endpoint (``ddsup endpoint --max-queue-per-lane N``) pinned to the first core, and a
-load generator in its own process (trio, keep-alive connections, a minimal HTTP/1.1
-reader: exact counts per status and latency per class). First a closed loop with lanes × max-queue connections measures peak goodput;
-then an open loop offers each ``--levels`` multiple of that peak for ``--seconds``
-(the first ``--warmup`` seconds not counted) and prints, per level: offered req/s,
-goodput (2xx/s) and its share of peak, the 429 share, p50/p99 latency of 2xx answers,
-p99 of 429 answers, errors (anything neither 2xx nor 429: must be 0), and the CPU of the
-endpoint (also per answered request), the lanes, the generator and every other process
-on the machine (as % of one core), with the generator's p99 lateness, so a saturated
-generator or a busy shared machine is visible rather than blamed on the endpoint.
+endpoint (``ddsup endpoint --max-queue-per-lane N``) pinned to the first core, a load
+generator in its own process (trio, keep-alive connections, a minimal HTTP/1.1 reader:
+exact counts per status and latency per class) and a probe (below). First a closed loop
+with lanes × max-queue connections measures peak goodput; then an open loop offers each
+``--levels`` multiple of that peak for ``--seconds`` (the first ``--warmup`` seconds not
+counted) and prints, per level: offered req/s, goodput (2xx/s) and its share of peak,
+the 429 share, p50/p99 latency of 2xx answers, p99 of 429 answers as the generator and
+as the probe saw them, errors (anything neither 2xx nor 429: must be 0), and the CPU of
+the endpoint (also per answered request), the lanes, the generator and every other
+process on the machine (as % of one core), with the generator's p99 lateness, so a
+saturated generator or a busy shared machine is visible rather than blamed on the
+endpoint.
 
-    .venv/bin/python bench/endpoint_overload.py [--seconds 10] [--levels 0.5,1,2,4,8]
+    .venv/bin/python bench/endpoint_overload.py [--seconds 20] [--levels 0.5,1,2,4,8]
+
+The defaults model GPU lanes: capacity is bounded by slots and time per request (2 lanes
+× 32 slots / 0.5 s = 128 req/s), not by this machine's CPU. Shorter ``--ttft`` makes the
+lanes' own HTTP work (fake-vllm on hypercorn, ~2 ms CPU per request here) compete with the
+endpoint and the generator for two cores, which measures the machine, not admission.
 
 Goal (issue): at 4× overload goodput ≥ 90 % of peak and 429s answered in ≤ 5 ms p99.
-Latency runs from the moment a request task starts (connect included when a new
-connection is needed) to its last response byte; lateness is how far behind the
-open-loop schedule the generator started a request.
+The goal is judged on the probe: one request every ``--probe-interval`` seconds (counted
+in the offered load) from a process that sleeps between events, so its latencies are the
+endpoint's answer time. The generator's latencies also hold its own event loop's delays
+(hundreds of connections); they run from the moment a request task starts (connect
+included when a new connection is needed) to its last response byte; lateness is how far
+behind the open-loop schedule the generator started a request.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import selectors
+import socket
 import subprocess
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import psutil
 import trio
@@ -272,6 +285,72 @@ def generate(spec: dict[str, Any]) -> None:
     print(json.dumps(out), flush=True)
 
 
+def probe(spec: dict[str, Any]) -> None:
+    """The probe process: a request every ``interval`` seconds, timed apart from the generator.
+
+    The generator's own event loop, busy with hundreds of connections, adds its delays
+    to every latency it records (its lateness column shows how much). The probe is a
+    plain ``selectors`` loop over the few connections it needs (an admitted request
+    holds one for the lane's whole answer), asleep between events, so the kernel wakes
+    it as soon as an answer arrives: its 429 latencies are the endpoint's answer time.
+    It runs at nice -10 where it may (root), so that the lanes and the generator
+    sharing its core do not delay its wake-ups. Its ``1 / interval`` requests per
+    second are part of the offered load.
+    """
+    host, port, interval = spec["host"], spec["port"], spec["probe_interval"]
+    with contextlib.suppress(PermissionError):  # the instrument first, where allowed (root)
+        os.setpriority(os.PRIO_PROCESS, 0, -10)
+    request = (
+        f"POST /v1/completions HTTP/1.1\r\nhost: {host}:{port}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(BODY)}\r\n\r\n"
+    ).encode() + BODY
+    latency: dict[str, list[float]] = {}
+    idle: list[socket.socket] = []
+    busy: dict[socket.socket, tuple[float, bytearray]] = {}
+    selector = selectors.DefaultSelector()
+    begin = time.monotonic() + spec["warmup"]
+    end = begin + spec["seconds"]
+    due = begin
+    while (now := time.monotonic()) < end or busy:
+        if now >= due and now < end:
+            due += interval
+            sock = idle.pop() if idle else socket.create_connection((host, port))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            busy[sock] = (time.perf_counter(), bytearray())
+            selector.register(sock, selectors.EVENT_READ)
+            sock.sendall(request)
+        wait = max(0.0, due - time.monotonic()) if now < end else 10.0
+        for key, _ in selector.select(wait):
+            sock = cast(socket.socket, key.fileobj)
+            started, buf = busy[sock]
+            data = sock.recv(65536)
+            buf += data
+            answer = _probe_answer(buf) if data else (0, False)
+            if answer is None:
+                continue
+            status, keep = answer
+            latency.setdefault(str(status), []).append(time.perf_counter() - started)
+            selector.unregister(sock)
+            del busy[sock]
+            if keep:
+                idle.append(sock)
+            else:
+                sock.close()
+    print(json.dumps(latency), flush=True)
+
+
+def _probe_answer(buf: bytearray) -> tuple[int, bool] | None:
+    """(status, keep-alive) once ``buf`` holds a whole content-length-framed answer."""
+    end = buf.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    lines = bytes(buf[:end]).split(b"\r\n")
+    headers = dict(line.lower().split(b":", 1) for line in lines[1:])
+    if len(buf) < end + 4 + int(headers.get(b"content-length", b"0")):
+        return None
+    return int(lines[0].split()[1]), headers.get(b"connection", b"").strip() != b"close"
+
+
 def percentile(values: list[float], pct: float) -> float:
     if not values:
         return math.nan
@@ -293,6 +372,8 @@ class Level:
     ok_p50: float
     ok_p99: float
     busy_p99: float
+    probe_busy_p99: float  # 429s seen by the probe (the endpoint's answer time)
+    probe_busy: int
     errors: dict[str, int]
     endpoint_cpu: float
     endpoint_us: float  # endpoint CPU per answered request
@@ -347,6 +428,10 @@ def run_level(
     """
     argv = [sys.executable, __file__, "--generate", json.dumps(spec)]
     gen = start(argv, cpus)
+    probing = spec["rate"] > 0  # in a closed loop it would take a worker's place
+    prober = (
+        start([sys.executable, __file__, "--probe", json.dumps(spec)], cpus) if probing else None
+    )
     assert gen.stdout is not None
     marks: dict[str, tuple[float, float, list[float]]] = {}
     result: dict[str, Any] | None = None
@@ -359,8 +444,13 @@ def run_level(
             elif line.startswith("{"):
                 result = json.loads(line)
         gen.wait(30)
+        probed: dict[str, list[float]] = {}
+        if prober is not None:
+            assert prober.stdout is not None
+            probed = json.loads(prober.stdout.readline() or "{}")
+            prober.wait(30)
     finally:
-        stop_all([gen])  # only does something when interrupted
+        stop_all([gen] if prober is None else [gen, prober])  # only does something when interrupted
     if gen.returncode != 0 or result is None or len(marks) != 2:
         raise SystemExit(f"the load generator failed at {label} (status {gen.returncode})")
     wall = marks["end"][0] - marks["start"][0]
@@ -372,12 +462,14 @@ def run_level(
     answered = len(result["ok_latency"]) + len(result["busy_latency"])
     return Level(
         label=label,
-        offered=(result["started"] + result["not_sent"]) / seconds,
-        goodput=result["ok_in_window"] / seconds,
+        offered=(result["started"] + result["not_sent"] + sum(map(len, probed.values()))) / seconds,
+        goodput=(result["ok_in_window"] + len(probed.get("200", []))) / seconds,
         busy_share=len(result["busy_latency"]) / answered if answered else math.nan,
         ok_p50=percentile(result["ok_latency"], 50) * 1000,
         ok_p99=percentile(result["ok_latency"], 99) * 1000,
         busy_p99=percentile(result["busy_latency"], 99) * 1000,
+        probe_busy_p99=percentile(probed.get("429", []), 99) * 1000,
+        probe_busy=len(probed.get("429", [])),
         errors=result["errors"],
         endpoint_cpu=100 * used[0] / wall,
         others_cpu=100 * (used[-1] - sum(used[:-1]) - generator) / wall,
@@ -416,24 +508,31 @@ def run(args: argparse.Namespace) -> tuple[float, list[Level]]:
             argv += ["--tokens-per-second", "0", "--lane-id", f"lane{i}"]
             children.append(start(argv, others))
             lanes.append(first_line_url(children[-1], f"fake-vllm lane {i}"))
-        argv = [sys.executable, "-m", "ddsup", "endpoint", "--port", "0", "--retry-after", "1s"]
-        argv += ["--max-queue-per-lane", str(args.max_queue_per_lane)]
-        argv += [a for lane in lanes for a in ("--lane", f"m={lane}")]
-        children.append(start(argv, endpoint_cpu))
-        url = first_line_url(children[-1], "the endpoint")
-        watched = [psutil.Process(child.pid) for child in (children[-1], *children[:-1])]
-        host, port = url.removeprefix("http://").rsplit(":", 1)
-        base = {"host": host, "port": int(port)}
-        base |= {"connections": args.connections}
-        base |= {"seconds": args.seconds, "warmup": args.warmup}
+        endpoints: dict[str, tuple[dict[str, Any], list[psutil.Process]]] = {}
+        for mode in args.gc:  # one endpoint per collector mode; only one gets load at a time
+            argv = [sys.executable, "-m", "ddsup", "endpoint", "--port", "0", "--gc", mode]
+            argv += ["--retry-after", "1s", "--max-queue-per-lane", str(args.max_queue_per_lane)]
+            argv += [a for lane in lanes for a in ("--lane", f"m={lane}")]
+            children.append(start(argv, endpoint_cpu))
+            url = first_line_url(children[-1], "the endpoint")
+            host, port = url.removeprefix("http://").rsplit(":", 1)
+            base = {"host": host, "port": int(port), "connections": args.connections}
+            base |= {"seconds": args.seconds, "warmup": args.warmup}
+            base |= {"probe_interval": args.probe_interval}
+            lane_processes = [psutil.Process(child.pid) for child in children[: args.lanes]]
+            endpoints[mode] = (base, [psutil.Process(children[-1].pid), *lane_processes])
         closed = args.lanes * args.max_queue_per_lane
+        base, watched = endpoints[args.gc[0]]
         peak = run_level(
             f"peak (closed, {closed} conns)", base | {"rate": 0, "closed": closed}, watched, others
         )
         levels = [peak]
         for factor in args.levels:
-            spec = base | {"rate": factor * peak.goodput, "closed": 0}
-            levels.append(run_level(f"{factor:g}×", spec, watched, others))
+            # the probe's requests are part of the offered load, not on top of it
+            rate = max(1.0, factor * peak.goodput - 1 / args.probe_interval)
+            for mode, (base, watched) in endpoints.items():
+                label = f"{factor:g}×" if len(endpoints) == 1 else f"{factor:g}× gc {mode}"
+                levels.append(run_level(label, base | {"rate": rate, "closed": 0}, watched, others))
         return peak.goodput, levels
     finally:
         stop_all(children)
@@ -454,8 +553,8 @@ def report(peak: float, levels: list[Level], args: argparse.Namespace) -> None:
     columns = [
         ("level", "", 24), ("offered", "req/s", 8), ("2xx/s", "", 8), ("% peak", "", 8),
         ("429 %", "", 7), ("2xx p50", "ms", 9), ("2xx p99", "ms", 9), ("429 p99", "ms", 9),
-        ("errors", "", 7), ("ep CPU", "%", 8), ("ep µs", "/req", 7), ("lanes", "%", 7),
-        ("gen CPU", "%", 8), ("gen late", "p99 ms", 9), ("others", "%", 8),
+        ("probe 429", "p99 ms", 10), ("errors", "", 7), ("ep CPU", "%", 8), ("ep µs", "/req", 7),
+        ("lanes", "%", 7), ("gen CPU", "%", 8), ("gen late", "p99 ms", 9), ("others", "%", 8),
     ]  # fmt: skip
     for row in (0, 1):
         first = f"{columns[0][row]:<24}"
@@ -465,26 +564,26 @@ def report(peak: float, levels: list[Level], args: argparse.Namespace) -> None:
         print(
             f"{lv.label:<24}{lv.offered:>8.0f}{lv.goodput:>8.0f}{100 * lv.goodput / peak:>8.1f}"
             f"{100 * lv.busy_share:>7.1f}{lv.ok_p50:>9.1f}{lv.ok_p99:>9.1f}{lv.busy_p99:>9.2f}"
-            f"{errors:>7}{lv.endpoint_cpu:>8.0f}{lv.endpoint_us:>7.0f}{lv.lanes_cpu:>7.0f}"
+            f"{lv.probe_busy_p99:>10.2f}{errors:>7}{lv.endpoint_cpu:>8.0f}{lv.endpoint_us:>7.0f}{lv.lanes_cpu:>7.0f}"
             f"{lv.generator_cpu:>8.0f}{lv.late_p99:>9.2f}{lv.others_cpu:>8.0f}"
         )
     for lv in levels:
         if lv.errors or lv.not_sent:
             print(f"  {lv.label}: errors {lv.errors}, not offered (generator behind) {lv.not_sent}")
     print(f"connections opened per level: {[lv.connections for lv in levels]}")
-    four = next((lv for lv in levels if lv.label == "4×"), None)
-    if four is not None:
-        share, p99 = 100 * four.goodput / peak, four.busy_p99
+    for four in (lv for lv in levels if lv.label.split()[0] == "4×"):
+        share, p99 = 100 * four.goodput / peak, four.probe_busy_p99
         verdict = "met" if share >= 90 and p99 <= 5 else "MISSED"
         print(
-            f"goal at 4×: goodput {share:.1f}% of peak (≥ 90%), 429 p99 {p99:.2f} ms (≤ 5 ms): "
+            f"goal at {four.label}: goodput {share:.1f}% of peak (≥ 90%), 429 p99 {p99:.2f} ms by the "
+            f"probe ({four.probe_busy} 429s; generator's: {four.busy_p99:.2f}) (≤ 5 ms): "
             f"{verdict}; machine load now {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
         )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=10, help="counted seconds per level")
+    parser.add_argument("--seconds", type=float, default=20, help="counted seconds per level")
     parser.add_argument("--warmup", type=float, default=1, help="uncounted seconds first")
     parser.add_argument(
         "--levels",
@@ -493,11 +592,9 @@ def main() -> None:
         help="offered load as multiples of the measured peak (comma-separated)",
     )
     parser.add_argument("--lanes", type=int, default=2)
-    parser.add_argument("--max-num-seqs", type=int, default=8)
-    parser.add_argument(
-        "--ttft", type=float, default=0.05, help="seconds each request holds a slot"
-    )
-    parser.add_argument("--max-queue-per-lane", type=int, default=16)
+    parser.add_argument("--max-num-seqs", type=int, default=32)
+    parser.add_argument("--ttft", type=float, default=0.5, help="seconds each request holds a slot")
+    parser.add_argument("--max-queue-per-lane", type=int, default=64)
     parser.add_argument(
         "--connections", type=int, default=256, help="the generator's connections (open loop)"
     )
@@ -506,10 +603,25 @@ def main() -> None:
         action="store_true",
         help="let the lanes and the generator run on every core, the endpoint's too",
     )
+    parser.add_argument(
+        "--probe-interval",
+        type=float,
+        default=0.05,
+        help="seconds between probe requests (part of the offered load)",
+    )
+    parser.add_argument(
+        "--gc",
+        type=lambda text: text.split(","),
+        default=["paced"],
+        help="the endpoint's --gc; 'paced,automatic' runs each level against both",
+    )
     parser.add_argument("--generate", help=argparse.SUPPRESS)
+    parser.add_argument("--probe", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.generate:
         generate(json.loads(args.generate))
+    elif args.probe:
+        probe(json.loads(args.probe))
     else:
         report(*run(args), args)
 

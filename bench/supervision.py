@@ -8,7 +8,7 @@ medians and the ratio ddsup / supervisord:
   supervisord: ``autorestart=true``, ``startsecs=0``); the gap is the time between
   consecutive timestamps (start to start, so it includes bash's own start-up);
 - **exit detection**: the same unit; the time from the timestamp it writes right before
-  ``exit 1`` to the supervisor noticing the exit: ddsup's ``events.jsonl`` ``restarting``
+  ``exit 1`` to the supervisor noticing the exit: ddsup's ``events.jsonl`` ``exit``
   event (its ``time``), supervisord's ``exited:`` log line (millisecond stamps,
   truncated: +0.5 ms). Wall clock on both sides (ddsup's events carry Unix time). Then
   again with a grandchild (``sleep 5 &``) that holds the unit's stdout open;
@@ -228,25 +228,26 @@ def count_orphans(process: subprocess.Popen[bytes], seconds: float) -> tuple[flo
 def gap_phases(times: list[float], events_path: Path) -> Phases:
     """Where ddsup's restart gap goes, per restart, from its events and the unit's stamps.
 
-    The k-th ``restarting`` event is the exit of the process that wrote stamp k.
-    ``exit``: stamp k → ``restarting`` (ddsup saw the exit, reaped it and swept for
-    escaped descendants: the event is written after that cleanup); ``restart``: →
-    ``starting``; ``start``: → stamp k+1 (ddsup's fork/exec and bash's own start-up).
+    The k-th ``exit`` event is the exit of the process that wrote stamp k.
+    ``exit``: stamp k → ``exit`` (ddsup saw the exit and reaped it); ``restart``: →
+    ``starting`` (the sweep for escaped descendants, the restart decision, the
+    ``restarting`` event); ``start``: → stamp k+1 (ddsup's fork/exec and bash's own
+    start-up).
     ``spawn`` (overlaps ``start``): ``starting`` → the ``process`` event, written once
     the spawn call returned (the child has exec'd; bash may already have run).
     """
-    restarting: list[float] = []
+    exits: list[float] = []
     starting: list[float] = []
     process: list[float] = []
     for line in events_path.read_text().splitlines():
         event = json.loads(line)
         kind = event.get("to") if event["event"] == "unit" else event["event"]
-        {"restarting": restarting, "starting": starting, "process": process}.get(
-            str(kind), []
-        ).append(float(event["time"]))
+        {"exit": exits, "starting": starting, "process": process}.get(str(kind), []).append(
+            float(event["time"])
+        )
     phases: Phases = defaultdict(list)
     # starting[0]/process[0] are the first start; restart k is followed by start k+1
-    for k, seen in enumerate(restarting[: len(times) - 1]):
+    for k, seen in enumerate(exits[: len(times) - 1]):
         if k + 1 >= len(starting) or k + 1 >= len(process):
             break
         phases["gap_exit_ms"].append((seen - times[k]) * 1e3)
@@ -288,13 +289,13 @@ class Ddsup:
         return [*argv, "--state-dir", str(state), "-q"], state
 
     def _exits(self, state: Path) -> list[float]:
-        """Times of the ``restarting`` events (ddsup noticed an exit), oldest first."""
+        """Times of the ``exit`` events (ddsup noticed an exit), oldest first."""
         path = state / "events.jsonl"
         if not path.exists():
             return []
         out = []
         for line in path.read_text().splitlines():
-            if '"to": "restarting"' in line:
+            if '"event": "exit"' in line:
                 out.append(float(json.loads(line)["time"]))
         return out
 

@@ -32,6 +32,7 @@ import psutil
 import trio
 
 from ddsup._errors import DdsupError
+from ddsup._process_table import ProcessTable, process_table
 from ddsup._sentinel import read_environ
 
 log = logging.getLogger(__name__)
@@ -176,9 +177,7 @@ class ChildProcess:
         # The tree is recorded only while the child lives: once it has exited, its
         # descendants were reparented to us (a subreaper) and the identity scan finds them.
         # Skipping this /proc scan keeps the crash → restart gap short.
-        tree = (
-            [] if self.status is not None else await trio.to_thread.run_sync(_descendants, self.pid)
-        )
+        tree = [] if self.status is not None else _processes((await process_table()), self.pid)
         if self.status is None:
             self.signal_group(kill_signal)
             with trio.move_on_after(timeout_stop):
@@ -192,7 +191,8 @@ class ChildProcess:
         """SIGKILL what left the group: the recorded tree, and carriers of our identity."""
         pidfds = [fd for fd in map(_open_if_same, tree) if fd is not None]
         protected = frozenset(self._registry.pids)
-        found = await trio.to_thread.run_sync(self._identity_carriers, protected)
+        table = await process_table() if self._identity else None
+        found = await trio.to_thread.run_sync(self._identity_carriers, protected, table)
         carriers = map(self._open_if_carrier, found)
         pidfds += [fd for fd in carriers if fd is not None]
         try:
@@ -209,13 +209,13 @@ class ChildProcess:
             for fd in pidfds:
                 os.close(fd)
 
-    def _identity_carriers(self, managed: frozenset[int]) -> list[int]:
+    def _identity_carriers(self, managed: frozenset[int], table: ProcessTable | None) -> list[int]:
         """Live processes with our identity, except managed units' groups and our ancestry."""
-        if not self._identity:
+        if not self._identity or table is None:
             return []
         protected = managed | {os.getpid()} | _ancestors()
         found = []
-        for pid in _candidates():
+        for pid in _candidates(table):
             if pid in protected or not _carries(read_environ(pid), self._identity):
                 continue
             try:
@@ -235,7 +235,7 @@ class ChildProcess:
         return fd
 
 
-def _candidates() -> list[int]:
+def _candidates(table: ProcessTable) -> list[int]:
     """PIDs that may hold an escaped descendant of ours.
 
     As a subreaper (ddsup start and every agent are), whatever a unit leaves behind is
@@ -246,24 +246,8 @@ def _candidates() -> list[int]:
     from ddsup._orphans import is_subreaper
 
     if not is_subreaper():
-        return psutil.pids()
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as stat:
-                ppid = int(stat.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(name))
-    found: list[int] = []
-    pending = [os.getpid()]
-    while pending:
-        for child in children.get(pending.pop(), ()):
-            found.append(child)
-            pending.append(child)
-    return found
+        return [pid for pids in table.children.values() for pid in pids]
+    return table.descendants(os.getpid())
 
 
 def _carries(environ: Mapping[bytes, bytes], identity: frozenset[tuple[bytes, bytes]]) -> bool:
@@ -274,11 +258,13 @@ def _ancestors() -> set[int]:
     return {p.pid for p in psutil.Process().parents()}
 
 
-def _descendants(pid: int) -> list[psutil.Process]:
-    try:
-        return list(psutil.Process(pid).children(recursive=True))
-    except psutil.Error:
-        return []
+def _processes(table: ProcessTable, pid: int) -> list[psutil.Process]:
+    """``pid``'s descendants in ``table``, pinned by their start time (PIDs get reused)."""
+    found = []
+    for descendant in table.descendants(pid):
+        with suppress(psutil.Error):
+            found.append(psutil.Process(descendant))
+    return found
 
 
 def _pidfd_open(pid: int) -> int | None:

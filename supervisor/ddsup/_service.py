@@ -282,7 +282,10 @@ class Service:
                     self._transition(UnitState.READY, "probe passed" if probe else "started")
 
                 nursery.start_soon(watch_ready)
-                await child.wait()
+                ended = await child.wait()
+                # recorded now, as seen: the stop below (the sweep for escaped
+                # descendants) and the restart decision come after
+                self._emit_event("exit", details={"pid": child.pid, "exit": ended.to_json()})
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):

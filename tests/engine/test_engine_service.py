@@ -80,3 +80,27 @@ async def test_request_stop_is_idempotent_and_reaps(tmp_path: Path) -> None:
     assert _states(events) == ["starting", "ready", "stopping", "exited"]
     assert service.status.last_exit == {"signal": "SIGTERM"}
     assert service.status.pid is None
+
+
+async def test_an_exit_is_recorded_as_seen_before_the_cleanup_and_the_verdict(
+    tmp_path: Path,
+) -> None:
+    events: list[Event] = []
+    service = _service(tmp_path, ("sh", "-c", "exit 3"), events, restart=Restart.NO)
+    await service.run()
+    kinds = [e.to_state if e.event == "unit" else e.event for e in events]
+    assert kinds == ["starting", "process", "ready", "exit", "failed"]
+    exit_event, failed = events[3], events[4]
+    assert exit_event.details == {"pid": events[1].details["pid"], "exit": {"code": 3}}
+    assert exit_event.time <= failed.time
+
+
+async def test_a_stopped_process_has_no_exit_event(tmp_path: Path) -> None:
+    events: list[Event] = []
+    service = _service(tmp_path, ("sleep", "60"), events, timeout_stop=5.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.run)
+        await service.ready.wait()
+        service.request_stop()
+    assert _states(events) == ["starting", "ready", "stopping", "exited"]
+    assert [e for e in events if e.event == "exit"] == []

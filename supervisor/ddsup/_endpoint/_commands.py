@@ -19,6 +19,7 @@ from functools import partial
 import trio
 
 from ddsup._endpoint._config import EndpointConfig
+from ddsup._endpoint._gc_pacing import pace_garbage_collection
 from ddsup._endpoint._lanes import LaneInfo, LaneTable
 from ddsup._endpoint._server import serve_endpoint
 from ddsup._errors import DdsupError, UsageError
@@ -48,6 +49,12 @@ def configure_endpoint(parser: argparse.ArgumentParser) -> None:
         "--upstream-timeout",
         default=f"{d.upstream_timeout:g}s",
         help="a lane's time to answer (and most silence mid-response) (default %(default)s)",
+    )
+    parser.add_argument(
+        "--gc",
+        choices=("paced", "automatic"),
+        default="paced",
+        help="garbage collection: on a timer (default), or CPython's own trigger (to compare)",
     )
     parser.add_argument(
         "--lanes-from-controller",
@@ -109,7 +116,7 @@ def run_endpoint(args: argparse.Namespace, feeder: Feeder | None = None) -> int:
     if feeder is None and args.lanes_from_controller:
         feeder = _controller_feed()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="endpoint: %(message)s")
-    trio.run(partial(serve, config, table, feeder))
+    trio.run(partial(serve, config, table, feeder, paced_gc=args.gc == "paced"))
     return 0
 
 
@@ -120,8 +127,18 @@ def _controller_feed() -> Feeder:
     return partial(follow_controller, address=address, secret=secret)
 
 
-async def serve(config: EndpointConfig, lanes: LaneTable, feeder: Feeder | None = None) -> None:
-    """Serve ``lanes`` (fed by ``feeder``) until SIGINT or SIGTERM; print the bound URL."""
+async def serve(
+    config: EndpointConfig,
+    lanes: LaneTable,
+    feeder: Feeder | None = None,
+    *,
+    paced_gc: bool = True,
+) -> None:
+    """Serve ``lanes`` (fed by ``feeder``) until SIGINT or SIGTERM; print the bound URL.
+
+    ``paced_gc``: collect garbage on a timer (:mod:`._gc_pacing`), a process-wide
+    setting, hence here in the process's entry point and not in :func:`serve_endpoint`.
+    """
     failed: DdsupError | None = None
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
@@ -133,6 +150,8 @@ async def serve(config: EndpointConfig, lanes: LaneTable, feeder: Feeder | None 
             else:
                 host = f"[{config.bind}]" if ":" in config.bind else config.bind
                 print(f"endpoint listening on http://{host}:{port}", flush=True)
+                if paced_gc:
+                    nursery.start_soon(pace_garbage_collection)
                 if feeder is not None:
                     nursery.start_soon(_feed_then_stop, feeder, lanes, nursery.cancel_scope)
                 async for _ in signals:
