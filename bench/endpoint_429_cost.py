@@ -27,20 +27,27 @@ REQUEST = (
 )
 
 
-def _answer(conn: socket.socket) -> bytes:
-    """One content-length-framed answer's status line."""
+def _receive(conn: socket.socket) -> bytes:
+    data = conn.recv(65536)
+    if not data:
+        raise SystemExit("the endpoint closed the connection")
+    return data
+
+
+def _answer(conn: socket.socket) -> tuple[bytes, bytes]:
+    """One content-length-framed answer: (status line, body)."""
     buf = b""
     while b"\r\n\r\n" not in buf:
-        buf += conn.recv(65536)
-    head, rest = buf.split(b"\r\n\r\n", 1)
+        buf += _receive(conn)
+    head, body = buf.split(b"\r\n\r\n", 1)
     length = next(
         int(line.split(b":")[1])
         for line in head.split(b"\r\n")
         if line.lower().startswith(b"content-length")
     )
-    while len(rest) < length:
-        rest += conn.recv(65536)
-    return head.split(b"\r\n", 1)[0]
+    while len(body) < length:
+        body += _receive(conn)
+    return head.split(b"\r\n", 1)[0], body
 
 
 def _wait_admitted(conn: socket.socket) -> None:
@@ -48,19 +55,8 @@ def _wait_admitted(conn: socket.socket) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         conn.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            buf += conn.recv(65536)
-        head, body = buf.split(b"\r\n\r\n", 1)
-        length = next(
-            int(line.split(b":")[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length")
-        )
-        while len(body) < length:
-            body += conn.recv(65536)
-        for line in body.decode().splitlines():
-            if line.startswith("ddsup_endpoint_lane_outstanding{") and line.split()[-1] in ("1", "1.0"):
+        for line in _answer(conn)[1].decode().splitlines():
+            if line.startswith("ddsup_endpoint_lane_outstanding{") and line.endswith(" 1"):
                 return
         time.sleep(0.01)
     raise SystemExit("the filler request never reached the lane")
@@ -93,7 +89,7 @@ def measure(count: int) -> tuple[float, float, float]:
                     for _ in range(count):
                         started = time.perf_counter()
                         conn.sendall(REQUEST)
-                        status = _answer(conn)
+                        status = _answer(conn)[0]
                         latencies.append(time.perf_counter() - started)
                         if b" 429 " not in status + b" ":
                             raise SystemExit(f"expected 429, got {status!r}")

@@ -330,3 +330,19 @@ async def test_metrics_are_prometheus_text() -> None:
     assert requests == {("m", "200"): 1.0, ("(unknown)", "404"): 1.0}
     assert "ddsup_endpoint_request_duration_seconds" in families
     assert "ddsup_endpoint_lane_outstanding" in families
+
+
+async def test_get_answers_keep_the_connection_open() -> None:
+    lane = FakeLane("a")
+    async with running_endpoint([lane]) as ep:
+        stream = await trio.open_tcp_stream("127.0.0.1", port_of(ep.url))
+        async with stream:
+            received = b""
+            with trio.fail_after(5):
+                for path in (b"/health", b"/v1/models", b"/metrics"):
+                    await stream.send_all(b"GET " + path + b" HTTP/1.1\r\nhost: x\r\n\r\n")
+                    while received.count(b"HTTP/1.1 200") < 1:
+                        received += await stream.receive_some(65536)
+                    head = received.split(b"\r\n\r\n", 1)[0].lower()
+                    assert b"connection: close" not in head, path
+                    received = b""

@@ -15,6 +15,8 @@ quarter of the per-request CPU cost), and reads stay bounded (one read at a time
 
 from __future__ import annotations
 
+import contextlib
+
 import h11
 import trio
 
@@ -186,6 +188,18 @@ class Client:
             self.write(h11.Data(data=body))
         self.write(h11.EndOfMessage())
         await self.flush()
+
+    def take_bodiless_end(self) -> None:
+        """Take a GET's end (h11's queued ``EndOfMessage``) before answering it.
+
+        Without this, h11 still expects the (empty) body when the answer goes out, and
+        every answer to a GET would close its keep-alive connection. A GET that does
+        carry body bytes is not drained: its answer closes the connection, as before.
+        Nothing is read from the socket here.
+        """
+        if self.conn.their_state is h11.SEND_BODY:
+            with contextlib.suppress(h11.RemoteProtocolError):
+                self.conn.next_event()
 
     async def reject(self, error: ApiError) -> None:
         """Answer ``error`` as JSON, when a response can still be sent at all."""

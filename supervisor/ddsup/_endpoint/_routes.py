@@ -84,6 +84,7 @@ async def _route(ep: Endpoint, client: Client, request: h11.Request) -> None:
         raise not_found(path.decode(errors="replace"))
     if method != b"GET":
         raise method_not_allowed(method.decode(), path.decode())
+    client.take_bodiless_end()
     if path == b"/v1/models":
         if not ep.authorized(request):
             raise unauthorized()
