@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,48 @@ def serve_bare(port_file: str) -> None:
         port = listeners[0].socket.getsockname()[1]
         await trio.Path(port_file).write_text(str(port))
         await trio.serve_listeners(handle, listeners)
+
+    trio.run(main)
+
+
+def serve_naive(port_file: str, lane: str) -> None:
+    """The issue's baseline: a naive hypercorn + httpx proxy (each request → one httpx call).
+
+    Non-streaming only: it buffers the lane's answer, which is what makes it naive.
+    """
+    import httpx
+    import trio
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    async def main() -> None:
+        async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=64)) as client:
+
+            async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+                if scope["type"] == "lifespan":
+                    while (message := await receive())["type"] != "lifespan.shutdown":
+                        await send({"type": "lifespan.startup.complete"})
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+                body, more = b"", True
+                while more:
+                    message = await receive()
+                    body += message.get("body", b"")
+                    more = message.get("more_body", False)
+                headers = {"content-type": "application/json"}
+                answer = await client.post(lane + scope["path"], content=body, headers=headers)
+                head = [(b"content-type", answer.headers["content-type"].encode())]
+                await send(
+                    {"type": "http.response.start", "status": answer.status_code, "headers": head}
+                )
+                await send({"type": "http.response.body", "body": answer.content})
+
+            config = Config()
+            config.bind = ["127.0.0.1:0"]
+            config.accesslog = config.errorlog = None
+            async with trio.open_nursery() as nursery:
+                binds = await nursery.start(partial(serve, app, config, mode="asgi"))  # type: ignore[arg-type]
+                await trio.Path(port_file).write_text(binds[0].rsplit(":", 1)[1])
 
     trio.run(main)
 
@@ -382,6 +425,9 @@ def run(args: argparse.Namespace) -> dict[str, list[Result]]:
         children.append(endpoint := start(argv, endpoint_cpu))
         assert endpoint.stdout is not None
         url = endpoint.stdout.readline().split()[-1]
+        naive_argv = [*me, "--naive", str(tmp / "naive"), "--naive-lane", lanes[0]]
+        children.append(naive := start(naive_argv, endpoint_cpu))
+        naive_url = f"http://127.0.0.1:{wait_port(tmp / 'naive')}"
         master, proxy = start_nginx(nginx, lanes, cpus[0], tmp)
         children.append(master)
         lane0, ep, ngx = (psutil.Process(p.pid) for p in (ups[0], endpoint, master))
@@ -392,6 +438,7 @@ def run(args: argparse.Namespace) -> dict[str, list[Result]]:
             Variant("nginx", proxy, plain, (ngx,)),
             Variant("endpoint", url, plain, (ep,)),
             Variant("floor", floor, plain, (psutil.Process(bare.pid),)),
+            Variant("naive", naive_url, plain, (psutil.Process(naive.pid),)),
             Variant("direct SSE", lanes[0], stream, (lane0,)),
             Variant("nginx SSE", proxy, stream, (ngx,)),
             Variant("endpoint SSE", url, stream, (ep,)),
@@ -431,7 +478,7 @@ def report(results: dict[str, list[Result]], args: argparse.Namespace) -> None:
         f"plain JSON, wrk -c {args.connections}, {args.seconds}s × {reps} reps (medians); "
         "CPU = the serving process (lane for 'direct', proxy otherwise)"
     )
-    _table(med, ("direct", "nginx", "endpoint", "floor"), "direct")
+    _table(med, ("direct", "nginx", "endpoint", "naive", "floor"), "direct")
     print(f"\nSSE, {args.events} events per request, {args.gap * 1000:g} ms apart")
     _table(med, ("direct SSE", "nginx SSE", "endpoint SSE"), "direct SSE")
     for proxy in ("nginx", "endpoint"):
@@ -441,7 +488,8 @@ def report(results: dict[str, list[Result]], args: argparse.Namespace) -> None:
         "µs/event = (SSE CPU µs/req - plain CPU µs/req) / events. 'floor' is a bare trio + h11\n"
         "server answering a fixed body on the endpoint's core; SPEC §5 measured nginx at\n"
         "~21 µs/req and that floor at ~113 µs/req on the reference machine, so\n"
-        "'x floor' × 113 µs estimates the cost there."
+        "'x floor' × 113 µs estimates the cost there. 'naive' is the endpoint issue's baseline,\n"
+        "hypercorn + httpx (~600 req/s on one core where the issue measured it)."
     )
 
 
@@ -474,9 +522,13 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=0.001, help="seconds between SSE events")
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     parser.add_argument("--bare", help=argparse.SUPPRESS)
+    parser.add_argument("--naive", help=argparse.SUPPRESS)
+    parser.add_argument("--naive-lane", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare:
         serve_bare(args.bare)
+    elif args.naive:
+        serve_naive(args.naive, args.naive_lane)
     elif args.upstream:
         Upstream(args.events, args.gap).serve(args.upstream)
     elif not shutil.which("wrk"):
