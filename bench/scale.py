@@ -38,17 +38,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
+from bench_marks import kill_marked, marked_process, marked_processes
 
-MARK_VAR = "DDSUP_BENCH_MARK"
-MARK = uuid.uuid4().hex
 PLAN_NODES, PLAN_GPUS = 128, 8
 GOAL_PLAN_S = 1.0
 LANE_UNIT = """\
@@ -82,24 +80,6 @@ def median_of(runs: int, func: Callable[[], object]) -> float:
         func()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def marked_processes() -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        with suppress(psutil.Error):
-            if proc.environ().get(MARK_VAR) == MARK and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-    return found
-
-
-def kill_marked() -> int:
-    procs = marked_processes()
-    for proc in procs:
-        with suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(procs, timeout=5)
-    return len(procs)
 
 
 def children_cpu() -> float:
@@ -172,26 +152,6 @@ class Events:
         return float(next(e["time"] for e in self.update() if e.get("event") == "run"))
 
 
-@contextmanager
-def ddsup_start(argv: list[str], output: Path) -> Iterator[subprocess.Popen[bytes]]:
-    env = {**os.environ, MARK_VAR: MARK}
-    with output.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env)
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        leftovers = kill_marked()
-        if leftovers:
-            log(f"LEFTOVER: killed {leftovers} processes still carrying the bench mark")
-
-
 def wait_ready(events: Events, process: subprocess.Popen[bytes], count: int, limit: float) -> int:
     """Bounded poll of the event log until ``count`` instances were ready; how many were."""
     deadline = time.monotonic() + limit
@@ -247,7 +207,7 @@ def bench_services(work: Path, count: int, limit: float) -> dict[str, float]:
     argv = [sys.executable, "-m", "ddsup", "start", str(units), "--state-dir", str(state), "-q"]
     events = Events(state / "events.jsonl")
     cpu_before, spawned = children_cpu(), time.time()
-    with ddsup_start(argv, work / "svc-output") as process:
+    with marked_process(argv, work / "svc-output", stop_timeout=60) as process:
         ready = wait_ready(events, process, count, limit)
         own, units_running = tree(process.pid)
         result = {
@@ -290,7 +250,7 @@ def bench_lanes(work: Path, args: argparse.Namespace) -> dict[str, float]:
     argv += ["--nodes", str(nodes), "--gpus-per-node", str(args.gpus_per_node)]
     events = Events(state / "events.jsonl")
     cpu_before, spawned = children_cpu(), time.time()
-    with ddsup_start(argv, work / "lane-output") as process:
+    with marked_process(argv, work / "lane-output", stop_timeout=60) as process:
         ready = wait_ready(events, process, lanes, args.limit)
         own, lane_procs = tree(process.pid)
         result = {

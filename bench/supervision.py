@@ -54,17 +54,15 @@ import sys
 import tempfile
 import textwrap
 import time
-import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 
 import psutil
+from bench_marks import kill_marked, marked_process, marked_processes
 
 SUPERVISOR_VERSION = "4.3.0"
-MARK_VAR = "DDSUP_BENCH_MARK"
-MARK = uuid.uuid4().hex
 STOP_TIMEOUT_S = 2.0
 CRASH_SH = 'echo "$EPOCHREALTIME" >> "$0"; exit 1'
 HOLD_PIPE_SH = 'sleep 5 & echo "$EPOCHREALTIME" >> "$0"; exit 1'
@@ -98,26 +96,6 @@ def stamps(path: Path) -> list[float]:
 
 def gaps_ms(times: list[float]) -> list[float]:
     return [(b - a) * 1e3 for a, b in itertools.pairwise(times)]
-
-
-def marked_processes() -> list[psutil.Process]:
-    """Live (non-zombie) processes of this bench: they carry ``MARK`` in their environment."""
-    found = []
-    for proc in psutil.process_iter():
-        with suppress(psutil.Error):
-            if proc.environ().get(MARK_VAR) == MARK and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-    return found
-
-
-def kill_marked() -> int:
-    """SIGKILL every live process of this bench; how many there were."""
-    procs = marked_processes()
-    for proc in procs:
-        with suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(procs, timeout=5)
-    return len(procs)
 
 
 def own_processes(root: psutil.Process, unit_names: tuple[str, ...]) -> list[psutil.Process]:
@@ -169,25 +147,9 @@ def wait_exit(pidfd: int, limit: float) -> float:
     return time.monotonic()
 
 
-@contextmanager
-def started(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """The supervisor, marked; afterwards it is stopped and every marked process killed."""
-    env = {**os.environ, MARK_VAR: MARK, "LC_ALL": "C"}
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            argv, stdout=output, stderr=output, stdin=subprocess.DEVNULL, env=env
-        )
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        kill_marked()
+def started(argv: list[str], output: Path) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    """A supervisor under test, marked, in the C locale (supervisord's log stamps)."""
+    return marked_process(argv, output, stop_timeout=30, env={"LC_ALL": "C"})
 
 
 def measure_idle(process: subprocess.Popen[bytes], seconds: float) -> tuple[float, float, float]:

@@ -154,9 +154,8 @@ class Console:
         if event.event == "process" and self.verbose:
             return f"{event.instance}{_where(event.node)}: pid {event.details.get('pid')}"
         if event.event == "exit" and self.verbose:
-            exit_status = event.details.get("exit")
             where = f"{event.instance}{_where(event.node)}"
-            return f"{where}: pid {event.details.get('pid')} ended ({exit_status})"
+            return f"{where}: pid {event.details.get('pid')} ended ({event.reason})"
         if event.event == "run" and (self.verbose or event.reason in ("stopping", "ending")):
             return f"run {event.reason}"
         return None

@@ -285,7 +285,11 @@ class Service:
                 ended = await child.wait()
                 # recorded now, as seen: the stop below (the sweep for escaped
                 # descendants) and the restart decision come after
-                self._emit_event("exit", details={"pid": child.pid, "exit": ended.to_json()})
+                self._emit_event(
+                    "exit",
+                    reason=ended.describe(),
+                    details={"pid": child.pid, "exit": ended.to_json()},
+                )
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):

@@ -21,9 +21,6 @@ from endpoint_fakes import FakeLane, running_endpoint
 
 from ddsup._endpoint._gc_pacing import YOUNG_EVERY, pace_garbage_collection
 
-BODY = b'{"model":"m","prompt":"hi"}'
-STREAM_BODY = b'{"model":"m","prompt":"hi","stream":true}'
-
 
 def _request(body: bytes) -> bytes:
     head = f"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n\r\n"
@@ -52,14 +49,19 @@ class _KeepAlive:
 
     async def _until(self, mark: bytes) -> bytes:
         while mark not in self.buf:
-            self.buf += await self.stream.receive_some(65536)
+            await self._receive()
         found, self.buf = self.buf.split(mark, 1)
         return found
 
     async def _take(self, count: int) -> None:
         while len(self.buf) < count:
-            self.buf += await self.stream.receive_some(65536)
+            await self._receive()
         self.buf = self.buf[count:]
+
+    async def _receive(self) -> None:
+        data = await self.stream.receive_some(65536)
+        assert data, "the endpoint closed a keep-alive connection"
+        self.buf += data
 
 
 @contextmanager

@@ -92,6 +92,7 @@ async def test_an_exit_is_recorded_as_seen_before_the_cleanup_and_the_verdict(
     assert kinds == ["starting", "process", "ready", "exit", "failed"]
     exit_event, failed = events[3], events[4]
     assert exit_event.details == {"pid": events[1].details["pid"], "exit": {"code": 3}}
+    assert exit_event.reason == "exit status 3"
     assert exit_event.time <= failed.time
 
 

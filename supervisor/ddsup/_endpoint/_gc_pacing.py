@@ -8,11 +8,12 @@ them. Measured at 4× overload (``bench/endpoint_overload.py``): young collectio
 to 18,000 objects, 20 ms pauses, and every 429 answered during one waited for it (429
 p99 10–12 ms instead of 5–6 ms).
 
-The endpoint's request paths create no reference cycles (``tests/endpoint`` checks
-it), so refcounting frees their objects and the collector only has to catch rare
-cycles. So: freeze what start-up allocated (modules, classes: never garbage), turn the
-automatic trigger off, collect the young generation on a short timer (its size is then
-bounded by what ``YOUNG_EVERY`` seconds allocate), and everything once a minute.
+The endpoint's request paths create no reference cycles
+(``tests/endpoint/test_endpoint_garbage.py`` checks it), so refcounting frees their
+objects and the collector only has to catch rare cycles. So: freeze what start-up
+allocated (modules, classes: never garbage), turn the automatic trigger off, collect the
+young generation on a short timer (its size is then bounded by what ``YOUNG_EVERY``
+seconds allocate), and everything once a minute.
 """
 
 from __future__ import annotations
