@@ -119,9 +119,9 @@ class _OneRequest:
 
 async def _app_only(count: int) -> None:
     """The app's own CPU per request, without sockets or HTTP parsing (hypercorn's share)."""
-    from ddsup._fake_vllm._app import FakeVllmApp
-    from ddsup._fake_vllm._behaviour import Behaviour
-    from ddsup._fake_vllm._engine import Engine
+    from ddsup.fake_vllm._app import FakeVllmApp
+    from ddsup.fake_vllm._behaviour import Behaviour
+    from ddsup.fake_vllm._engine import Engine
 
     behaviour = Behaviour()
     app = FakeVllmApp(behaviour, Engine(behaviour))

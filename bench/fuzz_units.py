@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ddsup._errors import UnitFileError
-from ddsup._units import load_unit_set, parse_unit_set
-from ddsup._units._schema import SECTIONS
+from ddsup.units import load_unit_set, parse_unit_set
+from ddsup.units._schema import SECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "units" / "examples").glob("*/*.toml"))

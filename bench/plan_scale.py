@@ -12,8 +12,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from ddsup._plan import Node, make_plan
-from ddsup._units._model import LaneSection, ServiceSection, SourceLocation, Unit, UnitSet, UnitType
+from ddsup.plan import Node, make_plan
+from ddsup.units._model import LaneSection, ServiceSection, SourceLocation, Unit, UnitSet, UnitType
 
 NODES = 128
 GPUS = 8

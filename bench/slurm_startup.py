@@ -14,8 +14,8 @@ node, ``stagger = "0s"``) and a worker that exits at once. From ``events.jsonl``
   a timestamp just before ``exec``).
 
 Then, for the causes: ``srun --overlap -N3 true`` and ``srun --overlap -N3 python -c
-'import ddsup._agent'`` inside a job (the agent step's floor), and the import time of
-``ddsup._agent`` here. Last, ``scancel`` of a running job: seconds until no process of
+'import ddsup.run._agent'`` inside a job (the agent step's floor), and the import time of
+``ddsup.run._agent`` here. Last, ``scancel`` of a running job: seconds until no process of
 the run is alive on any node (Slurm's ``KillWait`` is 5 s on this cluster).
 
 Bytecode: ``pip install`` compiles every module to bytecode, so an installed ddsup never
@@ -56,7 +56,7 @@ SRUN_FLOOR = (
     't() { local s=$(date +%s.%N); "$@" >/dev/null; echo $(echo "$(date +%s.%N) - $s" | bc); }\n'
     "for i in 1 2 3; do\n"
     "  echo true $(t srun --overlap -N3 --ntasks-per-node=1 true)\n"
-    "  echo import $(t srun --overlap -N3 --ntasks-per-node=1 @PY@ -c 'import ddsup._agent')\n"
+    "  echo import $(t srun --overlap -N3 --ntasks-per-node=1 @PY@ -c 'import ddsup.run._agent')\n"
     "done\n"
 )
 
@@ -182,16 +182,18 @@ def _srun_floor(cluster: SlurmCluster, root: Path) -> dict[str, float]:
             samples.setdefault(name, []).append(float(value))
     return {
         "srun --overlap -N3 true": statistics.median(samples["true"]),
-        "srun --overlap -N3 python -c 'import ddsup._agent'": statistics.median(samples["import"]),
+        "srun --overlap -N3 python -c 'import ddsup.run._agent'": statistics.median(
+            samples["import"]
+        ),
     }
 
 
 def _import_time() -> tuple[float, float]:
-    """Median wall and CPU (user + sys) seconds of ``python -c 'import ddsup._agent'``.
+    """Median wall and CPU (user + sys) seconds of ``python -c 'import ddsup.run._agent'``.
 
     The CPU figure does not depend on how busy the machine is; the wall figure does.
     """
-    argv = [sys.executable, "-c", "import ddsup._agent"]
+    argv = [sys.executable, "-c", "import ddsup.run._agent"]
     walls, cpus = [], []
     for _ in range(5):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -237,8 +239,8 @@ def main() -> None:
     for name, value in floor.items():
         print(f"{name:<52} {value:7.2f} s  (median of 3)")
     wall, cpu = _import_time()
-    print(f"{'python -c import ddsup._agent (here), wall':<52} {wall:7.2f} s")
-    print(f"{'python -c import ddsup._agent (here), CPU':<52} {cpu:7.2f} s")
+    print(f"{'python -c import ddsup.run._agent (here), wall':<52} {wall:7.2f} s")
+    print(f"{'python -c import ddsup.run._agent (here), CPU':<52} {cpu:7.2f} s")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 

@@ -1,16 +1,20 @@
 """ddsup: a process supervisor for GPU inference jobs on Slurm clusters.
 
-The public surface is the command line (``ddsup …``); the Python modules are private
-(``_name.py``) and may change between releases. Layering, bottom up:
+The public surface is the command line (``ddsup …``); the Python packages may change
+between releases. Each folder is a layer and imports only the layers above it in this
+list (``tests/architecture/test_layers.py`` holds the code to that; ``docs/architecture.md``
+tells the whole story):
 
-- ``_units``: unit files → validated, immutable :class:`Unit` objects.
-- ``_plan``: units + allocation → deterministic placement (:class:`Plan`).
-- ``_process``: one child process: spawn in its own group, wait, stop, kill.
-- ``_orphans``: the no-orphan layers (subreaper, sweep by invocation id, sentinel).
-- ``_service``: one unit instance's lifecycle (start, ready, restart, stop).
-- ``_agent`` / ``_controller``: a node's services / the whole run.
-- ``_endpoint``: the logical endpoint (router) in front of the lanes.
-- ``_fake_vllm``: the vLLM stand-in for rehearsals and tests.
+- ``units``: unit files → validated, immutable :class:`Unit` objects.
+- ``plan``: units + allocation → deterministic placement (:class:`Plan`).
+- ``process``: one child process and its tree; the no-orphan layers.
+- ``channel``: the authenticated control channel between ddsup's processes.
+- ``record``: the state vocabulary, events, outcome and state directory of a run.
+- ``service``: one unit instance's life (environment, readiness, restart, stop).
+- ``run``: ``ddsup start`` (the controller) and the node agents.
+- ``endpoint``: the logical endpoint (router) in front of the lanes.
+- ``fake_vllm``: the vLLM stand-in for rehearsals and tests.
+- ``ops``: operator commands on a run (status, stop, logs, cleanup).
 """
 
 __version__ = "0.1.0"

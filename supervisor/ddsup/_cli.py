@@ -18,17 +18,17 @@ from ddsup._errors import EXIT_USAGE, DdsupError
 
 # subcommand → (module, help). The order here is the order of ``ddsup --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "start": ("ddsup._controller", "run a deployment in the foreground"),
-    "verify": ("ddsup._units", "check unit files without running anything"),
-    "plan": ("ddsup._plan", "print the placement of every unit instance"),
-    "schema": ("ddsup._units", "print the JSON Schema of unit files"),
-    "status": ("ddsup._control", "show the state of a run"),
-    "stop": ("ddsup._control", "stop a run (like SIGTERM to ddsup start)"),
-    "logs": ("ddsup._control", "print the log of a unit instance"),
-    "cleanup": ("ddsup._orphans", "end every process of a run on this node"),
-    "fake-vllm": ("ddsup._fake_vllm", "serve a vLLM stand-in for rehearsals and tests"),
-    "agent": ("ddsup._agent", argparse.SUPPRESS),
-    "endpoint": ("ddsup._endpoint", "run the logical endpoint (started by ddsup start)"),
+    "start": ("ddsup.run._start", "run a deployment in the foreground"),
+    "verify": ("ddsup.units", "check unit files without running anything"),
+    "plan": ("ddsup.plan", "print the placement of every unit instance"),
+    "schema": ("ddsup.units", "print the JSON Schema of unit files"),
+    "status": ("ddsup.ops._status", "show the state of a run"),
+    "stop": ("ddsup.ops._stop", "stop a run (like SIGTERM to ddsup start)"),
+    "logs": ("ddsup.ops._logs", "print the log of a unit instance"),
+    "cleanup": ("ddsup.ops._cleanup", "end every process of a run on this node"),
+    "fake-vllm": ("ddsup.fake_vllm", "serve a vLLM stand-in for rehearsals and tests"),
+    "agent": ("ddsup.run._agent", argparse.SUPPRESS),
+    "endpoint": ("ddsup.endpoint", "run the logical endpoint (started by ddsup start)"),
 }
 
 

@@ -7,11 +7,12 @@ import json
 import os
 from pathlib import Path
 
-from ddsup._console import Console
-from ddsup._control import parse_since, render_status, since_offset, tail_offset
-from ddsup._events import Event
-from ddsup._outcome import Outcome
-from ddsup._supervisor_metrics import render_supervisor_metrics
+from ddsup.ops._logs import parse_since, since_offset, tail_offset
+from ddsup.ops._metrics import render_supervisor_metrics
+from ddsup.ops._status import render_status
+from ddsup.record._events import Event
+from ddsup.record._outcome import Outcome
+from ddsup.run._console import Console
 
 
 def _lane(name: str, state: str, **extra: object) -> dict[str, object]:

@@ -22,7 +22,7 @@ import h11
 import httpx
 import trio
 
-from ddsup._endpoint import EndpointConfig, LaneInfo, LaneTable, serve_endpoint
+from ddsup.endpoint import EndpointConfig, LaneInfo, LaneTable, serve_endpoint
 
 TEST_CONFIG = EndpointConfig(
     bind="127.0.0.1",

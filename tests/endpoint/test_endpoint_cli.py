@@ -12,10 +12,10 @@ import pytest
 import trio
 from endpoint_fakes import TEST_CONFIG, FakeLane, http_client
 
-from ddsup._endpoint import EndpointConfig, LaneInfo, LaneTable, serve
-from ddsup._endpoint._admission import choose
-from ddsup._endpoint._metrics_sampler import parse_waiting
-from ddsup._units._model import EndpointSection
+from ddsup.endpoint import EndpointConfig, LaneInfo, LaneTable, serve
+from ddsup.endpoint._admission import choose
+from ddsup.endpoint._metrics_sampler import parse_waiting
+from ddsup.units._model import EndpointSection
 
 ENDPOINT = [sys.executable, "-m", "ddsup", "endpoint", "--bind", "127.0.0.1", "--port", "0"]
 

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 import trio
 from endpoint_fakes import TEST_CONFIG, http_client
 
-from ddsup._endpoint import LaneInfo, LaneTable, serve_endpoint
+from ddsup.endpoint import LaneInfo, LaneTable, serve_endpoint
 
 
 @asynccontextmanager

@@ -1,7 +1,7 @@
 """The endpoint's request paths leave no reference cycles behind.
 
 The ``ddsup endpoint`` process turns CPython's automatic collector off and collects on
-a timer (:mod:`ddsup._endpoint._gc_pacing`); that is sound only while serving requests
+a timer (:mod:`ddsup.endpoint._gc_pacing`); that is sound only while serving requests
 creates no cyclic garbage, which refcounting alone cannot free. Here the endpoint, its
 lanes and the client all run in this process with the collector off, over real
 sockets: after a warm-up, a batch of answered, streamed and refused requests must leave
@@ -19,7 +19,7 @@ import trio
 import trio.testing
 from endpoint_fakes import FakeLane, running_endpoint
 
-from ddsup._endpoint._gc_pacing import YOUNG_EVERY, pace_garbage_collection
+from ddsup.endpoint._gc_pacing import YOUNG_EVERY, pace_garbage_collection
 
 
 def _request(body: bytes) -> bytes:

@@ -12,8 +12,8 @@ import trio
 from endpoint_fakes import FakeLane, http_client, running_endpoint
 from prometheus_client.parser import text_string_to_metric_families
 
-import ddsup._endpoint
-from ddsup._endpoint import _routes
+import ddsup.endpoint
+from ddsup.endpoint import _routes
 
 
 def port_of(url: str) -> int:
@@ -51,7 +51,7 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
 
 
 def test_public_surface_is_pinned() -> None:
-    assert set(ddsup._endpoint.__all__) == {
+    assert set(ddsup.endpoint.__all__) == {
         "EndpointConfig",
         "LaneInfo",
         "LaneTable",

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddsup._endpoint._http1 import BodyDecoder, ProtocolError, parse_head, split_head
+from ddsup.endpoint._http1 import BodyDecoder, ProtocolError, parse_head, split_head
 
 
 def decode(head: bytes, pieces: list[bytes]) -> tuple[bytes, BodyDecoder]:

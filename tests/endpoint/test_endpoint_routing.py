@@ -8,7 +8,7 @@ import httpx
 import trio
 from endpoint_fakes import FakeLane, closed_port, http_client, running_endpoint, wait_until
 
-from ddsup._endpoint import LaneInfo
+from ddsup.endpoint import LaneInfo
 
 
 def completion(model: str = "m", **extra: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from engine_helpers import PY, UnitDir, run_start
 
-from ddsup._channel import ADDRESS_ENV, SECRET_ENV
+from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV
 
 
 def _dumping(units: UnitDir, dumps: Path, *then: str) -> list[str]:

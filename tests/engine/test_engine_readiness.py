@@ -11,9 +11,10 @@ import pytest
 import trio
 from engine_helpers import PY, UnitDir, run_start
 
-from ddsup._events import Event
-from ddsup._service import Service, ServiceSpec, UnitState
-from ddsup._units._model import (
+from ddsup.record._events import Event
+from ddsup.record._states import InstanceState
+from ddsup.service._service import Service, ServiceSpec
+from ddsup.units._model import (
     ProbeKind,
     ReadySection,
     ServiceSection,
@@ -158,7 +159,7 @@ async def test_tcp_probe_waits_for_a_listening_socket(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(service.run)
             await trio.sleep(0.3)  # an observation window for a negative, not synchronisation
-            assert service.status.state is UnitState.STARTING
+            assert service.status.state is InstanceState.STARTING
             server.listen()
             with trio.fail_after(5):
                 await service.ready.wait()

@@ -1,7 +1,7 @@
 """Restart policy: the start limit, and backoff delays (doubling, capped, ±10 % jitter).
 
 The start count comes from lines the unit appends to a file each time it starts. Exact
-backoff values are checked in-process on :class:`ddsup._service.Service` under the
+backoff values are checked in-process on :class:`ddsup.service._service.Service` under the
 autojump clock (the jitter pinned to its extremes); the subprocess run checks the same
 rule end to end from ``events.jsonl`` timestamps, with scheduling slack.
 """
@@ -17,10 +17,11 @@ import pytest
 import trio
 from engine_helpers import UnitDir, run_start
 
-from ddsup import _service
-from ddsup._events import Event
-from ddsup._service import Service, ServiceSpec
-from ddsup._units._model import Restart, ServiceSection, SourceLocation, Unit, UnitType
+from ddsup.record._events import Event
+from ddsup.record._states import InstanceState
+from ddsup.service import _service
+from ddsup.service._service import Service, ServiceSpec
+from ddsup.units._model import Restart, ServiceSection, SourceLocation, Unit, UnitType
 
 SLACK = 0.25  # scheduling slack on a loaded CI machine (seconds)
 
@@ -89,7 +90,7 @@ async def _delays(tmp_path: Path, unit: Unit) -> list[float]:
     )
     service = Service(spec, lambda event: marks.append((trio.current_time(), event)))
     await service.run()
-    assert service.status.state is _service.UnitState.FAILED
+    assert service.status.state is InstanceState.FAILED
     gaps = []
     restarting_at = None
     for at, event in marks:

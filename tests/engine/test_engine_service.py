@@ -1,4 +1,4 @@
-"""The state machine of one :class:`ddsup._service.Service`, driven in-process with real
+"""The state machine of one :class:`ddsup.service._service.Service`, driven in-process with real
 processes: the transitions a user sees in ``events.jsonl`` and ``ddsup status``."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from pathlib import Path
 
 import trio
 
-from ddsup._events import Event
-from ddsup._service import Service, ServiceSpec, UnitState
-from ddsup._units._model import Restart, ServiceSection, SourceLocation, Unit, UnitType
+from ddsup.record._events import Event
+from ddsup.record._states import InstanceState
+from ddsup.service._service import Service, ServiceSpec
+from ddsup.units._model import Restart, ServiceSection, SourceLocation, Unit, UnitType
 
 
 def _service(tmp_path: Path, argv: tuple[str, ...], events: list[Event], **keys: object) -> Service:
@@ -61,7 +62,7 @@ async def test_stop_while_starting_never_reports_ready(tmp_path: Path) -> None:
         await service.run()
     assert _states(events) == ["starting", "stopping", "exited"]
     assert not service.ready.is_set()
-    assert service.status.state is UnitState.EXITED
+    assert service.status.state is InstanceState.EXITED
 
 
 async def test_request_stop_is_idempotent_and_reaps(tmp_path: Path) -> None:

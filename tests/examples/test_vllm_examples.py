@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import trio
 
-from ddsup._environment import RunContext
-from ddsup._node import NodeRunner
-from ddsup._plan import Plan
-from ddsup._state_dir import StateDir
-from ddsup._units import load_unit_set
+from ddsup.plan import Plan
+from ddsup.record._state_dir import StateDir
+from ddsup.run._node_runner import NodeRunner
+from ddsup.service._environment import RunContext
+from ddsup.units import load_unit_set
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "units" / "examples"
 EXAMPLE_DIRS = sorted(p for p in EXAMPLES.iterdir() if p.is_dir())

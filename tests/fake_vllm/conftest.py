@@ -11,7 +11,7 @@ import pytest
 import trio
 from fake_vllm_helpers import Crashes, StartLane
 
-from ddsup._fake_vllm import Behaviour, serve_fake_vllm
+from ddsup.fake_vllm import Behaviour, serve_fake_vllm
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
-"""Pin the public surface of ``ddsup._fake_vllm``: what other modules may import."""
+"""Pin the public surface of ``ddsup.fake_vllm``: what other modules may import."""
 
 from __future__ import annotations
 
-import ddsup._fake_vllm as fake_vllm
+import ddsup.fake_vllm as fake_vllm
 
 
 def test_exported_members() -> None:

@@ -15,7 +15,7 @@ import trio
 from fake_vllm_helpers import Lane, fake_vllm_process, read_port
 
 from ddsup._cli import main
-from ddsup._fake_vllm import CRASH_EXIT_STATUS
+from ddsup.fake_vllm import CRASH_EXIT_STATUS
 
 EXIT_DEADLINE = 10.0
 

@@ -7,7 +7,7 @@ from itertools import islice
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddsup._fake_vllm._text import count_tokens, generate, tokens
+from ddsup.fake_vllm._text import count_tokens, generate, tokens
 
 
 def test_tokens_are_deterministic_and_carry_the_lane() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ddsup._plan import Node
-from ddsup._units._model import (
+from ddsup.plan import Node
+from ddsup.units._model import (
     EndpointSection,
     LaneSection,
     Placement,

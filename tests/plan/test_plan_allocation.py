@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddsup._errors import UsageError
-from ddsup._plan import Node, detect_gpus, local_nodes, nodes_from_nodelist, slurm_hostnames
+from ddsup.plan import Node, detect_gpus, local_nodes, nodes_from_nodelist, slurm_hostnames
 
 
 def test_nodelist_expands_in_order() -> None:

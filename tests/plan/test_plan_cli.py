@@ -13,20 +13,20 @@ import pytest
 from plan_units import endpoint, lane, unit_set
 
 from ddsup._cli import main
-from ddsup._plan import Plan
-from ddsup._plan import _commands as commands
-from ddsup._units._model import UnitSet
+from ddsup.plan import Plan
+from ddsup.plan import _commands as commands
+from ddsup.units._model import UnitSet
 
 
 def _has_loader() -> bool:
     try:
-        return hasattr(importlib.import_module("ddsup._units"), "load_unit_set")
+        return hasattr(importlib.import_module("ddsup.units"), "load_unit_set")
     except ImportError:
         return False
 
 
 needs_loader = pytest.mark.skipif(
-    not _has_loader(), reason="ddsup._units.load_unit_set not there yet"
+    not _has_loader(), reason="ddsup.units.load_unit_set not there yet"
 )
 
 LANE = """\

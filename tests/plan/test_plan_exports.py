@@ -1,8 +1,8 @@
-"""The public surface of ``ddsup._plan``: what other layers may import, and nothing else."""
+"""The public surface of ``ddsup.plan``: what other layers may import, and nothing else."""
 
 from __future__ import annotations
 
-import ddsup._plan
+import ddsup.plan
 
 EXPECTED = {
     "PLAN_FORMAT",
@@ -26,9 +26,9 @@ EXPECTED = {
 
 
 def test_exported_members() -> None:
-    public = {name for name in vars(ddsup._plan) if not name.startswith("_")} - {"annotations"}
+    public = {name for name in vars(ddsup.plan) if not name.startswith("_")} - {"annotations"}
     assert public == EXPECTED
     for name in EXPECTED:
-        member = getattr(ddsup._plan, name)
-        module = getattr(member, "__module__", "ddsup._plan._model")
-        assert module.startswith("ddsup._plan."), name
+        member = getattr(ddsup.plan, name)
+        module = getattr(member, "__module__", "ddsup.plan._model")
+        assert module.startswith("ddsup.plan."), name

@@ -8,8 +8,8 @@ import pytest
 from plan_units import endpoint, lane, nodes, service, unit_set, worker
 
 from ddsup._errors import PlacementError, UsageError
-from ddsup._plan import Node, Plan, PlannedInstance, make_plan
-from ddsup._units._model import Placement, Unit, UnitType
+from ddsup.plan import Node, Plan, PlannedInstance, make_plan
+from ddsup.units._model import Placement, Unit, UnitType
 
 
 def _where(inst: PlannedInstance) -> str:

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from plan_units import endpoint, lane, nodes, unit_set
 
 from ddsup._errors import PlacementError
-from ddsup._plan import Node, Plan, make_plan
-from ddsup._units._model import Unit, UnitSet, UnitType
+from ddsup.plan import Node, Plan, make_plan
+from ddsup.units._model import Unit, UnitSet, UnitType
 
 
 @st.composite

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from plan_units import endpoint, lane, nodes, unit_set, worker
 
-from ddsup._plan import make_plan, render_plan
-from ddsup._plan._render import format_gpus, format_seconds
+from ddsup.plan import make_plan, render_plan
+from ddsup.plan._render import format_gpus, format_seconds
 
 
 def test_render_table_and_gpu_map() -> None:

@@ -12,7 +12,7 @@ import trio
 from process_helpers import SETSID_PARENT, SLEEP, alive, py, reporter, run_env, wait_gone
 
 from ddsup._errors import DdsupError
-from ddsup._process import ChildProcess, ExitStatus, SpawnError, spawn, supervised
+from ddsup.process import ChildProcess, ExitStatus, SpawnError, spawn, supervised
 
 
 async def start(

@@ -14,7 +14,7 @@ import trio
 from process_helpers import SLEEP, alive, py, run_env
 
 from ddsup._cli import main
-from ddsup._process import spawn
+from ddsup.process import spawn
 
 
 def _cleanup(*args: str) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import trio
 from process_helpers import SETSID_PARENT, SLEEP, alive, py, reporter, run_env, wait_gone
 
-from ddsup._orphans import (
+from ddsup.process import (
     find_run_processes,
     is_subreaper,
     start_sentinel,
@@ -25,8 +25,8 @@ from ddsup._orphans import (
 SUBREAPER_SCRIPT = textwrap.dedent(
     """
     import json, os, sys, trio
-    from ddsup._orphans import become_subreaper, is_subreaper, reap_adopted_children
-    from ddsup._process import spawn
+    from ddsup.process import become_subreaper, is_subreaper, reap_adopted_children
+    from ddsup.process import spawn
 
     FORKER = '''
     import os, random, sys, time
@@ -172,8 +172,8 @@ async def test_sweep_until_gone_reports_a_clean_run(invocation_id: str) -> None:
 PARENT_SCRIPT = textwrap.dedent(
     """
     import json, os, sys, trio
-    from ddsup._orphans import start_sentinel
-    from ddsup._process import spawn
+    from ddsup.process import start_sentinel
+    from ddsup.process import spawn
     invocation_id, port, log, unit_code = sys.argv[1:5]
 
     async def main():

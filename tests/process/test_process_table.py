@@ -9,8 +9,8 @@ import pytest
 import trio
 import trio.testing
 
-from ddsup import _process_table
-from ddsup._process_table import ProcessTable, process_table, read_process_table
+from ddsup.process import ProcessTable, process_table, read_process_table
+from ddsup.process import _table as _process_table
 
 
 def test_the_table_holds_this_process_and_its_children() -> None:

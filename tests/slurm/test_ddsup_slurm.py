@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from ddsup._plan import make_plan
-from ddsup._plan._model import Node
-from ddsup._units import load_unit_set
+from ddsup.plan import make_plan
+from ddsup.plan._model import Node
+from ddsup.units import load_unit_set
 
 from .cluster import KILL_WAIT_S, SlurmCluster
 from .jobs import (

@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from ddsup._units import parse_duration, parse_signal
-from ddsup._units._durations import format_duration
+from ddsup.units import parse_duration, parse_signal
+from ddsup.units._durations import format_duration
 
 
 @pytest.mark.parametrize(

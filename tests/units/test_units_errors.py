@@ -693,7 +693,7 @@ def test_deep_nesting_is_a_problem(write_units: WriteUnits, content: str) -> Non
 
 
 def test_wrong_types_everywhere(write_units: WriteUnits) -> None:
-    from ddsup._units._schema import SECTIONS
+    from ddsup.units._schema import SECTIONS
 
     body = []
     for section in SECTIONS:
@@ -721,7 +721,7 @@ def test_missing_dependency(write_units: WriteUnits) -> None:
 
 
 def test_dependency_on_template_by_base_name(write_units: WriteUnits) -> None:
-    from ddsup._units import load_unit_set
+    from ddsup.units import load_unit_set
 
     directory = write_units(
         {

@@ -1,8 +1,8 @@
-"""The public surface of ``ddsup._units`` is pinned: additions and removals are deliberate."""
+"""The public surface of ``ddsup.units`` is pinned: additions and removals are deliberate."""
 
 from __future__ import annotations
 
-import ddsup._units
+import ddsup.units
 
 EXPECTED = {
     "SPECIFIERS",
@@ -26,9 +26,9 @@ EXPECTED = {
 
 
 def test_exported_members() -> None:
-    exported = {name for name in vars(ddsup._units) if not name.startswith("_")}
+    exported = {name for name in vars(ddsup.units) if not name.startswith("_")}
     assert exported == EXPECTED
     for name in EXPECTED:
-        member = getattr(ddsup._units, name)
-        module = getattr(member, "__module__", "ddsup._units._x")
-        assert module.startswith("ddsup._units._"), name
+        member = getattr(ddsup.units, name)
+        module = getattr(member, "__module__", "ddsup.units._x")
+        assert module.startswith("ddsup.units._"), name

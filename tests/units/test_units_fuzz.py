@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddsup._units._schema import SECTIONS
+from ddsup.units._schema import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ import pytest
 from units_helpers import WriteUnits, lines, problems_of
 
 from ddsup._errors import UnitFileError
-from ddsup._units import UnitType, load_unit_files, load_unit_set
-from ddsup._units._model import MinReady, OnFailure, Placement, ProbeKind, Restart
+from ddsup.units import UnitType, load_unit_files, load_unit_set
+from ddsup.units._model import MinReady, OnFailure, Placement, ProbeKind, Restart
 
 ROOT = Path(__file__).resolve().parents[2]
 REHEARSAL = ROOT / "units" / "examples" / "rehearsal"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddsup._units._locate import Locator
+from ddsup.units._locate import Locator
 
 TEXT = '''# [fake] header in a comment, key = "value"
 top = 1

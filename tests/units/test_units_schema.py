@@ -11,8 +11,8 @@ from pathlib import Path
 import jsonschema  # type: ignore[import-untyped,unused-ignore]
 import pytest
 
-from ddsup._units import json_schema
-from ddsup._units._model import (
+from ddsup.units import json_schema
+from ddsup.units._model import (
     EndpointSection,
     LaneSection,
     ReadySection,
@@ -20,7 +20,7 @@ from ddsup._units._model import (
     SlurmSection,
     Unit,
 )
-from ddsup._units._schema import SECTIONS
+from ddsup.units._schema import SECTIONS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -52,7 +52,7 @@ def _field_default(model: type, name: str) -> object:
     ids=lambda x: getattr(x, "name", ""),
 )
 def test_documented_default_is_the_model_default(section: object, key: object) -> None:
-    from ddsup._units._schema import KeySpec, SectionSpec
+    from ddsup.units._schema import KeySpec, SectionSpec
 
     assert isinstance(section, SectionSpec)
     assert isinstance(key, KeySpec)

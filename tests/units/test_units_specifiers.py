@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ddsup._errors import DdsupError
-from ddsup._units import SPECIFIERS, SpecifierError, resolve_argv, resolve_specifiers
-from ddsup._units._specifiers import specifier_problems
+from ddsup.units import SPECIFIERS, SpecifierError, resolve_argv, resolve_specifiers
+from ddsup.units._specifiers import specifier_problems
 
 CONTEXT = {"host": "gpu01", "port": "8001", "model": "llama", "unit_dir": "/u"}
 
@@ -70,7 +70,7 @@ def test_load_time_problems(text: str, problems: list[str]) -> None:
 
 
 def test_every_lane_key_is_a_specifier() -> None:
-    from ddsup._units._schema import LANE
+    from ddsup.units._schema import LANE
 
     assert {key.name for key in LANE.keys} <= SPECIFIERS
     assert {"unit", "instance", "endpoint_url", "job_id", "master_addr", "unit_dir"} <= SPECIFIERS

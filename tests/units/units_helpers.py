@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ddsup._errors import Problem, UnitFileError
-from ddsup._units import load_unit_set
+from ddsup.units import load_unit_set
 
 WriteUnits = Callable[[dict[str, str | bytes]], Path]
 

@@ -1,0 +1,244 @@
+"""One client connection of the endpoint: h11 server state plus the limits we own.
+
+h11 parses and frames HTTP/1.1; everything h11 leaves to its user lives here: reading
+with deadlines (slowloris protection: a request head must arrive within
+``client_header_timeout`` of its first byte, an idle keep-alive connection is closed
+after ``client_idle_timeout``), the body size limit, batching writes into one
+``send_all`` per flush, and noticing a client that hangs up while its request is served.
+
+One reader task per connection does every read (:meth:`Client.run_reader`). It reads
+only when asked: when a request is being parsed, or while a request is forwarded, so
+that a hang-up (EOF) cancels the forwarding at once. A task per connection rather than
+a watcher task per request: keep-alive clients then pay for it once (it measured as a
+quarter of the per-request CPU cost), and reads stay bounded (one read at a time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import h11
+import trio
+
+from ddsup.endpoint._config import EndpointConfig
+from ddsup.endpoint._errors import ApiError, bad_request, request_timeout, too_large
+
+RECEIVE_SIZE = 65536
+JSON = (b"content-type", b"application/json")
+
+
+class ClientGone(Exception):
+    """The client closed or broke the connection; nothing more can be sent to it."""
+
+
+class Abort(Exception):
+    """Close the connection at once without another byte (a response was cut short)."""
+
+
+class Client:
+    """Reads requests from and writes responses to one accepted connection."""
+
+    __slots__ = (
+        "_arrived",
+        "_want",
+        "_watch",
+        "config",
+        "conn",
+        "disconnected",
+        "eof",
+        "linger_wanted",
+        "out",
+        "stream",
+    )
+
+    def __init__(self, stream: trio.SocketStream, config: EndpointConfig) -> None:
+        self.stream = stream
+        self.config = config
+        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=config.max_header_bytes)
+        self.out: list[bytes] = []
+        self.disconnected = False  # hung up while a request was being served
+        self.eof = False
+        self.linger_wanted = False
+        self._want = trio.Event()  # set: the reader should read once more
+        self._arrived = trio.Event()  # set: the reader delivered bytes or EOF
+        self._watch: trio.CancelScope | None = None
+
+    async def run_reader(self) -> None:
+        """Read whenever asked, feed h11, and cancel a watched request on hang-up."""
+        while True:
+            await self._want.wait()
+            try:
+                data = await self.stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            self._want = trio.Event()
+            if not data:
+                self.eof = True
+                self.conn.receive_data(b"")
+                if self._watch is not None:
+                    self.disconnected = True
+                    self._watch.cancel()
+                self._arrived.set()
+                return
+            self.conn.receive_data(data)
+            self._arrived.set()
+
+    async def _more(self, deadline: float) -> bool:
+        """Wait until the reader delivered more bytes (or EOF); ``False`` at ``deadline``."""
+        if self.eof:
+            return True  # h11 already knows; its next event says so
+        self._arrived = trio.Event()
+        self._want.set()
+        with trio.move_on_at(deadline):
+            await self._arrived.wait()
+            return True
+        return False
+
+    def watch(self, scope: trio.CancelScope | None) -> None:
+        """Let the client hanging up cancel ``scope`` (``None``: stop); see :meth:`run_reader`.
+
+        A plain method rather than a context manager: it runs on every request.
+        """
+        self._watch = scope
+        if scope is not None and not self.eof and not self.conn.trailing_data[0]:
+            self._want.set()  # nothing pipelined is waiting: listen for EOF meanwhile
+
+    async def read_head(self) -> h11.Request | None:
+        """The next request's head, or ``None`` when the client is done with the connection."""
+        conn = self.conn
+        started = bool(conn.trailing_data[0])
+        config = self.config
+        timeout = config.client_header_timeout if started else config.client_idle_timeout
+        deadline = trio.current_time() + timeout
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as err:
+                status = err.error_status_hint
+                await self.reject(ApiError(status, "invalid_request_error", str(err)))
+                self.linger_wanted = True
+                return None
+            if isinstance(event, h11.Request):
+                return event
+            if event is not h11.NEED_DATA:
+                return None  # ConnectionClosed (or PAUSED, which a finished cycle never is)
+            if not await self._more(deadline):
+                if started or conn.trailing_data[0]:
+                    await self.reject(request_timeout("request head"))
+                    self.linger_wanted = True
+                return None
+            if not started:
+                started = True
+                deadline = trio.current_time() + config.client_header_timeout
+
+    async def read_body(self, request: h11.Request, limit: int) -> bytes:
+        """The whole request body; :class:`ApiError` 413/408/400 on a limit or a bad frame."""
+        length = _content_length(request)
+        if length is not None and length > limit:
+            raise too_large(limit)
+        conn = self.conn
+        if conn.they_are_waiting_for_100_continue:
+            self.write(h11.InformationalResponse(status_code=100, headers=[]))
+            await self.flush()
+        chunks: list[bytes] = []
+        size = 0
+        timeout = self.config.client_body_timeout
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as err:
+                raise bad_request(f"malformed request body: {err}") from err
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > limit:
+                    raise too_large(limit)
+                chunks.append(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return b"".join(chunks)
+            elif event is h11.NEED_DATA:
+                if not await self._more(trio.current_time() + timeout):
+                    raise request_timeout("request body")
+            else:
+                raise bad_request("the request ended before its body")
+
+    def write(self, event: h11.Event) -> None:
+        """Queue ``event``'s bytes; :meth:`flush` sends everything queued in one call."""
+        data = self.conn.send(event)
+        if data:
+            self.out.append(data)
+
+    async def flush(self) -> None:
+        if not self.out:
+            return
+        data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
+        self.out.clear()
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
+            raise ClientGone from err
+
+    async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """A complete response with a known length, sent in one write."""
+        headers = [*headers, (b"content-length", str(len(body)).encode())]
+        if self.conn.their_state is not h11.DONE:
+            headers.append((b"connection", b"close"))  # the unread body makes reuse impossible
+            self.linger_wanted = True
+        self.write(h11.Response(status_code=status, headers=headers))
+        if body:
+            self.write(h11.Data(data=body))
+        self.write(h11.EndOfMessage())
+        await self.flush()
+
+    def take_bodiless_end(self) -> None:
+        """Take a GET's end (h11's queued ``EndOfMessage``) before answering it.
+
+        Without this, h11 still expects the (empty) body when the answer goes out, and
+        every answer to a GET would close its keep-alive connection. A GET that does
+        carry body bytes is not drained: its answer closes the connection, as before.
+        Nothing is read from the socket here.
+        """
+        if self.conn.their_state is h11.SEND_BODY:
+            with contextlib.suppress(h11.RemoteProtocolError):
+                self.conn.next_event()
+
+    async def reject(self, error: ApiError) -> None:
+        """Answer ``error`` as JSON, when a response can still be sent at all."""
+        if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            raise Abort from error
+        await self.respond(error.status, [JSON, *error.headers()], error.body())
+
+    @property
+    def response_started(self) -> bool:
+        return self.conn.our_state is not h11.SEND_RESPONSE
+
+    def keep_alive(self) -> bool:
+        conn = self.conn
+        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+
+    async def linger(self) -> None:
+        """After an early answer, let the client read it before the socket goes away.
+
+        Closing with unread request bytes makes the kernel send RST, which may destroy
+        our response in flight; so half-close, then drain for a short bounded time.
+        Call it only once the reader task has ended.
+        """
+        if self.eof:
+            return
+        try:
+            await self.stream.send_eof()
+            with trio.move_on_after(1.0):
+                drained = 0
+                while drained < 4 * 1024 * 1024:
+                    data = await self.stream.receive_some(RECEIVE_SIZE)
+                    if not data:
+                        return
+                    drained += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return
+
+
+def _content_length(request: h11.Request) -> int | None:
+    for name, value in request.headers:
+        if name == b"content-length":
+            return int(value)  # h11 validated it is a number
+    return None

@@ -1,0 +1,167 @@
+"""``ddsup endpoint``: run the logical endpoint in the foreground.
+
+With ``--lane MODEL=URL`` it serves a fixed lane table (standalone use, tests, benches).
+Under ``ddsup start`` the controller feeds the live table instead: :func:`serve` takes
+an optional ``feeder`` coroutine that receives the :class:`LaneTable` and keeps it up
+to date for as long as the endpoint runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import trio
+
+from ddsup._errors import DdsupError, UsageError
+from ddsup.endpoint._config import EndpointConfig
+from ddsup.endpoint._gc_pacing import pace_garbage_collection
+from ddsup.endpoint._lane_feed import controller_address, follow_controller
+from ddsup.endpoint._lanes import LaneInfo, LaneTable
+from ddsup.endpoint._server import serve_endpoint
+from ddsup.units._durations import parse_duration as units_parse_duration
+
+Feeder = Callable[[LaneTable], Awaitable[None]]
+
+
+def configure_endpoint(parser: argparse.ArgumentParser) -> None:
+    d = EndpointConfig()
+    parser.add_argument("--bind", default=d.bind, help="address to listen on (default %(default)s)")
+    parser.add_argument("--port", type=int, default=d.port, help="0 picks a free port")
+    parser.add_argument(
+        "--lane",
+        action="append",
+        default=[],
+        metavar="MODEL=URL",
+        help="a ready lane serving MODEL at URL (http://host:port); repeat for more",
+    )
+    parser.add_argument("--max-queue-per-lane", type=int, default=d.max_queue_per_lane)
+    parser.add_argument("--retry-after", default="1s", help="Retry-After of 429 answers")
+    parser.add_argument("--retries", type=int, default=d.retries, help="further lanes to try")
+    parser.add_argument("--api-key-env", metavar="VAR", help="require the bearer token in $VAR")
+    parser.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
+    parser.add_argument("--max-concurrent", type=int, default=d.max_concurrent)
+    parser.add_argument(
+        "--upstream-timeout",
+        default=f"{d.upstream_timeout:g}s",
+        help="a lane's time to answer (and most silence mid-response) (default %(default)s)",
+    )
+    parser.add_argument(
+        "--gc",
+        choices=("paced", "automatic"),
+        default="paced",
+        help="garbage collection: on a timer (default), or CPython's own trigger (to compare)",
+    )
+    parser.add_argument(
+        "--lanes-from-controller",
+        action="store_true",
+        help=argparse.SUPPRESS,  # ddsup start's live lane feed (see ddsup.endpoint._lane_feed)
+    )
+
+
+def parse_duration(text: str) -> float:
+    """A duration as unit files write it (``"500ms"``, ``"1s"``, ``"1m30s"``)."""
+    try:
+        return units_parse_duration(text)
+    except ValueError as err:
+        raise UsageError(f"bad duration {text!r}: {err}") from err
+
+
+def parse_lanes(specs: list[str]) -> list[LaneInfo]:
+    lanes = []
+    for index, spec in enumerate(specs):
+        model, sep, url = spec.partition("=")
+        if not sep or not model or not url.startswith("http://"):
+            raise UsageError(f"--lane {spec!r}: write MODEL=http://HOST:PORT")
+        lanes.append(LaneInfo(instance=f"{model}#{index}", model=model, url=url.rstrip("/")))
+    return lanes
+
+
+def config_from_args(args: argparse.Namespace) -> EndpointConfig:
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise UsageError(f"--api-key-env {args.api_key_env}: that variable is unset or empty")
+    try:
+        return EndpointConfig(
+            bind=args.bind,
+            port=args.port,
+            max_queue_per_lane=args.max_queue_per_lane,
+            retry_after=parse_duration(args.retry_after),
+            retries=args.retries,
+            api_key=api_key,
+            max_body_bytes=args.max_body_bytes,
+            max_concurrent=args.max_concurrent,
+            upstream_timeout=parse_duration(args.upstream_timeout),
+        )
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+
+
+def run_endpoint(args: argparse.Namespace, feeder: Feeder | None = None) -> int:
+    """Serve until SIGINT/SIGTERM (exit 0); ``feeder`` keeps the lane table current.
+
+    With ``--lanes-from-controller`` the feeder is ``ddsup start``'s live lane feed.
+    """
+    config = config_from_args(args)
+    try:
+        table = LaneTable(parse_lanes(args.lane), max_idle=config.max_idle_upstream_connections)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    if feeder is None and args.lanes_from_controller:
+        feeder = _controller_feed()
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="endpoint: %(message)s")
+    trio.run(partial(serve, config, table, feeder, paced_gc=args.gc == "paced"))
+    return 0
+
+
+def _controller_feed() -> Feeder:
+
+    address, secret = controller_address()
+    return partial(follow_controller, address=address, secret=secret)
+
+
+async def serve(
+    config: EndpointConfig,
+    lanes: LaneTable,
+    feeder: Feeder | None = None,
+    *,
+    paced_gc: bool = True,
+) -> None:
+    """Serve ``lanes`` (fed by ``feeder``) until SIGINT or SIGTERM; print the bound URL.
+
+    ``paced_gc``: collect garbage on a timer (:mod:`._gc_pacing`), a process-wide
+    setting, hence here in the process's entry point and not in :func:`serve_endpoint`.
+    """
+    failed: DdsupError | None = None
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            try:
+                port = await nursery.start(serve_endpoint, config, lanes)
+            except DdsupError as err:  # cannot bind: raised plainly below, not as a group
+                failed = err
+                nursery.cancel_scope.cancel()
+            else:
+                host = f"[{config.bind}]" if ":" in config.bind else config.bind
+                print(f"endpoint listening on http://{host}:{port}", flush=True)
+                if paced_gc:
+                    nursery.start_soon(pace_garbage_collection)
+                if feeder is not None:
+                    nursery.start_soon(_feed_then_stop, feeder, lanes, nursery.cancel_scope)
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+    if failed is not None:
+        raise failed
+
+
+async def _feed_then_stop(feeder: Feeder, lanes: LaneTable, scope: trio.CancelScope) -> None:
+    """The feed ending means its source (the controller) is gone: so is the endpoint's job."""
+    await feeder(lanes)
+    scope.cancel()

@@ -1,0 +1,67 @@
+"""The endpoint's settings: one frozen value built from the ``[endpoint]`` unit section.
+
+The unit file carries what a user tunes (port, queue limit, retries, key); the rest are
+protective limits with defaults a user rarely needs to touch (slowloris timeouts, sample
+freshness), kept here so tests can shrink them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddsup.units._model import EndpointSection
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    """Everything :func:`serve_endpoint` needs besides the lane table.
+
+    ``api_key`` is the secret itself (never logged, never in ``repr``); ``None`` means
+    no authentication. Times are seconds.
+    """
+
+    bind: str = "127.0.0.1"
+    port: int = 9000
+    max_queue_per_lane: int = 128
+    retry_after: float = 1.0
+    retries: int = 2
+    api_key: str | None = None
+    max_body_bytes: int = 100 * MIB
+    max_concurrent: int = 4096
+    max_header_bytes: int = 64 * 1024
+    upstream_connect_timeout: float = 5.0
+    upstream_timeout: float = 600.0
+    client_header_timeout: float = 10.0
+    client_body_timeout: float = 60.0
+    client_idle_timeout: float = 75.0
+    metrics_interval: float = 1.0
+    metrics_timeout: float = 0.5
+    metrics_stale_after: float = 3.0
+    max_idle_upstream_connections: int = 256
+
+    def __post_init__(self) -> None:
+        if self.retries < 0 or self.max_queue_per_lane < 1 or self.max_concurrent < 1:
+            raise ValueError("retries must be >= 0, max_queue_per_lane and max_concurrent >= 1")
+        if self.max_body_bytes < 0 or not 0 < self.metrics_interval <= 1.0:
+            raise ValueError("max_body_bytes must be >= 0 and metrics_interval in (0, 1] s")
+
+    def __repr__(self) -> str:
+        key = "None" if self.api_key is None else "'***'"
+        return f"EndpointConfig(bind={self.bind!r}, port={self.port}, api_key={key}, …)"
+
+    @classmethod
+    def from_section(cls, section: EndpointSection, api_key: str | None) -> EndpointConfig:
+        """The settings of an ``[endpoint]`` unit; the caller resolves ``api_key_env``."""
+        return cls(
+            bind=section.bind,
+            port=section.port,
+            max_queue_per_lane=section.max_queue_per_lane,
+            retry_after=section.retry_after,
+            retries=section.retries,
+            api_key=api_key,
+            max_body_bytes=section.max_body_bytes,
+            max_concurrent=section.max_concurrent,
+            upstream_timeout=section.upstream_timeout,
+        )

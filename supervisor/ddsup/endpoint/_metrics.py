@@ -1,0 +1,96 @@
+"""The endpoint's own counters, rendered as Prometheus text on ``GET /metrics``.
+
+A hand-rolled registry (dicts of label tuples) rather than prometheus_client: the hot
+path adds to a dict entry, and the endpoint keeps no dependency beyond trio and h11.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+
+from ddsup.endpoint._lanes import LaneTable
+
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class Metrics:
+    """Counters by label; per-lane gauges are read live from the lane table when rendered."""
+
+    def __init__(self) -> None:
+        self.requests: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.retries: defaultdict[str, int] = defaultdict(int)
+        self.rejected: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.upstream_errors: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.metrics_errors: defaultdict[str, int] = defaultdict(int)
+        self._hist: dict[str, list[int]] = {}
+        self._sum: defaultdict[str, float] = defaultdict(float)
+
+    def observe(self, model: str, status: int, seconds: float) -> None:
+        """One finished request: its final status and its duration."""
+        self.requests[(model, str(status))] += 1
+        counts = self._hist.get(model)
+        if counts is None:
+            counts = self._hist[model] = [0] * (len(BUCKETS) + 1)
+        counts[bisect_left(BUCKETS, seconds)] += 1
+        self._sum[model] += seconds
+
+    def render(self, lanes: LaneTable, now: float, stale_after: float) -> bytes:
+        out: list[str] = []
+        _family(out, "requests_total", "counter", "Requests answered, by model and status.")
+        for (model, status), n in sorted(self.requests.items()):
+            out.append(
+                f"ddsup_endpoint_requests_total{{model={_q(model)},status={_q(status)}}} {n}"
+            )
+        _family(out, "retries_total", "counter", "Requests sent again to another lane.")
+        for model, n in sorted(self.retries.items()):
+            out.append(f"ddsup_endpoint_retries_total{{model={_q(model)}}} {n}")
+        _family(out, "rejected_total", "counter", "Requests refused with 429, by reason.")
+        for (model, reason), n in sorted(self.rejected.items()):
+            out.append(
+                f"ddsup_endpoint_rejected_total{{model={_q(model)},reason={_q(reason)}}} {n}"
+            )
+        _family(out, "upstream_errors_total", "counter", "Failed attempts, by lane and kind.")
+        for (lane, kind), n in sorted(self.upstream_errors.items()):
+            out.append(
+                f"ddsup_endpoint_upstream_errors_total{{lane={_q(lane)},kind={_q(kind)}}} {n}"
+            )
+        self._render_lanes(out, lanes, now, stale_after)
+        self._render_histogram(out)
+        return ("\n".join(out) + "\n").encode()
+
+    def _render_lanes(self, out: list[str], lanes: LaneTable, now: float, stale: float) -> None:
+        states = sorted(lanes.states(), key=lambda s: s.info.instance)
+        _family(out, "lane_outstanding", "gauge", "Requests in flight to each ready lane.")
+        for s in states:
+            labels = f"lane={_q(s.info.instance)},model={_q(s.info.model)}"
+            out.append(f"ddsup_endpoint_lane_outstanding{{{labels}}} {s.outstanding}")
+        _family(out, "lane_queue", "gauge", "Queue used for admission (outstanding or sampled).")
+        for s in states:
+            labels = f"lane={_q(s.info.instance)},model={_q(s.info.model)}"
+            out.append(f"ddsup_endpoint_lane_queue{{{labels}}} {s.queue(now, stale)}")
+        _family(out, "lane_metrics_errors_total", "counter", "Failed /metrics samples per lane.")
+        for lane, n in sorted(self.metrics_errors.items()):
+            out.append(f"ddsup_endpoint_lane_metrics_errors_total{{lane={_q(lane)}}} {n}")
+
+    def _render_histogram(self, out: list[str]) -> None:
+        name = "ddsup_endpoint_request_duration_seconds"
+        _family(out, "request_duration_seconds", "histogram", "Time from request to last byte.")
+        for model, counts in sorted(self._hist.items()):
+            total = 0
+            for bound, n in zip((*BUCKETS, float("inf")), counts, strict=True):
+                total += n
+                le = "+Inf" if bound == float("inf") else repr(bound)
+                out.append(f"{name}_bucket{{model={_q(model)},le={_q(le)}}} {total}")
+            out.append(f"{name}_sum{{model={_q(model)}}} {self._sum[model]}")
+            out.append(f"{name}_count{{model={_q(model)}}} {total}")
+
+
+def _family(out: list[str], name: str, kind: str, help_text: str) -> None:
+    out.append(f"# HELP ddsup_endpoint_{name} {help_text}")
+    out.append(f"# TYPE ddsup_endpoint_{name} {kind}")
+
+
+def _q(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'

@@ -1,0 +1,172 @@
+"""What the endpoint answers on each path; everything else is forwarded to a lane.
+
+:func:`handle_request` is the one place a request's outcome is decided: an
+:class:`ApiError` becomes a typed JSON answer, a bug becomes a logged 500 (never a
+traceback to the client), and a response cut short closes the connection.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+
+import h11
+import trio
+
+from ddsup.endpoint._client import JSON, Abort, Client, ClientGone
+from ddsup.endpoint._config import EndpointConfig
+from ddsup.endpoint._errors import (
+    ApiError,
+    bad_request,
+    internal_error,
+    method_not_allowed,
+    no_ready_lane,
+    not_found,
+    overloaded,
+    unauthorized,
+    unknown_model,
+)
+from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._metrics import Metrics
+from ddsup.endpoint._proxy import REQUEST_DROP, Forward, Proxy, end_to_end
+
+log = logging.getLogger("ddsup.endpoint")
+
+PROXIED = frozenset({b"/v1/completions", b"/v1/chat/completions", b"/v1/embeddings"})
+TEXT = (b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
+
+
+class Endpoint:
+    """The state shared by every connection of one server."""
+
+    def __init__(self, config: EndpointConfig, lanes: LaneTable) -> None:
+        self.config = config
+        self.lanes = lanes
+        self.metrics = Metrics()
+        self.proxy = Proxy(config, lanes, self.metrics)
+        self.active = 0
+        self._key = None if config.api_key is None else config.api_key.encode()
+
+    def authorized(self, request: h11.Request) -> bool:
+        """``Authorization: Bearer <key>`` (scheme case-insensitive, key compared in constant time)."""
+        if self._key is None:
+            return True
+        for name, value in request.headers:
+            if name == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self._key)
+        return False
+
+
+async def handle_request(ep: Endpoint, client: Client, request: h11.Request) -> None:
+    """Answer one request on ``client``, whatever happens (short of the client leaving)."""
+    try:
+        await _route(ep, client, request)
+    except ApiError as err:
+        await client.reject(err)
+    except (Abort, ClientGone):
+        raise
+    except Exception:
+        log.exception("bug while serving %s %s", request.method.decode(), _path(request).decode())
+        await client.reject(internal_error())  # h11 still frames it; if it cannot: Abort
+
+
+async def _route(ep: Endpoint, client: Client, request: h11.Request) -> None:
+    path = _path(request)
+    method = request.method
+    if path in PROXIED:
+        if method != b"POST":
+            raise method_not_allowed(method.decode(), path.decode())
+        await _proxied(ep, client, request)
+        return
+    if path not in (b"/v1/models", b"/health", b"/metrics"):
+        raise not_found(path.decode(errors="replace"))
+    if method != b"GET":
+        raise method_not_allowed(method.decode(), path.decode())
+    client.take_bodiless_end()
+    if path == b"/v1/models":
+        if not ep.authorized(request):
+            raise unauthorized()
+        data = [
+            {"id": m, "object": "model", "created": 0, "owned_by": "ddsup"}
+            for m in ep.lanes.ready_models()
+        ]
+        await client.respond(200, [JSON], json.dumps({"object": "list", "data": data}).encode())
+    elif path == b"/health":
+        await _health(ep, client)
+    else:
+        now = trio.current_time()
+        body = ep.metrics.render(ep.lanes, now, ep.config.metrics_stale_after)
+        await client.respond(200, [TEXT], body)
+
+
+async def _health(ep: Endpoint, client: Client) -> None:
+    known = ep.lanes.known_models()
+    ready = {m: len(ep.lanes.ready(m)) for m in known}
+    missing = [m for m in known if not ready[m]]
+    healthy = bool(known) and not missing
+    body = {"status": "ok" if healthy else "unavailable", "ready_lanes": ready, "missing": missing}
+    await client.respond(200 if healthy else 503, [JSON], json.dumps(body).encode())
+
+
+async def _proxied(ep: Endpoint, client: Client, request: h11.Request) -> None:
+    if not ep.authorized(request):
+        raise unauthorized()
+    if ep.active >= ep.config.max_concurrent:
+        ep.metrics.rejected[("", "max_concurrent")] += 1
+        why = f"{ep.config.max_concurrent} requests in flight"
+        raise overloaded(None, ep.config.retry_after, why)
+    ep.active += 1
+    start = trio.current_time()
+    model, status = "", 500
+    try:
+        body = await client.read_body(request, ep.config.max_body_bytes)
+        model = _model_of(body)
+        if not ep.lanes.is_known(model):
+            wanted, model = model, "(unknown)"  # one label, whatever clients send
+            raise unknown_model(wanted, ep.lanes.known_models())
+        if not ep.lanes.ready(model):
+            raise no_ready_lane(model)
+        forward = Forward(
+            request.method, request.target, end_to_end(request.headers, REQUEST_DROP), body
+        )
+        status = await _watched(ep, client, forward, model)
+    except ApiError as err:
+        status = err.status
+        raise
+    except ClientGone:
+        status = 499  # nginx's "client closed request"
+        raise
+    finally:
+        ep.active -= 1
+        ep.metrics.observe(model, status, trio.current_time() - start)
+
+
+async def _watched(ep: Endpoint, client: Client, forward: Forward, model: str) -> int:
+    """Forward while watching the client: if it hangs up, the lane's request is cancelled."""
+    scope = trio.CancelScope()
+    client.watch(scope)
+    try:
+        with scope:
+            return await ep.proxy.forward(client, forward, model)
+    finally:
+        client.watch(None)
+    raise ClientGone("the client hung up")
+
+
+def _model_of(body: bytes) -> str:
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise bad_request(f"the body is not valid JSON: {err}") from err
+    if not isinstance(payload, dict):
+        raise bad_request("the body must be a JSON object")
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request('the body has no "model" (a non-empty string)')
+    return model
+
+
+def _path(request: h11.Request) -> bytes:
+    return request.target.split(b"?", 1)[0]

@@ -1,0 +1,203 @@
+"""Parse and validate the body of ``/v1/completions`` and ``/v1/chat/completions``.
+
+Only what changes the fake's answer is read (model, prompt or messages, ``n``,
+``max_tokens`` / ``max_completion_tokens``, ``stop``, ``stream``, ``stream_options``);
+other OpenAI parameters (temperature, seed, …) are accepted and ignored, as vLLM accepts
+them. Problems become :class:`RequestError`, which the app turns into vLLM's error JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ddsup.fake_vllm._text import count_tokens
+
+
+class RequestError(Exception):
+    """A request the fake refuses: HTTP status, vLLM error type and offending parameter."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        err_type: str = "BadRequestError",
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.err_type = err_type
+        self.param = param
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the served model allows; from :class:`~ddsup.fake_vllm._behaviour.Behaviour`."""
+
+    model: str
+    default_max_tokens: int
+    max_model_len: int
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A validated generation request; ``prompts`` has one entry per prompt (chat: one)."""
+
+    chat: bool
+    model: str
+    prompts: tuple[str, ...]
+    prompt_tokens: int
+    n: int
+    max_tokens: int
+    stops: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+
+
+def parse_generation(body: bytes, *, chat: bool, limits: Limits) -> GenerationRequest:
+    """Validate ``body`` against the served model; raise :class:`RequestError` if invalid."""
+    data = _json_object(body)
+    model = _model(data, limits.model)
+    prompts = (_chat_prompt(data),) if chat else _completion_prompts(data)
+    prompt_tokens = sum(count_tokens(p) for p in prompts)
+    longest = max(count_tokens(p) for p in prompts)
+    stream = _optional(data, "stream", bool, False)
+    if data.get("stream_options") is not None and not stream:
+        raise RequestError(
+            "Stream options can only be defined when `stream=True`.", param="stream_options"
+        )
+    return GenerationRequest(
+        chat=chat,
+        model=model,
+        prompts=prompts,
+        prompt_tokens=prompt_tokens,
+        n=_positive(data, "n", 1),
+        max_tokens=_max_tokens(data, longest, limits),
+        stops=_stops(data),
+        stream=stream,
+        include_usage=stream and bool(_stream_options(data).get("include_usage", False)),
+    )
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as err:
+        raise RequestError(f"The request body is not valid JSON: {err}") from err
+    if not isinstance(data, dict):
+        raise RequestError("The request body must be a JSON object.")
+    return data
+
+
+def _model(data: dict[str, Any], served: str) -> str:
+    model = data.get("model")
+    if model is None:
+        return served  # vLLM serves requests without a model with its (only) model
+    if model != served:
+        raise RequestError(
+            f"The model `{model}` does not exist.",
+            status=404,
+            err_type="NotFoundError",
+            param="model",
+        )
+    return served
+
+
+def _completion_prompts(data: dict[str, Any]) -> tuple[str, ...]:
+    prompt = data.get("prompt")
+    if isinstance(prompt, str):
+        return (prompt,)
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            return tuple(prompt)
+        if all(isinstance(t, int) for t in prompt):
+            return (" ".join(map(str, prompt)),)  # one prompt given as token ids
+        if all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in prompt):
+            return tuple(" ".join(map(str, p)) for p in prompt)
+    raise RequestError(
+        "`prompt` must be a string, a list of strings, or token ids.", param="prompt"
+    )
+
+
+def _chat_prompt(data: dict[str, Any]) -> str:
+    messages = data.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("`messages` must be a non-empty list.", param="messages")
+    lines = []
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise RequestError("Each message must be an object with a `role`.", param="messages")
+        lines.append(f"{message['role']}: {_content_text(message.get('content'))}")
+    return "\n".join(lines)
+
+
+def _content_text(content: object) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        parts = [p.get("text", "") for p in content if isinstance(p, dict)]
+        return " ".join(p for p in parts if isinstance(p, str))
+    raise RequestError("Message `content` must be a string or a list of parts.", param="messages")
+
+
+def _max_tokens(data: dict[str, Any], prompt_tokens: int, limits: Limits) -> int:
+    key = "max_completion_tokens" if data.get("max_completion_tokens") is not None else "max_tokens"
+    room = limits.max_model_len - prompt_tokens
+    if data.get(key) is None:
+        if room < 1:
+            raise RequestError(_too_long(limits.max_model_len, prompt_tokens, 1), param="messages")
+        return min(limits.default_max_tokens, room)
+    wanted = _positive(data, key, 1)
+    if wanted > room:
+        raise RequestError(_too_long(limits.max_model_len, prompt_tokens, wanted), param=key)
+    return wanted
+
+
+def _too_long(max_model_len: int, prompt_tokens: int, max_tokens: int) -> str:
+    return (
+        f"This model's maximum context length is {max_model_len} tokens. However, you "
+        f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
+        f"{max_tokens} in the completion). Please reduce the length of the messages or "
+        "completion."
+    )
+
+
+def _stops(data: dict[str, Any]) -> tuple[str, ...]:
+    stop = data.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise RequestError("`stop` must be a string or a list of strings.", param="stop")
+    return tuple(s for s in stop if s)
+
+
+def _stream_options(data: dict[str, Any]) -> dict[str, Any]:
+    options = data.get("stream_options")
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise RequestError("`stream_options` must be an object.", param="stream_options")
+    return options
+
+
+def _positive(data: dict[str, Any], key: str, default: int) -> int:
+    value = data.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RequestError(f"`{key}` must be a positive integer, got {value!r}.", param=key)
+    return value
+
+
+def _optional(data: dict[str, Any], key: str, kind: type[bool], default: bool) -> bool:
+    value = data.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        raise RequestError(f"`{key}` must be a boolean, got {value!r}.", param=key)
+    return value

@@ -1,0 +1,8 @@
+"""Operator commands on a run: ``status``, ``stop``, ``logs``, ``cleanup``, and metrics.
+
+They find the run through its state directory (``_run_handle``) and never import the
+controller: a live run is asked over its control channel, a finished one is read from
+its files.
+"""
+
+from __future__ import annotations

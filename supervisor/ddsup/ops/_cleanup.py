@@ -1,0 +1,52 @@
+"""``ddsup cleanup``: end every process of a run on this node, by hand or from an epilog.
+
+The last no-orphan layer, for a node where ``ddsup start``, its agent and its sentinel
+were all killed (``docs/no-orphans.md``). Safe to repeat; it never touches another run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ddsup._errors import RunStateError, UsageError
+from ddsup.process import sweep_until_gone_sync
+
+
+def configure_cleanup(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--state-dir", type=Path, help="the run's state directory (reads run.json)")
+    which.add_argument("--invocation", metavar="ID", help="the run's DDSUP_INVOCATION_ID")
+
+
+def _invocation_from_state_dir(state_dir: Path) -> str:
+    run_json = state_dir / "run.json"
+    try:
+        data = json.loads(run_json.read_text())
+    except FileNotFoundError as err:
+        raise RunStateError(
+            f"{run_json}: no such file; is {state_dir} a ddsup state directory?"
+        ) from err
+    except (OSError, ValueError) as err:
+        raise RunStateError(f"{run_json}: cannot read the run's state: {err}") from err
+    invocation_id = data.get("invocation_id") if isinstance(data, dict) else None
+    if not isinstance(invocation_id, str) or not invocation_id:
+        raise RunStateError(f"{run_json}: no key 'invocation_id' (a string) in the run's state")
+    return invocation_id
+
+
+def run_cleanup(args: argparse.Namespace) -> int:
+    """End every process of the run on this node; safe to repeat, touches nothing else."""
+    invocation_id = args.invocation
+    if args.state_dir is not None:
+        invocation_id = _invocation_from_state_dir(args.state_dir)
+    if not invocation_id or "\0" in invocation_id:
+        raise UsageError("--invocation needs a non-empty invocation id")
+    hit, survivors = sweep_until_gone_sync(invocation_id)
+    print(f"ended {len(hit)} process(es) of run {invocation_id}")
+    if survivors:
+        print(f"ddsup: error: still alive after SIGKILL: {survivors}", file=sys.stderr)
+        return 1
+    return 0

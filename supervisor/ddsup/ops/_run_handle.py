@@ -1,0 +1,108 @@
+"""Finding the run an operator command acts on, and asking it over its control channel.
+
+``status``, ``stop`` and ``logs`` act on the newest run in the current directory (or
+``--state-dir``). A live run is asked over its control channel (address in ``run.json``,
+secret in the 0600 ``control.secret``); a finished run is described from its files.
+Everything they read lives in the state directory, which is on the shared file system
+under Slurm: the commands work from any node of the job (and from a login node that
+mounts it), except that a live run's control channel must be reachable from there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ddsup._errors import RunStateError
+from ddsup.channel._channel import Channel, ChannelError, connect_channel
+from ddsup.record._events import read_events
+from ddsup.record._state_dir import StateDir, newest_state_dir
+
+ASK_TIMEOUT = 10.0
+
+
+def add_state_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the run's state directory (default: the newest ./ddsup-* here)",
+    )
+
+
+def find_state(args: argparse.Namespace) -> StateDir:
+    if args.state_dir is not None:
+        if not (args.state_dir / "run.json").is_file():
+            raise RunStateError(f"{args.state_dir} is not a ddsup state directory (no run.json)")
+        return StateDir(args.state_dir.resolve())
+    return newest_state_dir()
+
+
+def events_of(state: StateDir) -> list[dict[str, Any]]:
+    try:
+        return read_events(state.events)
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as err:
+        raise RunStateError(f"cannot read {state.events}: {err}") from err
+
+
+def result_of(state: StateDir) -> dict[str, Any] | None:
+    return state.read_json(state.result) if state.result.exists() else None
+
+
+# --- the control channel ------------------------------------------------------------------
+async def connect(state: StateDir) -> Channel | None:
+    """An authenticated channel to the live run; None when nothing answers there."""
+    run = state.read_json(state.run)
+    control = run.get("control")
+    if not control or state.result.exists():
+        return None
+    try:
+        secret = state.secret.read_text().strip()
+        return await connect_channel(
+            f"{control['host']}:{control['port']}", secret, {"op": "hello", "role": "control"}
+        )
+    except (OSError, ChannelError):
+        return None
+
+
+async def ask(state: StateDir, message: dict[str, Any]) -> dict[str, Any] | None:
+    """Send one request to the live run; None when the run is no longer reachable."""
+    channel = await connect(state)
+    if channel is None:
+        return None
+    try:
+        await channel.send(message)
+        with trio.move_on_after(ASK_TIMEOUT):
+            return await channel.receive()
+        return None
+    except (ChannelError, trio.BrokenResourceError, OSError):
+        return None
+    finally:
+        await channel.aclose()
+
+
+def summary(result: dict[str, Any]) -> str:
+    cause = result.get("cause") or {}
+    reason = one_line(str(cause.get("reason")))
+    return f"{result.get('status')}, exit {result.get('exit_code')} ({reason})"
+
+
+def one_line(text: str) -> str:
+    """The first line of a cause (invalid unit files give one line per problem)."""
+    first, *rest = text.splitlines() or [""]
+    return f"{first} (+{len(rest)} more in result.json)" if rest else first
+
+
+def silence_stdout() -> None:
+    """The reader went away (``| head``): stop writing, and let the exit flush go nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

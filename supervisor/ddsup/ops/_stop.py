@@ -1,0 +1,98 @@
+"""``ddsup stop``: ask a run to stop (like SIGTERM to ``ddsup start``) and wait for its end."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from typing import Any
+
+import trio
+
+from ddsup._errors import RunStateError
+from ddsup.channel._channel import Channel, ChannelError
+from ddsup.ops._run_handle import add_state_dir, connect, find_state, result_of, summary
+from ddsup.record._state_dir import StateDir
+
+RESULT_WAIT = 30.0  # after the controller closed its channel: sweep (≤ 5 s) + result.json
+
+
+# --- stop --------------------------------------------------------------------------------
+def configure_stop(parser: argparse.ArgumentParser) -> None:
+    add_state_dir(parser)
+    parser.add_argument("--no-wait", action="store_true", help="return without waiting for the end")
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    state = find_state(args)
+    return trio.run(_stop, state, not args.no_wait)
+
+
+async def _stop(state: StateDir, wait: bool) -> int:
+    """Ask the run to stop (like SIGTERM to ``ddsup start``); a finished run is no error."""
+    run = state.read_json(state.run)
+    name = f"run {run.get('invocation_id')}"
+    result = result_of(state)
+    if result is not None:
+        print(f"ddsup: {name} has already finished: {summary(result)}")
+        return 0
+    channel = await connect(state)
+    if channel is None:
+        return await _stop_unreachable(state, run, name, wait)
+    try:
+        await channel.send({"op": "stop"})
+        answer = await channel.receive()
+        if answer is None or answer.get("op") != "stopping":
+            raise RunStateError(f"{name} did not accept the stop request (answer: {answer})")
+        print(f"ddsup: stopping {name} …", flush=True)
+        if wait:
+            await _drain(channel)  # the controller closes it once everything has stopped
+    except ChannelError:
+        pass  # it went away while we asked: it is stopping or has stopped
+    finally:
+        await channel.aclose()
+    if wait:
+        await _report_end(state, name)
+    return 0
+
+
+async def _stop_unreachable(state: StateDir, run: dict[str, Any], name: str, wait: bool) -> int:
+    pid = _local_controller(run)
+    if pid is None:
+        print(f"ddsup: {name} is not running (no answer and no result.json: it was killed)")
+        return 0
+    os.kill(pid, signal.SIGTERM)  # still starting up, before its control channel listens
+    print(f"ddsup: stopping {name} (SIGTERM to pid {pid}) …", flush=True)
+    if wait:
+        await _report_end(state, name)
+    return 0
+
+
+def _local_controller(run: dict[str, Any]) -> int | None:
+    """The PID of this run's ``ddsup start`` when it lives on this host, else None."""
+    import psutil
+
+    try:
+        process = psutil.Process(int(run["pid"]))
+        started = process.create_time()
+        cmdline = process.cmdline()
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return None
+    mine = abs(started - float(run.get("started_at") or 0)) < 60 and "start" in cmdline
+    return process.pid if mine else None
+
+
+async def _drain(channel: Channel) -> None:
+    while await channel.receive() is not None:
+        pass
+
+
+async def _report_end(state: StateDir, name: str) -> None:
+    """Wait for ``result.json`` (written after the last sweep), then say how it ended."""
+    with trio.move_on_after(RESULT_WAIT):
+        while not state.result.exists():  # noqa: ASYNC110 (a file: no event to await)
+            await trio.sleep(0.1)
+    result = result_of(state)
+    if result is None:
+        raise RunStateError(f"{name} did not write result.json within {RESULT_WAIT:g}s")
+    print(f"ddsup: {name} stopped: {summary(result)}")

@@ -1,0 +1,26 @@
+"""Placement: unit files + an allocation (hosts x GPUs) → a deterministic :class:`Plan`.
+
+Layering, bottom up: ``_model`` (the frozen plan data), ``_allocation`` (hosts and GPU
+counts from nodelists, Slurm, the environment), ``_placement`` (the pure placement
+rules), ``_render`` (the human table), ``_commands`` (``ddsup plan``).
+"""
+
+from __future__ import annotations
+
+from ddsup.plan._allocation import detect_gpus as detect_gpus
+from ddsup.plan._allocation import expand_nodelist as expand_nodelist
+from ddsup.plan._allocation import local_nodes as local_nodes
+from ddsup.plan._allocation import nodes_from_hosts as nodes_from_hosts
+from ddsup.plan._allocation import nodes_from_nodelist as nodes_from_nodelist
+from ddsup.plan._allocation import slurm_hostnames as slurm_hostnames
+from ddsup.plan._commands import Allocation as Allocation
+from ddsup.plan._commands import allocation_from_args as allocation_from_args
+from ddsup.plan._commands import configure_plan as configure_plan
+from ddsup.plan._commands import run_plan as run_plan
+from ddsup.plan._model import PLAN_FORMAT as PLAN_FORMAT
+from ddsup.plan._model import Node as Node
+from ddsup.plan._model import Plan as Plan
+from ddsup.plan._model import PlannedInstance as PlannedInstance
+from ddsup.plan._placement import lane_order as lane_order
+from ddsup.plan._placement import make_plan as make_plan
+from ddsup.plan._render import render_plan as render_plan

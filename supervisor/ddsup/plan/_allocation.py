@@ -1,0 +1,172 @@
+"""The allocation: which hosts ddsup may use, and how many GPUs each has.
+
+Hosts come from a Slurm nodelist expression (``gpu[01-04]``), or are simulated on this
+machine for the local launcher. GPUs per node come from the command line or are detected
+here, in the order a user would expect to override them: ``CUDA_VISIBLE_DEVICES``
+(what CUDA will let our children see), Slurm's GPU variables, then ``nvidia-smi -L``.
+GPU indices in a :class:`Node` are always ``0..G-1``: they count the GPUs visible to
+ddsup, the same way ``CUDA_VISIBLE_DEVICES`` of a child counts them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+
+import hostlist
+
+from ddsup._errors import UsageError
+from ddsup.plan._model import Node
+
+LOCAL_ADDRESS = "127.0.0.1"
+_NVIDIA_SMI_TIMEOUT = 10.0
+_SCONTROL_TIMEOUT = 30.0
+
+
+def nodes_from_nodelist(expr: str, gpus_per_node: int) -> list[Node]:
+    """Nodes of a Slurm nodelist expression, in its order; addresses are the hostnames."""
+    return _nodes(expand_nodelist(expr), gpus_per_node)
+
+
+def nodes_from_hosts(hosts: list[str], gpus_per_node: int) -> list[Node]:
+    """Nodes for already expanded hostnames (``scontrol show hostnames`` output)."""
+    return _nodes(hosts, gpus_per_node)
+
+
+def local_nodes(count: int, gpus_per_node: int) -> list[Node]:
+    """``count`` simulated nodes on this machine: ``node0`` … ``node{count-1}``, all 127.0.0.1.
+
+    They share one address, so a plan for them must use ``shared_address=True``.
+    """
+    if count < 1:
+        raise UsageError(f"--nodes must be at least 1 (got {count})")
+    return _nodes([f"node{i}" for i in range(count)], gpus_per_node, address=LOCAL_ADDRESS)
+
+
+def expand_nodelist(expr: str) -> list[str]:
+    """Hostnames of a nodelist expression with python-hostlist (no Slurm needed)."""
+    try:
+        hosts: list[str] = hostlist.expand_hostlist(expr.strip())
+    except hostlist.BadHostlist as err:
+        raise UsageError(f"bad nodelist {expr!r}: {err}") from err
+    if not hosts:
+        raise UsageError(f"bad nodelist {expr!r}: it names no hosts")
+    return hosts
+
+
+def slurm_hostnames(expr: str) -> list[str]:
+    """Hostnames of ``SLURM_JOB_NODELIST``: ``scontrol show hostnames`` when Slurm is here.
+
+    scontrol is the authority (site-specific hostlist syntax, ordering); python-hostlist
+    is the fallback when the command is not installed on this host.
+    """
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        return expand_nodelist(expr)
+    try:
+        done = subprocess.run(
+            [scontrol, "show", "hostnames", expr],
+            capture_output=True,
+            text=True,
+            timeout=_SCONTROL_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise UsageError(f"cannot expand nodelist {expr!r} with scontrol: {err}") from err
+    hosts = done.stdout.split()
+    if done.returncode != 0 or not hosts:
+        reason = done.stderr.strip() or f"exit status {done.returncode}"
+        raise UsageError(f"scontrol show hostnames {expr!r} failed: {reason}")
+    return hosts
+
+
+def detect_gpus(environ: Mapping[str, str] | None = None, *, nvidia_smi: bool = True) -> int | None:
+    """GPUs usable on this node, or None when nothing says (then ask for --gpus-per-node)."""
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return _count_visible(visible)
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        value = env.get(name, "").strip()
+        if value:
+            return _count_gpu_list(value)
+    on_node = env.get("SLURM_GPUS_ON_NODE", "").strip()
+    if on_node.isdigit():
+        return int(on_node)
+    return _nvidia_smi_count() if nvidia_smi else None
+
+
+def _count_visible(value: str) -> int:
+    """CUDA stops at the first invalid entry ("-1" hides everything); "" shows nothing."""
+    count = 0
+    for entry in value.split(","):
+        entry = entry.strip()
+        if not entry or entry.startswith("-") or entry == "NoDevFiles":
+            break
+        count += 1
+    return count
+
+
+def _count_gpu_list(value: str) -> int:
+    """Slurm's GPU index lists: ``0,1,2`` and ranges ``0-3``; ``(null)`` means none."""
+    count = 0
+    for entry in value.split(","):
+        low, _, high = entry.strip().partition("-")
+        if low.isdigit() and high.isdigit():
+            count += max(0, int(high) - int(low) + 1)
+        elif low.isdigit() and not high:
+            count += 1
+    return count
+
+
+def _nvidia_smi_count() -> int | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        done = subprocess.run(
+            [smi, "-L"], capture_output=True, text=True, timeout=_NVIDIA_SMI_TIMEOUT, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
+
+
+def _nodes(hosts: list[str], gpus_per_node: int, *, address: str | None = None) -> list[Node]:
+    if gpus_per_node < 0:
+        raise UsageError(f"--gpus-per-node must be 0 or more (got {gpus_per_node})")
+    gpus = tuple(range(gpus_per_node))
+    return [Node(name=h, address=address or h, gpus=gpus) for h in hosts]
+
+
+def slurm_node_addresses(hosts: list[str]) -> dict[str, str]:
+    """Each node's ``NodeAddr`` from ``scontrol show node``: what other nodes connect to.
+
+    Node names need not resolve (several ``slurmd`` on one host are named n1, n2, … and
+    share one address), so lanes are reached at the address Slurm itself uses. Nodes
+    scontrol does not describe keep their name as address.
+    """
+    addresses = {host: host for host in hosts}
+    scontrol = shutil.which("scontrol")
+    if scontrol is None or not hosts:
+        return addresses
+    try:
+        done = subprocess.run(
+            [scontrol, "show", "node", "--oneliner", ",".join(hosts)],
+            capture_output=True,
+            text=True,
+            timeout=_SCONTROL_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return addresses
+    for line in done.stdout.splitlines():
+        fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+        name, address = fields.get("NodeName"), fields.get("NodeAddr")
+        if name in addresses and address:
+            addresses[name] = address
+    return addresses

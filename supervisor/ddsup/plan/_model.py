@@ -1,0 +1,119 @@
+"""The plan: where every unit instance runs, with which GPUs and port.
+
+A plan is pure data, computed once by ``ddsup start`` (or ``ddsup plan``) and written to
+``plan.json``; agents receive it and never re-plan. It holds no environment values, so it
+can never leak a secret. ``to_json`` is canonical (sorted keys, fixed separators): the same
+inputs give byte-identical plans.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, cast
+
+from ddsup.units._model import UnitType
+
+PLAN_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of the allocation. ``address`` is what other nodes connect to."""
+
+    name: str
+    address: str
+    gpus: tuple[int, ...]  # GPU indices usable on this node, as CUDA_VISIBLE_DEVICES counts
+
+
+@dataclass(frozen=True)
+class PlannedInstance:
+    """One process to run: a unit instance (for multi-node lanes: one rank of a replica)."""
+
+    instance: str  # "llama@3", "endpoint", "prep@n2"; ranks > 0 of a lane: "llama@3:1"
+    unit: str  # the unit's name as in its file ("llama@")
+    type: UnitType
+    node: str  # Node.name
+    gpus: tuple[int, ...] = ()
+    port: int | None = None  # None for lanes with port = "auto" until the agent picks one
+    replica: int | None = None
+    rank: int | None = None  # lanes only: 0 serves HTTP, > 0 run exec_follower
+    nnodes: int = 1
+    master_addr: str | None = None  # multi-node lanes: rank 0's node address
+    master_port: int | None = None
+    start_delay: float = 0.0  # lanes: seconds after this node's lane start (stagger)
+
+    @property
+    def replica_name(self) -> str:
+        """The replica this rank belongs to ("llama@3" for "llama@3:1")."""
+        return self.instance.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The whole placement. ``client`` is the node where endpoint and worker run."""
+
+    nodes: tuple[Node, ...]
+    client: str
+    instances: tuple[PlannedInstance, ...]
+    endpoint_url: str | None = None
+    shared_address: bool = False  # all nodes share one address: ports unique across nodes
+    format: int = field(default=PLAN_FORMAT)
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def on_node(self, name: str) -> tuple[PlannedInstance, ...]:
+        return tuple(i for i in self.instances if i.node == name)
+
+    def with_ports(self, ports: dict[str, int]) -> Plan:
+        """The plan with ``port = "auto"`` lanes given the ports their agents picked."""
+        if not ports:
+            return self
+        instances = tuple(
+            replace(i, port=ports[i.instance]) if i.instance in ports else i for i in self.instances
+        )
+        return replace(self, instances=instances)
+
+    def to_dict(self) -> dict[str, Any]:
+        return cast(dict[str, Any], _jsonable(asdict(self)))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        nodes = tuple(
+            Node(name=n["name"], address=n["address"], gpus=tuple(n["gpus"])) for n in data["nodes"]
+        )
+        instances = tuple(
+            PlannedInstance(
+                **{
+                    **i,
+                    "type": UnitType(i["type"]),
+                    "gpus": tuple(i["gpus"]),
+                }
+            )
+            for i in data["instances"]
+        )
+        return cls(
+            nodes=nodes,
+            client=data["client"],
+            instances=instances,
+            endpoint_url=data.get("endpoint_url"),
+            shared_address=bool(data.get("shared_address", False)),
+            format=int(data.get("format", PLAN_FORMAT)),
+        )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, UnitType):
+        return value.value
+    return value

@@ -1,0 +1,338 @@
+"""One child process: started without a shell in its own session, stopped as a whole tree.
+
+A unit process runs in a new session (so it leads its own process group and no terminal
+signal or group kill of ours reaches it by accident), with stdin on ``/dev/null`` and
+stdout and stderr appended to its log file by the child itself: nothing is lost when we
+are busy, and a fast writer never waits for us.
+
+Stopping is ``kill_signal`` to the group, a grace of ``timeout_stop``, SIGKILL to the
+group, and then SIGKILL to descendants that escaped the group (vLLM's engine processes
+call ``setsid``): those recorded in the process tree before the first signal, and those
+whose environment carries this child's ``DDSUP_*`` identity (they survive the death of
+the process in between, which breaks the tree).
+
+Children we start are *managed* (``_managed``): the adopted-orphan reaper never reaps
+them, so trio's ``Process.wait`` keeps their exit status.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+
+import psutil
+import trio
+
+from ddsup._errors import DdsupError
+from ddsup.process._managed import ManagedChildren, managed_children
+from ddsup.process._proc import read_environ
+from ddsup.process._subreaper import is_subreaper
+from ddsup.process._table import ProcessTable, process_table
+
+log = logging.getLogger(__name__)
+
+_ESCAPED_GRACE = 5.0  # seconds for SIGKILLed escaped descendants to die (no event exists)
+
+
+class SpawnError(DdsupError):
+    """A unit's program could not be started (not found, not executable, bad directory)."""
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a process ended: ``code`` when it exited, ``signal`` when a signal killed it."""
+
+    code: int | None = None
+    signal: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.code is None) == (self.signal is None):
+            raise ValueError("ExitStatus needs exactly one of code and signal")
+
+    @classmethod
+    def from_returncode(cls, returncode: int) -> ExitStatus:
+        """From Popen's convention, where a negative return code is the killing signal."""
+        return cls(signal=-returncode) if returncode < 0 else cls(code=returncode)
+
+    def signal_name(self) -> str:
+        assert self.signal is not None
+        try:
+            return signal.Signals(self.signal).name
+        except ValueError:
+            return f"signal {self.signal}"
+
+    def describe(self) -> str:
+        if self.code is not None:
+            return f"exit status {self.code}"
+        return f"killed by {self.signal_name()}"
+
+    def to_json(self) -> dict[str, object]:
+        if self.code is not None:
+            return {"code": self.code}
+        return {"signal": self.signal_name()}
+
+    def is_success(self, success_codes: frozenset[int]) -> bool:
+        return self.code is not None and self.code in success_codes
+
+
+def identity_of(env: Mapping[str, str]) -> frozenset[tuple[bytes, bytes]]:
+    """The ``DDSUP_*`` variables that mark a unit's processes (empty without an invocation id)."""
+    if "DDSUP_INVOCATION_ID" not in env:
+        return frozenset()
+    return frozenset(
+        (key.encode(), value.encode()) for key, value in env.items() if key.startswith("DDSUP_")
+    )
+
+
+class ChildProcess:
+    """A started child; ``stop`` ends it and everything it started, and always reaps it."""
+
+    def __init__(
+        self,
+        process: trio.Process,
+        identity: frozenset[tuple[bytes, bytes]],
+        registry: ManagedChildren,
+    ) -> None:
+        self._process = process
+        self._identity = identity
+        self._registry = registry
+        self.pid: int = process.pid
+        self._status: ExitStatus | None = None
+        self._stop_lock = trio.Lock()
+        self._stopped: ExitStatus | None = None
+
+    def __repr__(self) -> str:
+        state = "running" if self.status is None else self.status.describe()
+        return f"<ChildProcess {self.pid} {self._process.args!r}: {state}>"
+
+    @property
+    def status(self) -> ExitStatus | None:
+        """The exit status once the child has been reaped (reaping it now if it just ended)."""
+        if self._status is None:
+            returncode = self._process.poll()
+            if returncode is not None:
+                self._record(returncode)
+        return self._status
+
+    @property
+    def returncode(self) -> ExitStatus | None:
+        """Alias of ``status``, named like ``Popen.returncode``."""
+        return self.status
+
+    def _record(self, returncode: int) -> None:
+        if self._status is None:
+            self._status = ExitStatus.from_returncode(returncode)
+        self._registry.pids.discard(self.pid)
+
+    async def wait(self) -> ExitStatus:
+        """Until the child exits (trio waits on a pidfd: no polling). Safe to call again."""
+        if self._status is None:
+            self._record(await self._process.wait())
+        assert self._status is not None
+        return self._status
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the child's process group; a group already gone is not an error."""
+        with suppress(ProcessLookupError):
+            os.killpg(self.pid, sig)
+
+    async def stop(self, kill_signal: int, timeout_stop: float) -> ExitStatus:
+        """Stop the whole tree and reap the child; shielded, so it always finishes."""
+        with trio.CancelScope(shield=True):
+            async with self._stop_lock:
+                if self._stopped is None:
+                    self._stopped = await self._stop(kill_signal, timeout_stop)
+        assert self._stopped is not None
+        return self._stopped
+
+    async def _stop(self, kill_signal: int, timeout_stop: float) -> ExitStatus:
+        # The tree is recorded only while the child lives: once it has exited, its
+        # descendants were reparented to us (a subreaper) and the identity scan finds them.
+        # Skipping this /proc scan keeps the crash → restart gap short.
+        tree = [] if self.status is not None else _processes((await process_table()), self.pid)
+        if self.status is None:
+            self.signal_group(kill_signal)
+            with trio.move_on_after(timeout_stop):
+                await self.wait()
+        self.signal_group(signal.SIGKILL)
+        status = await self.wait()
+        await self._kill_escaped(tree)
+        return status
+
+    async def _kill_escaped(self, tree: list[psutil.Process]) -> None:
+        """SIGKILL what left the group: the recorded tree, and carriers of our identity."""
+        pidfds = [fd for fd in map(_open_if_same, tree) if fd is not None]
+        protected = frozenset(self._registry.pids)
+        table = await process_table() if self._identity else None
+        found = await trio.to_thread.run_sync(self._identity_carriers, protected, table)
+        carriers = map(self._open_if_carrier, found)
+        pidfds += [fd for fd in carriers if fd is not None]
+        try:
+            for fd in pidfds:
+                _pidfd_kill(fd)
+            with trio.move_on_after(_ESCAPED_GRACE) as grace:
+                for fd in pidfds:  # a pidfd turns readable when its process has ended
+                    await trio.lowlevel.wait_readable(fd)
+            if grace.cancelled_caught:  # e.g. stuck in a driver call: the final sweep retries
+                log.warning(
+                    "pid %d: SIGKILLed descendants still alive after %ss", self.pid, _ESCAPED_GRACE
+                )
+        finally:
+            for fd in pidfds:
+                os.close(fd)
+
+    def _identity_carriers(self, managed: frozenset[int], table: ProcessTable | None) -> list[int]:
+        """Live processes with our identity, except managed units' groups and our ancestry."""
+        if not self._identity or table is None:
+            return []
+        protected = managed | {os.getpid()} | _ancestors()
+        found = []
+        for pid in _candidates(table):
+            if pid in protected or not _carries(read_environ(pid), self._identity):
+                continue
+            try:
+                if os.getpgid(pid) in protected:
+                    continue  # a live sibling unit's group: never ours to kill
+            except ProcessLookupError:
+                continue
+            found.append(pid)
+        return found
+
+    def _open_if_carrier(self, pid: int) -> int | None:
+        """A pidfd for ``pid`` if, once pinned by the pidfd, it still carries our identity."""
+        fd = _pidfd_open(pid)
+        if fd is not None and not _carries(read_environ(pid), self._identity):
+            os.close(fd)
+            return None
+        return fd
+
+
+def _candidates(table: ProcessTable) -> list[int]:
+    """PIDs that may hold an escaped descendant of ours.
+
+    As a subreaper (ddsup start and every agent are), whatever a unit leaves behind is
+    reparented to us and stays in our own subtree: only that subtree's environments are
+    read, so a stop costs the same on a node running 1,000 other processes. Without the
+    subreaper flag (library use), escapes go to init and every process is a candidate.
+    """
+    if not is_subreaper():
+        return [pid for pids in table.children.values() for pid in pids]
+    return table.descendants(os.getpid())
+
+
+def _carries(environ: Mapping[bytes, bytes], identity: frozenset[tuple[bytes, bytes]]) -> bool:
+    return all(environ.get(key) == value for key, value in identity)
+
+
+def _ancestors() -> set[int]:
+    return {p.pid for p in psutil.Process().parents()}
+
+
+def _processes(table: ProcessTable, pid: int) -> list[psutil.Process]:
+    """``pid``'s descendants in ``table``, pinned by their start time (PIDs get reused)."""
+    found = []
+    for descendant in table.descendants(pid):
+        with suppress(psutil.Error):
+            found.append(psutil.Process(descendant))
+    return found
+
+
+def _pidfd_open(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except OSError:  # gone already (ESRCH)
+        return None
+
+
+def _open_if_same(proc: psutil.Process) -> int | None:
+    """A pidfd for ``proc`` unless its PID now names another process (same start time)."""
+    fd = _pidfd_open(proc.pid)
+    if fd is not None and not proc.is_running():
+        os.close(fd)
+        return None
+    return fd
+
+
+def _pidfd_kill(fd: int) -> None:
+    """SIGKILL through the pidfd: it cannot hit a process that reused the PID."""
+    with suppress(ProcessLookupError):
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+
+
+def _spawn_error(argv: Sequence[str], cwd: object, err: OSError) -> SpawnError:
+    """Say why exec failed in words that point at the fix."""
+    program = argv[0]
+    reason = os.strerror(err.errno) if err.errno else str(err)
+    if err.filename is not None and os.fsdecode(err.filename) == os.fsdecode(str(cwd)):
+        hint = f"working directory {os.fsdecode(str(cwd))!r}"
+    elif err.errno == errno.ENOENT and "/" not in program:
+        hint = f"argv[0] {program!r} not on PATH"
+    elif err.errno == errno.EACCES:
+        hint = f"{program!r} is not executable"
+    else:
+        hint = f"argv[0] {program!r}"
+    return SpawnError(f"cannot start {program!r}: {reason} ({hint})")
+
+
+def _open_log(log_path: os.PathLike[str]) -> int:
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    try:
+        return os.open(log_path, flags, 0o600)
+    except OSError as err:
+        raise SpawnError(f"cannot open log file {os.fspath(log_path)!r}: {err.strerror}") from err
+
+
+async def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | os.PathLike[str],
+    log_path: os.PathLike[str],
+) -> ChildProcess:
+    """Start ``argv`` (no shell) in its own session, stdin ``/dev/null``, output to ``log_path``."""
+    if not argv:
+        raise SpawnError("cannot start a process with an empty argv")
+    registry = managed_children()
+    log_fd = _open_log(log_path)
+    try:
+        async with registry.lock:
+            try:
+                process = await trio.lowlevel.open_process(
+                    list(argv),
+                    env=dict(env),
+                    cwd=cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_fd,
+                    stderr=log_fd,
+                    start_new_session=True,
+                )
+            except OSError as err:
+                raise _spawn_error(argv, cwd, err) from err
+            registry.pids.add(process.pid)
+    finally:
+        os.close(log_fd)
+    return ChildProcess(process, identity_of(env), registry)
+
+
+@asynccontextmanager
+async def supervised(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | os.PathLike[str],
+    log_path: os.PathLike[str],
+    kill_signal: int = signal.SIGTERM,
+    timeout_stop: float = 30.0,
+) -> AsyncIterator[ChildProcess]:
+    """The one-owner form: whatever ends the block, the child's tree is stopped and reaped."""
+    child = await spawn(argv, env=env, cwd=cwd, log_path=log_path)
+    try:
+        yield child
+    finally:
+        await child.stop(kill_signal, timeout_stop)

@@ -1,0 +1,112 @@
+"""The one reader of ``/proc``: which processes exist, and what the kernel says of each.
+
+Every part of ddsup that looks at other processes (the stop of a unit's tree, the
+adopted-orphan reaper, the sweep by invocation id, the sentinel, ``ddsup cleanup``) reads
+them through these functions, so "a process", "its parent" and "its start time" mean the
+same thing everywhere. The module imports the standard library only: the sentinel runs
+it from a bare ``python -I -S`` (see ``_sentinel``).
+
+A process can end between two reads; every function here treats that as "gone" (an
+empty or ``None`` answer), never as an error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Stat:
+    """The fields of ``/proc/PID/stat`` that ddsup uses (see proc(5))."""
+
+    pid: int
+    state: str  # R, S, D, Z, X, T, …
+    ppid: int
+    pgrp: int
+    session: int
+    start_time: int  # clock ticks after boot: with the PID, a process's identity
+
+    @property
+    def dead(self) -> bool:
+        """A zombie (or a process being torn down): only its parent's reaping is left."""
+        return self.state in ("Z", "X")
+
+
+def pids() -> Iterator[int]:
+    """Every PID on this machine (in this PID namespace), in no particular order."""
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            yield int(name)
+
+
+def read_stat(pid: int) -> Stat | None:
+    """``pid``'s stat line, or None when it is gone or unreadable.
+
+    The command name (field 2) is in parentheses and may hold spaces or ``)``: fields are
+    counted from the last ``)``.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    fields = data.rsplit(b")", 1)[-1].split()
+    try:
+        return Stat(
+            pid=pid,
+            state=fields[0].decode(),
+            ppid=int(fields[1]),
+            pgrp=int(fields[2]),
+            session=int(fields[3]),
+            start_time=int(fields[19]),
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def read_environ(pid: int) -> dict[bytes, bytes]:
+    """The environment a process was started with; empty when unreadable or gone.
+
+    ``setproctitle`` can overwrite this area (vLLM's engine processes call it): a process
+    that lost its environment here is found by the other no-orphan layers, not by this.
+    """
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return {}
+    items = (item.partition(b"=") for item in data.split(b"\0") if item)
+    return {key: value for key, _, value in items}
+
+
+def is_dead(pid: int) -> bool:
+    """True for a zombie or a process that is gone."""
+    stat = read_stat(pid)
+    return stat is None or stat.dead
+
+
+def children_of(parent: int) -> set[int]:
+    """``parent``'s children, zombies included, by the parent field of every stat line.
+
+    Not ``/proc/PID/task/*/children``: an orphan is adopted by one of the subreaper's
+    threads, threads come and go, and that per-thread list was seen to miss adopted
+    children.
+    """
+    found: set[int] = set()
+    for pid in pids():
+        stat = read_stat(pid)
+        if stat is not None and stat.ppid == parent:
+            found.add(pid)
+    return found
+
+
+def parent_map() -> dict[int, list[int]]:
+    """Parent → children of every process, from one pass over ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for pid in pids():
+        stat = read_stat(pid)
+        if stat is not None:
+            children.setdefault(stat.ppid, []).append(pid)
+    return children

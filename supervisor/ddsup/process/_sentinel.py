@@ -1,0 +1,116 @@
+"""The sentinel: a tiny process that sweeps the run when its supervisor dies uncleanly.
+
+This module (with ``_sweep`` and ``_proc``, which it imports) is the whole of what the
+sentinel process runs, so all three import the standard library only: the sentinel is
+started as ``python -I -S _sentinel.py`` (no site-packages, no ``.pth`` files), which
+keeps its start-up in the tens of milliseconds and keeps it working when the supervisor's
+environment is broken. The supervisor's side (:func:`start_sentinel`) is here too.
+
+The sentinel holds the read end of a pipe whose write end only the supervisor holds. The
+kernel closes that write end however the supervisor ends, SIGKILL included, so end of file
+on the pipe is the one signal of "the supervisor is gone" that cannot be missed. A byte
+``q`` before the end of file means a normal exit: the supervisor cleaned up by itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+
+if __name__ == "__main__":  # the sentinel program (python -I -S): its siblings by path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _sweep  # type: ignore[import-not-found,unused-ignore]
+else:
+    from ddsup.process import _sweep
+
+QUIT = b"q"
+
+
+def _ignore_stop_signals() -> None:
+    """The supervisor decides when its units stop; a SIGTERM from scancel or a Ctrl-C
+    must reach the supervisor (for a graceful stop), not make the sentinel sweep early."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _wait_for_parent(fd: int) -> bool:
+    """Block until the supervisor closes the pipe; True when it asked us to quit."""
+    while True:
+        data = os.read(fd, 1)
+        if not data:
+            return False
+        if data == QUIT:
+            return True
+
+
+class Sentinel:
+    """The process that sweeps the run if we die without cleaning up (see ``_sentinel``)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], write_fd: int) -> None:
+        self._popen = popen
+        self._write_fd: int | None = write_fd
+        self.pid = popen.pid
+
+    def close(self) -> None:
+        """Normal exit: tell the sentinel to quit without sweeping, and reap it. Idempotent."""
+        if self._write_fd is None:
+            return
+        with contextlib.suppress(BrokenPipeError):
+            os.write(self._write_fd, QUIT)
+        os.close(self._write_fd)
+        self._write_fd = None
+        try:
+            self._popen.wait(timeout=2.0)  # it exits as soon as it has read the byte
+        except subprocess.TimeoutExpired:
+            self._popen.kill()
+            self._popen.wait()
+
+
+def start_sentinel(invocation_id: str) -> Sentinel:
+    """Start the sentinel of ``invocation_id``: a process in its own session (our group
+    kills miss it) that does not carry the id (sweeps miss it) and waits for our death."""
+    read_fd, write_fd = os.pipe()  # both close-on-exec: no unit inherits the write end
+    env = {k: v for k, v in os.environ.items() if k != _sweep.ENV_NAME}
+    try:
+        popen = subprocess.Popen(
+            [sys.executable, "-I", "-S", __file__, str(read_fd), invocation_id],
+            env=env,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            pass_fds=(read_fd,),
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(write_fd)
+        raise
+    finally:
+        os.close(read_fd)
+    return Sentinel(popen, write_fd)
+
+
+def main(argv: list[str]) -> int:
+    """``_sentinel.py FD INVOCATION_ID``: sweep the run once FD reaches end of file."""
+    if len(argv) != 3 or not argv[1].isdigit() or not argv[2]:
+        print(
+            "usage: _sentinel.py FD INVOCATION_ID (started by ddsup, not by hand)", file=sys.stderr
+        )
+        return 2
+    _ignore_stop_signals()
+    if _wait_for_parent(int(argv[1])):
+        return 0
+    hit, survivors = _sweep.sweep_until_gone_sync(argv[2])
+    if hit or survivors:
+        with contextlib.suppress(OSError):  # stderr may be gone with the supervisor
+            print(
+                f"ddsup sentinel: the supervisor of run {argv[2]} ended without cleaning up;"
+                f" killed {len(hit)} process(es), {len(survivors)} survived: {survivors}",
+                file=sys.stderr,
+            )
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,93 @@
+"""Subreaper adoption: orphans of our units become our children, and we reap them.
+
+``ddsup start`` and every node agent call :func:`become_subreaper`. A unit's setsid
+grandchild whose parent died is then reparented to us instead of to init, so it stays in
+our subtree (where the stop of a unit looks for escaped descendants) and its zombie is
+reaped by :func:`reap_adopted_children`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+
+import trio
+
+from ddsup.process import _proc
+from ddsup.process._managed import managed_children
+
+log = logging.getLogger(__name__)
+
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
+
+
+def _prctl(option: int, arg: object) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, arg, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def become_subreaper() -> None:
+    """Make orphaned descendants reparent to us rather than to init (Linux only).
+
+    Without it, a unit's setsid grandchild whose parent died belongs to PID 1 and we
+    could only find it by its environment; with it, it is our child, we reap it, and it
+    cannot outlive us unnoticed.
+    """
+    if not sys.platform.startswith("linux"):
+        log.debug("not Linux: no child subreaper; orphans are found by sweeping only")
+        return
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def is_subreaper() -> bool:
+    """Whether this process is a child subreaper (False where the notion does not exist)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    flag = ctypes.c_int(0)
+    _prctl(_PR_GET_CHILD_SUBREAPER, ctypes.pointer(flag))
+    return flag.value != 0
+
+
+def _reapable(pid: int, own_session: int) -> bool:
+    """A child we may reap: never a managed one (its owner reaps it), and never one in our
+    own session. Orphans of our units can only be in other sessions (units start in new
+    sessions, and no process can join a session), while a child in our session was forked
+    by code in this process (``trio.run_process``, ``subprocess``) that will reap it."""
+    try:
+        return os.getsid(pid) != own_session
+    except ProcessLookupError:
+        return False
+
+
+async def _reap_once() -> int:
+    registry = managed_children()
+    reaped = 0
+    async with registry.lock:  # spawn holds it from fork to registration
+        own_session = os.getsid(0)
+        # a /proc scan costs milliseconds per hundred processes: keep it off the event loop
+        children = await trio.to_thread.run_sync(_proc.children_of, os.getpid())
+        for pid in children - registry.pids:
+            if not _reapable(pid, own_session):
+                continue
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:  # noqa: ASYNC222 (WNOHANG: never blocks)
+                    reaped += 1
+    return reaped
+
+
+async def reap_adopted_children(
+    *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Reap adopted zombies on every SIGCHLD, forever (run it in the supervisor's nursery)."""
+    with trio.open_signal_receiver(signal.SIGCHLD) as signals:
+        task_status.started()
+        await _reap_once()  # orphans that died before we listened
+        async for _ in signals:
+            await _reap_once()

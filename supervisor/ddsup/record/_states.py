@@ -1,0 +1,70 @@
+"""The one vocabulary of a unit instance's state, and the transitions between them.
+
+The service's state machine moves through these; events, the controller, ``status``,
+the console and the metrics all name states with this enum (its values are the strings
+written to ``events.jsonl`` and ``status --json``)::
+
+    inactive ─▶ waiting ─▶ starting ─▶ ready ─▶ stopping ─▶ exited | failed
+                   │          │  ▲        │
+                   │          ▼  │        ▼
+                   │        restarting ◀──┘         (any live state ─▶ stopping / failed)
+                   └─▶ exited   (stopped before it started)
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class InstanceState(str, enum.Enum):
+    """Where one unit instance is in its life (docs/operating.md lists them)."""
+
+    INACTIVE = "inactive"
+    WAITING = "waiting"
+    STARTING = "starting"
+    READY = "ready"
+    RESTARTING = "restarting"
+    STOPPING = "stopping"
+    EXITED = "exited"
+    FAILED = "failed"
+
+    @property
+    def final(self) -> bool:
+        return self in (InstanceState.EXITED, InstanceState.FAILED)
+
+
+LIVE = {
+    InstanceState.WAITING,
+    InstanceState.STARTING,
+    InstanceState.READY,
+    InstanceState.RESTARTING,
+}
+ALLOWED: dict[InstanceState, set[InstanceState]] = {
+    InstanceState.INACTIVE: {InstanceState.WAITING, InstanceState.STARTING, InstanceState.EXITED},
+    InstanceState.WAITING: {InstanceState.STARTING, InstanceState.STOPPING, InstanceState.EXITED},
+    InstanceState.STARTING: {
+        InstanceState.READY,
+        InstanceState.RESTARTING,
+        InstanceState.STOPPING,
+        InstanceState.EXITED,
+        InstanceState.FAILED,
+    },
+    InstanceState.READY: {
+        InstanceState.RESTARTING,
+        InstanceState.STOPPING,
+        InstanceState.EXITED,
+        InstanceState.FAILED,
+    },
+    InstanceState.RESTARTING: {
+        InstanceState.STARTING,
+        InstanceState.STOPPING,
+        InstanceState.FAILED,
+    },
+    InstanceState.STOPPING: {InstanceState.EXITED, InstanceState.FAILED},
+    InstanceState.EXITED: set(),
+    InstanceState.FAILED: set(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A bug: the state machine was asked for a transition it does not have."""

@@ -1,0 +1,208 @@
+"""What ``ddsup start`` prints: concise lines for a person or a Slurm job output file.
+
+Transitions that matter (ready, failed, restarting, exited) are printed by default; every
+transition and process start with ``-v``; only errors and the final result with ``-q``.
+Lines carry a local ``HH:MM:SS`` stamp so job output can be read next to
+``events.jsonl``.
+
+On a terminal, one progress line sits below them while lanes load or units stop —
+``lanes ready 5/8 · waiting on lane@6 (n3) 1m12s`` — redrawn in place at every event and,
+when :meth:`Console.run` runs, every second. Anywhere else (a Slurm output file, a pipe)
+there are no redraws: each lane that becomes ready says how many are ready so far.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import trio
+
+from ddsup.record._display import duration, paint, symbol
+from ddsup.record._events import Event
+from ddsup.record._outcome import Outcome
+
+_DEFAULT_STATES = {"ready", "failed", "restarting", "exited"}
+# Until lanes() names them: lane replicas are the instances numbered by replica (``llama@3``;
+# each-node services are named by node, ranks > 0 carry ``:rank``).
+_LANE_NAME = re.compile(r"[^@:]+@[0-9]+")
+_LOADING = {"inactive", "waiting", "starting", "restarting"}
+_CLEAR_LINE = "\r\x1b[K"
+REDRAW_INTERVAL = 1.0
+
+
+@dataclass(frozen=True)
+class _Seen:
+    state: str
+    node: str | None
+    since: float
+
+
+class Console:
+    """Fed every event of the run by the controller; never blocks it.
+
+    ``lanes`` (instance → model, rank 0 of each lane replica) tells the progress line
+    which instances are lanes; until it is given, every instance counts.
+    """
+
+    def __init__(
+        self,
+        *,
+        verbose: bool = False,
+        quiet: bool = False,
+        stream: TextIO | None = None,
+        tty: bool | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.verbose = verbose
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self.tty = _isatty(self.stream) if tty is None else tty
+        self.colour = self.tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+        self._clock = clock
+        self._seen: dict[str, _Seen] = {}
+        self._lanes: dict[str, str] | None = None
+        self._stop_began: float | None = None  # when the run began to stop
+        self._done = False
+        self._progress = ""  # what the progress line shows now ("" = not shown)
+        self._wake = trio.Event()
+
+    # --- what the controller calls --------------------------------------------------
+    def lanes(self, lanes: Mapping[str, str]) -> None:
+        """Name the lane replicas (instance → model), once the plan is known."""
+        self._lanes = dict(lanes)
+        self._redraw()
+
+    def event(self, event: Event) -> None:
+        if event.event == "unit" and event.instance and event.to_state:
+            self._seen[event.instance] = _Seen(event.to_state, event.node, event.time)
+        elif event.event == "run" and event.reason in ("stopping", "ending"):
+            self._stop_began = self._stop_began or event.time
+        line = None if self.quiet else self._line(event)
+        if line is not None:
+            self._print(line)
+        else:
+            self._redraw()
+
+    def error(self, text: str) -> None:
+        self._print(f"error: {text}")
+
+    def result(self, outcome: Outcome, state_dir: Path) -> None:
+        self._done = True
+        cause = f" ({outcome.unit}: {outcome.reason})" if outcome.unit else f" ({outcome.reason})"
+        self._print(
+            f"finished: {outcome.status}, exit {outcome.exit_code}{cause}; state in {state_dir}"
+        )
+
+    async def run(self) -> None:
+        """Redraw the progress line every second, so its elapsed time moves (TTY only).
+
+        Optional: without it the line is redrawn at each event. Sleeps on an event while
+        no progress line is shown, so an idle run does not tick.
+        """
+        if not self.tty or self.quiet:
+            await trio.sleep_forever()
+        while True:
+            if not self._progress:
+                self._wake = trio.Event()
+                await self._wake.wait()
+            await trio.sleep(REDRAW_INTERVAL)
+            self._redraw()
+
+    # --- lines ----------------------------------------------------------------------
+    def _line(self, event: Event) -> str | None:
+        if event.event == "unit":
+            return self._unit_line(event)
+        if event.event == "process" and self.verbose:
+            return f"{event.instance}{_where(event.node)}: pid {event.details.get('pid')}"
+        if event.event == "exit" and self.verbose:
+            where = f"{event.instance}{_where(event.node)}"
+            return f"{where}: pid {event.details.get('pid')} ended ({event.reason})"
+        if event.event == "run" and (self.verbose or event.reason in ("stopping", "ending")):
+            return f"run {event.reason}"
+        return None
+
+    def _unit_line(self, event: Event) -> str | None:
+        state = event.to_state or ""
+        if not self.verbose and state not in _DEFAULT_STATES:
+            return None
+        shown = paint(state, f"{symbol(state)} {state}") if self.colour else state
+        line = f"{event.instance}{_where(event.node)}: {shown} — {event.reason}"
+        if state == "ready" and not self.tty and self._is_lane(event.instance or ""):
+            ready, total = self._counts()
+            line += f" · lanes ready {ready}/{total}"
+        return line
+
+    def _print(self, text: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        # BrokenPipe: nobody reads our output any more; the state dir still has it all.
+        with contextlib.suppress(BrokenPipeError, ValueError):
+            clear = _CLEAR_LINE if self.tty and self._progress else ""
+            self._progress = ""
+            self.stream.write(f"{clear}{stamp} ddsup: {text}\n")
+            self._redraw(flush=False)
+            self.stream.flush()
+
+    # --- the progress line (TTY only) -----------------------------------------------
+    def _redraw(self, *, flush: bool = True) -> None:
+        if not self.tty or self.quiet:
+            return
+        text = "" if self._done else self.progress()
+        if text == self._progress:
+            return  # unchanged (the elapsed time moves on only every second)
+        width = shutil.get_terminal_size((100, 24)).columns - 1
+        with contextlib.suppress(BrokenPipeError, ValueError):
+            self.stream.write(f"{_CLEAR_LINE}{text[:width]}")
+            if flush:
+                self.stream.flush()
+        was_shown, self._progress = bool(self._progress), text
+        if text and not was_shown:
+            self._wake.set()
+
+    def progress(self) -> str:
+        """The progress line's text now ("" when there is nothing to wait for)."""
+        if self._stop_began is not None:
+            pending = {i: s for i, s in self._seen.items() if s.state not in ("exited", "failed")}
+            head, busy, began = f"stopping · {len(pending)} left", "stopping", self._stop_began
+        else:
+            lanes = {i: s for i, s in self._seen.items() if self._is_lane(i)}
+            pending = {i: s for i, s in lanes.items() if s.state in _LOADING}
+            ready, total = self._counts()
+            head, busy, began = f"lanes ready {ready}/{total}", "starting", 0.0
+        if not pending:
+            return ""
+        # the one that has been at it longest: loading (or being stopped) before queued
+        name, oldest = min(pending.items(), key=lambda i: (i[1].state != busy, i[1].since))
+        more = f" (+{len(pending) - 1} more)" if len(pending) > 1 else ""
+        elapsed = duration(self._clock() - max(oldest.since, began))
+        return f"{head} · waiting on {name}{_where(oldest.node)} {elapsed}{more}"
+
+    def _is_lane(self, instance: str) -> bool:
+        if self._lanes is not None:
+            return instance in self._lanes
+        return _LANE_NAME.fullmatch(instance) is not None
+
+    def _counts(self) -> tuple[int, int]:
+        names = list(self._lanes) if self._lanes is not None else list(self._seen)
+        names = [n for n in names if self._is_lane(n)]
+        ready = sum(1 for n in names if n in self._seen and self._seen[n].state == "ready")
+        return ready, len(names)
+
+
+def _where(node: str | None) -> str:
+    return f" ({node})" if node else ""
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -1,0 +1,65 @@
+"""Start and stop order of a run's instances, derived from units and plan alone.
+
+Pure functions, so ordering rules are stated (and testable) in one place:
+
+- an instance starts once every instance of each unit in its ``after`` is ready (a
+  oneshot: completed); the endpoint additionally waits for ``min_ready`` lanes of each
+  model, and the worker for the endpoint, without saying so;
+- stop order is the reverse of start depth, and instances of one depth stop in parallel.
+"""
+
+from __future__ import annotations
+
+from ddsup.plan._model import Plan, PlannedInstance
+from ddsup.units._model import Placement, UnitSet, UnitType
+
+
+def runs_on_agent(units: UnitSet, planned: PlannedInstance) -> bool:
+    """Lanes and each-node services run in node agents; everything else in the controller."""
+    if planned.type is UnitType.LANE:
+        return True
+    unit = units.by_name(planned.unit)
+    return unit.type in (UnitType.SERVICE, UnitType.ONESHOT) and unit.on is Placement.EACH_NODE
+
+
+def start_after(units: UnitSet, plan: Plan, planned: PlannedInstance) -> list[str]:
+    """Instances that must be ready before ``planned`` starts (lane quorum not included)."""
+    unit = units.by_name(planned.unit)
+    names = {units.by_name(dep).name for dep in unit.after}
+    if unit.type is UnitType.WORKER and units.endpoint is not None:
+        names.add(units.endpoint.name)
+    return [other.instance for other in plan.instances if other.unit in names]
+
+
+def lanes_by_model(units: UnitSet, plan: Plan) -> dict[str, list[str]]:
+    """Serving instances (rank 0 of each replica) of every model, in plan order."""
+    by_model: dict[str, list[str]] = {}
+    for planned in plan.instances:
+        if planned.type is UnitType.LANE and not planned.rank:
+            lane = units.by_name(planned.unit).lane
+            assert lane is not None
+            by_model.setdefault(lane.model, []).append(planned.instance)
+    return by_model
+
+
+def stop_levels(units: UnitSet, plan: Plan) -> list[list[PlannedInstance]]:
+    """Instances grouped by start depth, deepest first: the order in which to stop them."""
+    depth: dict[str, int] = {}
+
+    def unit_depth(name: str, seen: frozenset[str] = frozenset()) -> int:
+        if name in depth:
+            return depth[name]
+        unit = units.by_name(name)
+        deps = [units.by_name(d).name for d in unit.after]
+        if unit.type is UnitType.ENDPOINT:
+            deps += [u.name for u in units.lanes]
+        if unit.type is UnitType.WORKER and units.endpoint is not None:
+            deps.append(units.endpoint.name)
+        value = 1 + max((unit_depth(d, seen | {name}) for d in deps if d not in seen), default=-1)
+        depth[name] = value
+        return value
+
+    levels: dict[int, list[PlannedInstance]] = {}
+    for planned in plan.instances:
+        levels.setdefault(unit_depth(planned.unit), []).append(planned)
+    return [levels[k] for k in sorted(levels, reverse=True)]

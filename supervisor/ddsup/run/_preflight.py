@@ -1,0 +1,85 @@
+"""Preflight: checks on a node before any lane starts there.
+
+Each node agent checks that it is the node the plan names, that the GPUs the plan gives
+its lanes exist, that the planned ports are free, and that ``model_path`` is readable.
+Lanes with ``port = "auto"`` get their ports here: the agent binds port 0 to let the
+kernel pick free ones (on a shared node this avoids other jobs' ports). Problems are
+collected, not raised, so the controller can report every node's problems at once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ddsup.plan._model import Plan, PlannedInstance
+from ddsup.units._model import UnitSet, UnitType
+
+
+@dataclass
+class PreflightResult:
+    """What one node found: problems (empty = passed) and the ports it picked."""
+
+    node: str
+    problems: list[str] = field(default_factory=list)
+    ports: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"node": self.node, "problems": self.problems, "ports": self.ports}
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def _pick_ports(count: int) -> list[int]:
+    """Free ports picked by the kernel, held open together so they are distinct."""
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("0.0.0.0", 0))
+            socks.append(sock)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def run_preflight(
+    node: str, units: UnitSet, plan: Plan, *, gpus_available: int | None, slurm_node: str | None
+) -> PreflightResult:
+    """Check this node against the plan; never raises for a failed check."""
+    result = PreflightResult(node=node)
+    if slurm_node is not None and slurm_node != node:
+        result.problems.append(
+            f"this agent runs on node {slurm_node!r}, the plan expected {node!r}"
+        )
+    mine: Sequence[PlannedInstance] = plan.on_node(node)
+    needed = max((g + 1 for i in mine for g in i.gpus), default=0)
+    if gpus_available is not None and needed > gpus_available:
+        result.problems.append(
+            f"the plan needs GPU indices up to {needed - 1}, this node has {gpus_available} GPUs"
+        )
+    auto = [i for i in mine if i.type is UnitType.LANE and i.port is None and not i.rank]
+    for instance, picked in zip(auto, _pick_ports(len(auto)), strict=True):
+        result.ports[instance.instance] = picked
+    for planned in mine:
+        for port in (planned.port, planned.master_port if not planned.rank else None):
+            if port is not None and not _port_free(port):
+                result.problems.append(
+                    f"port {port} planned for {planned.instance} is already in use"
+                )
+        unit = units.by_name(planned.unit)
+        path = unit.lane.model_path if unit.lane else None
+        if path and not os.access(path, os.R_OK):
+            result.problems.append(f"model_path {path!r} of {planned.instance} is not readable")
+    return result

@@ -1,0 +1,101 @@
+"""What a unit process sees: its environment and the values of its ``{specifiers}``.
+
+Units inherit the environment of ``ddsup start`` (as ``srun --export=ALL`` does), then
+``environment`` is added, ``unset_environment`` removed, and ddsup's own variables set
+last so a unit cannot accidentally fake its identity. Variables that only ddsup's own
+processes need (the control secret) are never passed on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV
+from ddsup.plan._model import Plan, PlannedInstance
+from ddsup.units import resolve_specifiers
+from ddsup.units._model import Unit, UnitType
+
+INVOCATION_ENV = "DDSUP_INVOCATION_ID"
+PRIVATE_VARIABLES = (SECRET_ENV, ADDRESS_ENV)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Facts about the run that every unit instance's specifiers and environment use."""
+
+    invocation_id: str
+    state_dir: str
+    unit_dir: str
+    job_id: str
+    endpoint_url: str | None = None
+    api_key: str | None = None  # the endpoint's key, handed to the worker only
+
+
+def specifier_context(
+    unit: Unit, planned: PlannedInstance, plan: Plan, run: RunContext
+) -> dict[str, str]:
+    """Values of every specifier for one instance (see docs/units.md)."""
+    node = plan.node(planned.node)
+    values: dict[str, str] = {
+        "unit": unit.base_name,
+        "instance": planned.instance,
+        "node": node.name,
+        "host": node.address,
+        "port": "" if planned.port is None else str(planned.port),
+        "gpus": str(len(planned.gpus)),
+        "replica": "" if planned.replica is None else str(planned.replica),
+        "rank": "" if planned.rank is None else str(planned.rank),
+        "nnodes": str(planned.nnodes),
+        "master_addr": planned.master_addr or "",
+        "master_port": "" if planned.master_port is None else str(planned.master_port),
+        "model": unit.lane.model if unit.lane else "",
+        "state_dir": run.state_dir,
+        "job_id": run.job_id,
+        "endpoint_url": run.endpoint_url or "",
+        "unit_dir": run.unit_dir,
+    }
+    if unit.lane is not None:
+        lane = unit.lane
+        values.setdefault("model_path", lane.model_path or "")
+        values["model_path"] = lane.model_path or ""
+        values["stagger"] = f"{lane.stagger:g}s"
+        values["lead_standoff"] = f"{lane.lead_standoff:g}s"
+        values["replicas"] = "auto" if lane.replicas is None else str(lane.replicas)
+        values["nodes"] = str(lane.nodes)
+    return values
+
+
+def unit_environment(
+    base: Mapping[str, str],
+    unit: Unit,
+    planned: PlannedInstance,
+    context: Mapping[str, str],
+    run: RunContext,
+) -> dict[str, str]:
+    """The full environment of one unit instance's process."""
+    env = {k: v for k, v in base.items() if k not in PRIVATE_VARIABLES}
+    for key, value in unit.service.environment.items():
+        env[key] = resolve_specifiers(value, context)
+    for key in unit.service.unset_environment:
+        env.pop(key, None)
+    env.update(
+        {
+            INVOCATION_ENV: run.invocation_id,
+            "DDSUP_UNIT": unit.base_name,
+            "DDSUP_INSTANCE": planned.instance,
+            "DDSUP_NODE": planned.node,
+            "DDSUP_STATE_DIR": run.state_dir,
+        }
+    )
+    if unit.type is UnitType.LANE:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in planned.gpus)
+        env["DDSUP_LANE_REPLICA"] = str(planned.replica)
+        env["DDSUP_LANE_RANK"] = str(planned.rank or 0)
+        env["DDSUP_LANE_PORT"] = "" if planned.port is None else str(planned.port)
+    if unit.type is UnitType.WORKER and run.endpoint_url:
+        env["DDSUP_ENDPOINT_URL"] = run.endpoint_url
+        env["OPENAI_BASE_URL"] = run.endpoint_url.rstrip("/") + "/v1"
+        if run.api_key is not None:
+            env["OPENAI_API_KEY"] = run.api_key
+    return env

@@ -1,0 +1,339 @@
+"""One unit file: bytes → TOML → checked against :data:`SECTIONS` → a frozen :class:`Unit`.
+
+Every problem of the file is collected (not just the first) as a key path and a message;
+positions are looked up afterwards, and only when there is a problem to report, by
+:class:`~ddsup.units._locate.Locator`. Nothing a file contains may raise anything but a
+problem: undecodable bytes, syntax errors, absurd sizes, deep nesting, wrong types.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddsup._errors import Problem
+from ddsup.units import _schema as schema
+from ddsup.units._kinds import UNIT_NAME, Invalid
+from ddsup.units._locate import KeyPath, Locator
+from ddsup.units._model import (
+    EndpointSection,
+    LaneSection,
+    Placement,
+    ProbeKind,
+    ReadySection,
+    ServiceSection,
+    SlurmSection,
+    SourceLocation,
+    Unit,
+    UnitType,
+)
+from ddsup.units._specifiers import specifier_problems
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+
+MAX_FILE_BYTES = 1024 * 1024  # a unit file is a few hundred bytes; refuse to parse megabytes
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+_TOML_AT_END = re.compile(r"\s*\(at end of document\)$")
+
+
+@dataclass
+class ParsedFile:
+    """A unit file after its own checks: the unit when valid, and where things are in it."""
+
+    path: str
+    name: str
+    text: str = ""
+    unit: Unit | None = None
+    unit_type: UnitType | None = None
+    doc: Mapping[str, Any] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    _locator: Locator | None = None
+
+    def problem(self, path: KeyPath, message: str, *, at_value: bool = False) -> None:
+        """Record ``message`` at the key (or value) ``path`` of this file."""
+        if self._locator is None:
+            self._locator = Locator(self.text)
+        where = self._locator.value(path) if at_value else self._locator.key(path)
+        self.problems.append(Problem(self.path, *where, message))
+
+
+def parse_bytes(path: str, data: bytes) -> ParsedFile:
+    """Check one unit file whose contents are ``data``; ``path`` names it in problems."""
+    if len(data) > MAX_FILE_BYTES:
+        return too_large(path, len(data))
+    parsed = ParsedFile(path, _unit_name(path))
+    try:
+        parsed.text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        byte = data[err.start : err.start + 1].hex()
+        parsed.problems.append(Problem(path, line, col, f"not UTF-8 text (byte 0x{byte})"))
+        return parsed
+    try:
+        parsed.doc = tomllib.loads(parsed.text)
+    except tomllib.TOMLDecodeError as err:
+        parsed.problems.append(_syntax_problem(path, parsed.text, err))
+        return parsed
+    except RecursionError:
+        parsed.problems.append(Problem(path, 1, 1, "TOML nesting is too deep"))
+        return parsed
+    _check(parsed)
+    return parsed
+
+
+def too_large(path: str, size: int) -> ParsedFile:
+    """The problem of a file over :data:`MAX_FILE_BYTES` (read no further than that)."""
+    parsed = ParsedFile(path, _unit_name(path))
+    message = f"file is {size / 1024 / 1024:.1f} MiB; a unit file may be at most 1 MiB"
+    parsed.problems.append(Problem(path, 1, 1, message))
+    return parsed
+
+
+def _unit_name(path: str) -> str:
+    base = re.split(r"[\\/]", path)[-1]
+    return base[: -len(".toml")] if base.endswith(".toml") else base
+
+
+def _syntax_problem(path: str, text: str, err: tomllib.TOMLDecodeError) -> Problem:
+    message = str(getattr(err, "msg", None) or err)
+    line = getattr(err, "lineno", None)
+    col = getattr(err, "colno", None)
+    match = _TOML_POSITION.search(message)
+    if match:
+        line, col = int(match.group(1)), int(match.group(2))
+    elif _TOML_AT_END.search(message):
+        line = text.count("\n") + 1
+        col = len(text) - (text.rfind("\n") + 1) + 1
+    message = _TOML_AT_END.sub("", _TOML_POSITION.sub("", message))
+    return Problem(path, line or 1, col or 1, f"invalid TOML: {message}")
+
+
+def _check(parsed: ParsedFile) -> None:
+    parsed.unit_type = _declared_type(parsed.doc)
+    values: dict[str, dict[str, Any]] = {}
+    for name, table in parsed.doc.items():
+        spec = schema.section(name)
+        if spec is None:
+            parsed.problem((name,), _unknown_section(name))
+        elif not isinstance(table, dict):
+            parsed.problem((name,), f"[{name}] must be a table, written as a [{name}] header")
+        else:
+            _check_placement(parsed, spec)
+            values[name] = _check_section(parsed, spec, table)
+    _check_required(parsed)
+    _check_ready(parsed)
+    _check_restart_delays(parsed, values.get("service", {}))
+    _check_name(parsed)
+    if not parsed.problems and parsed.unit_type is not None:
+        parsed.unit = _build(parsed, parsed.unit_type, values)
+
+
+def _declared_type(doc: Mapping[str, Any]) -> UnitType | None:
+    unit = doc.get("unit")
+    raw = unit.get("type") if isinstance(unit, dict) else None
+    try:
+        return UnitType(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+
+
+def _unknown_section(name: str) -> str:
+    close = difflib.get_close_matches(name, schema.SECTION_NAMES, n=1)
+    if close:
+        return f"unknown section [{name}]; did you mean [{close[0]}]?"
+    known = ", ".join(f"[{s}]" for s in schema.SECTION_NAMES)
+    return f"unknown section [{name}]; sections are {known}"
+
+
+def _check_placement(parsed: ParsedFile, spec: schema.SectionSpec) -> None:
+    kind = parsed.unit_type
+    if kind is not None and kind not in spec.only:
+        allowed = " and ".join(sorted(t.value for t in spec.only))
+        parsed.problem(
+            (spec.name,),
+            f"[{spec.name}] is only allowed in {allowed} units; this unit is of type '{kind.value}'",
+        )
+
+
+def _check_section(
+    parsed: ParsedFile, spec: schema.SectionSpec, table: dict[str, Any]
+) -> dict[str, Any]:
+    converted: dict[str, Any] = {}
+    for key, raw in table.items():
+        key_spec = spec.key(key)
+        if key_spec is None:
+            parsed.problem((spec.name, key), _unknown_key(spec, key))
+            continue
+        if parsed.unit_type is not None and parsed.unit_type not in key_spec.only:
+            allowed = " and ".join(sorted(t.value for t in key_spec.only))
+            parsed.problem(
+                (spec.name, key),
+                f"[{spec.name}] {key} is only allowed in {allowed} units; "
+                f"this unit is of type '{parsed.unit_type.value}'",
+            )
+        try:
+            converted[key] = key_spec.kind.convert(raw)
+        except Invalid as err:
+            for each in err.all():
+                where = (spec.name, key, *each.at)
+                message = f"{_label(where)}: {each.message}"
+                parsed.problem(where, message, at_value=not each.on_key)
+            continue
+        if key_spec.specifiers:
+            _check_specifiers(parsed, (spec.name, key), raw)
+    return converted
+
+
+def _unknown_key(spec: schema.SectionSpec, key: str) -> str:
+    names = [k.name for k in spec.keys]
+    close = difflib.get_close_matches(key, names, n=1)
+    if close:
+        return f"unknown key '{key}' in [{spec.name}]; did you mean '{close[0]}'?"
+    if key in schema.SECTION_NAMES:
+        return f"'{key}' is a section, not a key of [{spec.name}]; put it under a [{key}] header"
+    home = next((s.name for s in schema.SECTIONS if s.key(key) is not None), None)
+    if home is not None:
+        return f"unknown key '{key}' in [{spec.name}]; it belongs in [{home}]"
+    return f"unknown key '{key}' in [{spec.name}]; keys are {', '.join(names)}"
+
+
+def _label(path: KeyPath) -> str:
+    """``("service", "exec", 2)`` → ``[service] exec[2]``."""
+    out = f"[{path[0]}] {path[1]}"
+    for part in path[2:]:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _texts(raw: Any, path: KeyPath) -> Iterator[tuple[KeyPath, str]]:
+    if isinstance(raw, str):
+        yield path, raw
+    elif isinstance(raw, list):
+        for index, item in enumerate(raw):
+            yield (*path, index), item
+    elif isinstance(raw, dict):
+        for name, item in raw.items():
+            yield (*path, name), item
+
+
+def _check_specifiers(parsed: ParsedFile, path: KeyPath, raw: Any) -> None:
+    for where, text in _texts(raw, path):
+        for message in specifier_problems(text, schema.SPECIFIERS):
+            parsed.problem(where, f"{_label(where)}: {message}", at_value=True)
+
+
+def _check_required(parsed: ParsedFile) -> None:
+    kind = parsed.unit_type
+    for spec in schema.SECTIONS:
+        table = parsed.doc.get(spec.name)
+        needed = kind in spec.required_for if kind else spec.required_for == schema.UNIT.only
+        if table is None and needed:
+            parsed.problem((), _missing_section(spec.name, kind))
+        elif isinstance(table, dict):
+            for key in spec.keys:
+                if key.required and key.name not in table:
+                    hint = f" = one of {_types()}" if spec is schema.UNIT else ""
+                    parsed.problem((spec.name,), f"[{spec.name}] is missing '{key.name}'{hint}")
+
+
+def _missing_section(name: str, kind: UnitType | None) -> str:
+    if name == "unit":
+        return f"missing section [unit] with type = one of {_types()}"
+    return f"missing section [{name}] (required in {kind.value if kind else 'every'} units)"
+
+
+def _types() -> str:
+    return ", ".join(f'"{t.value}"' for t in UnitType)
+
+
+def _check_ready(parsed: ParsedFile) -> None:
+    table = parsed.doc.get("ready")
+    if not isinstance(table, dict):
+        return
+    probes = [key for key in table if key in schema.READY_PROBES]
+    if not probes:
+        parsed.problem(("ready",), "[ready] needs exactly one of http, tcp, exec")
+    for extra in probes[1:]:
+        parsed.problem(
+            ("ready", extra),
+            f"[ready] has both {probes[0]} and {extra}; give exactly one probe",
+        )
+
+
+def _check_restart_delays(parsed: ParsedFile, service: Mapping[str, Any]) -> None:
+    low, high = service.get("restart_sec"), service.get("restart_max_sec")
+    if low is None or high is None or high >= low:
+        return
+    parsed.problem(
+        ("service", "restart_max_sec"),
+        "[service] restart_max_sec must not be shorter than restart_sec",
+        at_value=True,
+    )
+
+
+def _check_name(parsed: ParsedFile) -> None:
+    name, kind = parsed.name, parsed.unit_type
+    if not UNIT_NAME.fullmatch(name):
+        parsed.problem(
+            (),
+            f"invalid unit name {name!r}: use letters, digits, '_', '.', '-' "
+            "(and a final '@' for a template, as in lane@.toml)",
+        )
+        return
+    template = name.endswith("@")
+    on = parsed.doc.get("unit", {}).get("on") if isinstance(parsed.doc.get("unit"), dict) else None
+    if kind is UnitType.LANE and not template:
+        parsed.problem(
+            ("unit", "type"),
+            f"a lane unit is a template: rename {name}.toml to {name}@.toml "
+            f"(its instances are {name}@0, {name}@1, …)",
+        )
+    elif template and kind is not None and kind is not UnitType.LANE and on != "each-node":
+        parsed.problem(
+            ("unit", "type"),
+            f'only lanes and on = "each-node" services/oneshots are templates; '
+            f"rename {name}.toml to {name[:-1]}.toml",
+        )
+    elif kind is not UnitType.LANE and on == "each-node" and not template:
+        parsed.problem(
+            ("unit", "on"),
+            f"an each-node unit is a template: rename {name}.toml to {name}@.toml "
+            f"(its instances are {name}@<node>)",
+        )
+
+
+def _build(parsed: ParsedFile, kind: UnitType, values: dict[str, dict[str, Any]]) -> Unit:
+    unit = values.get("unit", {})
+    return Unit(
+        name=parsed.name,
+        type=kind,
+        service=ServiceSection(**values.get("service", {})),
+        source=SourceLocation(parsed.path),
+        description=unit.get("description", ""),
+        after=unit.get("after", ()),
+        requires=unit.get("requires", ()),
+        on=unit.get("on", Placement.CLIENT),
+        template=parsed.name.endswith("@"),
+        ready=_build_ready(values.get("ready")),
+        lane=LaneSection(**values["lane"]) if "lane" in values else None,
+        slurm=SlurmSection(**values.get("slurm", {})),
+        endpoint=EndpointSection(**values.get("endpoint", {}))
+        if kind is UnitType.ENDPOINT
+        else None,
+    )
+
+
+def _build_ready(values: dict[str, Any] | None) -> ReadySection | None:
+    if values is None:
+        return None
+    probe = next(p for p in schema.READY_PROBES if p in values)
+    extra = {"interval": values["interval"]} if "interval" in values else {}
+    return ReadySection(kind=ProbeKind(probe), target=values[probe], **extra)
