@@ -39,6 +39,9 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 MAX_FILE_BYTES = 1024 * 1024  # a unit file is a few hundred bytes; refuse to parse megabytes
+# The deepest real key is ``service.environment.NAME`` (3 parts). tomllib is quadratic in
+# the parts of one key, so a key with more than this many never reaches it.
+MAX_KEY_PARTS = 64
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 _TOML_AT_END = re.compile(r"\s*\(at end of document\)$")
 
@@ -54,13 +57,13 @@ class ParsedFile:
     unit_type: UnitType | None = None
     doc: Mapping[str, Any] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
-    _locator: Locator | None = None
+    locator: Locator | None = None
 
     def problem(self, path: KeyPath, message: str, *, at_value: bool = False) -> None:
         """Record ``message`` at the key (or value) ``path`` of this file."""
-        if self._locator is None:
-            self._locator = Locator(self.text)
-        where = self._locator.value(path) if at_value else self._locator.key(path)
+        if self.locator is None:
+            self.locator = Locator(self.text)
+        where = self.locator.value(path) if at_value else self.locator.key(path)
         self.problems.append(Problem(self.path, *where, message))
 
 
@@ -76,6 +79,14 @@ def parse_bytes(path: str, data: bytes) -> ParsedFile:
         col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
         byte = data[err.start : err.start + 1].hex()
         parsed.problems.append(Problem(path, line, col, f"not UTF-8 text (byte 0x{byte})"))
+        return parsed
+    parsed.locator = Locator(parsed.text, max_key_parts=MAX_KEY_PARTS)
+    if parsed.locator.overlong_key is not None:
+        message = (
+            f"a key with more than {MAX_KEY_PARTS} dotted parts; keys of unit files have "
+            "at most 3 (section.key.name)"
+        )
+        parsed.problems.append(Problem(path, *parsed.locator.overlong_key, message))
         return parsed
     try:
         parsed.doc = tomllib.loads(parsed.text)
