@@ -58,9 +58,11 @@ class Locator:
         self._starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self._paths = _Paths()
         self.overlong_key: tuple[int, int] | None = None
+        self.complete = False  # the scan followed the whole text (always, for valid TOML)
         scanner = _Scanner(text, self._paths, max_key_parts)
         try:
             scanner.document()
+            self.complete = True
         except _KeyTooLong as err:
             self.overlong_key = self._position(err.offset)
         except (ValueError, IndexError, RecursionError):
@@ -70,6 +72,10 @@ class Locator:
         """Where the key at ``path`` is written, else its nearest recorded ancestor."""
         offset = self._paths.nearest(path)
         return (1, 1) if offset is None else self._position(offset)
+
+    def has(self, path: KeyPath) -> bool:
+        """Whether the key or value at exactly ``path`` was found (for tests of the scan)."""
+        return self._paths.recorded(path)
 
     def value(self, path: KeyPath) -> tuple[int, int]:
         """Where the value at ``path`` starts, else where its key is (see :meth:`key`)."""
@@ -114,13 +120,21 @@ class _Paths:
 
     def value_of(self, path: KeyPath) -> int | None:
         """Offset of the value at exactly ``path``, if one was recorded."""
+        node = self._find(path)
+        return None if node is None else self._values.get(node)
+
+    def recorded(self, path: KeyPath) -> bool:
+        node = self._find(path)
+        return node is not None and (node in self._keys or node in self._values)
+
+    def _find(self, path: KeyPath) -> int | None:
         node = _ROOT
         for part in path:
             next_node = self._children.get((node, part))
             if next_node is None:
                 return None
             node = next_node
-        return self._values.get(node)
+        return node
 
 
 class _KeyTooLong(Exception):
@@ -156,7 +170,7 @@ class _Scanner:
         start = self.i
         is_array = self.text.startswith("[[", self.i)
         self.i += 2 if is_array else 1
-        node = self.key_parts(_ROOT)
+        node = self.key_parts(_ROOT, header=True)
         self.skip(_WS)
         closing = "]]" if is_array else "]"
         if not self.text.startswith(closing, self.i):
@@ -179,7 +193,9 @@ class _Scanner:
         self.skip(_WS)
         self.value(node)
 
-    def key_parts(self, node: int) -> int:
+    def key_parts(self, node: int, *, header: bool = False) -> int:
+        """Scan a (dotted) key below ``node``; its node. In a header, a part that names
+        an array of tables (``[[arr]]`` seen before) continues in its latest element."""
         self.skip(_WS)
         first, parts = self.i, 0
         while True:
@@ -194,6 +210,9 @@ class _Scanner:
             if not self.text.startswith(".", self.i):
                 return node
             self.i += 1
+            count = self.paths.array_tables.get(node) if header else None
+            if count:
+                node = self.paths.child(node, count - 1)
 
     def simple_key(self) -> str:
         for pattern in (_BASIC, _LITERAL, _BARE_KEY):
