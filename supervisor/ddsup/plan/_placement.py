@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 from ddsup._errors import PlacementError, UsageError
 from ddsup.plan._model import Node, Plan, PlannedInstance
+from ddsup.units import printable
 from ddsup.units._model import LaneSection, Placement, Unit, UnitSet, UnitType
 
 MAX_PORT = 65535
@@ -87,7 +88,7 @@ def _check_nodes(nodes: tuple[Node, ...], client: str) -> Node:
     names = [n.name for n in nodes]
     dupes = sorted(name for name, count in Counter(names).items() if count > 1)
     if dupes:
-        raise UsageError(f"node names must be unique; repeated: {', '.join(dupes)}")
+        raise UsageError(f"node names must be unique; repeated: {printable(', '.join(dupes))}")
     for node in nodes:
         if node.name == client:
             return node

@@ -15,6 +15,7 @@ from ddsup.units._durations import parse_signal as parse_signal
 from ddsup.units._model import Unit as Unit
 from ddsup.units._model import UnitSet as UnitSet
 from ddsup.units._model import UnitType as UnitType
+from ddsup.units._printable import printable as printable
 from ddsup.units._schema import SPECIFIERS as SPECIFIERS
 from ddsup.units._schema import json_schema as json_schema
 from ddsup.units._specifiers import SpecifierError as SpecifierError

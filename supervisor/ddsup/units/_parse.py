@@ -31,6 +31,7 @@ from ddsup.units._model import (
     Unit,
     UnitType,
 )
+from ddsup.units._printable import printable
 from ddsup.units._specifiers import specifier_problems
 
 if sys.version_info >= (3, 11):
@@ -64,7 +65,13 @@ class ParsedFile:
         if self.locator is None:
             self.locator = Locator(self.text)
         where = self.locator.value(path) if at_value else self.locator.key(path)
-        self.problems.append(Problem(self.path, *where, message))
+        self.problems.append(new_problem(self.path, *where, message))
+
+
+def new_problem(path: str, line: int, col: int, message: str) -> Problem:
+    """A problem as it will be printed: control characters of the path and the message
+    (which quotes the file's own keys and values) escaped, see :mod:`._printable`."""
+    return Problem(printable(path), line, col, printable(message))
 
 
 def parse_bytes(path: str, data: bytes) -> ParsedFile:
@@ -78,7 +85,7 @@ def parse_bytes(path: str, data: bytes) -> ParsedFile:
         line = data.count(b"\n", 0, err.start) + 1
         col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
         byte = data[err.start : err.start + 1].hex()
-        parsed.problems.append(Problem(path, line, col, f"not UTF-8 text (byte 0x{byte})"))
+        parsed.problems.append(new_problem(path, line, col, f"not UTF-8 text (byte 0x{byte})"))
         return parsed
     parsed.locator = Locator(parsed.text, max_key_parts=MAX_KEY_PARTS)
     if parsed.locator.overlong_key is not None:
@@ -86,7 +93,7 @@ def parse_bytes(path: str, data: bytes) -> ParsedFile:
             f"a key with more than {MAX_KEY_PARTS} dotted parts; keys of unit files have "
             "at most 3 (section.key.name)"
         )
-        parsed.problems.append(Problem(path, *parsed.locator.overlong_key, message))
+        parsed.problems.append(new_problem(path, *parsed.locator.overlong_key, message))
         return parsed
     try:
         parsed.doc = tomllib.loads(parsed.text)
@@ -94,7 +101,7 @@ def parse_bytes(path: str, data: bytes) -> ParsedFile:
         parsed.problems.append(_syntax_problem(path, parsed.text, err))
         return parsed
     except RecursionError:
-        parsed.problems.append(Problem(path, 1, 1, "TOML nesting is too deep"))
+        parsed.problems.append(new_problem(path, 1, 1, "TOML nesting is too deep"))
         return parsed
     _check(parsed)
     return parsed
@@ -104,7 +111,7 @@ def too_large(path: str, size: int) -> ParsedFile:
     """The problem of a file over :data:`MAX_FILE_BYTES` (read no further than that)."""
     parsed = ParsedFile(path, _unit_name(path))
     message = f"file is {size / 1024 / 1024:.1f} MiB; a unit file may be at most 1 MiB"
-    parsed.problems.append(Problem(path, 1, 1, message))
+    parsed.problems.append(new_problem(path, 1, 1, message))
     return parsed
 
 
@@ -124,7 +131,7 @@ def _syntax_problem(path: str, text: str, err: tomllib.TOMLDecodeError) -> Probl
         line = text.count("\n") + 1
         col = len(text) - (text.rfind("\n") + 1) + 1
     message = _TOML_AT_END.sub("", _TOML_POSITION.sub("", message))
-    return Problem(path, line or 1, col or 1, f"invalid TOML: {message}")
+    return new_problem(path, line or 1, col or 1, f"invalid TOML: {message}")
 
 
 def _check(parsed: ParsedFile) -> None:
@@ -295,7 +302,7 @@ def _check_name(parsed: ParsedFile) -> None:
     if not UNIT_NAME.fullmatch(name):
         parsed.problem(
             (),
-            f"invalid unit name {name!r}: use letters, digits, '_', '.', '-' "
+            f"invalid unit name '{name}': use letters, digits, '_', '.', '-' "
             "(and a final '@' for a template, as in lane@.toml)",
         )
         return
@@ -327,7 +334,7 @@ def _build(parsed: ParsedFile, kind: UnitType, values: dict[str, dict[str, Any]]
         name=parsed.name,
         type=kind,
         service=ServiceSection(**values.get("service", {})),
-        source=SourceLocation(parsed.path),
+        source=SourceLocation(printable(parsed.path)),
         description=unit.get("description", ""),
         after=unit.get("after", ()),
         requires=unit.get("requires", ()),
