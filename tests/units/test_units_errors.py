@@ -358,7 +358,7 @@ CASES = [
         lines("[unit]", 'type = "worker"'),
         1,
         1,
-        "missing section [service] (required in worker units)",
+        'missing section [service]: a worker unit says what to run, e.g. [service] exec = ["python3", "{unit_dir}/client.py"]',
     ),
     (
         "lane-section-on-worker",
@@ -406,7 +406,7 @@ CASES = [
         lines(*L[:4]),
         1,
         1,
-        "missing section [lane] (required in lane units)",
+        'missing section [lane]: a lane unit says what it serves, e.g. [lane] model = "llama-8b"',
     ),
     ("lane-missing-model", "l@.toml", lines(*L[:5], "gpus = 1"), 5, 2, "[lane] is missing 'model'"),
     (

@@ -17,6 +17,7 @@ from typing import Any
 
 from ddsup._errors import Problem
 from ddsup.units import _schema as schema
+from ddsup.units._builtin import endpoint_exec, endpoint_ready
 from ddsup.units._kinds import UNIT_NAME, Invalid
 from ddsup.units._locate import KeyPath, Locator
 from ddsup.units._model import (
@@ -252,20 +253,50 @@ def _check_required(parsed: ParsedFile) -> None:
     kind = parsed.unit_type
     for spec in schema.SECTIONS:
         table = parsed.doc.get(spec.name)
-        needed = kind in spec.required_for if kind else spec.required_for == schema.UNIT.only
-        if table is None and needed:
+        if table is None and _needed(spec.required_for, kind):
             parsed.problem((), _missing_section(spec.name, kind))
         elif isinstance(table, dict):
             for key in spec.keys:
-                if key.required and key.name not in table:
-                    hint = f" = one of {_types()}" if spec is schema.UNIT else ""
-                    parsed.problem((spec.name,), f"[{spec.name}] is missing '{key.name}'{hint}")
+                if _needed(key.required_for, kind) and key.name not in table:
+                    parsed.problem((spec.name,), _missing_key(spec, key.name, kind))
+
+
+def _needed(required_for: frozenset[UnitType], kind: UnitType | None) -> bool:
+    """Whether a unit of ``kind`` must have it; of an unknown kind, what every unit must."""
+    return kind in required_for if kind is not None else required_for == frozenset(UnitType)
+
+
+# What to write, per type, when [service] or its exec is missing (the endpoint has both
+# built in, see ddsup.units._builtin).
+_EXEC_EXAMPLES = {
+    UnitType.LANE: '["vllm", "serve", "{model_path}", "--port", "{port}"]',
+    UnitType.WORKER: '["python3", "{unit_dir}/client.py"]',
+    UnitType.SERVICE: '["my-server", "--port", "9100"]',
+    UnitType.ONESHOT: '["python3", "{unit_dir}/prepare.py"]',
+}
 
 
 def _missing_section(name: str, kind: UnitType | None) -> str:
     if name == "unit":
         return f"missing section [unit] with type = one of {_types()}"
+    if name == "service" and kind in _EXEC_EXAMPLES:
+        return (
+            f"missing section [service]: a {kind.value} unit says what to run, "
+            f"e.g. [service] exec = {_EXEC_EXAMPLES[kind]}"
+        )
+    if name == "lane":
+        return 'missing section [lane]: a lane unit says what it serves, e.g. [lane] model = "llama-8b"'
     return f"missing section [{name}] (required in {kind.value if kind else 'every'} units)"
+
+
+def _missing_key(spec: schema.SectionSpec, key: str, kind: UnitType | None) -> str:
+    if spec is schema.UNIT:
+        return f"[unit] is missing '{key}' = one of {_types()}"
+    if key == "exec" and kind in _EXEC_EXAMPLES:
+        return (
+            f"[service] is missing 'exec', the program to run: e.g. exec = {_EXEC_EXAMPLES[kind]}"
+        )
+    return f"[{spec.name}] is missing '{key}'"
 
 
 def _types() -> str:
@@ -330,22 +361,27 @@ def _check_name(parsed: ParsedFile) -> None:
 
 def _build(parsed: ParsedFile, kind: UnitType, values: dict[str, dict[str, Any]]) -> Unit:
     unit = values.get("unit", {})
+    service = values.get("service", {})
+    ready = _build_ready(values.get("ready"))
+    endpoint = None
+    if kind is UnitType.ENDPOINT:
+        endpoint = EndpointSection(**values.get("endpoint", {}))
+        service = {"exec": endpoint_exec(), **service}
+        ready = ready or endpoint_ready(endpoint)
     return Unit(
         name=parsed.name,
         type=kind,
-        service=ServiceSection(**values.get("service", {})),
+        service=ServiceSection(**service),
         source=SourceLocation(printable(parsed.path)),
         description=unit.get("description", ""),
         after=unit.get("after", ()),
         requires=unit.get("requires", ()),
         on=unit.get("on", Placement.CLIENT),
         template=parsed.name.endswith("@"),
-        ready=_build_ready(values.get("ready")),
+        ready=ready,
         lane=LaneSection(**values["lane"]) if "lane" in values else None,
         slurm=SlurmSection(**values.get("slurm", {})),
-        endpoint=EndpointSection(**values.get("endpoint", {}))
-        if kind is UnitType.ENDPOINT
-        else None,
+        endpoint=endpoint,
     )
 
 

@@ -17,18 +17,26 @@ from ddsup.units._specifiers import BASE_SPECIFIERS
 
 _ALL_TYPES = frozenset(UnitType)
 _LANE = frozenset({UnitType.LANE})
+# Kinds whose program is ddsup itself: [service] exec and [ready] have built-in defaults
+# (see ddsup.units._builtin), so a unit of such a type needs neither.
+BUILT_IN = frozenset({UnitType.ENDPOINT})
+_NOT_BUILT_IN = _ALL_TYPES - BUILT_IN
 
 
 @dataclass(frozen=True)
 class KeySpec:
-    """One key: its kind, documentation, default (as written in TOML) and restrictions."""
+    """One key: its kind, documentation, default (as written in TOML) and restrictions.
+
+    ``required_for``: the unit types whose files must give this key (when they have its
+    section at all; whether they must is :attr:`SectionSpec.required_for`).
+    """
 
     name: str
     kind: k.Kind
     doc: str
     default: object = None
     example: object = None
-    required: bool = False
+    required_for: frozenset[UnitType] = frozenset()
     specifiers: bool = False
     only: frozenset[UnitType] = _ALL_TYPES
 
@@ -57,7 +65,7 @@ UNIT = SectionSpec(
             k.choice(UnitType),
             "What the unit is for; decides where it runs and when it starts.",
             example="lane",
-            required=True,
+            required_for=_ALL_TYPES,
         ),
         KeySpec(
             "after",
@@ -92,9 +100,10 @@ SERVICE = SectionSpec(
         KeySpec(
             "exec",
             k.ARGV,
-            "The argument vector to run; never a shell string.",
+            "The argument vector to run; never a shell string. Endpoint units: the "
+            "running ddsup's endpoint when absent.",
             example=["vllm", "serve", "{model_path}", "--port", "{port}"],
-            required=True,
+            required_for=_NOT_BUILT_IN,
             specifiers=True,
         ),
         KeySpec(
@@ -189,13 +198,14 @@ SERVICE = SectionSpec(
             "continue",
         ),
     ),
-    required_for=_ALL_TYPES,
+    required_for=_NOT_BUILT_IN,
 )
 
 READY = SectionSpec(
     "ready",
     "How to tell that the unit is ready: exactly one of http, tcp, exec. Without this "
-    "section a unit is ready once started (a oneshot: once it exited successfully).",
+    "section a unit is ready once started (a oneshot: once it exited successfully; an "
+    "endpoint: once its /health answers 200).",
     (
         KeySpec(
             "http",
@@ -231,7 +241,7 @@ LANE = SectionSpec(
             k.NONEMPTY_STRING,
             "The name clients send as `model`; the endpoint routes by it.",
             example="llama-8b",
-            required=True,
+            required_for=_LANE,
         ),
         KeySpec(
             "model_path",
@@ -361,7 +371,7 @@ def json_schema() -> dict[str, Any]:
         "title": "ddsup unit file",
         "type": "object",
         "additionalProperties": False,
-        "required": ["unit", "service"],
+        "required": [spec.name for spec in SECTIONS if spec.required_for == _ALL_TYPES],
         "properties": {spec.name: _section_schema(spec) for spec in SECTIONS},
         "allOf": _type_rules(),
     }
@@ -375,7 +385,7 @@ def _section_schema(spec: SectionSpec) -> dict[str, Any]:
         "additionalProperties": False,
         "properties": properties,
     }
-    required = [key.name for key in spec.keys if key.required]
+    required = [key.name for key in spec.keys if key.required_for >= spec.only]
     if required:
         schema["required"] = required
     if spec is READY:
@@ -408,6 +418,9 @@ def _type_rules() -> list[dict[str, Any]]:
         if spec.only != _ALL_TYPES:
             rules.append({"if": {"required": [spec.name]}, "then": _type_is(spec.only)})
         for key in spec.keys:
+            if key.required_for and not key.required_for >= spec.only:
+                needs_key = {"properties": {spec.name: {"required": [key.name]}}}
+                rules.append({"if": _type_is(key.required_for), "then": needs_key})
             if key.only != _ALL_TYPES:
                 has_key = {
                     "properties": {spec.name: {"required": [key.name]}},
