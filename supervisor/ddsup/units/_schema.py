@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddsup.units import _kinds as k
+from ddsup.units._durations import parse_duration
 from ddsup.units._model import OnFailure, Placement, Restart, UnitType
 from ddsup.units._specifiers import BASE_SPECIFIERS
 
@@ -53,6 +54,16 @@ class SectionSpec:
 
     def key(self, name: str) -> KeySpec | None:
         return next((key for key in self.keys if key.name == name), None)
+
+
+def _duration_key(
+    name: str, doc: str, default: str, example: str, *, positive: bool = False
+) -> KeySpec:
+    """A duration key; its default (or example, when the default is 0) is the typical
+    value that steers the hint for a bare number (``interval = 250`` → ``"250ms"``)."""
+    typical = parse_duration(default) or parse_duration(example)
+    kind = k.duration(positive=positive, typical=typical)
+    return KeySpec(name, kind, doc, default, example)
 
 
 UNIT = SectionSpec(
@@ -137,14 +148,13 @@ SERVICE = SectionSpec(
             "/scratch/run",
         ),
         KeySpec("restart", k.choice(Restart), "When to restart the process.", "no", "on-failure"),
-        KeySpec(
+        _duration_key(
             "restart_sec",
-            k.DURATION,
             "First restart delay; doubles per consecutive failure up to restart_max_sec.",
             "100ms",
             "2s",
         ),
-        KeySpec("restart_max_sec", k.DURATION, "Upper bound of the restart delay.", "2m", "5m"),
+        _duration_key("restart_max_sec", "Upper bound of the restart delay.", "2m", "5m"),
         KeySpec(
             "start_limit_burst",
             k.integer(1),
@@ -152,12 +162,8 @@ SERVICE = SectionSpec(
             5,
             3,
         ),
-        KeySpec(
-            "start_limit_interval",
-            k.POSITIVE_DURATION,
-            "The window of start_limit_burst.",
-            "10s",
-            "10m",
+        _duration_key(
+            "start_limit_interval", "The window of start_limit_burst.", "10s", "10m", positive=True
         ),
         KeySpec(
             "success_exit_status",
@@ -166,19 +172,19 @@ SERVICE = SectionSpec(
             [0],
             [0, 143],
         ),
-        KeySpec(
+        _duration_key(
             "timeout_start",
-            k.POSITIVE_DURATION,
             "Ready within this after starting, or the unit has failed.",
             "90s",
             "20m",
+            positive=True,
         ),
-        KeySpec(
+        _duration_key(
             "timeout_stop",
-            k.POSITIVE_DURATION,
             "After kill_signal, wait this long, then SIGKILL the process group.",
             "30s",
             "10s",
+            positive=True,
         ),
         KeySpec(
             "kill_signal", k.SIGNAL, "Signal that asks the process to stop.", "SIGTERM", "SIGINT"
@@ -228,7 +234,7 @@ READY = SectionSpec(
             example=["test", "-e", "{state_dir}/ready"],
             specifiers=True,
         ),
-        KeySpec("interval", k.POSITIVE_DURATION, "Time between probes.", "500ms", "1s"),
+        _duration_key("interval", "Time between probes.", "500ms", "1s", positive=True),
     ),
 )
 
@@ -265,15 +271,9 @@ LANE = SectionSpec(
             8000,
             "auto",
         ),
-        KeySpec(
-            "stagger", k.DURATION, "Wait between successive lane starts on a node.", "5s", "200ms"
-        ),
-        KeySpec(
-            "lead_standoff",
-            k.DURATION,
-            "Extra wait before any lane but the first starts.",
-            "0s",
-            "30s",
+        _duration_key("stagger", "Wait between successive lane starts on a node.", "5s", "200ms"),
+        _duration_key(
+            "lead_standoff", "Extra wait before any lane but the first starts.", "0s", "30s"
         ),
     ),
     only=_LANE,
@@ -310,7 +310,7 @@ ENDPOINT = SectionSpec(
             128,
             64,
         ),
-        KeySpec("retry_after", k.DURATION, "Retry-After sent with 429 answers.", "1s", "2s"),
+        _duration_key("retry_after", "Retry-After sent with 429 answers.", "1s", "2s"),
         KeySpec(
             "retries",
             k.integer(0),
@@ -339,12 +339,12 @@ ENDPOINT = SectionSpec(
             1048576,
         ),
         KeySpec("max_concurrent", k.integer(1), "Most requests served at once.", 4096, 1024),
-        KeySpec(
+        _duration_key(
             "upstream_timeout",
-            k.POSITIVE_DURATION,
             "Longest wait for a lane's answer before trying another.",
             "10m",
             "5m",
+            positive=True,
         ),
     ),
     only=frozenset({UnitType.ENDPOINT}),
