@@ -15,9 +15,9 @@ import sys
 from collections.abc import Callable
 
 from ddsup._errors import EXIT_INVALID_UNITS, Problem, UnitFileError
+from ddsup.units._jsonschema import json_schema
 from ddsup.units._model import UnitSet
 from ddsup.units._printable import printable
-from ddsup.units._schema import json_schema
 from ddsup.units._unitset import load_unit_files, load_unit_set
 
 

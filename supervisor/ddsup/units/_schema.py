@@ -1,7 +1,8 @@
-"""The one table of unit-file sections and keys, and the JSON Schema made from it.
+"""The one table of unit-file sections and keys.
 
-Validation (:mod:`ddsup.units._parse`), ``ddsup schema`` and the tests that keep
-``docs/units.md`` honest all read :data:`SECTIONS`; a key exists in exactly one place.
+Validation (:mod:`ddsup.units._parse`), ``ddsup schema`` (:mod:`ddsup.units._jsonschema`)
+and the tests that keep ``docs/units.md`` honest all read :data:`SECTIONS`; a key exists
+in exactly one place.
 Defaults are written as a user would write them; a test checks that each one converts to
 the default of the matching field in :mod:`ddsup.units._model`.
 """
@@ -9,7 +10,6 @@ the default of the matching field in :mod:`ddsup.units._model`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ddsup.units import _kinds as k
 from ddsup.units._durations import parse_duration
@@ -361,70 +361,3 @@ SPECIFIERS: frozenset[str] = BASE_SPECIFIERS | {key.name for key in LANE.keys}
 def section(name: str) -> SectionSpec | None:
     """The section called ``name``, or None."""
     return next((spec for spec in SECTIONS if spec.name == name), None)
-
-
-def json_schema() -> dict[str, Any]:
-    """A JSON Schema (draft 2020-12) of one unit file, for editors."""
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://ddsup.invalid/schema/unit.json",
-        "title": "ddsup unit file",
-        "type": "object",
-        "additionalProperties": False,
-        "required": [spec.name for spec in SECTIONS if spec.required_for == _ALL_TYPES],
-        "properties": {spec.name: _section_schema(spec) for spec in SECTIONS},
-        "allOf": _type_rules(),
-    }
-
-
-def _section_schema(spec: SectionSpec) -> dict[str, Any]:
-    properties = {key.name: _key_schema(key) for key in spec.keys}
-    schema: dict[str, Any] = {
-        "type": "object",
-        "description": spec.doc,
-        "additionalProperties": False,
-        "properties": properties,
-    }
-    required = [key.name for key in spec.keys if key.required_for >= spec.only]
-    if required:
-        schema["required"] = required
-    if spec is READY:
-        schema["oneOf"] = [{"required": [probe]} for probe in READY_PROBES]
-    return schema
-
-
-def _key_schema(key: KeySpec) -> dict[str, Any]:
-    schema = key.kind.json()
-    schema["description"] = key.doc
-    if key.default is not None:
-        schema["default"] = key.default
-    if key.example is not None:
-        schema["examples"] = [key.example]
-    return schema
-
-
-def _type_is(types: frozenset[UnitType]) -> dict[str, Any]:
-    values = sorted(t.value for t in types)
-    unit_type = {"required": ["type"], "properties": {"type": {"enum": values}}}
-    return {"required": ["unit"], "properties": {"unit": unit_type}}
-
-
-def _type_rules() -> list[dict[str, Any]]:
-    """``[lane]`` only (and always) on lanes, ``[endpoint]`` only on endpoints, and so on."""
-    rules: list[dict[str, Any]] = []
-    for spec in SECTIONS:
-        if spec.required_for and spec.required_for != _ALL_TYPES:
-            rules.append({"if": _type_is(spec.required_for), "then": {"required": [spec.name]}})
-        if spec.only != _ALL_TYPES:
-            rules.append({"if": {"required": [spec.name]}, "then": _type_is(spec.only)})
-        for key in spec.keys:
-            if key.required_for and not key.required_for >= spec.only:
-                needs_key = {"properties": {spec.name: {"required": [key.name]}}}
-                rules.append({"if": _type_is(key.required_for), "then": needs_key})
-            if key.only != _ALL_TYPES:
-                has_key = {
-                    "properties": {spec.name: {"required": [key.name]}},
-                    "required": [spec.name],
-                }
-                rules.append({"if": has_key, "then": _type_is(key.only)})
-    return rules
