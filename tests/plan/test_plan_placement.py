@@ -290,6 +290,44 @@ def test_does_not_fit(units: list[Unit], node_count: int, gpus: int, fragments: 
         assert fragment in str(info.value)
 
 
+NO_GPUS = (
+    "Without GPUs (a laptop, CI, a CPU node), simulate them with --gpus-per-node G "
+    "(e.g. --gpus-per-node 2) and let `ddsup fake-vllm` lanes stand in for vLLM"
+)
+
+
+@pytest.mark.parametrize(
+    ("replicas", "asked"),
+    [(None, 'replicas = "auto" (at least 1)'), (2, "2 replicas")],
+)
+def test_no_gpus_says_how_to_simulate_them(replicas: int | None, asked: str) -> None:
+    with pytest.raises(PlacementError) as info:
+        make_plan(unit_set(lane("a@", replicas=replicas)), nodes(2, 0), client="gpu01")
+    assert str(info.value) == (
+        f"lane unit 'a@' asks for {asked} of 1 GPU, but the allocation has "
+        f"2 nodes x 0 GPUs = 0 GPUs. {NO_GPUS}"
+    )
+
+
+def test_an_auto_unit_is_not_told_to_use_auto() -> None:
+    with pytest.raises(PlacementError) as info:
+        make_plan(unit_set(lane("a@", gpus=4, replicas=None)), nodes(2, 2), client="gpu01")
+    assert str(info.value).endswith(
+        "the allocation has 2 nodes x 2 GPUs = 4 GPUs, 4 of them free. Fewer GPUs or nodes "
+        "per lane, or ask for more nodes or GPUs (in a rehearsal, simulate them: "
+        "--gpus-per-node G)"
+    )
+
+
+def test_a_fixed_unit_is_offered_every_fix() -> None:
+    with pytest.raises(PlacementError) as info:
+        make_plan(unit_set(lane("a@", replicas=3)), nodes(1, 2), client="gpu01")
+    assert str(info.value).endswith(
+        'Lower replicas, use replicas = "auto", or ask for more nodes or GPUs '
+        "(in a rehearsal, simulate them: --gpus-per-node G)"
+    )
+
+
 def test_two_auto_units_are_refused() -> None:
     units = unit_set(lane("a@", replicas=None), lane("b@", replicas=None))
     with pytest.raises(PlacementError, match=r"at most one lane unit.*'a@', 'b@'"):

@@ -42,7 +42,7 @@ def test_problems_are_lines_on_stdout_and_exit_65(tmp_path: Path) -> None:
     assert result.stdout.splitlines() == [
         f"{tmp_path}/bad.toml:1:1: error: not UTF-8 text (byte 0xff)",
         f'{tmp_path}/w.toml:4:8: error: [service] exec: exec must be an argument vector, e.g. ["python3", "x.py"] — ddsup never runs a shell',
-        f'{tmp_path}/w.toml:5:16: error: [service] timeout_stop: duration 5 has no unit; write it as a string, e.g. "5s" (units: ms, s, m, h)',
+        f'{tmp_path}/w.toml:5:16: error: [service] timeout_stop: duration 5 has no unit; write a string with one: "5s" or "5m" (units: ms, s, m, h)',
     ]
     assert result.stderr == "3 problems found\n"
     assert "Traceback" not in result.stdout + result.stderr

@@ -30,14 +30,20 @@ def test_durations(text: str, seconds: float) -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        (30, 'has no unit; write it as a string, e.g. "30s"'),
-        (2.5, 'e.g. "2.5s"'),
-        ("30", 'has no unit; add one, e.g. "30s"'),
-        ("2 sec", "invalid duration"),
-        ("-1s", "invalid duration"),
+        (30, 'has no unit; write a string with one: "30s" or "30ms"'),
+        (2.5, 'one: "2.5s" or "2.5ms"'),
+        ("30", 'has no unit; add one: "30s" or "30ms"'),
+        (0, r'has no unit; write a string with one: "0s" \('),
+        ("2 sec", r'invalid duration "2 sec"; did you mean "2s"\?'),
+        ("1 Minute 30 Secs", r'did you mean "1m30s"\?'),
+        ("5S", r'did you mean "5s"\?'),
+        ("1.5 days", r'did you mean "36h"\?'),
+        ("500 millis", r'did you mean "500ms"\?'),
+        ("2 fortnights", 'invalid duration "2 fortnights"; use a string with a unit'),
+        ("-1s", 'invalid duration "-1s": a duration cannot be negative'),
         ("", "invalid duration"),
-        (True, "expected a duration"),
-        ([1], "expected a duration"),
+        (True, "expected a duration .*, got boolean"),
+        ([1], "expected a duration .*, got array"),
     ],
 )
 def test_bad_durations(value: object, message: str) -> None:
@@ -60,3 +66,26 @@ def test_signals() -> None:
         parse_signal("SIGTREM")
     with pytest.raises(ValueError, match="names, not numbers"):
         parse_signal(9)
+
+
+@pytest.mark.parametrize(
+    ("number", "typical", "readings"),
+    [
+        (250, 0.5, '"250ms" or "250s"'),  # interval = 250: surely milliseconds
+        (20, 90.0, '"20s" or "20m"'),  # timeout_start = 20
+        (1200, 90.0, '"1200s" or "1200ms"'),
+        (600, 600.0, '"600s" or "600m"'),  # upstream_timeout = 600
+        (200, 5.0, '"200ms" or "200s"'),  # stagger = 200
+        (2, 0.1, '"2s" or "2ms"'),  # restart_sec = 2
+    ],
+)
+def test_a_bare_number_suggests_the_likeliest_units_first(
+    number: int, typical: float, readings: str
+) -> None:
+    with pytest.raises(ValueError, match="has no unit") as info:
+        parse_duration(number, typical=typical)
+    assert str(info.value) == (
+        f"duration {number} has no unit; write a string with one: {readings} (units: ms, s, m, h)"
+    )
+    with pytest.raises(ValueError, match=f'duration "{number}" has no unit; add one: {readings}'):
+        parse_duration(str(number), typical=typical)

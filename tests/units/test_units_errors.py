@@ -140,7 +140,7 @@ CASES = [
         lines(*W, "timeout_stop = 30"),
         5,
         16,
-        'duration 30 has no unit; write it as a string, e.g. "30s"',
+        'duration 30 has no unit; write a string with one: "30s" or "30m"',
     ),
     (
         "duration-bare-string",
@@ -148,7 +148,7 @@ CASES = [
         lines(*W, 'timeout_stop = "30"'),
         5,
         16,
-        'has no unit; add one, e.g. "30s"',
+        'duration "30" has no unit; add one: "30s" or "30m"',
     ),
     (
         "duration-garbage",
@@ -237,7 +237,7 @@ CASES = [
         lines("[unit]", 'type = "worker"', "[service]", 'restart = "no"'),
         3,
         2,
-        "[service] is missing 'exec'",
+        """[service] is missing 'exec', the program to run: e.g. exec = ["python3", "{unit_dir}/client.py"]""",
     ),
     (
         "env-name",
@@ -285,7 +285,7 @@ CASES = [
         lines(*W, "success_exit_status = [0, 256]"),
         5,
         27,
-        "success_exit_status[1]: 256 is out of range 0..255",
+        "success_exit_status[1]: must be from 0 to 255, got 256",
     ),
     (
         "exit-status-type",
@@ -293,7 +293,7 @@ CASES = [
         lines(*W, "success_exit_status = 0"),
         5,
         23,
-        "expected an array of integers, got integer",
+        "expected an array of integers, got an integer; write [0]",
     ),
     (
         "after-string",
@@ -358,7 +358,7 @@ CASES = [
         lines("[unit]", 'type = "worker"'),
         1,
         1,
-        "missing section [service] (required in worker units)",
+        'missing section [service]: a worker unit says what to run, e.g. [service] exec = ["python3", "{unit_dir}/client.py"]',
     ),
     (
         "lane-section-on-worker",
@@ -406,7 +406,7 @@ CASES = [
         lines(*L[:4]),
         1,
         1,
-        "missing section [lane] (required in lane units)",
+        'missing section [lane]: a lane unit says what it serves, e.g. [lane] model = "llama-8b"',
     ),
     ("lane-missing-model", "l@.toml", lines(*L[:5], "gpus = 1"), 5, 2, "[lane] is missing 'model'"),
     (
@@ -451,9 +451,9 @@ CASES = [
         lines(*L, "port = 70000"),
         7,
         8,
-        "[lane] port: 70000 is out of range 1..65535",
+        "[lane] port: must be from 1 to 65535, got 70000",
     ),
-    ("lane-port-zero", "l@.toml", lines(*L, "port = 0"), 7, 8, "0 is out of range 1..65535"),
+    ("lane-port-zero", "l@.toml", lines(*L, "port = 0"), 7, 8, "must be from 1 to 65535, got 0"),
     (
         "lane-port-float",
         "l@.toml",
@@ -814,3 +814,90 @@ def test_unreadable_entry(write_units: WriteUnits) -> None:
         "d.toml",
         "cannot read unit file: not a regular file",
     )
+
+
+# Messages that say what to write, for values of the right meaning in the wrong form.
+HINTS = [
+    (
+        "interval-ms",
+        "w.toml",
+        lines(*W, "[ready]", 'http = "http://x/"', "interval = 250"),
+        '[ready] interval: duration 250 has no unit; write a string with one: "250ms" or "250s"',
+    ),
+    (
+        "timeout-start-s",
+        "w.toml",
+        lines(*W, "timeout_start = 20"),
+        '[service] timeout_start: duration 20 has no unit; write a string with one: "20s" or "20m"',
+    ),
+    (
+        "stagger-ms",
+        "l@.toml",
+        lines(*L, "stagger = 200"),
+        '[lane] stagger: duration 200 has no unit; write a string with one: "200ms" or "200s"',
+    ),
+    (
+        "retry-after-s",
+        "e.toml",
+        lines(*E, "[endpoint]", "retry_after = 2"),
+        '[endpoint] retry_after: duration 2 has no unit; write a string with one: "2s" or "2m"',
+    ),
+    (
+        "spelled-unit",
+        "w.toml",
+        lines(*W, 'timeout_stop = "10 seconds"'),
+        '[service] timeout_stop: invalid duration "10 seconds"; did you mean "10s"?',
+    ),
+    (
+        "zero-interval",
+        "w.toml",
+        lines(*W, "[ready]", 'http = "http://x/"', 'interval = "0s"'),
+        '[ready] interval: must be longer than 0, e.g. "500ms"',
+    ),
+    (
+        "quoted-int",
+        "w.toml",
+        lines(*W, 'start_limit_burst = "3"'),
+        "[service] start_limit_burst: expected an integer, got string; write 3 without quotes",
+    ),
+    (
+        "float-int",
+        "l@.toml",
+        lines(*L, "gpus = 2.0"),
+        "[lane] gpus: expected an integer, got float; write 2",
+    ),
+    (
+        "quoted-replicas",
+        "l@.toml",
+        lines(*L, 'replicas = "4"'),
+        """[lane] replicas: expected an integer or "auto", got '4'; write 4 without quotes""",
+    ),
+    (
+        "fraction-min-ready",
+        "e.toml",
+        lines(*E, "[endpoint]", "min_ready = 0.5"),
+        '[endpoint] min_ready: expected a count or a percentage, got 0.5; write "50%"',
+    ),
+    (
+        "number-min-ready",
+        "e.toml",
+        lines(*E, "[endpoint]", 'min_ready = "50"'),
+        """[endpoint] min_ready: invalid min_ready '50'; write 50 (a count) or "50%\"""",
+    ),
+    (
+        "scalar-exit-status",
+        "w.toml",
+        lines(*W, "success_exit_status = 0"),
+        "[service] success_exit_status: expected an array of integers, got an integer; write [0]",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"), [pytest.param(*c[1:], id=c[0]) for c in HINTS]
+)
+def test_messages_say_what_to_write(
+    write_units: WriteUnits, name: str, content: str, message: str
+) -> None:
+    problems = problems_of(write_units({name: content}))
+    assert [p.message.removesuffix(" (units: ms, s, m, h)") for p in problems] == [message]

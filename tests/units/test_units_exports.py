@@ -18,6 +18,7 @@ EXPECTED = {
     "parse_duration",
     "parse_signal",
     "parse_unit_set",
+    "printable",
     "resolve_argv",
     "resolve_specifiers",
     "run_schema",

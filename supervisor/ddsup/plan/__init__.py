@@ -1,8 +1,8 @@
 """Placement: unit files + an allocation (hosts x GPUs) → a deterministic :class:`Plan`.
 
 Layering, bottom up: ``_model`` (the frozen plan data), ``_allocation`` (hosts and GPU
-counts from nodelists, Slurm, the environment), ``_placement`` (the pure placement
-rules), ``_render`` (the human table), ``_commands`` (``ddsup plan``).
+counts from nodelists, Slurm, the environment), ``_shortage`` (why lanes do not fit),
+``_placement`` (the pure placement rules), ``_render`` (the human table), ``_commands`` (``ddsup plan``).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import hostlist
 
 from ddsup._errors import UsageError
 from ddsup.plan._model import Node
+from ddsup.units import printable
 
 LOCAL_ADDRESS = "127.0.0.1"
 _NVIDIA_SMI_TIMEOUT = 10.0
@@ -50,7 +51,7 @@ def expand_nodelist(expr: str) -> list[str]:
     try:
         hosts: list[str] = hostlist.expand_hostlist(expr.strip())
     except hostlist.BadHostlist as err:
-        raise UsageError(f"bad nodelist {expr!r}: {err}") from err
+        raise UsageError(f"bad nodelist {expr!r}: {printable(str(err))}") from err
     if not hosts:
         raise UsageError(f"bad nodelist {expr!r}: it names no hosts")
     return hosts
@@ -74,11 +75,13 @@ def slurm_hostnames(expr: str) -> list[str]:
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as err:
-        raise UsageError(f"cannot expand nodelist {expr!r} with scontrol: {err}") from err
+        raise UsageError(
+            f"cannot expand nodelist {expr!r} with scontrol: {printable(str(err))}"
+        ) from err
     hosts = done.stdout.split()
     if done.returncode != 0 or not hosts:
         reason = done.stderr.strip() or f"exit status {done.returncode}"
-        raise UsageError(f"scontrol show hostnames {expr!r} failed: {reason}")
+        raise UsageError(f"scontrol show hostnames {expr!r} failed: {printable(reason)}")
     return hosts
 
 

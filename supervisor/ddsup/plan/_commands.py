@@ -38,7 +38,7 @@ from ddsup.plan._allocation import (
 from ddsup.plan._model import Node
 from ddsup.plan._placement import make_plan
 from ddsup.plan._render import render_plan
-from ddsup.units import load_unit_set
+from ddsup.units import load_unit_set, printable
 from ddsup.units._model import UnitSet
 
 
@@ -71,7 +71,7 @@ def run_plan(args: argparse.Namespace) -> int:
     allocation = allocation_from_args(args.nodelist, args.nodes, args.gpus_per_node, os.environ)
     directory = Path(args.directory)
     if not directory.is_dir():
-        raise UsageError(f"{args.directory}: not a directory of unit files")
+        raise UsageError(f"{printable(args.directory)}: not a directory of unit files")
     plan = make_plan(
         _load_units(directory),
         allocation.nodes,

@@ -47,6 +47,8 @@ from dataclasses import dataclass
 
 from ddsup._errors import PlacementError, UsageError
 from ddsup.plan._model import Node, Plan, PlannedInstance
+from ddsup.plan._shortage import shortage
+from ddsup.units import printable
 from ddsup.units._model import LaneSection, Placement, Unit, UnitSet, UnitType
 
 MAX_PORT = 65535
@@ -87,7 +89,7 @@ def _check_nodes(nodes: tuple[Node, ...], client: str) -> Node:
     names = [n.name for n in nodes]
     dupes = sorted(name for name, count in Counter(names).items() if count > 1)
     if dupes:
-        raise UsageError(f"node names must be unique; repeated: {', '.join(dupes)}")
+        raise UsageError(f"node names must be unique; repeated: {printable(', '.join(dupes))}")
     for node in nodes:
         if node.name == client:
             return node
@@ -280,7 +282,8 @@ def _place_unit(unit: Unit, alloc: _Allocation, before: list[str]) -> list[Plann
         replica += 1
     short = replica == 0 if lane.replicas is None else replica < lane.replicas
     if short:
-        raise PlacementError(_shortage(unit, lane, replica, alloc, free_before, before))
+        gpus = [len(s.node.gpus) for s in alloc.nodes]
+        raise PlacementError(shortage(unit, lane, replica, gpus, free_before, before))
     return out
 
 
@@ -334,34 +337,6 @@ def _claim(window: list[_NodeState], gpus: list[slice], lane: LaneSection) -> fl
         state.lanes += 1
         state.last_delay = delay
     return delay
-
-
-def _shortage(
-    unit: Unit, lane: LaneSection, fit: int, alloc: _Allocation, free: int, before: list[str]
-) -> str:
-    if lane.replicas is None:
-        asked = 'replicas = "auto" (at least 1)'
-    else:
-        asked = f"{lane.replicas} replica{'s' if lane.replicas != 1 else ''}"
-    shape = f"{lane.gpus} GPU{'s' if lane.gpus != 1 else ''}"
-    if lane.nodes > 1:
-        shape += f" on each of {lane.nodes} consecutive nodes"
-    earlier = f" after {', '.join(repr(n) for n in before)}" if before else ""
-    return (
-        f"lane unit {unit.name!r} asks for {asked} of {shape}, but only {fit} fit: "
-        f"the allocation has {_describe(alloc)}, {free} of them free{earlier}. "
-        'Lower replicas, use replicas = "auto", or ask for more nodes or GPUs'
-    )
-
-
-def _describe(alloc: _Allocation) -> str:
-    counts = sorted({len(s.node.gpus) for s in alloc.nodes})
-    n = len(alloc.nodes)
-    total = sum(len(s.node.gpus) for s in alloc.nodes)
-    nodes = f"{n} node{'s' if n != 1 else ''}"
-    if len(counts) == 1:
-        return f"{nodes} x {counts[0]} GPUs = {total} GPUs"
-    return f"{nodes} with {counts[0]}-{counts[-1]} GPUs each, {total} GPUs"
 
 
 # --------------------------------------------------------------------------- others

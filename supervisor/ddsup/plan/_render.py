@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ddsup.plan._model import Node, Plan, PlannedInstance
+from ddsup.units import printable
 
 _HEADER = ("INSTANCE", "TYPE", "NODE", "GPUS", "PORT", "REPLICA", "RANK", "DELAY")
 
@@ -34,7 +35,7 @@ def _summary(plan: Plan) -> str:
     scope = "across nodes (shared address)" if plan.shared_address else "per node"
     lanes = sum(1 for i in plan.instances if i.rank == 0)
     return (
-        f"client {plan.client}, endpoint {endpoint}, {lanes} lane(s) on "
+        f"client {printable(plan.client)}, endpoint {endpoint}, {lanes} lane(s) on "
         f"{len(plan.nodes)} node(s), ports unique {scope}"
     )
 
@@ -52,9 +53,9 @@ def _row(inst: PlannedInstance) -> tuple[str, ...]:
     lane = inst.rank is not None
     port = str(inst.port) if inst.port is not None else ("auto" if lane else "-")
     return (
-        inst.instance,
+        printable(inst.instance),
         inst.type.value,
-        inst.node,
+        printable(inst.node),
         format_gpus(inst.gpus) or "-",
         port,
         "-" if inst.replica is None else str(inst.replica),
@@ -90,8 +91,9 @@ def _gpu_map(plan: Plan) -> list[str]:
     for inst in plan.instances:
         for gpu in inst.gpus:
             owners[(inst.node, gpu)] = inst.instance
-    width = max((len(n.name) for n in plan.nodes), default=0)
-    return [f"{n.name.ljust(width)}  {_node_map(n, owners)}".rstrip() for n in plan.nodes]
+    names = {n.name: printable(n.name) for n in plan.nodes}
+    width = max((len(shown) for shown in names.values()), default=0)
+    return [f"{names[n.name].ljust(width)}  {_node_map(n, owners)}".rstrip() for n in plan.nodes]
 
 
 def _node_map(node: Node, owners: dict[tuple[str, int], str]) -> str:
@@ -104,4 +106,4 @@ def _node_map(node: Node, owners: dict[tuple[str, int], str]) -> str:
             groups[-1][1].append(gpu)
         else:
             groups.append((owner, [gpu]))
-    return " ".join(f"[{format_gpus(g)}]{'=' + o if o else ' free'}" for o, g in groups)
+    return " ".join(f"[{format_gpus(g)}]{'=' + printable(o) if o else ' free'}" for o, g in groups)

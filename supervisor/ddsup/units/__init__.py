@@ -1,9 +1,11 @@
 """Unit files → validated, immutable :class:`Unit` objects, and the CLI that checks them.
 
-Layering inside, bottom up: ``_model`` (the frozen dataclasses), ``_durations`` and
-``_specifiers`` (value syntaxes), ``_kinds`` and ``_schema`` (the one table of sections
-and keys), ``_locate`` (key → line:col), ``_parse`` (one file), ``_unitset`` (a set of
-files), ``_commands`` (``ddsup verify`` and ``ddsup schema``).
+Layering inside, bottom up: ``_model`` (the frozen dataclasses), ``_printable`` (user
+text made safe to print), ``_durations`` and ``_specifiers`` (value syntaxes), ``_kinds``
+and ``_schema`` (the one table of sections and keys), ``_jsonschema`` (the JSON Schema
+made from it), ``_builtin`` (the endpoint's default exec and readiness), ``_locate``
+(key → line:col), ``_parse`` (one file), ``_unitset`` (a set of files), ``_commands``
+(``ddsup verify`` and ``ddsup schema``).
 """
 
 from ddsup.units._commands import configure_schema as configure_schema
@@ -12,11 +14,12 @@ from ddsup.units._commands import run_schema as run_schema
 from ddsup.units._commands import run_verify as run_verify
 from ddsup.units._durations import parse_duration as parse_duration
 from ddsup.units._durations import parse_signal as parse_signal
+from ddsup.units._jsonschema import json_schema as json_schema
 from ddsup.units._model import Unit as Unit
 from ddsup.units._model import UnitSet as UnitSet
 from ddsup.units._model import UnitType as UnitType
+from ddsup.units._printable import printable as printable
 from ddsup.units._schema import SPECIFIERS as SPECIFIERS
-from ddsup.units._schema import json_schema as json_schema
 from ddsup.units._specifiers import SpecifierError as SpecifierError
 from ddsup.units._specifiers import resolve_argv as resolve_argv
 from ddsup.units._specifiers import resolve_specifiers as resolve_specifiers

@@ -15,8 +15,9 @@ import sys
 from collections.abc import Callable
 
 from ddsup._errors import EXIT_INVALID_UNITS, Problem, UnitFileError
+from ddsup.units._jsonschema import json_schema
 from ddsup.units._model import UnitSet
-from ddsup.units._schema import json_schema
+from ddsup.units._printable import printable
 from ddsup.units._unitset import load_unit_files, load_unit_set
 
 
@@ -60,7 +61,7 @@ def _verify_one(
         problems.extend(err.problems)
         return
     count = len(unit_set.units)
-    summaries.append(f"ok: {count} unit{'s' if count != 1 else ''} in {where}")
+    summaries.append(f"ok: {count} unit{'s' if count != 1 else ''} in {printable(where)}")
 
 
 def configure_schema(parser: argparse.ArgumentParser) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from ddsup.units._durations import (
     DURATION_HELP,
+    format_duration,
     parse_duration,
     parse_signal,
     signal_names,
@@ -30,6 +31,7 @@ SubPath = tuple[str | int, ...]
 VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 UNIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*@?")
 DURATION_PATTERN = r"^(\s*\d+(\.\d+)?\s*(ms|s|m|h))+\s*$"
+_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
 _PERCENT = re.compile(r"\s*(\d+(?:\.\d+)?)\s*%\s*")
 
 
@@ -114,7 +116,10 @@ def _nonempty_string(value: object) -> str:
 
 def _list(value: object, what: str) -> list[object]:
     if isinstance(value, str):
-        raise Invalid(f'expected an array of {what}, got a string; write ["{value}"]')
+        item = value.strip() if what == "integers" and _INTEGER.fullmatch(value) else f'"{value}"'
+        raise Invalid(f"expected an array of {what}, got a string; write [{item}]")
+    if isinstance(value, int) and not isinstance(value, bool):
+        raise Invalid(f"expected an array of {what}, got an integer; write [{value}]")
     _expect(value, list, f"an array of {what}")
     assert isinstance(value, list)
     return value
@@ -162,8 +167,8 @@ def integer(low: int | None = None, high: int | None = None) -> Kind:
     """An integer in ``[low, high]`` (either bound may be open)."""
 
     def convert(value: object) -> int:
-        _expect(value, int, "an integer")
-        assert isinstance(value, int)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise Invalid(f"expected an integer, got {type_name(value)}{_integer_hint(value)}")
         _check_range(value, low, high)
         return value
 
@@ -178,9 +183,18 @@ def integer(low: int | None = None, high: int | None = None) -> Kind:
     return Kind("integer", convert, json)
 
 
+def _integer_hint(value: object) -> str:
+    """How to write ``value`` as the integer it probably means, if it has one."""
+    if isinstance(value, str) and _INTEGER.fullmatch(value):
+        return f"; write {int(value)} without quotes"
+    if isinstance(value, float) and value.is_integer():
+        return f"; write {int(value)}"
+    return f" {value!r}" if isinstance(value, (str, float)) else ""
+
+
 def _check_range(value: int, low: int | None, high: int | None) -> None:
     if low is not None and high is not None and not low <= value <= high:
-        raise Invalid(f"{value} is out of range {low}..{high}")
+        raise Invalid(f"must be from {low} to {high}, got {value}")
     if low is not None and value < low:
         raise Invalid(f"must be at least {low}, got {value}")
     if high is not None and value > high:
@@ -203,17 +217,21 @@ def choice(enum_type: type[enum.Enum]) -> Kind:
     return Kind(" | ".join(f'"{v}"' for v in values), convert, lambda: {"enum": values})
 
 
-def _duration(positive: bool) -> Callable[[object], float]:
+def duration(*, positive: bool, typical: float) -> Kind:
+    """A duration (``> 0`` when ``positive``); ``typical`` seconds steer the hint for a
+    bare number towards the unit a user of this key most likely meant."""
+
     def convert(value: object) -> float:
         try:
-            seconds = parse_duration(value)
+            seconds = parse_duration(value, typical=typical)
         except ValueError as err:
             raise Invalid(str(err)) from None
         if positive and seconds <= 0:
-            raise Invalid("must be longer than 0")
+            raise Invalid(f'must be longer than 0, e.g. "{format_duration(typical)}"')
         return seconds
 
-    return convert
+    name = "duration (> 0)" if positive else "duration"
+    return Kind(name, convert, _duration_json)
 
 
 def _duration_json() -> Json:
@@ -278,7 +296,8 @@ def _or_auto(base: Kind) -> Callable[[object], object]:
         if value == "auto":
             return None
         if isinstance(value, str):
-            raise Invalid(f'expected an integer or "auto", got {value!r}')
+            hint = f"; write {int(value)} without quotes" if _INTEGER.fullmatch(value) else ""
+            raise Invalid(f'expected an integer or "auto", got {value!r}{hint}')
         return base.convert(value)
 
     return convert
@@ -287,12 +306,17 @@ def _or_auto(base: Kind) -> Callable[[object], object]:
 def _min_ready(value: object) -> MinReady:
     if isinstance(value, str):
         match = _PERCENT.fullmatch(value)
+        if not match and _INTEGER.fullmatch(value):
+            number = int(value)
+            raise Invalid(f'invalid min_ready {value!r}; write {number} (a count) or "{number}%"')
         if not match:
             raise Invalid(f'invalid min_ready {value!r}; write a count (2) or a percentage ("50%")')
         percent = float(match.group(1))
         if not 0 < percent <= 100:
             raise Invalid(f"percentage must be above 0% and at most 100%, got {value!r}")
         return MinReady(count=None, percent=percent)
+    if isinstance(value, float) and not value.is_integer() and 0 < value < 1:
+        raise Invalid(f'expected a count or a percentage, got {value}; write "{value * 100:g}%"')
     count = integer(1).convert(value)
     assert isinstance(count, int)
     return MinReady(count=count, percent=None)
@@ -342,8 +366,6 @@ ARGV = Kind(
     _argv,
     lambda: {"type": "array", "items": {"type": "string"}, "minItems": 1},
 )
-DURATION = Kind("duration", _duration(positive=False), _duration_json)
-POSITIVE_DURATION = Kind("duration (> 0)", _duration(positive=True), _duration_json)
 SIGNAL = Kind("signal name", _signal, lambda: {"enum": list(signal_names())})
 FORWARD_SIGNALS = Kind(
     "array of signal names",

@@ -145,7 +145,11 @@ class EndpointSection:
 
 @dataclass(frozen=True)
 class SourceLocation:
-    """Where a unit came from, for error messages at run time."""
+    """Where a unit came from, for error messages at run time.
+
+    ``path`` is the file's path as printed: control characters escaped
+    (:func:`ddsup.units._printable.printable`), so any message may quote it as it is.
+    """
 
     path: str
     line: int = 1

@@ -17,6 +17,7 @@ from typing import Any
 
 from ddsup._errors import Problem
 from ddsup.units import _schema as schema
+from ddsup.units._builtin import endpoint_exec, endpoint_ready
 from ddsup.units._kinds import UNIT_NAME, Invalid
 from ddsup.units._locate import KeyPath, Locator
 from ddsup.units._model import (
@@ -31,6 +32,7 @@ from ddsup.units._model import (
     Unit,
     UnitType,
 )
+from ddsup.units._printable import printable
 from ddsup.units._specifiers import specifier_problems
 
 if sys.version_info >= (3, 11):
@@ -39,6 +41,9 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 MAX_FILE_BYTES = 1024 * 1024  # a unit file is a few hundred bytes; refuse to parse megabytes
+# The deepest real key is ``service.environment.NAME`` (3 parts). tomllib is quadratic in
+# the parts of one key, so a key with more than this many never reaches it.
+MAX_KEY_PARTS = 64
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 _TOML_AT_END = re.compile(r"\s*\(at end of document\)$")
 
@@ -54,14 +59,20 @@ class ParsedFile:
     unit_type: UnitType | None = None
     doc: Mapping[str, Any] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
-    _locator: Locator | None = None
+    locator: Locator | None = None
 
     def problem(self, path: KeyPath, message: str, *, at_value: bool = False) -> None:
         """Record ``message`` at the key (or value) ``path`` of this file."""
-        if self._locator is None:
-            self._locator = Locator(self.text)
-        where = self._locator.value(path) if at_value else self._locator.key(path)
-        self.problems.append(Problem(self.path, *where, message))
+        if self.locator is None:
+            self.locator = Locator(self.text)
+        where = self.locator.value(path) if at_value else self.locator.key(path)
+        self.problems.append(new_problem(self.path, *where, message))
+
+
+def new_problem(path: str, line: int, col: int, message: str) -> Problem:
+    """A problem as it will be printed: control characters of the path and the message
+    (which quotes the file's own keys and values) escaped, see :mod:`._printable`."""
+    return Problem(printable(path), line, col, printable(message))
 
 
 def parse_bytes(path: str, data: bytes) -> ParsedFile:
@@ -75,7 +86,15 @@ def parse_bytes(path: str, data: bytes) -> ParsedFile:
         line = data.count(b"\n", 0, err.start) + 1
         col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
         byte = data[err.start : err.start + 1].hex()
-        parsed.problems.append(Problem(path, line, col, f"not UTF-8 text (byte 0x{byte})"))
+        parsed.problems.append(new_problem(path, line, col, f"not UTF-8 text (byte 0x{byte})"))
+        return parsed
+    parsed.locator = Locator(parsed.text, max_key_parts=MAX_KEY_PARTS)
+    if parsed.locator.overlong_key is not None:
+        message = (
+            f"a key with more than {MAX_KEY_PARTS} dotted parts; keys of unit files have "
+            "at most 3 (section.key.name)"
+        )
+        parsed.problems.append(new_problem(path, *parsed.locator.overlong_key, message))
         return parsed
     try:
         parsed.doc = tomllib.loads(parsed.text)
@@ -83,7 +102,7 @@ def parse_bytes(path: str, data: bytes) -> ParsedFile:
         parsed.problems.append(_syntax_problem(path, parsed.text, err))
         return parsed
     except RecursionError:
-        parsed.problems.append(Problem(path, 1, 1, "TOML nesting is too deep"))
+        parsed.problems.append(new_problem(path, 1, 1, "TOML nesting is too deep"))
         return parsed
     _check(parsed)
     return parsed
@@ -93,7 +112,7 @@ def too_large(path: str, size: int) -> ParsedFile:
     """The problem of a file over :data:`MAX_FILE_BYTES` (read no further than that)."""
     parsed = ParsedFile(path, _unit_name(path))
     message = f"file is {size / 1024 / 1024:.1f} MiB; a unit file may be at most 1 MiB"
-    parsed.problems.append(Problem(path, 1, 1, message))
+    parsed.problems.append(new_problem(path, 1, 1, message))
     return parsed
 
 
@@ -113,7 +132,7 @@ def _syntax_problem(path: str, text: str, err: tomllib.TOMLDecodeError) -> Probl
         line = text.count("\n") + 1
         col = len(text) - (text.rfind("\n") + 1) + 1
     message = _TOML_AT_END.sub("", _TOML_POSITION.sub("", message))
-    return Problem(path, line or 1, col or 1, f"invalid TOML: {message}")
+    return new_problem(path, line or 1, col or 1, f"invalid TOML: {message}")
 
 
 def _check(parsed: ParsedFile) -> None:
@@ -234,20 +253,50 @@ def _check_required(parsed: ParsedFile) -> None:
     kind = parsed.unit_type
     for spec in schema.SECTIONS:
         table = parsed.doc.get(spec.name)
-        needed = kind in spec.required_for if kind else spec.required_for == schema.UNIT.only
-        if table is None and needed:
+        if table is None and _needed(spec.required_for, kind):
             parsed.problem((), _missing_section(spec.name, kind))
         elif isinstance(table, dict):
             for key in spec.keys:
-                if key.required and key.name not in table:
-                    hint = f" = one of {_types()}" if spec is schema.UNIT else ""
-                    parsed.problem((spec.name,), f"[{spec.name}] is missing '{key.name}'{hint}")
+                if _needed(key.required_for, kind) and key.name not in table:
+                    parsed.problem((spec.name,), _missing_key(spec, key.name, kind))
+
+
+def _needed(required_for: frozenset[UnitType], kind: UnitType | None) -> bool:
+    """Whether a unit of ``kind`` must have it; of an unknown kind, what every unit must."""
+    return kind in required_for if kind is not None else required_for == frozenset(UnitType)
+
+
+# What to write, per type, when [service] or its exec is missing (the endpoint has both
+# built in, see ddsup.units._builtin).
+_EXEC_EXAMPLES = {
+    UnitType.LANE: '["vllm", "serve", "{model_path}", "--port", "{port}"]',
+    UnitType.WORKER: '["python3", "{unit_dir}/client.py"]',
+    UnitType.SERVICE: '["my-server", "--port", "9100"]',
+    UnitType.ONESHOT: '["python3", "{unit_dir}/prepare.py"]',
+}
 
 
 def _missing_section(name: str, kind: UnitType | None) -> str:
     if name == "unit":
         return f"missing section [unit] with type = one of {_types()}"
+    if name == "service" and kind in _EXEC_EXAMPLES:
+        return (
+            f"missing section [service]: a {kind.value} unit says what to run, "
+            f"e.g. [service] exec = {_EXEC_EXAMPLES[kind]}"
+        )
+    if name == "lane":
+        return 'missing section [lane]: a lane unit says what it serves, e.g. [lane] model = "llama-8b"'
     return f"missing section [{name}] (required in {kind.value if kind else 'every'} units)"
+
+
+def _missing_key(spec: schema.SectionSpec, key: str, kind: UnitType | None) -> str:
+    if spec is schema.UNIT:
+        return f"[unit] is missing '{key}' = one of {_types()}"
+    if key == "exec" and kind in _EXEC_EXAMPLES:
+        return (
+            f"[service] is missing 'exec', the program to run: e.g. exec = {_EXEC_EXAMPLES[kind]}"
+        )
+    return f"[{spec.name}] is missing '{key}'"
 
 
 def _types() -> str:
@@ -284,7 +333,7 @@ def _check_name(parsed: ParsedFile) -> None:
     if not UNIT_NAME.fullmatch(name):
         parsed.problem(
             (),
-            f"invalid unit name {name!r}: use letters, digits, '_', '.', '-' "
+            f"invalid unit name '{name}': use letters, digits, '_', '.', '-' "
             "(and a final '@' for a template, as in lane@.toml)",
         )
         return
@@ -312,22 +361,27 @@ def _check_name(parsed: ParsedFile) -> None:
 
 def _build(parsed: ParsedFile, kind: UnitType, values: dict[str, dict[str, Any]]) -> Unit:
     unit = values.get("unit", {})
+    service = values.get("service", {})
+    ready = _build_ready(values.get("ready"))
+    endpoint = None
+    if kind is UnitType.ENDPOINT:
+        endpoint = EndpointSection(**values.get("endpoint", {}))
+        service = {"exec": endpoint_exec(), **service}
+        ready = ready or endpoint_ready(endpoint)
     return Unit(
         name=parsed.name,
         type=kind,
-        service=ServiceSection(**values.get("service", {})),
-        source=SourceLocation(parsed.path),
+        service=ServiceSection(**service),
+        source=SourceLocation(printable(parsed.path)),
         description=unit.get("description", ""),
         after=unit.get("after", ()),
         requires=unit.get("requires", ()),
         on=unit.get("on", Placement.CLIENT),
         template=parsed.name.endswith("@"),
-        ready=_build_ready(values.get("ready")),
+        ready=ready,
         lane=LaneSection(**values["lane"]) if "lane" in values else None,
         slurm=SlurmSection(**values.get("slurm", {})),
-        endpoint=EndpointSection(**values.get("endpoint", {}))
-        if kind is UnitType.ENDPOINT
-        else None,
+        endpoint=endpoint,
     )
 
 

@@ -1,7 +1,8 @@
-"""The one table of unit-file sections and keys, and the JSON Schema made from it.
+"""The one table of unit-file sections and keys.
 
-Validation (:mod:`ddsup.units._parse`), ``ddsup schema`` and the tests that keep
-``docs/units.md`` honest all read :data:`SECTIONS`; a key exists in exactly one place.
+Validation (:mod:`ddsup.units._parse`), ``ddsup schema`` (:mod:`ddsup.units._jsonschema`)
+and the tests that keep ``docs/units.md`` honest all read :data:`SECTIONS`; a key exists
+in exactly one place.
 Defaults are written as a user would write them; a test checks that each one converts to
 the default of the matching field in :mod:`ddsup.units._model`.
 """
@@ -9,26 +10,34 @@ the default of the matching field in :mod:`ddsup.units._model`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ddsup.units import _kinds as k
+from ddsup.units._durations import parse_duration
 from ddsup.units._model import OnFailure, Placement, Restart, UnitType
 from ddsup.units._specifiers import BASE_SPECIFIERS
 
 _ALL_TYPES = frozenset(UnitType)
 _LANE = frozenset({UnitType.LANE})
+# Kinds whose program is ddsup itself: [service] exec and [ready] have built-in defaults
+# (see ddsup.units._builtin), so a unit of such a type needs neither.
+BUILT_IN = frozenset({UnitType.ENDPOINT})
+_NOT_BUILT_IN = _ALL_TYPES - BUILT_IN
 
 
 @dataclass(frozen=True)
 class KeySpec:
-    """One key: its kind, documentation, default (as written in TOML) and restrictions."""
+    """One key: its kind, documentation, default (as written in TOML) and restrictions.
+
+    ``required_for``: the unit types whose files must give this key (when they have its
+    section at all; whether they must is :attr:`SectionSpec.required_for`).
+    """
 
     name: str
     kind: k.Kind
     doc: str
     default: object = None
     example: object = None
-    required: bool = False
+    required_for: frozenset[UnitType] = frozenset()
     specifiers: bool = False
     only: frozenset[UnitType] = _ALL_TYPES
 
@@ -47,6 +56,16 @@ class SectionSpec:
         return next((key for key in self.keys if key.name == name), None)
 
 
+def _duration_key(
+    name: str, doc: str, default: str, example: str, *, positive: bool = False
+) -> KeySpec:
+    """A duration key; its default (or example, when the default is 0) is the typical
+    value that steers the hint for a bare number (``interval = 250`` → ``"250ms"``)."""
+    typical = parse_duration(default) or parse_duration(example)
+    kind = k.duration(positive=positive, typical=typical)
+    return KeySpec(name, kind, doc, default, example)
+
+
 UNIT = SectionSpec(
     "unit",
     "What the unit is and how it is ordered against other units.",
@@ -57,7 +76,7 @@ UNIT = SectionSpec(
             k.choice(UnitType),
             "What the unit is for; decides where it runs and when it starts.",
             example="lane",
-            required=True,
+            required_for=_ALL_TYPES,
         ),
         KeySpec(
             "after",
@@ -92,9 +111,10 @@ SERVICE = SectionSpec(
         KeySpec(
             "exec",
             k.ARGV,
-            "The argument vector to run; never a shell string.",
+            "The argument vector to run; never a shell string. Endpoint units: the "
+            "running ddsup's endpoint when absent.",
             example=["vllm", "serve", "{model_path}", "--port", "{port}"],
-            required=True,
+            required_for=_NOT_BUILT_IN,
             specifiers=True,
         ),
         KeySpec(
@@ -128,14 +148,13 @@ SERVICE = SectionSpec(
             "/scratch/run",
         ),
         KeySpec("restart", k.choice(Restart), "When to restart the process.", "no", "on-failure"),
-        KeySpec(
+        _duration_key(
             "restart_sec",
-            k.DURATION,
             "First restart delay; doubles per consecutive failure up to restart_max_sec.",
             "100ms",
             "2s",
         ),
-        KeySpec("restart_max_sec", k.DURATION, "Upper bound of the restart delay.", "2m", "5m"),
+        _duration_key("restart_max_sec", "Upper bound of the restart delay.", "2m", "5m"),
         KeySpec(
             "start_limit_burst",
             k.integer(1),
@@ -143,12 +162,8 @@ SERVICE = SectionSpec(
             5,
             3,
         ),
-        KeySpec(
-            "start_limit_interval",
-            k.POSITIVE_DURATION,
-            "The window of start_limit_burst.",
-            "10s",
-            "10m",
+        _duration_key(
+            "start_limit_interval", "The window of start_limit_burst.", "10s", "10m", positive=True
         ),
         KeySpec(
             "success_exit_status",
@@ -157,19 +172,19 @@ SERVICE = SectionSpec(
             [0],
             [0, 143],
         ),
-        KeySpec(
+        _duration_key(
             "timeout_start",
-            k.POSITIVE_DURATION,
             "Ready within this after starting, or the unit has failed.",
             "90s",
             "20m",
+            positive=True,
         ),
-        KeySpec(
+        _duration_key(
             "timeout_stop",
-            k.POSITIVE_DURATION,
             "After kill_signal, wait this long, then SIGKILL the process group.",
             "30s",
             "10s",
+            positive=True,
         ),
         KeySpec(
             "kill_signal", k.SIGNAL, "Signal that asks the process to stop.", "SIGTERM", "SIGINT"
@@ -189,13 +204,14 @@ SERVICE = SectionSpec(
             "continue",
         ),
     ),
-    required_for=_ALL_TYPES,
+    required_for=_NOT_BUILT_IN,
 )
 
 READY = SectionSpec(
     "ready",
     "How to tell that the unit is ready: exactly one of http, tcp, exec. Without this "
-    "section a unit is ready once started (a oneshot: once it exited successfully).",
+    "section a unit is ready once started (a oneshot: once it exited successfully; an "
+    "endpoint: once its /health answers 200).",
     (
         KeySpec(
             "http",
@@ -218,7 +234,7 @@ READY = SectionSpec(
             example=["test", "-e", "{state_dir}/ready"],
             specifiers=True,
         ),
-        KeySpec("interval", k.POSITIVE_DURATION, "Time between probes.", "500ms", "1s"),
+        _duration_key("interval", "Time between probes.", "500ms", "1s", positive=True),
     ),
 )
 
@@ -231,7 +247,7 @@ LANE = SectionSpec(
             k.NONEMPTY_STRING,
             "The name clients send as `model`; the endpoint routes by it.",
             example="llama-8b",
-            required=True,
+            required_for=_LANE,
         ),
         KeySpec(
             "model_path",
@@ -255,15 +271,9 @@ LANE = SectionSpec(
             8000,
             "auto",
         ),
-        KeySpec(
-            "stagger", k.DURATION, "Wait between successive lane starts on a node.", "5s", "200ms"
-        ),
-        KeySpec(
-            "lead_standoff",
-            k.DURATION,
-            "Extra wait before any lane but the first starts.",
-            "0s",
-            "30s",
+        _duration_key("stagger", "Wait between successive lane starts on a node.", "5s", "200ms"),
+        _duration_key(
+            "lead_standoff", "Extra wait before any lane but the first starts.", "0s", "30s"
         ),
     ),
     only=_LANE,
@@ -300,7 +310,7 @@ ENDPOINT = SectionSpec(
             128,
             64,
         ),
-        KeySpec("retry_after", k.DURATION, "Retry-After sent with 429 answers.", "1s", "2s"),
+        _duration_key("retry_after", "Retry-After sent with 429 answers.", "1s", "2s"),
         KeySpec(
             "retries",
             k.integer(0),
@@ -329,12 +339,12 @@ ENDPOINT = SectionSpec(
             1048576,
         ),
         KeySpec("max_concurrent", k.integer(1), "Most requests served at once.", 4096, 1024),
-        KeySpec(
+        _duration_key(
             "upstream_timeout",
-            k.POSITIVE_DURATION,
             "Longest wait for a lane's answer before trying another.",
             "10m",
             "5m",
+            positive=True,
         ),
     ),
     only=frozenset({UnitType.ENDPOINT}),
@@ -351,67 +361,3 @@ SPECIFIERS: frozenset[str] = BASE_SPECIFIERS | {key.name for key in LANE.keys}
 def section(name: str) -> SectionSpec | None:
     """The section called ``name``, or None."""
     return next((spec for spec in SECTIONS if spec.name == name), None)
-
-
-def json_schema() -> dict[str, Any]:
-    """A JSON Schema (draft 2020-12) of one unit file, for editors."""
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://ddsup.invalid/schema/unit.json",
-        "title": "ddsup unit file",
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["unit", "service"],
-        "properties": {spec.name: _section_schema(spec) for spec in SECTIONS},
-        "allOf": _type_rules(),
-    }
-
-
-def _section_schema(spec: SectionSpec) -> dict[str, Any]:
-    properties = {key.name: _key_schema(key) for key in spec.keys}
-    schema: dict[str, Any] = {
-        "type": "object",
-        "description": spec.doc,
-        "additionalProperties": False,
-        "properties": properties,
-    }
-    required = [key.name for key in spec.keys if key.required]
-    if required:
-        schema["required"] = required
-    if spec is READY:
-        schema["oneOf"] = [{"required": [probe]} for probe in READY_PROBES]
-    return schema
-
-
-def _key_schema(key: KeySpec) -> dict[str, Any]:
-    schema = key.kind.json()
-    schema["description"] = key.doc
-    if key.default is not None:
-        schema["default"] = key.default
-    if key.example is not None:
-        schema["examples"] = [key.example]
-    return schema
-
-
-def _type_is(types: frozenset[UnitType]) -> dict[str, Any]:
-    values = sorted(t.value for t in types)
-    unit_type = {"required": ["type"], "properties": {"type": {"enum": values}}}
-    return {"required": ["unit"], "properties": {"unit": unit_type}}
-
-
-def _type_rules() -> list[dict[str, Any]]:
-    """``[lane]`` only (and always) on lanes, ``[endpoint]`` only on endpoints, and so on."""
-    rules: list[dict[str, Any]] = []
-    for spec in SECTIONS:
-        if spec.required_for and spec.required_for != _ALL_TYPES:
-            rules.append({"if": _type_is(spec.required_for), "then": {"required": [spec.name]}})
-        if spec.only != _ALL_TYPES:
-            rules.append({"if": {"required": [spec.name]}, "then": _type_is(spec.only)})
-        for key in spec.keys:
-            if key.only != _ALL_TYPES:
-                has_key = {
-                    "properties": {spec.name: {"required": [key.name]}},
-                    "required": [spec.name],
-                }
-                rules.append({"if": has_key, "then": _type_is(key.only)})
-    return rules

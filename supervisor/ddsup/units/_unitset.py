@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddsup._errors import Problem, UnitFileError
+from ddsup._errors import UnitFileError
 from ddsup.units._model import UnitSet, UnitType
-from ddsup.units._parse import MAX_FILE_BYTES, ParsedFile, parse_bytes, too_large
+from ddsup.units._parse import MAX_FILE_BYTES, ParsedFile, new_problem, parse_bytes, too_large
 
 StrPath = str | os.PathLike[str]
 
@@ -28,10 +28,10 @@ def load_unit_set(path: StrPath) -> UnitSet:
     directory = Path(path)
     if not directory.is_dir():
         why = "is not a directory" if directory.exists() else "no such directory"
-        raise UnitFileError([Problem(shown, 1, 1, f"{why}: give a directory of unit files")])
+        raise UnitFileError([new_problem(shown, 1, 1, f"{why}: give a directory of unit files")])
     files = sorted(p for p in directory.glob("*.toml") if not p.name.startswith("."))
     if not files:
-        raise UnitFileError([Problem(shown, 1, 1, "no unit files (*.toml) in this directory")])
+        raise UnitFileError([new_problem(shown, 1, 1, "no unit files (*.toml) in this directory")])
     parsed = [read_unit_file(os.path.join(shown, p.name)) for p in files]
     return _validate(shown, parsed, siblings=frozenset())
 
@@ -47,7 +47,7 @@ def parse_unit_set(directory: str, files: Mapping[str, bytes | str]) -> UnitSet:
         for name, data in sorted(files.items())
     ]
     if not parsed:
-        raise UnitFileError([Problem(directory, 1, 1, "no unit files given")])
+        raise UnitFileError([new_problem(directory, 1, 1, "no unit files given")])
     return _validate(directory, parsed, siblings=frozenset())
 
 
@@ -60,7 +60,7 @@ def load_unit_files(paths: Sequence[StrPath]) -> UnitSet:
     one-auto-lane rules only see the given files. The set's directory is the first file's.
     """
     if not paths:
-        raise UnitFileError([Problem(".", 1, 1, "no unit files given")])
+        raise UnitFileError([new_problem(".", 1, 1, "no unit files given")])
     shown = [os.fspath(p) for p in paths]
     unique = list(dict.fromkeys(shown))
     parsed = [read_unit_file(p) for p in unique]
@@ -85,7 +85,7 @@ def read_unit_file(path: str) -> ParsedFile:
 
 def _unreadable(path: str, why: str) -> ParsedFile:
     parsed = ParsedFile(path, os.path.basename(path))
-    parsed.problems.append(Problem(path, 1, 1, f"cannot read unit file: {why}"))
+    parsed.problems.append(new_problem(path, 1, 1, f"cannot read unit file: {why}"))
     return parsed
 
 
