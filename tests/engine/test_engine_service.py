@@ -83,18 +83,39 @@ async def test_request_stop_is_idempotent_and_reaps(tmp_path: Path) -> None:
     assert service.status.pid is None
 
 
+def _wait_until_exited(pid: int) -> None:
+    """Block until ``pid`` has exited, without reaping it (``WNOWAIT``)."""
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+
+
 async def test_an_exit_is_recorded_as_seen_before_the_cleanup_and_the_verdict(
     tmp_path: Path,
 ) -> None:
-    events: list[Event] = []
-    service = _service(tmp_path, ("sh", "-c", "exit 3"), events, restart=Restart.NO)
-    await service.run()
-    kinds = [e.to_state if e.event == "unit" else e.event for e in events]
-    assert kinds == ["starting", "process", "ready", "exit", "failed"]
-    exit_event, failed = events[3], events[4]
-    assert exit_event.details == {"pid": events[1].details["pid"], "exit": {"code": 3}}
-    assert exit_event.reason == "exit status 3"
-    assert exit_event.time <= failed.time
+    """A unit without a probe is ready once started, before its exit, every time.
+
+    The race this pins: the process has already exited when the service first waits for
+    it, so the exit watcher and the readiness report become runnable in the same
+    scheduler batch, whose order trio randomises. The process event's handler waits for
+    the exit (without reaping), which makes that the case on every round; before the fix
+    about half the rounds recorded ``exit`` before ``ready``.
+    """
+    for _round in range(24):
+        events: list[Event] = []
+        service = _service(tmp_path, ("sh", "-c", "exit 3"), events, restart=Restart.NO)
+
+        def emit(event: Event, events: list[Event] = events) -> None:
+            events.append(event)
+            if event.event == "process":
+                _wait_until_exited(int(event.details["pid"]))
+
+        service._emit = emit
+        await service.run()
+        kinds = [e.to_state if e.event == "unit" else e.event for e in events]
+        assert kinds == ["starting", "process", "ready", "exit", "failed"]
+        exit_event, failed = events[3], events[4]
+        assert exit_event.details == {"pid": events[1].details["pid"], "exit": {"code": 3}}
+        assert exit_event.reason == "exit status 3"
+        assert exit_event.time <= failed.time
 
 
 async def test_a_stopped_process_has_no_exit_event(tmp_path: Path) -> None:

@@ -68,6 +68,22 @@ class ServiceStatus:
     readiness_timeout: bool = False
 
 
+@dataclass
+class _Watch:
+    """What one start of the process has shown so far (shared by its two tasks)."""
+
+    ready_at: float | None = None
+    timed_out: bool = False
+    exited: bool = False
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 class Service:
     """Runs one unit instance until it exits for good, fails, or is asked to stop."""
 
@@ -195,12 +211,8 @@ class Service:
     async def _run_once(self) -> tuple[ExitStatus | None, float]:
         """One start of the process; returns its exit and how long it was ready."""
         spec = self.spec
-        service = spec.unit.service
         self._transition(InstanceState.STARTING, "starting")
-        try:
-            log_offset = spec.log_path.stat().st_size
-        except OSError:
-            log_offset = 0
+        log_offset = _size(spec.log_path)
         try:
             child = await spawn(spec.argv, env=spec.env, cwd=spec.cwd, log_path=spec.log_path)
         except SpawnError as err:
@@ -210,37 +222,20 @@ class Service:
         self.status.pid = child.pid
         # log_offset: where this process's output begins in the log (``logs --since``)
         self._emit_event("process", details={"pid": child.pid, "log_offset": log_offset})
-        ready_at: float | None = None
-        timed_out = False
+        watch = _Watch()
         try:
             async with trio.open_nursery() as nursery:
-
-                async def watch_ready() -> None:
-                    nonlocal ready_at, timed_out
-                    if spec.unit.type is UnitType.ONESHOT:
-                        with trio.move_on_after(service.timeout_start) as scope:
-                            await trio.sleep_forever()
-                        timed_out = scope.cancelled_caught
-                        nursery.cancel_scope.cancel()
-                        return
-                    probe = self._make_probe()
-                    if probe is not None:
-                        with trio.move_on_after(service.timeout_start) as scope:
-                            await probe.wait_ready()
-                        self.status.probe = probe.last_result
-                        if scope.cancelled_caught:
-                            timed_out = True
-                            nursery.cancel_scope.cancel()
-                            return
-                    if self._stop_requested:
-                        return  # stopped while starting: never report ready (no checkpoint
-                        # since the cancel when there is no probe)
-                    ready_at = trio.current_time()
-                    self.ready.set()
-                    self._transition(InstanceState.READY, "probe passed" if probe else "started")
-
-                nursery.start_soon(watch_ready)
+                oneshot = spec.unit.type is UnitType.ONESHOT
+                probe = None if oneshot else self._make_probe()
+                if probe is None and not oneshot:
+                    # Ready once started, decided here and now: a separate task could run
+                    # after the exit below was seen (the order of one scheduler batch is
+                    # random), and report a process that has already ended as ready.
+                    self._become_ready(watch, "started")
+                else:
+                    nursery.start_soon(self._watch_readiness, probe, watch, nursery.cancel_scope)
                 ended = await child.wait()
+                watch.exited = True
                 # recorded now, as seen: the stop below (the sweep for escaped
                 # descendants) and the restart decision come after
                 self._emit_event(
@@ -251,21 +246,51 @@ class Service:
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                final = await child.stop(service.kill_signal, service.timeout_stop)
+                final = await child.stop(
+                    spec.unit.service.kill_signal, spec.unit.service.timeout_stop
+                )
             # recorded here, so that a stop (which cancels us) reports the exit too
             self._stopped_exit = final
             self.status.last_exit = final.to_json()
             self.status.pid = None
             self._child = None
-        self.status.readiness_timeout = timed_out
-        if timed_out:
-            self._timeout_reason = (
-                f"not ready within timeout_start = {service.timeout_start:g}s"
-                + (f" (last probe: {self.status.probe})" if self.status.probe else "")
+        return final, self._ready_for(watch)
+
+    async def _watch_readiness(
+        self, probe: Probe | None, watch: _Watch, process_scope: trio.CancelScope
+    ) -> None:
+        """Until the probe passes (or a oneshot's ``timeout_start``); a timeout ends the run."""
+        timeout_start = self.spec.unit.service.timeout_start
+        with trio.move_on_after(timeout_start) as scope:
+            if probe is None:  # a oneshot: ready means completed, which the exit tells
+                await trio.sleep_forever()
+            else:
+                await probe.wait_ready()
+        if probe is not None:
+            self.status.probe = probe.last_result
+        if scope.cancelled_caught:
+            watch.timed_out = True
+            process_scope.cancel()
+            return
+        self._become_ready(watch, "probe passed")
+
+    def _become_ready(self, watch: _Watch, reason: str) -> None:
+        if self._stop_requested or watch.exited:
+            return  # stopped while starting, or the probe's pass came after the exit
+        watch.ready_at = trio.current_time()
+        self.ready.set()
+        self._transition(InstanceState.READY, reason)
+
+    def _ready_for(self, watch: _Watch) -> float:
+        """How long the process was ready; records a readiness timeout for the verdict."""
+        self.status.readiness_timeout = watch.timed_out
+        if watch.timed_out:
+            timeout_start = self.spec.unit.service.timeout_start
+            self._timeout_reason = f"not ready within timeout_start = {timeout_start:g}s" + (
+                f" (last probe: {self.status.probe})" if self.status.probe else ""
             )
-            return final, 0.0
-        ready_for = 0.0 if ready_at is None else trio.current_time() - ready_at
-        return final, ready_for
+            return 0.0
+        return 0.0 if watch.ready_at is None else trio.current_time() - watch.ready_at
 
     def _make_probe(self) -> Probe | None:
         spec = self.spec
