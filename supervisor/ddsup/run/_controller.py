@@ -32,14 +32,14 @@ from ddsup.channel._channel import (
     new_secret,
     serve_channel,
 )
-from ddsup.plan import make_plan
-from ddsup.plan._allocation import (
-    detect_gpus,
-    local_nodes,
-    slurm_hostnames,
-    slurm_node_addresses,
+from ddsup.plan import (
+    AllocationRequest,
+    LauncherChoice,
+    LauncherKind,
+    plan_for,
+    resolve_allocation,
 )
-from ddsup.plan._model import Node, Plan, PlannedInstance
+from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
 from ddsup.record import _outcome
 from ddsup.record._events import Event, EventLog
@@ -128,42 +128,27 @@ class Controller:
             raise UnitFileError(err.problems) from None
 
     def _make_plan(self, units: UnitSet) -> tuple[Launcher, Plan]:
-        choice = self.args.launcher
-        if choice == "auto":
-            choice = "slurm" if os.environ.get("SLURM_JOB_ID") else "local"
-        self.launcher_name = choice
-        gpus = self.args.gpus_per_node
-        if choice == "local":
-            if gpus is None:
-                gpus = detect_gpus() or 0
-            nodes = local_nodes(self.args.nodes or 1, gpus)
-            launcher: Launcher = LocalLauncher(gpus_per_node=gpus)
-            plan = make_plan(units, nodes, client=nodes[0].name, shared_address=True)
-            return launcher, plan
-        nodelist = os.environ.get("SLURM_JOB_NODELIST")
-        if not nodelist:
-            raise UsageError("--launcher slurm needs a Slurm allocation (SLURM_JOB_NODELIST unset)")
-        if gpus is None:
-            gpus = detect_gpus()
-            if gpus is None:
-                raise UsageError("cannot detect GPUs per node: pass --gpus-per-node")
-        hosts = slurm_hostnames(nodelist)
-        if self.args.nodes is not None:
-            hosts = hosts[: self.args.nodes]
-        addresses = slurm_node_addresses(hosts)
-        nodes = [Node(name=h, address=addresses[h], gpus=tuple(range(gpus))) for h in hosts]
-        shared = len(set(addresses.values())) < len(addresses)
-        srun_args = tuple(self.args.srun_arg) + tuple(
-            a for u in units.lanes for a in u.slurm.srun_args
+        request = AllocationRequest(
+            launcher=LauncherChoice(self.args.launcher),
+            nodes=self.args.nodes,
+            gpus_per_node=self.args.gpus_per_node,
         )
-        client = os.environ.get("SLURMD_NODENAME") or hosts[0]
-        if client not in addresses:
-            raise UsageError(f"ddsup start runs on {client}, which is not in the allocation")
-        self.client_address = addresses[client]
-        plan = make_plan(
-            units, nodes, client=client, shared_address=shared, endpoint_host="127.0.0.1"
-        )
-        launcher = SlurmLauncher(gpus_per_node=gpus, srun_args=srun_args, shared_address=shared)
+        allocation = resolve_allocation(request, os.environ)
+        self.launcher_name = allocation.launcher.value
+        self.client_address = allocation.client_address
+        plan = plan_for(units, allocation)
+        launcher: Launcher
+        if allocation.launcher is LauncherKind.LOCAL:
+            launcher = LocalLauncher(gpus_per_node=allocation.gpus_per_node)
+        else:
+            srun_args = tuple(self.args.srun_arg) + tuple(
+                a for u in units.lanes for a in u.slurm.srun_args
+            )
+            launcher = SlurmLauncher(
+                gpus_per_node=allocation.gpus_per_node,
+                srun_args=srun_args,
+                shared_address=allocation.shared_address,
+            )
         return launcher, plan
 
     def _write_run_json(self) -> None:
