@@ -11,7 +11,7 @@ import pytest
 import trio
 from engine_helpers import PY, UnitDir, run_start
 
-from ddsup.record._events import Event
+from ddsup.record._events import RecordedEvent, UnitTransition
 from ddsup.record._states import InstanceState
 from ddsup.service._service import Service, ServiceSpec
 from ddsup.units._model import (
@@ -154,7 +154,7 @@ async def test_tcp_probe_waits_for_a_listening_socket(tmp_path: Path) -> None:
             tmp_path / "svc.log",
             {},
         )
-        events: list[Event] = []
+        events: list[RecordedEvent] = []
         service = Service(spec, events.append)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(service.run)
@@ -165,7 +165,7 @@ async def test_tcp_probe_waits_for_a_listening_socket(tmp_path: Path) -> None:
                 await service.ready.wait()
             assert service.status.probe == "ok"
             service.request_stop()
-        assert [e.to_state for e in events if e.event == "unit"] == [
+        assert [e.to_state.value for e in events if isinstance(e, UnitTransition)] == [
             "starting",
             "ready",
             "stopping",

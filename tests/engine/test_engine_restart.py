@@ -17,7 +17,7 @@ import pytest
 import trio
 from engine_helpers import UnitDir, run_start
 
-from ddsup.record._events import Event
+from ddsup.record._events import RecordedEvent, UnitTransition
 from ddsup.record._states import InstanceState
 from ddsup.service import _service
 from ddsup.service._service import Service, ServiceSpec
@@ -77,7 +77,7 @@ def _unit(**service: Any) -> Unit:
 
 async def _delays(tmp_path: Path, unit: Unit) -> list[float]:
     """Run the service until its start limit; the restarting → starting gaps (trio time)."""
-    marks: list[tuple[float, Event]] = []
+    marks: list[tuple[float, RecordedEvent]] = []
     spec = ServiceSpec(
         instance="flappy",
         node="node0",
@@ -94,9 +94,11 @@ async def _delays(tmp_path: Path, unit: Unit) -> list[float]:
     gaps = []
     restarting_at = None
     for at, event in marks:
-        if event.to_state == "restarting":
+        if not isinstance(event, UnitTransition):
+            continue
+        if event.to_state is InstanceState.RESTARTING:
             restarting_at = at
-        elif event.to_state == "starting" and restarting_at is not None:
+        elif event.to_state is InstanceState.STARTING and restarting_at is not None:
             gaps.append(at - restarting_at)
     return gaps
 

@@ -24,7 +24,7 @@ from ddsup._errors import UsageError
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, ChannelError, connect_channel
 from ddsup.plan._model import Plan
 from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel
-from ddsup.record._events import Event
+from ddsup.record._events import RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._preflight import run_preflight
@@ -82,8 +82,8 @@ async def _serve_controller(
     await channel.send({"op": "preflight", **result.to_dict()})
     outbox_send, outbox_receive = trio.open_memory_channel[dict[str, Any]](math.inf)
 
-    def emit(event: Event) -> None:
-        outbox_send.send_nowait({"op": "event", "event": event.to_dict()})
+    def emit(event: RecordedEvent) -> None:
+        outbox_send.send_nowait({"op": "event", "event": event.to_json()})
 
     forwarded = trio.Event()
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from ddsup._errors import DdsupError, PreflightError, UnitFileError, UsageError
+from ddsup._errors import DdsupError, PreflightError, ResultStatus, UnitFileError, UsageError
 from ddsup.channel._channel import (
     ADDRESS_ENV,
     SECRET_ENV,
@@ -41,10 +41,25 @@ from ddsup.plan import (
 )
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
-from ddsup.record import _outcome
-from ddsup.record._events import Event, EventLog
-from ddsup.record._outcome import Outcome
-from ddsup.record._state_dir import StateDir, write_private
+from ddsup.record._events import (
+    EventLog,
+    KillingEverything,
+    ProcessStarted,
+    RecordedEvent,
+    RunEnding,
+    RunFinished,
+    RunStarting,
+    RunStopping,
+    SignalForwarded,
+    SweepLeftSurvivors,
+    UnitTransition,
+    parse_event,
+)
+from ddsup.record._instance import InstanceRecord
+from ddsup.record._outcome import Cause, Outcome, Stopped, UnitFailure, WorkerEnded
+from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir, write_private
+from ddsup.record._states import RUNNING, InstanceState
+from ddsup.record._status import InstanceStatus, RunSnapshot
 from ddsup.run._console import Console
 from ddsup.run._lane_feed import LanePublisher
 from ddsup.run._launcher import AgentProcess, Launcher, LocalLauncher, SlurmLauncher
@@ -75,7 +90,7 @@ class Controller:
         self.killing = False
         self.started = time.time()
         # per-instance bookkeeping, fed by events from agents and the local runner
-        self.states: dict[str, dict[str, Any]] = {}
+        self.states: dict[str, InstanceRecord] = {}
         self.ready: dict[str, trio.Event] = {}
         self.final: dict[str, trio.Event] = {}
         self.agents: dict[str, Channel] = {}
@@ -96,7 +111,7 @@ class Controller:
     # --- top level ------------------------------------------------------------------
     async def main(self) -> int:
         self._write_run_json()
-        self._event(Event("run", reason="starting", details={"invocation_id": self.invocation_id}))
+        self._event(RunStarting(invocation_id=self.invocation_id))
         try:
             units = self._load_units()
             launcher, plan = self._make_plan(units)
@@ -105,13 +120,11 @@ class Controller:
             write_private(self.state.plan, plan.to_json())
             await self._supervise(units, plan, launcher)
         except DdsupError as err:
-            self._end(
-                Outcome(err.result_status, err.exit_status, getattr(err, "unit", None), str(err))
-            )
+            self._end(err)
             self.console.error(str(err))
-        outcome = self.outcome or Outcome("stopped", 1, None, "ended without a cause")
+        outcome = self.outcome or Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
         self.state.write_json(self.state.result, outcome.to_dict())
-        self._event(Event("run", reason="finished", details=outcome.to_dict()))
+        self._event(RunFinished(outcome=outcome))
         self.events.close()
         self.console.result(outcome, self.state.path)
         return outcome.exit_code
@@ -152,20 +165,18 @@ class Controller:
         return launcher, plan
 
     def _write_run_json(self) -> None:
-        data = {
-            "invocation_id": self.invocation_id,
-            "pid": os.getpid(),
-            "launcher": self.launcher_name,
-            "unit_dir": str(Path(self.args.directory).resolve()),
-            "started_at": self.started,
-            "control": None
-            if self.control_port is None
-            else {
-                "host": "127.0.0.1",
-                "port": self.control_port,
-            },
-        }
-        self.state.write_json(self.state.run, data)
+        control = None
+        if self.control_port is not None:
+            control = ControlAddress("127.0.0.1", self.control_port)
+        data = RunInfo(
+            invocation_id=self.invocation_id,
+            pid=os.getpid(),
+            launcher=self.launcher_name,
+            unit_dir=str(Path(self.args.directory).resolve()),
+            started_at=self.started,
+            control=control,
+        )
+        self.state.write_json(self.state.run, data.to_json())
 
     # --- supervision ----------------------------------------------------------------
     async def _supervise(self, units: UnitSet, plan: Plan, launcher: Launcher) -> None:
@@ -207,9 +218,7 @@ class Controller:
             with trio.CancelScope(shield=True):
                 survivors = await sweep_until_gone(self.invocation_id, timeout=5.0)
                 if survivors:
-                    self._event(
-                        Event("run", reason="sweep left survivors", details={"pids": survivors})
-                    )
+                    self._event(SweepLeftSurvivors(pids=tuple(survivors)))
                 sentinel.close()
 
     async def _run(
@@ -227,7 +236,7 @@ class Controller:
         try:
             await self._launch_agents(plan, launcher, nursery)
         except DdsupError as err:
-            self._end(Outcome(err.result_status, err.exit_status, None, str(err)))
+            self._end(err)
             return
         for planned in plan.instances:
             self.ready.setdefault(planned.instance, trio.Event())
@@ -269,7 +278,8 @@ class Controller:
                 await changed.wait()
 
     def _is_ready(self, instance: str) -> bool:
-        return self.states.get(instance, {}).get("to") == "ready"
+        record = self.states.get(instance)
+        return record is not None and record.state is InstanceState.READY
 
     def _notify_changed(self) -> None:
         self._changed.set()
@@ -324,14 +334,8 @@ class Controller:
     async def _watch_agent_process(self, agent: AgentProcess) -> None:
         status = await agent.process.wait()
         if not self.stopping:
-            self._end(
-                _outcome.unit_failed(
-                    agent.label,
-                    f"{agent.label} exited unexpectedly ({status.describe()})",
-                    status.to_json(),
-                    False,
-                )
-            )
+            reason = f"{agent.label} exited unexpectedly ({status.describe()})"
+            self._end(UnitFailure(agent.label, reason, status))
 
     async def _on_connection(self, channel: Channel, hello: dict[str, Any]) -> None:
         role = hello.get("role")
@@ -359,29 +363,24 @@ class Controller:
                     if set(self.preflight) >= self.expected_agents:
                         self.preflight_done.set()
                 elif message.get("op") == "event":
-                    self._event(Event.from_dict(message["event"]))
+                    try:
+                        self._event(parse_event(message["event"]))
+                    except (KeyError, TypeError, ValueError) as err:
+                        raise ChannelError(f"bad event: {err}") from err
                 elif message.get("op") == "signalled":
                     name = signal.Signals(int(message["signal"])).name
                     reason = f"the agent on {node} received {name}"
-                    self._end(_outcome.stopped(int(message["signal"]), reason))
+                    self._end(Stopped(int(message["signal"]), reason))
                 elif message.get("op") == "stopped":
                     break
         except ChannelError as err:
             if not self.stopping:
-                self._end(
-                    _outcome.unit_failed(
-                        f"agent on {node}", f"lost the agent on {node}: {err}", None, False
-                    )
-                )
+                self._end(UnitFailure(f"agent on {node}", f"lost the agent on {node}: {err}"))
         finally:
             self.agents.pop(node, None)
             self._agent_gone(node)
         if not self.stopping:
-            self._end(
-                _outcome.unit_failed(
-                    f"agent on {node}", f"the agent on {node} went away", None, False
-                )
-            )
+            self._end(UnitFailure(f"agent on {node}", f"the agent on {node} went away"))
 
     def _agent_gone(self, node: str) -> None:
         """An agent's instances can report nothing more: count them as final."""
@@ -391,24 +390,23 @@ class Controller:
                 self.final.setdefault(planned.instance, trio.Event()).set()
 
     # --- events ---------------------------------------------------------------------
-    def _event(self, event: Event) -> None:
+    def _event(self, event: RecordedEvent) -> None:
         self.events.write(event)
         self.console.event(event)
-        if event.event != "unit" or event.instance is None:
+        if isinstance(event, ProcessStarted):
+            record = self.states.get(event.instance, InstanceRecord())
+            self.states[event.instance] = record.apply(event)
+        if not isinstance(event, UnitTransition):
             return
-        record = self.states.setdefault(event.instance, {})
-        if "pid" not in event.details:
-            record.pop("pid", None)
-        record.update(event.to_dict())
-        self._notify_changed()
         instance = event.instance
-        if event.to_state in ("restarting", "failed") and not self.stopping:
-            self._take_down_replica_peers(instance, stop=event.to_state == "failed")
-        if event.to_state == "ready" or (
-            event.to_state == "exited" and event.reason == "completed"
-        ):
+        self.states[instance] = self.states.get(instance, InstanceRecord()).apply(event)
+        self._notify_changed()
+        to = event.to_state
+        if to in (InstanceState.RESTARTING, InstanceState.FAILED) and not self.stopping:
+            self._take_down_replica_peers(instance, stop=to is InstanceState.FAILED)
+        if to is InstanceState.READY or event.completed:
             self.ready.setdefault(instance, trio.Event()).set()
-        if event.to_state in ("exited", "failed"):
+        if to.final:
             self.final.setdefault(instance, trio.Event()).set()
             self._on_final(event)
         self._publish_lanes()
@@ -429,7 +427,7 @@ class Controller:
             if p.replica_name == replica
             and p.instance != instance
             and p.nnodes > 1
-            and self.states.get(p.instance, {}).get("to") in ("starting", "ready")
+            and self.states.get(p.instance, InstanceRecord()).state in RUNNING
         ]
         for peer in peers:
             channel = self.agents.get(peer.node)
@@ -442,28 +440,23 @@ class Controller:
                 message = {"op": "signal", "instances": [peer.instance], "signal": sig}
                 self._send_soon(channel, message)
 
-    def _on_final(self, event: Event) -> None:
-        assert self.units is not None and self.plan is not None and event.instance is not None
+    def _on_final(self, event: UnitTransition) -> None:
+        assert self.units is not None and self.plan is not None
         if self.stopping:
             return
         planned = next((i for i in self.plan.instances if i.instance == event.instance), None)
         if planned is None:
             return
         unit = self.units.by_name(planned.unit)
-        exit_json = event.details.get("exit")
         if unit.type is UnitType.WORKER:
-            self._end(_outcome.worker_ended(event.instance, exit_json, event.reason or ""))
+            self._end(WorkerEnded(event.instance, event.exit, event.reason))
             return
-        if event.to_state == "failed":
+        if event.to_state is InstanceState.FAILED:
             if unit.service.on_failure is OnFailure.STOP_ALL:
-                self._end(
-                    _outcome.unit_failed(
-                        event.instance,
-                        event.reason or "failed",
-                        exit_json,
-                        bool(event.details.get("readiness_timeout")),
-                    )
+                failure = UnitFailure(
+                    event.instance, event.reason, event.exit, event.readiness_timeout
                 )
+                self._end(failure)
             else:
                 self._stop_requirers(unit.base_name)
 
@@ -490,10 +483,10 @@ class Controller:
         if self._background is not None:
             self._background.start_soon(send)
 
-    def _end(self, outcome: Outcome) -> None:
+    def _end(self, cause: Cause) -> None:
         if self.outcome is None:
-            self.outcome = outcome
-            self._event(Event("run", reason="ending", details=outcome.to_dict()))
+            self.outcome = Outcome.of(cause)
+            self._event(RunEnding(outcome=self.outcome))
         self.ending.set()
 
     # --- lane feed for the endpoint -------------------------------------------------
@@ -542,42 +535,34 @@ class Controller:
                 return
             op = message.get("op")
             if op == "status":
-                await channel.send({"op": "status", **self.status_snapshot()})
+                await channel.send({"op": "status", **self.status_snapshot().to_json()})
             elif op == "stop":
-                self._end(_outcome.stopped(signal.SIGTERM, "ddsup stop"))
+                self._end(Stopped(signal.SIGTERM, "ddsup stop"))
                 await channel.send({"op": "stopping"})
 
-    def status_snapshot(self) -> dict[str, Any]:
+    def status_snapshot(self) -> RunSnapshot:
         instances = []
         models = self._lane_models(self.units, self.plan) if self.units and self.plan else {}
         for planned in self.plan.instances if self.plan else ():
-            record = self.states.get(planned.instance, {})
-            instances.append(
-                {
-                    "instance": planned.instance,
-                    "unit": planned.unit,
-                    "type": planned.type.value,
-                    "node": planned.node,
-                    "gpus": list(planned.gpus),
-                    "port": planned.port,
-                    "state": record.get("to", "inactive"),
-                    "since": record.get("time"),
-                    "pid": record.get("pid"),
-                    "restarts": record.get("restarts", 0),
-                    "last_exit": record.get("exit"),
-                    "reason": record.get("reason"),
-                    "model": models.get(planned.instance),
-                }
+            row = InstanceStatus(
+                planned.instance,
+                planned.unit,
+                planned.type,
+                planned.node,
+                planned.gpus,
+                planned.port,
+                models.get(planned.instance),
             )
-        return {
-            "invocation_id": self.invocation_id,
-            "launcher": self.launcher_name,
-            "started_at": self.started,
-            "uptime": time.time() - self.started,
-            "state_dir": str(self.state.path),
-            "stopping": self.stopping,
-            "instances": instances,
-        }
+            instances.append(row.with_record(self.states.get(planned.instance, InstanceRecord())))
+        return RunSnapshot(
+            invocation_id=self.invocation_id,
+            launcher=self.launcher_name,
+            started_at=self.started,
+            uptime=time.time() - self.started,
+            state_dir=str(self.state.path),
+            stopping=self.stopping,
+            instances=tuple(instances),
+        )
 
     # --- signals --------------------------------------------------------------------
     async def _watch_signals(self, units: UnitSet) -> None:
@@ -598,11 +583,11 @@ class Controller:
                     if stop_signals:
                         self._kill_everything()  # a second stop signal: no more grace
                     stop_signals += 1
-                    self._end(_outcome.stopped(signum, f"received {signal.Signals(signum).name}"))
+                    self._end(Stopped(signum, f"received {signal.Signals(signum).name}"))
 
     def _forward(self, units: UnitSet, signum: int) -> None:
         assert self.plan is not None
-        self._event(Event("run", reason=f"forwarding {signal.Signals(signum).name}"))
+        self._event(SignalForwarded(signum=signum))
         targets = [
             i
             for i in self.plan.instances
@@ -621,7 +606,7 @@ class Controller:
         if self.killing:
             return
         self.killing = True
-        self._event(Event("run", reason="second stop signal: killing everything"))
+        self._event(KillingEverything())
         if self.local is not None:
             self.local.kill_all()
         for channel in self.agents.values():
@@ -633,7 +618,7 @@ class Controller:
     # --- stop sequence --------------------------------------------------------------
     async def _stop_everything(self, units: UnitSet, plan: Plan) -> None:
         self.stopping = True
-        self._event(Event("run", reason="stopping"))
+        self._event(RunStopping())
         plan = self.plan or plan
         for level in stop_levels(units, plan):
             await self._stop_level(level)

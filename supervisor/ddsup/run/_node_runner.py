@@ -15,7 +15,7 @@ from pathlib import Path
 import trio
 
 from ddsup.plan._model import Plan, PlannedInstance
-from ddsup.record._events import Event
+from ddsup.record._events import RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.service._environment import RunContext, specifier_context, unit_environment
 from ddsup.service._service import Service, ServiceSpec
@@ -34,7 +34,7 @@ class NodeRunner:
         run: RunContext,
         state: StateDir,
         nursery: trio.Nursery,
-        emit: Callable[[Event], None],
+        emit: Callable[[RecordedEvent], None],
         base_env: Mapping[str, str] | None = None,
         extra_args: Mapping[str, tuple[str, ...]] | None = None,
         extra_env: Mapping[str, Mapping[str, str]] | None = None,

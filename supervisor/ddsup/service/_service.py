@@ -21,12 +21,17 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import trio
 
 from ddsup.process import ChildProcess, ExitStatus, SpawnError, spawn
-from ddsup.record._events import Event
+from ddsup.record._events import (
+    COMPLETED,
+    ProcessExited,
+    ProcessStarted,
+    RecordedEvent,
+    UnitTransition,
+)
 from ddsup.record._states import ALLOWED as _ALLOWED
 from ddsup.record._states import LIVE as _LIVE
 from ddsup.record._states import IllegalTransition, InstanceState
@@ -52,20 +57,16 @@ class ServiceSpec:
 
 @dataclass
 class ServiceStatus:
-    """A snapshot for status output and the controller's bookkeeping."""
+    """Where the service is now (in-process callers and tests; others read its events)."""
 
-    instance: str
-    node: str
-    unit: str
-    type: str
     state: InstanceState = InstanceState.INACTIVE
     since: float = 0.0
     pid: int | None = None
     restarts: int = 0
-    last_exit: dict[str, Any] | None = None
-    probe: str | None = None
+    last_exit: ExitStatus | None = None
+    probe: str | None = None  # the readiness probe's last answer in the current start
     reason: str | None = None
-    readiness_timeout: bool = False
+    readiness_timeout: bool = False  # the latest start was not ready within timeout_start
 
 
 @dataclass
@@ -87,17 +88,10 @@ def _size(path: Path) -> int:
 class Service:
     """Runs one unit instance until it exits for good, fails, or is asked to stop."""
 
-    def __init__(self, spec: ServiceSpec, emit: Callable[[Event], None]) -> None:
+    def __init__(self, spec: ServiceSpec, emit: Callable[[RecordedEvent], None]) -> None:
         self.spec = spec
         self._emit = emit
-        unit = spec.unit
-        self.status = ServiceStatus(
-            instance=spec.instance,
-            node=spec.node,
-            unit=unit.base_name,
-            type=unit.type.value,
-            since=time.time(),
-        )
+        self.status = ServiceStatus(since=time.time())
         self.ready = trio.Event()  # ready (oneshot: completed successfully)
         self.finished = trio.Event()
         self._scope = trio.CancelScope()
@@ -149,23 +143,10 @@ class Service:
             self._transition(InstanceState.EXITED, "stopped", exit=self._stopped_exit)
 
     async def _run(self) -> None:
-        service = self.spec.unit.service
         if self.spec.start_delay > 0:
             self._transition(InstanceState.WAITING, f"stagger {self.spec.start_delay:g}s")
             await trio.sleep(self.spec.start_delay)
-        while True:
-            now = trio.current_time()
-            while self._starts and now - self._starts[0] > service.start_limit_interval:
-                self._starts.popleft()
-            if len(self._starts) >= service.start_limit_burst:
-                last = f"; last: {self._timeout_reason}" if self.status.readiness_timeout else ""
-                self._fail(
-                    f"start limit hit: {len(self._starts)} starts within "
-                    f"{service.start_limit_interval:g}s (start_limit_burst = "
-                    f"{service.start_limit_burst}){last}"
-                )
-                return
-            self._starts.append(now)
+        while self._may_start():
             if self._started_once:
                 self.status.restarts += 1
             self._started_once = True
@@ -174,34 +155,62 @@ class Service:
                 return  # failed for good inside _run_once (the process could not start)
             if self._stop_requested:
                 return  # stopped while it exited: run() records the stop, not a restart
-            if self.spec.unit.type is UnitType.ONESHOT and status.is_success(
-                service.success_exit_status
-            ):
-                self.ready.set()
-                self._transition(InstanceState.EXITED, "completed", exit=status)
+            delay = self._verdict(status, ready_for)
+            if delay is None:
                 return
-            timed_out = self.status.readiness_timeout
-            clean = not timed_out and status.is_success(service.success_exit_status)
-            restart = service.restart is Restart.ALWAYS or (
-                service.restart is Restart.ON_FAILURE and not clean
-            )
-            why = self._timeout_reason if timed_out else status.describe()
-            if not restart:
-                if clean:
-                    self._transition(InstanceState.EXITED, why, exit=status)
-                else:
-                    self._fail(why, exit=None if timed_out else status)
-                return
-            if ready_for >= service.restart_max_sec:
-                self._failures = 0
-            delay = self._backoff()
-            self._failures += 1
-            self._transition(
-                InstanceState.RESTARTING,
-                f"{why}; restart in {delay:.3g}s",
-                exit=None if timed_out else status,
-            )
             await trio.sleep(delay)
+
+    def _may_start(self) -> bool:
+        """Count this start against the start limit; past it, the unit has failed."""
+        service = self.spec.unit.service
+        now = trio.current_time()
+        while self._starts and now - self._starts[0] > service.start_limit_interval:
+            self._starts.popleft()
+        if len(self._starts) < service.start_limit_burst:
+            self._starts.append(now)
+            return True
+        timed_out = self.status.readiness_timeout
+        last = f"; last: {self._timeout_reason}" if timed_out else ""
+        self._fail(
+            f"start limit hit: {len(self._starts)} starts within "
+            f"{service.start_limit_interval:g}s (start_limit_burst = "
+            f"{service.start_limit_burst}){last}",
+            timed_out=timed_out,
+        )
+        return False
+
+    def _verdict(self, status: ExitStatus, ready_for: float) -> float | None:
+        """After the process ended by itself: the restart delay, or None when it is over."""
+        service = self.spec.unit.service
+        success = status.is_success(service.success_exit_status)
+        if self.spec.unit.type is UnitType.ONESHOT and success:
+            self.ready.set()
+            self._transition(InstanceState.EXITED, COMPLETED, exit=status)
+            return None
+        timed_out = self.status.readiness_timeout
+        clean = not timed_out and success
+        restart = service.restart is Restart.ALWAYS or (
+            service.restart is Restart.ON_FAILURE and not clean
+        )
+        why = self._timeout_reason if timed_out else status.describe()
+        exit = None if timed_out else status
+        if not restart:
+            if clean:
+                self._transition(InstanceState.EXITED, why, exit=status)
+            else:
+                self._fail(why, exit=exit, timed_out=timed_out)
+            return None
+        if ready_for >= service.restart_max_sec:
+            self._failures = 0
+        delay = self._backoff()
+        self._failures += 1
+        self._transition(
+            InstanceState.RESTARTING,
+            f"{why}; restart in {delay:.3g}s",
+            exit=exit,
+            timed_out=timed_out,
+        )
+        return delay
 
     def _backoff(self) -> float:
         service = self.spec.unit.service
@@ -211,6 +220,7 @@ class Service:
     async def _run_once(self) -> tuple[ExitStatus | None, float]:
         """One start of the process; returns its exit and how long it was ready."""
         spec = self.spec
+        self.status.probe = None
         self._transition(InstanceState.STARTING, "starting")
         log_offset = _size(spec.log_path)
         try:
@@ -221,7 +231,11 @@ class Service:
         self._child = child
         self.status.pid = child.pid
         # log_offset: where this process's output begins in the log (``logs --since``)
-        self._emit_event("process", details={"pid": child.pid, "log_offset": log_offset})
+        self._emit(
+            ProcessStarted(
+                instance=spec.instance, node=spec.node, pid=child.pid, log_offset=log_offset
+            )
+        )
         watch = _Watch()
         try:
             async with trio.open_nursery() as nursery:
@@ -238,10 +252,8 @@ class Service:
                 watch.exited = True
                 # recorded now, as seen: the stop below (the sweep for escaped
                 # descendants) and the restart decision come after
-                self._emit_event(
-                    "exit",
-                    reason=ended.describe(),
-                    details={"pid": child.pid, "exit": ended.to_json()},
+                self._emit(
+                    ProcessExited(instance=spec.instance, node=spec.node, pid=child.pid, exit=ended)
                 )
                 nursery.cancel_scope.cancel()
         finally:
@@ -251,7 +263,7 @@ class Service:
                 )
             # recorded here, so that a stop (which cancels us) reports the exit too
             self._stopped_exit = final
-            self.status.last_exit = final.to_json()
+            self.status.last_exit = final
             self.status.pid = None
             self._child = None
         return final, self._ready_for(watch)
@@ -301,10 +313,20 @@ class Service:
         )
 
     # --- state machine --------------------------------------------------------------
-    def _fail(self, reason: str, exit: ExitStatus | None = None) -> None:
-        self._transition(InstanceState.FAILED, reason, exit=exit)
+    def _fail(
+        self, reason: str, exit: ExitStatus | None = None, *, timed_out: bool = False
+    ) -> None:
+        self._transition(InstanceState.FAILED, reason, exit=exit, timed_out=timed_out)
 
-    def _transition(self, to: InstanceState, reason: str, exit: ExitStatus | None = None) -> None:
+    def _transition(
+        self,
+        to: InstanceState,
+        reason: str,
+        exit: ExitStatus | None = None,
+        *,
+        timed_out: bool = False,
+    ) -> None:
+        """Move to ``to`` and report it; ``timed_out``: the verdict of a readiness timeout."""
         current = self.status.state
         if to not in _ALLOWED[current]:
             raise IllegalTransition(
@@ -315,35 +337,20 @@ class Service:
         self.status.reason = reason
         if to is not InstanceState.READY and current is InstanceState.READY:
             self.ready = trio.Event()  # no longer ready: waiters must wait for the next time
-        details: dict[str, Any] = {"restarts": self.status.restarts}
         if exit is not None:
-            details["exit"] = exit.to_json()
-            self.status.last_exit = exit.to_json()
-        if self.status.pid is not None:
-            details["pid"] = self.status.pid
-        if to is InstanceState.FAILED and self.status.readiness_timeout:
-            details["readiness_timeout"] = True
-        self._emit_event(
-            "unit", from_state=current.value, to_state=to.value, reason=reason, details=details
-        )
-
-    def _emit_event(
-        self,
-        kind: str,
-        *,
-        from_state: str | None = None,
-        to_state: str | None = None,
-        reason: str | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> None:
+            self.status.last_exit = exit
         self._emit(
-            Event(
-                event=kind,
+            UnitTransition(
                 instance=self.spec.instance,
                 node=self.spec.node,
-                from_state=from_state,
-                to_state=to_state,
+                from_state=current,
+                to_state=to,
                 reason=reason,
-                details=details or {},
+                restarts=self.status.restarts,
+                pid=self.status.pid,
+                exit=exit,
+                readiness_timeout=timed_out,
+                probe=self.status.probe,
+                time=self.status.since,
             )
         )
