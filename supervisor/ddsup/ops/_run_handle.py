@@ -14,12 +14,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import trio
 
 from ddsup._errors import RunStateError
-from ddsup.channel._channel import Channel, ChannelError, connect_channel
+from ddsup.channel._channel import Channel, connect_channel
+from ddsup.channel._messages import ChannelError, Hello, Message, Role
 from ddsup.record._events import RecordedEvent, read_events
 from ddsup.record._outcome import Outcome
 from ddsup.record._state_dir import StateDir, newest_state_dir
@@ -63,14 +63,13 @@ async def connect(state: StateDir) -> Channel | None:
         return None
     try:
         secret = state.secret.read_text().strip()
-        return await connect_channel(
-            f"{control.host}:{control.port}", secret, {"op": "hello", "role": "control"}
-        )
+        hello = Hello(Role.CONTROL, secret)
+        return await connect_channel(f"{control.host}:{control.port}", hello)
     except (OSError, ChannelError):
         return None
 
 
-async def ask(state: StateDir, message: dict[str, Any]) -> dict[str, Any] | None:
+async def ask(state: StateDir, message: Message) -> Message | None:
     """Send one request to the live run; None when the run is no longer reachable."""
     channel = await connect(state)
     if channel is None:

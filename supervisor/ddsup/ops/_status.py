@@ -15,6 +15,7 @@ from typing import Any
 
 import trio
 
+from ddsup.channel._messages import StatusReply, StatusRequest
 from ddsup.ops._metrics import render_supervisor_metrics
 from ddsup.ops._run_handle import add_state_dir, ask, find_state, one_line, silence_stdout
 from ddsup.ops._status_view import StatusView, status_view
@@ -53,13 +54,8 @@ def run_status(args: argparse.Namespace) -> int:
 
 async def _snapshot(state: StateDir) -> RunSnapshot | None:
     """The live run's answer, or None when it does not answer (finished, killed, far)."""
-    answer = await ask(state, {"op": "status"})
-    if answer is None:
-        return None
-    try:
-        return RunSnapshot.from_json(answer)
-    except (KeyError, TypeError, ValueError):
-        return None
+    answer = await ask(state, StatusRequest())
+    return answer.snapshot if isinstance(answer, StatusReply) else None
 
 
 def _colour(stream: Any) -> bool:

@@ -9,7 +9,8 @@ import signal
 import trio
 
 from ddsup._errors import RunStateError
-from ddsup.channel._channel import Channel, ChannelError
+from ddsup.channel._channel import Channel
+from ddsup.channel._messages import ChannelError, StopAnswer, StopRequest
 from ddsup.ops._run_handle import add_state_dir, connect, find_state, summary
 from ddsup.record._state_dir import RunInfo, StateDir
 
@@ -39,9 +40,9 @@ async def _stop(state: StateDir, wait: bool) -> int:
     if channel is None:
         return await _stop_unreachable(state, run, name, wait)
     try:
-        await channel.send({"op": "stop"})
+        await channel.send(StopRequest())
         answer = await channel.receive()
-        if answer is None or answer.get("op") != "stopping":
+        if not isinstance(answer, StopAnswer):
             raise RunStateError(f"{name} did not accept the stop request (answer: {answer})")
         print(f"ddsup: stopping {name} …", flush=True)
         if wait:

@@ -12,25 +12,39 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import signal
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import trio
 
 from ddsup._errors import DdsupError, PreflightError, ResultStatus, UnitFileError, UsageError
-from ddsup.channel._channel import (
-    ADDRESS_ENV,
-    SECRET_ENV,
-    Channel,
+from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, new_secret, serve_channel
+from ddsup.channel._messages import (
+    AgentStopped,
     ChannelError,
-    new_secret,
-    serve_channel,
+    EndpointSetup,
+    EventReport,
+    Hello,
+    Kill,
+    LanesUpdate,
+    Message,
+    PreflightReport,
+    ReadyLane,
+    Role,
+    Setup,
+    Shutdown,
+    SignalInstances,
+    Signalled,
+    Start,
+    StatusReply,
+    StatusRequest,
+    Stop,
+    StopAnswer,
+    StopRequest,
 )
 from ddsup.plan import (
     AllocationRequest,
@@ -53,7 +67,6 @@ from ddsup.record._events import (
     SignalForwarded,
     SweepLeftSurvivors,
     UnitTransition,
-    parse_event,
 )
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import Cause, Outcome, Stopped, UnitFailure, WorkerEnded
@@ -94,9 +107,9 @@ class Controller:
         self.ready: dict[str, trio.Event] = {}
         self.final: dict[str, trio.Event] = {}
         self.agents: dict[str, Channel] = {}
-        self.preflight: dict[str, dict[str, Any]] = {}
+        self.preflight: dict[str, PreflightReport] = {}
         self.preflight_done = trio.Event()
-        self.lane_feed = LanePublisher()
+        self.lane_feed: LanePublisher | None = None
         self.agent_processes: list[AgentProcess] = []
         self.units: UnitSet | None = None
         self.plan: Plan | None = None
@@ -116,6 +129,7 @@ class Controller:
             units = self._load_units()
             launcher, plan = self._make_plan(units)
             self.units, self.plan = units, plan
+            self.lane_feed = LanePublisher(_endpoint_setup(units))
             self.console.lanes(self._lane_models(units, plan))
             write_private(self.state.plan, plan.to_json())
             await self._supervise(units, plan, launcher)
@@ -251,7 +265,7 @@ class Controller:
         if self._on_agent(planned):
             channel = self.agents.get(planned.node)
             if channel is not None:
-                await channel.send({"op": "start", "instances": [{"instance": planned.instance}]})
+                await channel.send(Start((planned.instance,)))
         else:
             assert self.local is not None
             self.local.start(planned.instance)
@@ -311,11 +325,11 @@ class Controller:
                 f"no agent reported from node(s) {', '.join(sorted(missing))} within {PREFLIGHT_TIMEOUT:g}s"
             )
         problems = [
-            f"{node}: {p}" for node, r in sorted(self.preflight.items()) for p in r["problems"]
+            f"{node}: {p}" for node, r in sorted(self.preflight.items()) for p in r.problems
         ]
         if problems:
             raise PreflightError("preflight failed: " + "; ".join(problems))
-        ports = {k: v for r in self.preflight.values() for k, v in r["ports"].items()}
+        ports = {k: v for r in self.preflight.values() for k, v in r.ports.items()}
         if ports:
             self.plan = plan = plan.with_ports(ports)
             write_private(self.state.plan, plan.to_json())
@@ -337,42 +351,46 @@ class Controller:
             reason = f"{agent.label} exited unexpectedly ({status.describe()})"
             self._end(UnitFailure(agent.label, reason, status))
 
-    async def _on_connection(self, channel: Channel, hello: dict[str, Any]) -> None:
-        role = hello.get("role")
-        if role == "agent":
-            await self._serve_agent(channel, str(hello.get("node")))
-        elif role == "lanes":
+    async def _on_connection(self, channel: Channel, hello: Hello) -> None:
+        if hello.role is Role.AGENT and hello.node is not None:
+            await self._serve_agent(channel, hello.node)
+        elif hello.role is Role.LANES and self.lane_feed is not None:
             await self.lane_feed.serve(channel)
-        elif role == "control":
+        elif hello.role is Role.CONTROL:
             await self._serve_control(channel)
 
     async def _serve_agent(self, channel: Channel, node: str) -> None:
         assert self.plan is not None
-        run = dataclasses.asdict(self._run_context(self.plan, with_key=False))
-        await channel.send({"op": "setup", "plan": self.plan.to_dict(), "run": run})
+        run = self._run_context(self.plan, with_key=False)
+        setup = Setup(
+            plan=self.plan,
+            invocation_id=run.invocation_id,
+            state_dir=run.state_dir,
+            unit_dir=run.unit_dir,
+            job_id=run.job_id,
+            endpoint_url=run.endpoint_url,
+        )
+        await channel.send(setup)
         self.agents[node] = channel
         if self.stopping:  # connected after the stop began: nothing for it to run
-            await channel.send({"op": "shutdown"})
+            await channel.send(Shutdown())
         try:
             while True:
                 message = await channel.receive()
-                if message is None:
+                if message is None or isinstance(message, AgentStopped):
                     break
-                if message.get("op") == "preflight":
+                if isinstance(message, PreflightReport):
                     self.preflight[node] = message
                     if set(self.preflight) >= self.expected_agents:
                         self.preflight_done.set()
-                elif message.get("op") == "event":
-                    try:
-                        self._event(parse_event(message["event"]))
-                    except (KeyError, TypeError, ValueError) as err:
-                        raise ChannelError(f"bad event: {err}") from err
-                elif message.get("op") == "signalled":
-                    name = signal.Signals(int(message["signal"])).name
+                elif isinstance(message, EventReport):
+                    self._event(message.event)
+                elif isinstance(message, Signalled):
+                    name = signal.Signals(message.signum).name
                     reason = f"the agent on {node} received {name}"
-                    self._end(Stopped(int(message["signal"]), reason))
-                elif message.get("op") == "stopped":
-                    break
+                    self._end(Stopped(message.signum, reason))
+                else:
+                    raise ChannelError(f"unexpected {message.op!r} message from an agent")
         except ChannelError as err:
             if not self.stopping:
                 self._end(UnitFailure(f"agent on {node}", f"lost the agent on {node}: {err}"))
@@ -435,10 +453,9 @@ class Controller:
             if channel is None:
                 continue
             if stop:
-                self._send_soon(channel, {"op": "stop", "instances": [peer.instance]})
+                self._send_soon(channel, Stop((peer.instance,)))
             else:
-                message = {"op": "signal", "instances": [peer.instance], "signal": sig}
-                self._send_soon(channel, message)
+                self._send_soon(channel, SignalInstances((peer.instance,), sig))
 
     def _on_final(self, event: UnitTransition) -> None:
         assert self.units is not None and self.plan is not None
@@ -471,11 +488,11 @@ class Controller:
     def _request_stop_instance(self, planned: PlannedInstance) -> None:
         channel = self.agents.get(planned.node)
         if channel is not None and self._on_agent(planned):
-            self._send_soon(channel, {"op": "stop", "instances": [planned.instance]})
+            self._send_soon(channel, Stop((planned.instance,), "a required unit failed"))
         elif self.local is not None and planned.instance in self.local.services:
             self.local.services[planned.instance].request_stop("a required unit failed")
 
-    def _send_soon(self, channel: Channel, message: dict[str, Any]) -> None:
+    def _send_soon(self, channel: Channel, message: Message) -> None:
         async def send() -> None:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 await channel.send(message)
@@ -490,7 +507,7 @@ class Controller:
         self.ending.set()
 
     # --- lane feed for the endpoint -------------------------------------------------
-    def _ready_lanes(self) -> list[dict[str, str]]:
+    def _ready_lanes(self) -> list[ReadyLane]:
         if self.plan is None or self.units is None:
             return []
         lanes = []
@@ -503,13 +520,8 @@ class Controller:
                 lane = self.units.by_name(planned.unit).lane
                 assert lane is not None
                 address = self.plan.node(planned.node).address
-                lanes.append(
-                    {
-                        "instance": planned.instance,
-                        "model": lane.model,
-                        "url": f"http://{address}:{planned.port}",
-                    }
-                )
+                url = f"http://{address}:{planned.port}"
+                lanes.append(ReadyLane(planned.instance, lane.model, url))
         return lanes
 
     @staticmethod
@@ -525,7 +537,9 @@ class Controller:
         return sorted({u.lane.model for u in self.units.lanes if u.lane}) if self.units else []
 
     def _publish_lanes(self) -> None:
-        self.lane_feed.publish(self._ready_lanes(), self._models())
+        if self.lane_feed is not None:
+            update = LanesUpdate(tuple(self._ready_lanes()), tuple(self._models()))
+            self.lane_feed.publish(update)
 
     # --- operator control -----------------------------------------------------------
     async def _serve_control(self, channel: Channel) -> None:
@@ -533,12 +547,13 @@ class Controller:
             message = await channel.receive()
             if message is None:
                 return
-            op = message.get("op")
-            if op == "status":
-                await channel.send({"op": "status", **self.status_snapshot().to_json()})
-            elif op == "stop":
+            if isinstance(message, StatusRequest):
+                await channel.send(StatusReply(self.status_snapshot()))
+            elif isinstance(message, StopRequest):
                 self._end(Stopped(signal.SIGTERM, "ddsup stop"))
-                await channel.send({"op": "stopping"})
+                await channel.send(StopAnswer())
+            else:
+                raise ChannelError(f"unexpected {message.op!r} message from an operator")
 
     def status_snapshot(self) -> RunSnapshot:
         instances = []
@@ -596,9 +611,7 @@ class Controller:
         for node, channel in self.agents.items():
             names = [i.instance for i in targets if i.node == node]
             if names:
-                self._send_soon(
-                    channel, {"op": "signal", "instances": names, "signal": int(signum)}
-                )
+                self._send_soon(channel, SignalInstances(tuple(names), int(signum)))
         if self.local is not None:
             self.local.signal([i.instance for i in targets], signum)
 
@@ -610,7 +623,7 @@ class Controller:
         if self.local is not None:
             self.local.kill_all()
         for channel in self.agents.values():
-            self._send_soon(channel, {"op": "kill"})
+            self._send_soon(channel, Kill())
         for agent in self.agent_processes:
             if not set(agent.nodes) & set(self.agents):
                 agent.process.signal_group(signal.SIGKILL)  # not connected: nothing to ask
@@ -629,7 +642,7 @@ class Controller:
         remote = [p for p in level if self._on_agent(p) and p.node in self.agents]
         for node in {p.node for p in remote}:
             names = [p.instance for p in remote if p.node == node]
-            self._send_soon(self.agents[node], {"op": "stop", "instances": names})
+            self._send_soon(self.agents[node], Stop(tuple(names)))
         local = [p.instance for p in level if p.instance in self.local.services]
         limit = max((self.units.by_name(p.unit).service.timeout_stop for p in level), default=0.0)
         with trio.move_on_after(limit + AGENT_SHUTDOWN_GRACE):
@@ -647,7 +660,7 @@ class Controller:
         """
         connected = set(self.agents)
         for channel in list(self.agents.values()):
-            self._send_soon(channel, {"op": "shutdown"})
+            self._send_soon(channel, Shutdown())
 
         async def finish(agent: AgentProcess) -> None:
             if connected & set(agent.nodes) and not self.killing:
@@ -680,34 +693,19 @@ class Controller:
         return {i.instance: feed for i in plan.instances if i.type is UnitType.ENDPOINT}
 
     def _endpoint_args(self, units: UnitSet, plan: Plan) -> dict[str, tuple[str, ...]]:
-        endpoint = units.endpoint
-        if endpoint is None or endpoint.endpoint is None:
-            return {}
-        section = endpoint.endpoint
-        args = [
-            "--bind",
-            section.bind,
-            "--port",
-            str(section.port),
-            "--max-queue-per-lane",
-            str(section.max_queue_per_lane),
-            "--retry-after",
-            f"{section.retry_after:g}s",
-            "--retries",
-            str(section.retries),
-            "--max-body-bytes",
-            str(section.max_body_bytes),
-            "--max-concurrent",
-            str(section.max_concurrent),
-            "--upstream-timeout",
-            f"{section.upstream_timeout:g}s",
-            "--lanes-from-controller",
-        ]
-        if section.api_key_env:
-            if not os.environ.get(section.api_key_env):
-                raise UsageError(
-                    f"{endpoint.source.path}: api_key_env names {section.api_key_env}, which is not set"
-                )
-            args += ["--api-key-env", section.api_key_env]
+        """The endpoint takes its settings and lanes from the controller's feed."""
         names = [i.instance for i in plan.instances if i.type is UnitType.ENDPOINT]
-        return {name: tuple(args) for name in names}
+        return {name: ("--lanes-from-controller",) for name in names}
+
+
+def _endpoint_setup(units: UnitSet) -> EndpointSetup | None:
+    """The endpoint's section, checked: its ``api_key_env`` must name a set variable."""
+    endpoint = units.endpoint
+    if endpoint is None or endpoint.endpoint is None:
+        return None
+    section = endpoint.endpoint
+    if section.api_key_env and not os.environ.get(section.api_key_env):
+        raise UsageError(
+            f"{endpoint.source.path}: api_key_env names {section.api_key_env}, which is not set"
+        )
+    return EndpointSetup(section)
