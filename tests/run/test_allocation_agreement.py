@@ -8,12 +8,12 @@ on PATH; a ``model_path`` no node can read), so the file is the resolved plan it
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from support.runs import PY, simulated, start_argv, start_env
 
 UNITS = {
     "lane@.toml": """
@@ -46,22 +46,13 @@ exec = ["true"]
 
 def _env(tmp_path: Path, extra: dict[str, str]) -> dict[str, str]:
     """No Slurm, no GPU hints and no tools on PATH, then ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "CUDA_", "DDSUP_"))}
-    env["DDSUP_TEST_SESSION"] = os.environ["DDSUP_TEST_SESSION"]
     empty = tmp_path / "empty-path"
     empty.mkdir(exist_ok=True)
-    return {**env, "PATH": str(empty), **extra}
+    return start_env({"PATH": str(empty), **extra})
 
 
-def _ddsup(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ddsup", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+def _run(env: dict[str, str], argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
 
 
 SLURM = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "n[1-3]", "SLURMD_NODENAME": "n2"}
@@ -70,8 +61,8 @@ SLURM = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "n[1-3]", "SLURMD_NODENAME":
 @pytest.mark.parametrize(
     ("environ", "flags", "ends"),
     [
-        pytest.param(SLURM, ["--nodes", "2", "--gpus-per-node", "2"], 64, id="slurm"),
-        pytest.param({}, ["--nodes", "2", "--gpus-per-node", "2"], 69, id="local"),
+        pytest.param(SLURM, list(simulated(2, 2)), 64, id="slurm"),
+        pytest.param({}, list(simulated(2, 2)), 69, id="local"),
     ],
 )
 def test_plan_prints_what_start_uses(
@@ -82,10 +73,10 @@ def test_plan_prints_what_start_uses(
     for name, text in UNITS.items():
         (units / name).write_text(text)
     env = _env(tmp_path, environ)
-    planned = _ddsup(env, "plan", str(units), *flags, "--json")
+    planned = _run(env, [PY, "-m", "ddsup", "plan", str(units), *flags, "--json"])
     assert planned.returncode == 0, planned.stderr
     state = tmp_path / "state"
-    started = _ddsup(env, "start", str(units), "--state-dir", str(state), *flags)
+    started = _run(env, start_argv(units, state, *flags))
     assert started.returncode == ends, started.stdout + started.stderr
     assert (state / "plan.json").read_text() == planned.stdout
     plan = json.loads(planned.stdout)

@@ -9,13 +9,13 @@ that names an unset variable stops the run before anything starts (64, no traceb
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from support.runs import run_start
 
 # The worker: the endpoint answers on its planned URL, refuses a request without the key
 # and lists the lane's model with it.
@@ -81,35 +81,19 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _start(tmp_path: Path, units: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CUDA_"))}
-    state = tmp_path / "state"
-    argv = [sys.executable, "-m", "ddsup", "start", str(units), "--state-dir", str(state)]
-    return subprocess.run(
-        [*argv, "--gpus-per-node", "1"],
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=120,
-        check=False,
-    )
-
-
 @pytest.mark.slow  # a node agent and fake-vllm: a few seconds
-def test_the_endpoint_serves_with_its_section(tmp_path: Path) -> None:
+async def test_the_endpoint_serves_with_its_section(tmp_path: Path) -> None:
     units = _units(tmp_path / "units", _free_port())
-    done = _start(tmp_path, units, {"TEST_ENDPOINT_KEY": "k3y-of-the-test"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads((tmp_path / "state" / "result.json").read_text())
-    assert result["status"] == "ok"
+    env = {"TEST_ENDPOINT_KEY": "k3y-of-the-test"}
+    run = await run_start(units, tmp_path / "state", "--gpus-per-node", "1", env=env, limit=120)
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.result()["status"] == "ok"
 
 
-def test_an_unset_api_key_env_is_a_usage_error(tmp_path: Path) -> None:
+async def test_an_unset_api_key_env_is_a_usage_error(tmp_path: Path) -> None:
     units = _units(tmp_path / "units", _free_port())
-    env = {k: v for k, v in os.environ.items() if k != "TEST_ENDPOINT_KEY"}
-    done = _start(tmp_path, units, env)
-    assert done.returncode == 64, done.stderr
-    assert "api_key_env names TEST_ENDPOINT_KEY, which is not set" in done.stderr
-    assert "Traceback" not in done.stderr
-    result = json.loads((tmp_path / "state" / "result.json").read_text())
-    assert result["status"] == "usage"
+    run = await run_start(units, tmp_path / "state", "--gpus-per-node", "1")
+    assert run.returncode == 64, run.output
+    assert "api_key_env names TEST_ENDPOINT_KEY, which is not set" in run.output
+    assert "Traceback" not in run.output
+    assert run.result()["status"] == "usage"

@@ -11,11 +11,27 @@ feed ends and so does the endpoint.
 from __future__ import annotations
 
 import math
+import os
 
 import trio
 
+from ddsup._errors import UsageError
 from ddsup.channel._channel import Channel
 from ddsup.channel._messages import EndpointSetup, LanesUpdate
+from ddsup.units._model import UnitSet
+
+
+def endpoint_setup(units: UnitSet) -> EndpointSetup | None:
+    """The endpoint's section, checked first: its ``api_key_env`` must name a set variable."""
+    endpoint = units.endpoint
+    if endpoint is None or endpoint.endpoint is None:
+        return None
+    section = endpoint.endpoint
+    if section.api_key_env and not os.environ.get(section.api_key_env):
+        raise UsageError(
+            f"{endpoint.source.path}: api_key_env names {section.api_key_env}, which is not set"
+        )
+    return EndpointSetup(section)
 
 
 class LanePublisher:

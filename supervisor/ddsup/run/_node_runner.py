@@ -102,6 +102,13 @@ class NodeRunner:
         for service in targets:
             await service.finished.wait()
 
+    def request_stop(self, instances: Iterable[str], reason: str) -> None:
+        """Ask the given instances to stop; their services report how it went."""
+        for name in instances:
+            service = self.services.get(name)
+            if service is not None:
+                service.request_stop(reason)
+
     def kill_all(self) -> None:
         for service in self.services.values():
             service.kill_now()
