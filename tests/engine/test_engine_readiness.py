@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import trio
-from engine_helpers import PY, UnitDir, run_start
 
 from ddsup.record._events import RecordedEvent, UnitTransition
 from ddsup.record._states import InstanceState
@@ -22,6 +21,8 @@ from ddsup.units._model import (
     Unit,
     UnitType,
 )
+from support.runs import PY, run_start
+from support.unit_dirs import UnitDir
 
 # Listens on PORT only after DELAY seconds (connections are refused until then).
 LATE_LISTENER_PY = """\

@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 import trio
-from engine_helpers import UnitDir, run_start
 
 from ddsup.record._events import RecordedEvent, UnitTransition
 from ddsup.record._states import InstanceState
 from ddsup.service import _service
 from ddsup.service._service import Service, ServiceSpec
 from ddsup.units._model import Restart, ServiceSection, SourceLocation, Unit, UnitType
+from support.runs import run_start
+from support.unit_dirs import UnitDir
 
 SLACK = 0.25  # scheduling slack on a loaded CI machine (seconds)
 
