@@ -186,7 +186,7 @@ def agent_pid(invocation_id: str, node: str) -> int:
 
 
 def finish(cluster: SlurmCluster, job: DdsupJob, job_id: str, timeout: float = 60.0) -> JobResult:
-    """Wait for the job's end; then no process of the run may be alive (SPEC §4)."""
+    """Wait for the job's end; then no process of the run may be alive (docs/no-orphans.md)."""
     result = cluster.wait_job(job_id, timeout=timeout)
     leftovers = run_processes(job.invocation_id())
     assert not leftovers, "alive after the job ended:\n" + describe(leftovers)

@@ -259,7 +259,7 @@ def _unit(read: _Reader) -> UnitTransition:
     return UnitTransition(
         instance=read.text("instance"),
         node=read.optional_text("node"),
-        from_state=InstanceState(read.data.get("from", "inactive")),
+        from_state=InstanceState(read.data.get("from", InstanceState.INACTIVE.value)),
         to_state=InstanceState(read.data.get("to")),
         reason=read.optional_text("reason") or "",
         restarts=read.optional_integer("restarts") or 0,
