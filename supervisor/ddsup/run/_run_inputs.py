@@ -26,9 +26,6 @@ class Host:
     node: str
     agent: bool
 
-    def __str__(self) -> str:
-        return f"the agent on {self.node}" if self.agent else "ddsup start"
-
 
 # --- inputs -------------------------------------------------------------------------------
 @dataclass(frozen=True)
