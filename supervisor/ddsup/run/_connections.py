@@ -80,7 +80,8 @@ class ControlServer:
                     reason = f"lost the agent on {node}: {err}"
                 nursery.cancel_scope.cancel()
         finally:
-            del self.nodes[host]
+            if self.nodes.get(host) is remote:
+                del self.nodes[host]
         self.feed(AgentGone(node, reason))
 
     async def _agent_reports(self, channel: Channel, node: str) -> str:

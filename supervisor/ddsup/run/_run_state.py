@@ -169,6 +169,9 @@ class RunState:
             return self._forward(event.signum)
         if isinstance(event, StopSignalled):
             return self._stop_signal(event.signum)
+        if isinstance(event, AgentGone):  # what it ran can report nothing more
+            node = self.plan.on_node(event.node)
+            self._final.update(p.instance for p in node if self.host_of(p).agent)
         return self._end(self._cause(event))
 
     def _cause(
@@ -184,9 +187,6 @@ class RunState:
             reason = f"the agent on {event.node} received {signal.Signals(event.signum).name}"
             return Stopped(event.signum, reason)
         if isinstance(event, AgentGone):
-            self._final.update(
-                p.instance for p in self.plan.on_node(event.node) if self.host_of(p).agent
-            )
             return None if self.stopping else UnitFailure(f"agent on {event.node}", event.reason)
         if self.stopping:
             return None
