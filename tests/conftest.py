@@ -11,37 +11,25 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import psutil
 import pytest
 
+from support import procs
+from support.polls import until_sync
+
 TEST_SESSION = os.environ.setdefault("DDSUP_TEST_SESSION", uuid.uuid4().hex)
-_MARK = f"DDSUP_TEST_SESSION={TEST_SESSION}".encode()
 
 
 def ddsup_processes() -> dict[int, str]:
     """PID → invocation id of live processes of this test session that carry one."""
     found: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
-            continue  # a zombie is dead; its parent's reaping is checked separately
-        items = environ.split(b"\0")
-        if _MARK not in items:
-            continue
-        for item in items:
-            if item.startswith(b"DDSUP_INVOCATION_ID="):
-                found[int(entry.name)] = item.split(b"=", 1)[1].decode(errors="replace")
+    for pid in procs.carrying("DDSUP_TEST_SESSION", TEST_SESSION):
+        invocation = procs.environ(pid).get(b"DDSUP_INVOCATION_ID")
+        if invocation is not None:
+            found[pid] = invocation.decode(errors="replace")
     return found
 
 
@@ -52,27 +40,26 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _BEFORE_SESSION.update(ddsup_processes())
 
 
-def _last_pid() -> int:
-    """The PID the kernel assigned most recently (last field of /proc/loadavg)."""
-    return int(Path("/proc/loadavg").read_text().split()[-1])
-
-
 @pytest.fixture(autouse=True)
 def _no_leftover_processes() -> Iterator[None]:
-    before = _last_pid()
+    before = procs.last_pid()
     yield
     me = psutil.Process(os.getpid())
-    if _last_pid() == before and not me.children():
+    if procs.last_pid() == before and not me.children():
         return  # no process was created anywhere during the test: nothing can be left
-    deadline = time.monotonic() + 10.0
-    while True:
+
+    def leftovers() -> tuple[list[psutil.Process], dict[int, str]]:
         children = [c for c in me.children(recursive=True) if _alive(c)]
         strays = {p: i for p, i in ddsup_processes().items() if p not in _BEFORE_SESSION}
-        if not children and not strays:
-            return
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.05)  # processes being reaped right now: poll briefly, bounded
+        return children, strays
+
+    try:  # processes being reaped right now get a moment
+        until_sync(lambda: leftovers() == ([], {}), "the test's processes to end", limit=10.0)
+        return
+    except AssertionError:
+        children, strays = leftovers()
+    if not children and not strays:
+        return  # gone just now
     for child in children:
         child.kill()
     for pid in strays:

@@ -8,8 +8,8 @@ tells the whole story):
 - ``units``: unit files → validated, immutable :class:`Unit` objects.
 - ``plan``: units + allocation → deterministic placement (:class:`Plan`).
 - ``process``: one child process and its tree; the no-orphan layers.
-- ``channel``: the authenticated control channel between ddsup's processes.
-- ``record``: the state vocabulary, events, outcome and state directory of a run.
+- ``record``: the state vocabulary, events, outcome, status and state directory of a run.
+- ``channel``: the authenticated control channel and its typed messages.
 - ``service``: one unit instance's life (environment, readiness, restart, stop).
 - ``run``: ``ddsup start`` (the controller) and the node agents.
 - ``endpoint``: the logical endpoint (router) in front of the lanes.

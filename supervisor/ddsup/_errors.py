@@ -1,4 +1,4 @@
-"""The exception hierarchy of ddsup, and the exit status each one means.
+"""The exception hierarchy of ddsup, and the exit status and result each one means.
 
 Foreign errors (OSError, httpx, tomllib) are translated at the boundary with
 ``raise OurError(...) from exc``, so the command line only ever has to map these::
@@ -9,12 +9,18 @@ Foreign errors (OSError, httpx, tomllib) are translated at the boundary with
     ├── PlacementError         the allocation cannot hold the plan  → 69
     ├── PreflightError         a node failed preflight              → 69
     ├── RunStateError          no run found / run not reachable     → 1
-    └── UnitFailed             a unit failed for good (stop-all)    → 70
+    └── UnitFailed             a unit failed for good (stop-all), or a node agent was lost → 70
         └── ReadinessTimeout   not ready within timeout_start       → 75
+
+Each class names its :class:`ResultStatus` (``result.json`` ``status``). The first four
+end ``ddsup start`` before or during start-up; ``UnitFailed`` and ``ReadinessTimeout``
+are the causes the run's state (``ddsup.run._run_state``) gives a run that a unit ended,
+and :class:`ddsup.record._outcome.Outcome` is derived from them.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 from dataclasses import dataclass
 
@@ -25,18 +31,32 @@ EXIT_UNIT_FAILED = 70
 EXIT_READINESS_TIMEOUT = 75
 
 
+class ResultStatus(str, enum.Enum):
+    """How a run ended: ``result.json`` ``status`` (docs/cli.md lists the exit statuses)."""
+
+    OK = "ok"
+    WORKER_FAILED = "worker_failed"
+    USAGE = "usage"
+    INVALID_UNITS = "invalid_units"
+    PREFLIGHT_FAILED = "preflight_failed"
+    UNIT_FAILED = "unit_failed"
+    READINESS_TIMEOUT = "readiness_timeout"
+    STOPPED = "stopped"
+    ERROR = "error"
+
+
 class DdsupError(Exception):
     """Base of every error ddsup reports to a user; ``exit_status`` is what the CLI returns."""
 
     exit_status: int = 1
-    result_status: str = "error"
+    result_status: ResultStatus = ResultStatus.ERROR
 
 
 class UsageError(DdsupError):
     """The command line is wrong (unknown flag, missing directory, bad value)."""
 
     exit_status = EXIT_USAGE
-    result_status = "usage"
+    result_status = ResultStatus.USAGE
 
 
 @dataclass(frozen=True)
@@ -56,7 +76,7 @@ class UnitFileError(DdsupError):
     """One or more unit files are invalid; every problem found is carried, not just the first."""
 
     exit_status = EXIT_INVALID_UNITS
-    result_status = "invalid_units"
+    result_status = ResultStatus.INVALID_UNITS
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = sorted(problems, key=lambda p: (p.path, p.line, p.col, p.message))
@@ -67,14 +87,14 @@ class PlacementError(DdsupError):
     """The allocation (nodes × GPUs) cannot hold what the lane units ask for."""
 
     exit_status = EXIT_PREFLIGHT
-    result_status = "preflight_failed"
+    result_status = ResultStatus.PREFLIGHT_FAILED
 
 
 class PreflightError(DdsupError):
     """A node failed a preflight check (wrong host, missing GPUs, busy port, unreadable model)."""
 
     exit_status = EXIT_PREFLIGHT
-    result_status = "preflight_failed"
+    result_status = ResultStatus.PREFLIGHT_FAILED
 
 
 class RunStateError(DdsupError):
@@ -82,19 +102,23 @@ class RunStateError(DdsupError):
 
 
 class UnitFailed(DdsupError):
-    """A unit failed for good and its ``on_failure`` is ``stop-all``."""
+    """A unit failed for good and its ``on_failure`` is ``stop-all`` (or an agent was lost).
+
+    ``unit`` names the instance (or ``agent on NODE``); ``str()`` is ``reason`` alone, as
+    ``result.json`` ``cause.reason`` records it.
+    """
 
     exit_status = EXIT_UNIT_FAILED
-    result_status = "unit_failed"
+    result_status = ResultStatus.UNIT_FAILED
 
     def __init__(self, unit: str, reason: str) -> None:
         self.unit = unit
         self.reason = reason
-        super().__init__(f"{unit}: {reason}")
+        super().__init__(reason)
 
 
 class ReadinessTimeout(UnitFailed):
     """A unit did not become ready within its ``timeout_start``."""
 
     exit_status = EXIT_READINESS_TIMEOUT
-    result_status = "readiness_timeout"
+    result_status = ResultStatus.READINESS_TIMEOUT

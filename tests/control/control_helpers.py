@@ -11,16 +11,16 @@ import contextlib
 import json
 import os
 import select
-import signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PY = sys.executable
+from support.polls import until_sync
+from support.runs import PY, end, simulated, start_env, start_process
+
 SECRET = "s3cret-Value-0f-the-unit-environment-7d41"
 LANES = ("alpha@0", "alpha@1", "beta@0", "beta@1")  # alpha@ on node0, beta@ on node1
 
@@ -82,10 +82,7 @@ def write_units(path: Path, extra: dict[str, str] | None = None) -> Path:
 
 
 def env() -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "DDSUP_"))}
-    clean.pop("CUDA_VISIBLE_DEVICES", None)
-    clean.pop("NO_COLOR", None)
-    return {**clean, "DDSUP_TEST_SESSION": os.environ["DDSUP_TEST_SESSION"]}
+    return start_env()
 
 
 def ddsup(
@@ -110,13 +107,9 @@ def events(state: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def wait_for(condition: Any, what: str, limit: float = 30.0) -> None:
+def wait_for(condition: Callable[[], object], what: str, limit: float = 30.0) -> None:
     """Poll an external condition (files written by other processes), bounded."""
-    deadline = time.monotonic() + limit
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    until_sync(condition, what, limit=limit)
 
 
 def ready(state: Path, instances: Sequence[str]) -> bool:
@@ -151,26 +144,7 @@ def live_run(tmp: Path, *, state_name: str = "state") -> Iterator[LiveRun]:
     state = tmp / state_name
     output = tmp / "start.out"
     with output.open("wb") as sink:
-        process = subprocess.Popen(
-            [
-                PY,
-                "-m",
-                "ddsup",
-                "start",
-                str(units),
-                "--nodes",
-                "2",
-                "--gpus-per-node",
-                "2",
-                "--state-dir",
-                str(state),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env=env(),
-            cwd=tmp,
-        )
+        process = start_process(units, state, *simulated(2, 2), output=sink, cwd=tmp)
     run = LiveRun(units, state, process, output)
     try:
         wait_for(lambda: ready(state, LANES) or process.poll() is not None, "lanes ready")
@@ -178,16 +152,6 @@ def live_run(tmp: Path, *, state_name: str = "state") -> Iterator[LiveRun]:
         yield run
     finally:
         end(process)
-
-
-def end(process: subprocess.Popen[Any]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @contextlib.contextmanager

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from control_helpers import LANES, PY, SECRET, ddsup, env, events, live_run, on_pty, wait_for
 
+from support.runs import simulated, start_argv
+
 ANSI = re.compile(rb"\x1b\[")
 
 INSTANCE_KEYS = {
@@ -212,19 +214,7 @@ replicas = 1
         },
     )
     state = tmp_path / "state"
-    argv = [
-        PY,
-        "-m",
-        "ddsup",
-        "start",
-        str(units),
-        "--nodes",
-        "2",
-        "--gpus-per-node",
-        "2",
-        "--state-dir",
-        str(state),
-    ]
+    argv = start_argv(units, state, *simulated(2, 2), verbose=False)
     with on_pty(argv, tmp_path) as (process, tty):
         screen = tty.read_until("lanes ready 3/4 · waiting on gamma@0 (node".encode())
         line = screen.rsplit(b"\r\x1b[K", 1)[-1]

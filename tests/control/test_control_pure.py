@@ -3,52 +3,46 @@
 from __future__ import annotations
 
 import io
-import json
 import os
 from pathlib import Path
 
+from ddsup._errors import ResultStatus
 from ddsup.ops._logs import parse_since, since_offset, tail_offset
 from ddsup.ops._metrics import render_supervisor_metrics
 from ddsup.ops._status import render_status
-from ddsup.record._events import Event
+from ddsup.ops._status_view import StatusView
+from ddsup.process import ExitStatus
+from ddsup.record._events import ProcessStarted, RunStopping, UnitTransition
 from ddsup.record._outcome import Outcome
+from ddsup.record._states import InstanceState
+from ddsup.record._status import InstanceStatus
 from ddsup.run._console import Console
+from ddsup.units._model import UnitType
 
 
-def _lane(name: str, state: str, **extra: object) -> dict[str, object]:
-    return {
-        "instance": name,
-        "unit": "lane@",
-        "type": "lane",
-        "node": "n1",
-        "state": state,
-        **extra,
-    }
+def _lane(name: str, state: str, **extra: object) -> InstanceStatus:
+    fields: dict[str, object] = {"gpus": (), "port": None, "model": None, **extra}
+    return InstanceStatus(
+        instance=name,
+        unit="lane@",
+        type=UnitType.LANE,
+        node="n1",
+        state=InstanceState(state),
+        **fields,  # type: ignore[arg-type]
+    )
 
 
 def test_metrics_text_counts_lanes_per_model_and_escapes_labels() -> None:
-    snapshot = {
-        "state_dir": "/nonexistent",
-        "uptime": 12.5,
-        "instances": [
-            _lane("lane@0", "ready", model="a", restarts=2),
-            _lane("lane@1", "starting", model="a"),
-            _lane("lane@1:1", "starting"),  # rank 1: not a replica of its own
-            _lane("other@0", "ready", model='we"ird'),
-            {
-                "instance": "prep",
-                "unit": "prep",
-                "type": "oneshot",
-                "node": "n0",
-                "state": "exited",
-            },
-        ],
-    }
-    events = [
-        {"time": 10.0, "event": "unit", "instance": "lane@0", "to": "starting"},
-        {"time": 13.25, "event": "unit", "instance": "lane@0", "to": "ready"},
+    instances = [
+        _lane("lane@0", "ready", model="a", restarts=2, ready_seconds=3.25),
+        _lane("lane@1", "starting", model="a"),
+        _lane("lane@1:1", "starting"),  # rank 1: not a replica of its own
+        _lane("other@0", "ready", model='we"ird'),
+        InstanceStatus(
+            "prep", "prep", UnitType.ONESHOT, "n0", (), None, None, InstanceState.EXITED
+        ),
     ]
-    text = render_supervisor_metrics(snapshot, events)
+    text = render_supervisor_metrics(instances, 12.5)
     assert 'ddsup_lanes_ready{model="a"} 1\n' in text and 'ddsup_lanes{model="a"} 2\n' in text
     assert 'ddsup_lanes{model="we\\"ird"} 1\n' in text
     assert 'ddsup_unit_state{instance="lane@1",node="n1",unit="lane@",state="starting"} 1\n' in text
@@ -61,8 +55,15 @@ def test_metrics_text_counts_lanes_per_model_and_escapes_labels() -> None:
         assert line.startswith("#") or float(line.rsplit(" ", 1)[1]) >= 0
 
 
-def _unit(instance: str, to: str, at: float, node: str = "n3") -> Event:
-    return Event("unit", instance=instance, node=node, to_state=to, reason=to, time=at)
+def _unit(instance: str, to: str, at: float, node: str = "n3") -> UnitTransition:
+    return UnitTransition(
+        instance=instance,
+        node=node,
+        from_state=InstanceState.INACTIVE,
+        to_state=InstanceState(to),
+        reason=to,
+        time=at,
+    )
 
 
 def test_console_draws_a_progress_line_on_a_terminal() -> None:
@@ -78,7 +79,7 @@ def test_console_draws_a_progress_line_on_a_terminal() -> None:
     assert "\r\x1b[K" in out and "\x1b[32m● ready\x1b[0m — ready\n" in out
     console.event(_unit("lane@0", "ready", 100.0))
     assert console.progress() == ""
-    console.result(Outcome("ok", 0, "worker", "exit status 0"), Path("/s"))
+    console.result(Outcome(ResultStatus.OK, 0, "worker", "exit status 0"), Path("/s"))
     assert (
         stream.getvalue()
         .rstrip("\n")
@@ -92,7 +93,7 @@ def test_console_prints_plain_lines_when_not_a_terminal() -> None:
     console.event(_unit("lane@0", "starting", 1.0))
     console.event(_unit("lane@1", "starting", 1.0))
     console.event(_unit("lane@0", "ready", 2.0))
-    console.event(Event("process", instance="lane@1", details={"pid": 42}))
+    console.event(ProcessStarted(instance="lane@1", node=None, pid=42))
     lines = stream.getvalue().splitlines()
     assert len(lines) == 1 and lines[0].endswith(
         "ddsup: lane@0 (n3): ready — ready · lanes ready 1/2"
@@ -100,7 +101,7 @@ def test_console_prints_plain_lines_when_not_a_terminal() -> None:
     assert "\r" not in stream.getvalue() and "\x1b" not in stream.getvalue()
     verbose = io.StringIO()
     chatty = Console(stream=verbose, tty=False, verbose=True)
-    chatty.event(Event("process", instance="lane@1", node="n3", details={"pid": 42}))
+    chatty.event(ProcessStarted(instance="lane@1", node="n3", pid=42))
     chatty.event(_unit("lane@1", "starting", 1.0))
     assert "lane@1 (n3): pid 42" in verbose.getvalue() and "starting" in verbose.getvalue()
     quiet = io.StringIO()
@@ -112,15 +113,17 @@ def test_since_uses_process_log_offsets_when_events_have_them(tmp_path: Path) ->
     log = tmp_path / "lane@0.log"
     log.write_bytes(b"first run\ncrashed\nsecond run\n")
     events = [
-        {"time": 10.0, "event": "process", "instance": "lane@0", "pid": 1, "log_offset": 0},
-        {
-            "time": 20.0,
-            "event": "unit",
-            "instance": "lane@0",
-            "to": "restarting",
-            "exit": {"code": 1},
-        },
-        {"time": 21.0, "event": "process", "instance": "lane@0", "pid": 2, "log_offset": 18},
+        ProcessStarted(instance="lane@0", node=None, pid=1, log_offset=0, time=10.0),
+        UnitTransition(
+            instance="lane@0",
+            node=None,
+            from_state=InstanceState.READY,
+            to_state=InstanceState.RESTARTING,
+            reason="exit status 1; restart in 1s",
+            exit=ExitStatus(code=1),
+            time=20.0,
+        ),
+        ProcessStarted(instance="lane@0", node=None, pid=2, log_offset=18, time=21.0),
     ]
     assert since_offset(log, "lane@0", 5.0, events) == 0
     assert since_offset(log, "lane@0", 25.0, events) == 18  # only the second process
@@ -142,20 +145,21 @@ def test_tail_offset_and_since_parsing(tmp_path: Path) -> None:
 
 
 def test_status_text_of_a_run_that_did_not_answer() -> None:
-    data = json.loads(
-        json.dumps(
-            {
-                "invocation_id": "abc",
-                "launcher": "slurm",
-                "state_dir": "/s",
-                "live": False,
-                "result": None,
-                "lanes": {},
-                "instances": [_lane("lane@0", "ready", gpus=[0, 1], port=8000, since=90.0, pid=7)],
-            }
-        )
+    view = StatusView(
+        invocation_id="abc",
+        launcher="slurm",
+        state_dir="/s",
+        unit_dir=None,
+        pid=None,
+        started_at=None,
+        ended_at=None,
+        uptime=None,
+        live=False,
+        stopping=False,
+        result=None,
+        instances=(_lane("lane@0", "ready", gpus=(0, 1), port=8000, since=90.0, pid=7),),
     )
-    text = render_status(data, colour=False, now=100.0)
+    text = render_status(view, colour=False, now=100.0)
     assert "not answering and no result.json" in text
     assert text.splitlines()[-1].split() == [
         "lane@0",
@@ -189,7 +193,7 @@ async def test_console_run_redraws_the_elapsed_time_every_second(autojump_clock:
         drawn = stream.getvalue()
         await trio.sleep(30)
         assert stream.getvalue() == drawn  # nothing left to wait for: no more redraws
-        console.event(Event("run", reason="stopping", time=trio.current_time()))
+        console.event(RunStopping(time=trio.current_time()))
         console.event(_unit("lane@0", "stopping", trio.current_time()))
         await trio.sleep(3.5)
         assert stream.getvalue().endswith("stopping · 1 left · waiting on lane@0 (n3) 3s")

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import PY, UnitDir, run_start
 
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV
+from support.runs import PY, run_start, simulated
+from support.unit_dirs import UnitDir
 
 
 def _dumping(units: UnitDir, dumps: Path, *then: str) -> list[str]:
@@ -51,13 +52,7 @@ async def test_unit_environment_and_state_dir(tmp_path: Path) -> None:
     units.add("worker", "worker", _dumping(units, dumps), unit={"after": ["lane", "svc"]})
     state = tmp_path / "state"
     run = await run_start(
-        units,
-        state,
-        "--nodes",
-        "2",
-        "--gpus-per-node",
-        "2",
-        env={"INHERITED_MARK": mark, "UNSET_ME": "x"},
+        units, state, *simulated(2, 2), env={"INHERITED_MARK": mark, "UNSET_ME": "x"}
     )
     assert run.returncode == 0, run.describe()
 

@@ -12,7 +12,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from engine_helpers import Run, UnitDir, read_events, run_start, start_argv, start_env
+
+from support.runs import Run, read_events, run_start, start_argv, start_env
+from support.unit_dirs import UnitDir
 
 EXIT_CODES = (0, 1, 2, 3, 42, 64, 70, 127, 255)
 KILL_SIGNALS = {"SIGKILL": 9, "SIGUSR1": 10}

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import PY, UnitDir, first_stamp, run_start, running
+
+from support.runs import PY, run_start, running
+from support.unit_dirs import UnitDir, first_stamp
 
 SLACK = 0.25  # scheduling slack on a loaded CI machine (seconds)
 

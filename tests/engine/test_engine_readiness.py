@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from engine_helpers import PY, UnitDir, run_start
 
-from ddsup.record._events import Event
+from ddsup.record._events import RecordedEvent, UnitTransition
 from ddsup.record._states import InstanceState
 from ddsup.service._service import Service, ServiceSpec
 from ddsup.units._model import (
@@ -22,6 +21,8 @@ from ddsup.units._model import (
     Unit,
     UnitType,
 )
+from support.runs import PY, run_start
+from support.unit_dirs import UnitDir
 
 # Listens on PORT only after DELAY seconds (connections are refused until then).
 LATE_LISTENER_PY = """\
@@ -154,7 +155,7 @@ async def test_tcp_probe_waits_for_a_listening_socket(tmp_path: Path) -> None:
             tmp_path / "svc.log",
             {},
         )
-        events: list[Event] = []
+        events: list[RecordedEvent] = []
         service = Service(spec, events.append)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(service.run)
@@ -165,7 +166,7 @@ async def test_tcp_probe_waits_for_a_listening_socket(tmp_path: Path) -> None:
                 await service.ready.wait()
             assert service.status.probe == "ok"
             service.request_stop()
-        assert [e.to_state for e in events if e.event == "unit"] == [
+        assert [e.to_state.value for e in events if isinstance(e, UnitTransition)] == [
             "starting",
             "ready",
             "stopping",

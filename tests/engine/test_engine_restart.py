@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 import trio
-from engine_helpers import UnitDir, run_start
 
-from ddsup.record._events import Event
+from ddsup.record._events import RecordedEvent, UnitTransition
 from ddsup.record._states import InstanceState
 from ddsup.service import _service
 from ddsup.service._service import Service, ServiceSpec
 from ddsup.units._model import Restart, ServiceSection, SourceLocation, Unit, UnitType
+from support.runs import run_start
+from support.unit_dirs import UnitDir
 
 SLACK = 0.25  # scheduling slack on a loaded CI machine (seconds)
 
@@ -77,7 +78,7 @@ def _unit(**service: Any) -> Unit:
 
 async def _delays(tmp_path: Path, unit: Unit) -> list[float]:
     """Run the service until its start limit; the restarting → starting gaps (trio time)."""
-    marks: list[tuple[float, Event]] = []
+    marks: list[tuple[float, RecordedEvent]] = []
     spec = ServiceSpec(
         instance="flappy",
         node="node0",
@@ -94,9 +95,11 @@ async def _delays(tmp_path: Path, unit: Unit) -> list[float]:
     gaps = []
     restarting_at = None
     for at, event in marks:
-        if event.to_state == "restarting":
+        if not isinstance(event, UnitTransition):
+            continue
+        if event.to_state is InstanceState.RESTARTING:
             restarting_at = at
-        elif event.to_state == "starting" and restarting_at is not None:
+        elif event.to_state is InstanceState.STARTING and restarting_at is not None:
             gaps.append(at - restarting_at)
     return gaps
 

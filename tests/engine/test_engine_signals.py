@@ -8,8 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
-import trio
-from engine_helpers import PY, UnitDir, run_start, running
+
+from support.polls import until
+from support.runs import PY, run_start, running
+from support.unit_dirs import UnitDir
 
 # Writes MARKER from its SIGUSR1 handler; says it is armed by creating ARMED.
 USR1_CATCHER_PY = """\
@@ -102,9 +104,7 @@ async def test_forwarded_signal_reaches_the_unit(tmp_path: Path) -> None:
     async with running(units, tmp_path / "state") as run:
         await run.wait_ready("catcher", "bystander")
         run.signal(signal.SIGUSR1)
-        with trio.fail_after(10):
-            while not marker.exists():  # noqa: ASYNC110 (a file has no event: bounded poll)
-                await trio.sleep(0.02)
+        await until(marker.exists, "the unit's SIGUSR1 marker", limit=10)
         bystander = [e["to"] for e in run.run.transitions("bystander")]
         assert bystander == ["starting", "ready"], "SIGUSR1 reached a unit not forwarding it"
         run.signal(signal.SIGTERM)

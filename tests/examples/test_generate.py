@@ -24,6 +24,8 @@ from typing import Any
 import h11
 import trio
 
+from support.polls import until
+
 ROOT = Path(__file__).resolve().parents[2]
 GENERATE = ROOT / "units" / "examples" / "rehearsal" / "generate.py"
 RUN_LIMIT_S = 20.0  # a worker run longer than this is a hang, not a slow machine
@@ -189,12 +191,7 @@ async def run_worker(
 
 async def wait_for(condition: Callable[[], bool], what: str) -> None:
     """Poll an external condition (a file another process writes), bounded by 10 s."""
-    try:
-        with trio.fail_after(10.0):
-            while not condition():  # noqa: ASYNC110 - another process's file: no event to await
-                await trio.sleep(0.02)
-    except trio.TooSlowError:
-        raise AssertionError(f"timed out after 10 s waiting for {what}") from None
+    await until(condition, what, limit=10.0)
 
 
 def line_count(path: Path) -> int:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
-import trio
+
+from support.runs import run_start, simulated
 
 REHEARSAL = Path(__file__).resolve().parents[2] / "units" / "examples" / "rehearsal"
 PROMPTS = sum(1 for line in (REHEARSAL / "prompts.jsonl").read_text().splitlines() if line)
@@ -22,24 +22,9 @@ PROMPTS = sum(1 for line in (REHEARSAL / "prompts.jsonl").read_text().splitlines
 @pytest.mark.slow
 async def test_rehearsal_runs_end_to_end(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    argv = [
-        sys.executable,
-        "-m",
-        "ddsup",
-        "start",
-        str(REHEARSAL),
-        "--launcher",
-        "local",
-        "--nodes",
-        "2",
-        "--gpus-per-node",
-        "2",
-        "--state-dir",
-        str(state),
-    ]
-    with trio.fail_after(120):
-        done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    flags = ("--launcher", "local", *simulated(2, 2))
+    done = await run_start(REHEARSAL, state, *flags, limit=120)
+    assert done.returncode == 0, done.output[-3000:]
 
     result = json.loads((state / "result.json").read_text())
     assert result == {

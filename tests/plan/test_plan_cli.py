@@ -85,7 +85,9 @@ def _ddsup(
     ("args", "message"),
     [
         (["--nodelist", "gpu[01-", "--gpus-per-node", "8"], "bad nodelist 'gpu[01-'"),
-        ([], "pass --gpus-per-node"),
+        (["--nodelist", "gpu[1-2]"], "pass --gpus-per-node"),
+        (["--nodelist", "a", "--launcher", "local"], "excludes --launcher local"),
+        (["--launcher", "slurm", "--gpus-per-node", "1"], "SLURM_JOB_NODELIST unset"),
         (["--nodes", "2", "--nodelist", "a", "--gpus-per-node", "1"], "exclude each other"),
         (["--nodes", "0", "--gpus-per-node", "1"], "--nodes must be at least 1"),
         (["--gpus-per-node", "-2"], "--gpus-per-node must be 0 or more"),
@@ -120,7 +122,7 @@ def test_json_round_trip_and_determinism(tmp_path: Path) -> None:
         ("endpoint", "gpu01", (), 9000),
     ]
     assert plan.client == "gpu01"
-    assert plan.endpoint_url == "http://gpu01:9000"
+    assert plan.endpoint_url == "http://127.0.0.1:9000"  # the worker runs beside it
     assert not plan.shared_address
     assert _ddsup(tmp_path, *args).stdout == first.stdout
 
@@ -147,13 +149,22 @@ def test_invalid_units_exit_65(tmp_path: Path) -> None:
 def test_slurm_nodelist_and_detected_gpus(tmp_path: Path) -> None:
     """Inside an allocation without scontrol on PATH: python-hostlist, Slurm's GPU count."""
     units = _units_dir(tmp_path)
-    env = {"SLURM_JOB_NODELIST": "n[7-8]", "SLURM_GPUS_ON_NODE": "4"}
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[7-8]", "SLURM_GPUS_ON_NODE": "4"}
     done = _ddsup(tmp_path, "plan", str(units), "--json", env=env)
     assert done.returncode == 0, done.stderr
     plan = Plan.from_dict(json.loads(done.stdout))
     assert [n.name for n in plan.nodes] == ["n7", "n8"]
     assert plan.client == "n7"
     assert plan.nodes[0].gpus == (0, 1, 2, 3)
+
+
+@needs_loader
+def test_a_machine_without_gpus_plans_zero_and_says_what_to_pass(tmp_path: Path) -> None:
+    """As ddsup start does: no GPUs found is 0 GPUs, and lanes needing some cannot fit."""
+    units = _units_dir(tmp_path, replicas="1")
+    done = _ddsup(tmp_path, "plan", str(units), "--nodes", "2")
+    assert done.returncode == 69, done.stderr
+    assert "2 nodes x 0 GPUs = 0 GPUs" in done.stderr and "--gpus-per-node G" in done.stderr
 
 
 # In-process: the same command with units built directly, independent of unit files.
@@ -179,13 +190,20 @@ def test_local_nodes_share_an_address(
     assert ports == [8000, 8001, 8002, 8003]  # unique across the simulated nodes
 
 
-def test_explicit_nodes_win_over_slurm(
+def test_nodes_inside_an_allocation_are_its_first_nodes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """As ``ddsup start`` does: Slurm's nodes, the first N; ``--launcher local`` simulates."""
     _patch_units(monkeypatch, unit_set(lane("a@")))
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[1-4]")
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol
     assert main(["plan", str(tmp_path), "--nodes", "3", "--gpus-per-node", "1", "--json"]) == 0
+    plan = Plan.from_dict(json.loads(capsys.readouterr().out))
+    assert [n.name for n in plan.nodes] == ["gpu1", "gpu2", "gpu3"]
+    argv = ["plan", str(tmp_path), "--launcher", "local", "--nodes", "3", "--gpus-per-node", "1"]
+    assert main([*argv, "--json"]) == 0
     plan = Plan.from_dict(json.loads(capsys.readouterr().out))
     assert [n.name for n in plan.nodes] == ["node0", "node1", "node2"]
 

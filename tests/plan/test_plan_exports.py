@@ -7,10 +7,12 @@ import ddsup.plan
 EXPECTED = {
     "PLAN_FORMAT",
     "Allocation",
+    "AllocationRequest",
+    "LauncherChoice",
+    "LauncherKind",
     "Node",
     "Plan",
     "PlannedInstance",
-    "allocation_from_args",
     "configure_plan",
     "detect_gpus",
     "expand_nodelist",
@@ -19,7 +21,9 @@ EXPECTED = {
     "make_plan",
     "nodes_from_hosts",
     "nodes_from_nodelist",
+    "plan_for",
     "render_plan",
+    "resolve_allocation",
     "run_plan",
     "slurm_hostnames",
 }

@@ -68,6 +68,7 @@ def test_plan_says_how_to_simulate_gpus() -> None:
 
 
 def test_plan_without_any_gpu_information_asks_for_it() -> None:
+    """As ``ddsup start`` does: no GPU found is 0 GPUs per node, and the lanes cannot fit."""
     done = ddsup("plan", REHEARSAL, visible=None)
-    assert done.returncode == 64
-    assert done.stderr.rstrip().endswith("pass --gpus-per-node G")
+    assert done.returncode == 69
+    assert done.stderr.rstrip().endswith("pass --gpus-per-node G)")

@@ -15,6 +15,8 @@ from contextlib import asynccontextmanager
 import psutil
 import trio
 
+from support.polls import until
+
 # A child that starts a setsid grandchild (as vLLM's engine does), reports the
 # grandchild's PID to 127.0.0.1:PORT, then sleeps (or exits with EXIT when given).
 SETSID_PARENT = textwrap.dedent(
@@ -53,11 +55,11 @@ def alive(pid: int) -> bool:
 
 async def wait_gone(pid: int, seconds: float = 5.0) -> bool:
     """Whether ``pid`` died within ``seconds`` (not our child: no exit event, bounded poll)."""
-    with trio.move_on_after(seconds):
-        while alive(pid):  # noqa: ASYNC110 (external condition, bounded)
-            await trio.sleep(0.01)
-        return True
-    return False
+    try:
+        await until(lambda: not alive(pid), f"pid {pid} to end", limit=seconds, interval=0.01)
+    except AssertionError:
+        return False
+    return True
 
 
 class Reporter:

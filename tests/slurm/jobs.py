@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from support import procs
+
 from .cluster import JobResult, SlurmCluster, wait_until
 
 PROGRAMS = Path(__file__).with_name("job_programs.py")
@@ -153,30 +155,11 @@ class DdsupJob:
 
 def run_processes(invocation_id: str) -> list[int]:
     """Live processes on this machine (= on every node) that carry the run's id."""
-    needle = f"DDSUP_INVOCATION_ID={invocation_id}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            status = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if needle in environ.split(b"\0") and status not in (b"Z", b"X"):
-            found.append(int(entry.name))
-    return found
+    return sorted(procs.carrying("DDSUP_INVOCATION_ID", invocation_id))
 
 
 def describe(pids: Iterable[int]) -> str:
-    lines = []
-    for pid in pids:
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            cmdline = "(gone)"
-        lines.append(f"{pid}: {cmdline.strip()}")
-    return "\n".join(lines)
+    return "\n".join(f"{pid}: {' '.join(procs.cmdline(pid)) or '(gone)'}" for pid in pids)
 
 
 def wait_no_processes(invocation_id: str, timeout: float) -> float:
@@ -193,21 +176,17 @@ def wait_no_processes(invocation_id: str, timeout: float) -> float:
 def agent_pid(invocation_id: str, node: str) -> int:
     """The ``ddsup agent`` process of the run on ``node`` (not srun, not a lane)."""
     for pid in run_processes(invocation_id):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
+        argv = procs.cmdline(pid)
         if (
-            argv[1:4] == [b"-m", b"ddsup", b"agent"]
-            and f"SLURMD_NODENAME={node}".encode() in environ
+            argv[1:4] == ["-m", "ddsup", "agent"]
+            and procs.environ(pid).get(b"SLURMD_NODENAME") == node.encode()
         ):
             return pid
     raise AssertionError(f"no ddsup agent of run {invocation_id} on {node}")
 
 
 def finish(cluster: SlurmCluster, job: DdsupJob, job_id: str, timeout: float = 60.0) -> JobResult:
-    """Wait for the job's end; then no process of the run may be alive (SPEC §4)."""
+    """Wait for the job's end; then no process of the run may be alive (docs/no-orphans.md)."""
     result = cluster.wait_job(job_id, timeout=timeout)
     leftovers = run_processes(job.invocation_id())
     assert not leftovers, "alive after the job ended:\n" + describe(leftovers)

@@ -14,8 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+
+from support import procs
 
 from . import cluster as cluster_module
 from .cluster import KILL_WAIT_S, MARKER, SlurmCluster, SlurmClusterError, wait_until
@@ -23,25 +24,9 @@ from .cluster import KILL_WAIT_S, MARKER, SlurmCluster, SlurmClusterError, wait_
 pytestmark = pytest.mark.slurm
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _marked_pids(value: str) -> list[int]:
     """Live processes whose environment carries ``MARKER=value``."""
-    needle = f"{MARKER}={value}".encode()
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            environ = Path(f"/proc/{proc.pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0") and _alive(proc.pid):
-            found.append(proc.pid)
-    return found
+    return sorted(procs.carrying(MARKER, value))
 
 
 def _read_pids(directory: Path, count: int, timeout: float = 15.0) -> list[int]:
@@ -86,14 +71,14 @@ srun --ntasks-per-node=1 bash -c "trap '' TERM; echo \\$\\$ > $d/pid.\\$SLURMD_N
 """
     job = slurm_cluster.sbatch(script, extra_args=["-N3", "--ntasks-per-node=1"])
     pids = _read_pids(slurm_cluster.layout.jobs / f"cancel-{job}", 3)
-    assert all(_alive(pid) for pid in pids)
+    assert all(procs.alive(pid) for pid in pids)
 
     cancelled = time.monotonic()
     slurm_cluster.run(["scancel", job])
     wait_until(
-        lambda: not any(_alive(pid) for pid in pids),
+        lambda: not any(procs.alive(pid) for pid in pids),
         KILL_WAIT_S + 5,
-        lambda: f"step tasks {[p for p in pids if _alive(p)]} outlived scancel",
+        lambda: f"step tasks {[p for p in pids if procs.alive(p)]} outlived scancel",
     )
 
     assert time.monotonic() - cancelled <= KILL_WAIT_S + 5
@@ -135,7 +120,7 @@ def test_kill_on_bad_exit_ends_the_other_tasks(slurm_cluster: SlurmCluster) -> N
     assert time.monotonic() - started <= KILL_WAIT_S + 5
     pids = [int(p.read_text()) for p in base.parent.glob(f"{base.name}.*")]
     assert len(pids) == 3
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(procs.alive(pid) for pid in pids)
 
 
 @pytest.mark.usefixtures("slurm_installed")
@@ -159,8 +144,8 @@ def test_stop_leaves_no_process_even_when_a_task_escaped(tmp_path: Path) -> None
         second.stop()
     step.wait(timeout=10)
 
-    assert not _alive(escaped_pid)
-    assert not any(_alive(pid) for pid in daemons)
+    assert not procs.alive(escaped_pid)
+    assert not any(procs.alive(pid) for pid in daemons)
     assert _marked_pids(second.env[MARKER]) == []
 
 

@@ -1,10 +1,10 @@
 """ddsup inside real Slurm batch jobs: ``sbatch -N3`` whose script is ``exec ddsup start``.
 
 Each test submits one job to the session's 3-node cluster (three ``slurmd`` on this
-host, so every node shares one address, as SPEC §6 requires ddsup to handle), waits for
+host, so every node shares one address, as docs/slurm.md says ddsup handles), waits for
 it to end, and checks what a user sees: the job's exit code, ``plan.json``,
 ``events.jsonl``, ``result.json``, and that no process carrying the run's
-``DDSUP_INVOCATION_ID`` is alive on any node afterwards (SPEC §4). Lanes are either
+``DDSUP_INVOCATION_ID`` is alive on any node afterwards (docs/no-orphans.md). Lanes are either
 ``ddsup fake-vllm`` or the tiny HTTP lanes of ``job_programs.py`` (they start in ~0.1 s,
 which keeps the file fast).
 """

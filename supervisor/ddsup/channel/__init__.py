@@ -1,7 +1,8 @@
-"""The control channel: authenticated JSON lines between the controller and its peers.
+"""The control channel: authenticated, typed JSON lines between ddsup's processes.
 
 Agents, the endpoint's lane feed and the operator commands talk to ``ddsup start``
-through it. ``_channel`` frames, bounds and authenticates the bytes.
+through it. ``_messages`` holds every message and the one encode/decode pair;
+``_channel`` frames, bounds and authenticates the bytes.
 """
 
 from __future__ import annotations
@@ -9,7 +10,12 @@ from __future__ import annotations
 from ddsup.channel._channel import ADDRESS_ENV as ADDRESS_ENV
 from ddsup.channel._channel import SECRET_ENV as SECRET_ENV
 from ddsup.channel._channel import Channel as Channel
-from ddsup.channel._channel import ChannelError as ChannelError
 from ddsup.channel._channel import connect_channel as connect_channel
 from ddsup.channel._channel import new_secret as new_secret
 from ddsup.channel._channel import serve_channel as serve_channel
+from ddsup.channel._messages import ChannelError as ChannelError
+from ddsup.channel._messages import Hello as Hello
+from ddsup.channel._messages import Message as Message
+from ddsup.channel._messages import Role as Role
+from ddsup.channel._messages import decode as decode
+from ddsup.channel._messages import encode as encode

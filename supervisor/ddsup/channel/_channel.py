@@ -1,33 +1,29 @@
 """The control channel: JSON lines over TCP, authenticated with a per-run secret.
 
 Agents, the endpoint (for its live lane feed) and the operator commands (status, stop)
-talk to the controller through it. The first line a client sends is a hello carrying the
-secret; the server compares it in constant time and drops the connection on mismatch, so
-nobody else on the cluster can drive or read the run. The secret lives in the 0600 state
-directory and in the environment of the processes that need it, never in argv.
+talk to the controller through it. The first line a client sends is a :class:`Hello`
+carrying the secret; the server compares it in constant time and drops the connection on
+mismatch, so nobody else on the cluster can drive or read the run. The secret lives in
+the 0600 state directory and in the environment of the processes that need it, never in
+argv. Lines carry the typed messages of ``_messages``; a line that does not decode ends
+its connection (:class:`ChannelError`).
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import trio
 
-from ddsup._errors import DdsupError
+from ddsup.channel._messages import ChannelError, Hello, Message, decode, encode
 
 MAX_LINE = 16 * 1024 * 1024
 HELLO_TIMEOUT = 10.0
 
 SECRET_ENV = "DDSUP_CONTROL_SECRET"
 ADDRESS_ENV = "DDSUP_CONTROL_ADDRESS"
-
-
-class ChannelError(DdsupError):
-    """The peer broke the protocol, failed authentication, or vanished mid-message."""
 
 
 def new_secret() -> str:
@@ -42,25 +38,19 @@ class Channel:
         self._buffer = bytearray()
         self._send_lock = trio.Lock()
 
-    async def send(self, message: dict[str, Any]) -> None:
-        data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+    async def send(self, message: Message) -> None:
+        data = encode(message) + b"\n"
         async with self._send_lock:
             await self._stream.send_all(data)
 
-    async def receive(self) -> dict[str, Any] | None:
-        """The next message, or None at a clean end of stream."""
+    async def receive(self) -> Message | None:
+        """The next message, or None at a clean end of stream; ChannelError otherwise."""
         while True:
             newline = self._buffer.find(b"\n")
             if newline >= 0:
                 line = bytes(self._buffer[:newline])
                 del self._buffer[: newline + 1]
-                try:
-                    message = json.loads(line)
-                except ValueError as err:
-                    raise ChannelError(f"malformed message: {err}") from err
-                if not isinstance(message, dict):
-                    raise ChannelError("malformed message: not an object")
-                return message
+                return decode(line)
             if len(self._buffer) > MAX_LINE:
                 raise ChannelError("message too long")
             try:
@@ -79,7 +69,7 @@ class Channel:
             await self._stream.aclose()
 
 
-Handler = Callable[[Channel, dict[str, Any]], Awaitable[None]]
+Handler = Callable[[Channel, Hello], Awaitable[None]]
 
 
 async def serve_channel(
@@ -98,10 +88,10 @@ async def serve_channel(
         try:
             with trio.fail_after(HELLO_TIMEOUT):
                 hello = await channel.receive()
-            token = str((hello or {}).get("secret", ""))
-            if not hmac.compare_digest(token.encode(), secret.encode()):
+            if not isinstance(hello, Hello):
                 return
-            assert hello is not None
+            if not hmac.compare_digest(hello.secret.encode(), secret.encode()):
+                return
             await handler(channel, hello)
         except (
             ChannelError,
@@ -117,8 +107,8 @@ async def serve_channel(
     await trio.serve_listeners(accept, listeners)
 
 
-async def connect_channel(address: str, secret: str, hello: dict[str, Any]) -> Channel:
-    """Connect to ``host:port`` and authenticate; raises ChannelError when unreachable."""
+async def connect_channel(address: str, hello: Hello) -> Channel:
+    """Connect to ``host:port`` and say ``hello``; raises ChannelError when unreachable."""
     host, _, port = address.rpartition(":")
     try:
         stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
@@ -126,7 +116,7 @@ async def connect_channel(address: str, secret: str, hello: dict[str, Any]) -> C
         raise ChannelError(f"cannot reach the ddsup controller at {address}: {err}") from err
     channel = Channel(stream)
     try:
-        await channel.send({**hello, "secret": secret})
+        await channel.send(hello)
     except (trio.BrokenResourceError, OSError) as err:
         raise ChannelError(f"controller at {address} closed the connection: {err}") from err
     return channel

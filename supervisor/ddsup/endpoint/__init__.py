@@ -1,4 +1,4 @@
-"""The logical endpoint: an OpenAI-compatible router in front of the lanes (SPEC §5).
+"""The logical endpoint: an OpenAI-compatible router in front of the lanes (docs/cli.md, `ddsup endpoint`).
 
 Layers, bottom up: ``_errors`` (typed JSON refusals), ``_config``, ``_upstream``
 (pooled h11 connections to a lane), ``_lanes`` (the live lane table and each lane's

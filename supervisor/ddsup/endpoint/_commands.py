@@ -1,9 +1,10 @@
 """``ddsup endpoint``: run the logical endpoint in the foreground.
 
-With ``--lane MODEL=URL`` it serves a fixed lane table (standalone use, tests, benches).
-Under ``ddsup start`` the controller feeds the live table instead: :func:`serve` takes
-an optional ``feeder`` coroutine that receives the :class:`LaneTable` and keeps it up
-to date for as long as the endpoint runs.
+With ``--lane MODEL=URL`` it serves a fixed lane table (standalone use, tests, benches),
+configured by its flags. Under ``ddsup start`` (the hidden ``--lanes-from-controller``)
+the controller's feed brings both: first the unit's ``[endpoint]`` section, from which
+:meth:`EndpointConfig.from_section` builds the settings, then the live table, which
+:func:`serve`'s ``feeder`` keeps up to date for as long as the endpoint runs.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import trio
 from ddsup._errors import DdsupError, UsageError
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._gc_pacing import pace_garbage_collection
-from ddsup.endpoint._lane_feed import controller_address, follow_controller
+from ddsup.endpoint._lane_feed import controller_address, open_controller_feed
 from ddsup.endpoint._lanes import LaneInfo, LaneTable
 from ddsup.endpoint._server import serve_endpoint
 from ddsup.units._durations import parse_duration as units_parse_duration
+from ddsup.units._model import EndpointSection
 
 Feeder = Callable[[LaneTable], Awaitable[None]]
 
@@ -60,7 +62,7 @@ def configure_endpoint(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lanes-from-controller",
         action="store_true",
-        help=argparse.SUPPRESS,  # ddsup start's live lane feed (see ddsup.endpoint._lane_feed)
+        help=argparse.SUPPRESS,  # ddsup start's settings and lanes (ddsup.endpoint._lane_feed)
     )
 
 
@@ -104,27 +106,48 @@ def config_from_args(args: argparse.Namespace) -> EndpointConfig:
         raise UsageError(str(err)) from err
 
 
+def config_from_section(section: EndpointSection) -> EndpointConfig:
+    """The settings of the unit's ``[endpoint]`` section, its key read from the environment."""
+    api_key = None
+    if section.api_key_env:
+        api_key = os.environ.get(section.api_key_env)
+        if not api_key:
+            raise UsageError(f"api_key_env {section.api_key_env}: that variable is unset or empty")
+    try:
+        return EndpointConfig.from_section(section, api_key)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+
+
 def run_endpoint(args: argparse.Namespace, feeder: Feeder | None = None) -> int:
     """Serve until SIGINT/SIGTERM (exit 0); ``feeder`` keeps the lane table current.
 
-    With ``--lanes-from-controller`` the feeder is ``ddsup start``'s live lane feed.
+    With ``--lanes-from-controller`` settings and lanes come from ``ddsup start``.
     """
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="endpoint: %(message)s")
+    paced_gc = args.gc == "paced"
+    if feeder is None and args.lanes_from_controller:
+        address, secret = controller_address()
+        trio.run(partial(_serve_from_controller, address, secret, paced_gc=paced_gc))
+        return 0
     config = config_from_args(args)
     try:
         table = LaneTable(parse_lanes(args.lane), max_idle=config.max_idle_upstream_connections)
     except ValueError as err:
         raise UsageError(str(err)) from err
-    if feeder is None and args.lanes_from_controller:
-        feeder = _controller_feed()
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="endpoint: %(message)s")
-    trio.run(partial(serve, config, table, feeder, paced_gc=args.gc == "paced"))
+    trio.run(partial(serve, config, table, feeder, paced_gc=paced_gc))
     return 0
 
 
-def _controller_feed() -> Feeder:
-
-    address, secret = controller_address()
-    return partial(follow_controller, address=address, secret=secret)
+async def _serve_from_controller(address: str, secret: str, *, paced_gc: bool) -> None:
+    """Settings, then lanes, from ``ddsup start``'s feed; serve until it ends."""
+    feed = await open_controller_feed(address, secret)
+    try:
+        config = config_from_section(feed.section)
+        table = LaneTable([], max_idle=config.max_idle_upstream_connections)
+        await serve(config, table, feed.follow, paced_gc=paced_gc)
+    finally:
+        await feed.channel.aclose()
 
 
 async def serve(

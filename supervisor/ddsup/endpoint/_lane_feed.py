@@ -1,17 +1,24 @@
-"""The endpoint's side of the live lane feed from ``ddsup start`` (``run._lane_feed``).
+"""The endpoint's side of the live feed from ``ddsup start`` (``run._lane_feed``).
 
-The controller sends the full set of ready lanes on every change; the table follows it,
-so a lane that stops being ready leaves the rotation at once. When the controller goes
-away the feed ends and so does the endpoint.
+The controller sends the endpoint's ``[endpoint]`` section first, then the full set of
+ready lanes on every change; the table follows it, so a lane that stops being ready
+leaves the rotation at once. When the controller goes away (or says something that is
+not a lane update) the feed ends, and so does the endpoint.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from dataclasses import dataclass
 
 from ddsup._errors import UsageError
-from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, connect_channel
+from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, connect_channel
+from ddsup.channel._messages import ChannelError, EndpointSetup, Hello, LanesUpdate, Role
 from ddsup.endpoint._lanes import LaneInfo, LaneTable
+from ddsup.units._model import EndpointSection
+
+log = logging.getLogger(__name__)
 
 
 def controller_address() -> tuple[str, str]:
@@ -23,17 +30,38 @@ def controller_address() -> tuple[str, str]:
     return address, secret
 
 
-async def follow_controller(table: LaneTable, address: str, secret: str) -> None:
-    """Keep ``table`` equal to the controller's ready lanes until the controller is gone."""
-    channel = await connect_channel(address, secret, {"op": "hello", "role": "lanes"})
+@dataclass
+class ControllerFeed:
+    """A subscription to the controller: the endpoint's settings, then its ready lanes."""
+
+    channel: Channel
+    section: EndpointSection
+
+    async def follow(self, table: LaneTable) -> None:
+        """Keep ``table`` equal to the controller's ready lanes until the feed ends."""
+        try:
+            while (message := await self.channel.receive()) is not None:
+                if not isinstance(message, LanesUpdate):
+                    raise ChannelError(f"unexpected {message.op!r} message on the lane feed")
+                table.declare_models(message.models)
+                table.set_ready(
+                    LaneInfo(instance=lane.instance, model=lane.model, url=lane.url)
+                    for lane in message.lanes
+                )
+        except ChannelError as err:
+            log.warning("the lane feed from ddsup start ended: %s", err)
+        finally:
+            await self.channel.aclose()
+
+
+async def open_controller_feed(address: str, secret: str) -> ControllerFeed:
+    """Subscribe to the controller; its first message is the endpoint's section."""
+    channel = await connect_channel(address, Hello(Role.LANES, secret))
     try:
-        while (message := await channel.receive()) is not None:
-            if message.get("op") != "lanes":
-                continue
-            table.declare_models(message.get("models", ()))
-            table.set_ready(
-                LaneInfo(instance=lane["instance"], model=lane["model"], url=lane["url"])
-                for lane in message["lanes"]
-            )
-    finally:
+        first = await channel.receive()
+        if not isinstance(first, EndpointSetup):
+            raise ChannelError(f"ddsup start sent {first!r} before the endpoint's settings")
+    except BaseException:
         await channel.aclose()
+        raise
+    return ControllerFeed(channel, first.section)

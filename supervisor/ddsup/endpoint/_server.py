@@ -1,6 +1,6 @@
 """The endpoint's HTTP/1.1 server: trio listeners, one task per connection, h11 framing.
 
-Purpose-built rather than hypercorn because the data path's cost budget (SPEC §5) is
+Purpose-built rather than hypercorn because the data path's cost budget (BENCHMARKS.md, "Endpoint") is
 below hypercorn's own per-request floor. The server owns what h11 leaves to its user:
 keep-alive cycles, timeouts and limits (in :mod:`._client`), and containment: nothing
 that happens on one connection can end the server.

@@ -1,4 +1,4 @@
-"""``ddsup fake-vllm``: a vLLM stand-in for rehearsals and tests (SPEC §7).
+"""``ddsup fake-vllm``: a vLLM stand-in for rehearsals and tests (docs/cli.md, `ddsup fake-vllm`).
 
 It serves vLLM's HTTP surface (OpenAI completions and chat with SSE streaming,
 ``/v1/models``, ``/health``, ``/metrics``) with deterministic text, and misbehaves on

@@ -2,7 +2,7 @@
 
 They find the run through its state directory (``_run_handle``) and never import the
 controller: a live run is asked over its control channel, a finished one is read from
-its files.
+its files (``_status_view`` makes both the same typed rows).
 """
 
 from __future__ import annotations

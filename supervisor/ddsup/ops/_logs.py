@@ -16,6 +16,7 @@ import trio
 
 from ddsup._errors import RunStateError, UsageError
 from ddsup.ops._run_handle import add_state_dir, events_of, find_state, silence_stdout
+from ddsup.record._events import ProcessStarted, RecordedEvent, UnitTransition
 from ddsup.record._state_dir import StateDir
 from ddsup.units._durations import parse_duration
 
@@ -111,7 +112,7 @@ class _LogReader:
         self.offsets: dict[str, int] = {}
 
     def add(
-        self, name: str, since: float | None, events: list[dict[str, Any]], lines: int | None
+        self, name: str, since: float | None, events: list[RecordedEvent], lines: int | None
     ) -> None:
         if name in self.offsets:
             return
@@ -152,7 +153,7 @@ def _read_from(path: Path, offset: int) -> bytes:
         return b""
 
 
-def since_offset(path: Path, instance: str, since: float, events: list[dict[str, Any]]) -> int:
+def since_offset(path: Path, instance: str, since: float, events: list[RecordedEvent]) -> int:
     """Where the output of the processes alive at or after ``since`` begins in ``path``.
 
     Log lines carry no time, so the unit of selection is a process: a ``process`` event
@@ -169,12 +170,12 @@ def since_offset(path: Path, instance: str, since: float, events: list[dict[str,
         return stat.st_size  # nothing was written since then
     starts: list[tuple[int, float | None]] = []  # (offset, end time or None while alive)
     for event in events:
-        if event.get("instance") != instance:
+        if not isinstance(event, ProcessStarted | UnitTransition) or event.instance != instance:
             continue
-        if event.get("event") == "process" and isinstance(event.get("log_offset"), int):
-            starts.append((int(event["log_offset"]), None))
-        elif event.get("event") == "unit" and "exit" in event and starts and starts[-1][1] is None:
-            starts[-1] = (starts[-1][0], float(event["time"]))
+        if isinstance(event, ProcessStarted) and event.log_offset is not None:
+            starts.append((event.log_offset, None))
+        elif isinstance(event, UnitTransition) and event.exit and starts and starts[-1][1] is None:
+            starts[-1] = (starts[-1][0], event.time)
     if starts:
         alive = [offset for offset, end in starts if end is None or end >= since]
         return min(alive[0], stat.st_size) if alive else stat.st_size

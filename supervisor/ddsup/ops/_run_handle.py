@@ -14,13 +14,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import trio
 
 from ddsup._errors import RunStateError
-from ddsup.channel._channel import Channel, ChannelError, connect_channel
-from ddsup.record._events import read_events
+from ddsup.channel._channel import Channel, connect_channel
+from ddsup.channel._messages import ChannelError, Hello, Message, Role
+from ddsup.record._events import RecordedEvent, read_events
+from ddsup.record._outcome import Outcome
 from ddsup.record._state_dir import StateDir, newest_state_dir
 
 ASK_TIMEOUT = 10.0
@@ -44,36 +45,31 @@ def find_state(args: argparse.Namespace) -> StateDir:
     return newest_state_dir()
 
 
-def events_of(state: StateDir) -> list[dict[str, Any]]:
+def events_of(state: StateDir) -> list[RecordedEvent]:
+    """The run's events (none yet: empty); lines that are not events are skipped."""
     try:
         return read_events(state.events)
     except FileNotFoundError:
         return []
-    except (OSError, ValueError) as err:
+    except OSError as err:
         raise RunStateError(f"cannot read {state.events}: {err}") from err
-
-
-def result_of(state: StateDir) -> dict[str, Any] | None:
-    return state.read_json(state.result) if state.result.exists() else None
 
 
 # --- the control channel ------------------------------------------------------------------
 async def connect(state: StateDir) -> Channel | None:
     """An authenticated channel to the live run; None when nothing answers there."""
-    run = state.read_json(state.run)
-    control = run.get("control")
-    if not control or state.result.exists():
+    control = state.read_run().control
+    if control is None or state.result.exists():
         return None
     try:
         secret = state.secret.read_text().strip()
-        return await connect_channel(
-            f"{control['host']}:{control['port']}", secret, {"op": "hello", "role": "control"}
-        )
+        hello = Hello(Role.CONTROL, secret)
+        return await connect_channel(f"{control.host}:{control.port}", hello)
     except (OSError, ChannelError):
         return None
 
 
-async def ask(state: StateDir, message: dict[str, Any]) -> dict[str, Any] | None:
+async def ask(state: StateDir, message: Message) -> Message | None:
     """Send one request to the live run; None when the run is no longer reachable."""
     channel = await connect(state)
     if channel is None:
@@ -89,10 +85,8 @@ async def ask(state: StateDir, message: dict[str, Any]) -> dict[str, Any] | None
         await channel.aclose()
 
 
-def summary(result: dict[str, Any]) -> str:
-    cause = result.get("cause") or {}
-    reason = one_line(str(cause.get("reason")))
-    return f"{result.get('status')}, exit {result.get('exit_code')} ({reason})"
+def summary(result: Outcome) -> str:
+    return f"{result.status.value}, exit {result.exit_code} ({one_line(result.reason)})"
 
 
 def one_line(text: str) -> str:

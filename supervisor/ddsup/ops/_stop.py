@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-from typing import Any
 
 import trio
 
 from ddsup._errors import RunStateError
-from ddsup.channel._channel import Channel, ChannelError
-from ddsup.ops._run_handle import add_state_dir, connect, find_state, result_of, summary
-from ddsup.record._state_dir import StateDir
+from ddsup.channel._channel import Channel
+from ddsup.channel._messages import ChannelError, StopAnswer, StopRequest
+from ddsup.ops._run_handle import add_state_dir, connect, find_state, summary
+from ddsup.record._state_dir import RunInfo, StateDir
 
 RESULT_WAIT = 30.0  # after the controller closed its channel: sweep (≤ 5 s) + result.json
 
@@ -30,9 +30,9 @@ def run_stop(args: argparse.Namespace) -> int:
 
 async def _stop(state: StateDir, wait: bool) -> int:
     """Ask the run to stop (like SIGTERM to ``ddsup start``); a finished run is no error."""
-    run = state.read_json(state.run)
-    name = f"run {run.get('invocation_id')}"
-    result = result_of(state)
+    run = state.read_run()
+    name = f"run {run.invocation_id}"
+    result = state.read_result()
     if result is not None:
         print(f"ddsup: {name} has already finished: {summary(result)}")
         return 0
@@ -40,9 +40,9 @@ async def _stop(state: StateDir, wait: bool) -> int:
     if channel is None:
         return await _stop_unreachable(state, run, name, wait)
     try:
-        await channel.send({"op": "stop"})
+        await channel.send(StopRequest())
         answer = await channel.receive()
-        if answer is None or answer.get("op") != "stopping":
+        if not isinstance(answer, StopAnswer):
             raise RunStateError(f"{name} did not accept the stop request (answer: {answer})")
         print(f"ddsup: stopping {name} …", flush=True)
         if wait:
@@ -56,7 +56,7 @@ async def _stop(state: StateDir, wait: bool) -> int:
     return 0
 
 
-async def _stop_unreachable(state: StateDir, run: dict[str, Any], name: str, wait: bool) -> int:
+async def _stop_unreachable(state: StateDir, run: RunInfo, name: str, wait: bool) -> int:
     pid = _local_controller(run)
     if pid is None:
         print(f"ddsup: {name} is not running (no answer and no result.json: it was killed)")
@@ -68,17 +68,19 @@ async def _stop_unreachable(state: StateDir, run: dict[str, Any], name: str, wai
     return 0
 
 
-def _local_controller(run: dict[str, Any]) -> int | None:
+def _local_controller(run: RunInfo) -> int | None:
     """The PID of this run's ``ddsup start`` when it lives on this host, else None."""
     import psutil
 
+    if run.pid is None:
+        return None
     try:
-        process = psutil.Process(int(run["pid"]))
+        process = psutil.Process(run.pid)
         started = process.create_time()
         cmdline = process.cmdline()
-    except (psutil.Error, KeyError, TypeError, ValueError):
+    except psutil.Error:
         return None
-    mine = abs(started - float(run.get("started_at") or 0)) < 60 and "start" in cmdline
+    mine = abs(started - (run.started_at or 0.0)) < 60 and "start" in cmdline
     return process.pid if mine else None
 
 
@@ -92,7 +94,7 @@ async def _report_end(state: StateDir, name: str) -> None:
     with trio.move_on_after(RESULT_WAIT):
         while not state.result.exists():  # noqa: ASYNC110 (a file: no event to await)
             await trio.sleep(0.1)
-    result = result_of(state)
+    result = state.read_result()
     if result is None:
         raise RunStateError(f"{name} did not write result.json within {RESULT_WAIT:g}s")
     print(f"ddsup: {name} stopped: {summary(result)}")

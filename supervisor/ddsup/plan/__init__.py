@@ -2,7 +2,8 @@
 
 Layering, bottom up: ``_model`` (the frozen plan data), ``_allocation`` (hosts and GPU
 counts from nodelists, Slurm, the environment), ``_shortage`` (why lanes do not fit),
-``_placement`` (the pure placement rules), ``_render`` (the human table), ``_commands`` (``ddsup plan``).
+``_placement`` (the pure placement rules), ``_resolve`` (the one allocation resolver of
+``plan`` and ``start``), ``_render`` (the human table), ``_commands`` (``ddsup plan``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from ddsup.plan._allocation import local_nodes as local_nodes
 from ddsup.plan._allocation import nodes_from_hosts as nodes_from_hosts
 from ddsup.plan._allocation import nodes_from_nodelist as nodes_from_nodelist
 from ddsup.plan._allocation import slurm_hostnames as slurm_hostnames
-from ddsup.plan._commands import Allocation as Allocation
-from ddsup.plan._commands import allocation_from_args as allocation_from_args
 from ddsup.plan._commands import configure_plan as configure_plan
 from ddsup.plan._commands import run_plan as run_plan
 from ddsup.plan._model import PLAN_FORMAT as PLAN_FORMAT
@@ -24,3 +23,9 @@ from ddsup.plan._model import PlannedInstance as PlannedInstance
 from ddsup.plan._placement import lane_order as lane_order
 from ddsup.plan._placement import make_plan as make_plan
 from ddsup.plan._render import render_plan as render_plan
+from ddsup.plan._resolve import Allocation as Allocation
+from ddsup.plan._resolve import AllocationRequest as AllocationRequest
+from ddsup.plan._resolve import LauncherChoice as LauncherChoice
+from ddsup.plan._resolve import LauncherKind as LauncherKind
+from ddsup.plan._resolve import plan_for as plan_for
+from ddsup.plan._resolve import resolve_allocation as resolve_allocation

@@ -1,18 +1,27 @@
-"""A run's record: the state vocabulary, its events, its outcome and its state directory.
+"""A run's record: the state vocabulary, its events, its outcome, its status, its state dir.
 
 Everything that writes what a run did (the service, the controller) and everything that
 reads it back (``status``, ``logs``, metrics, the console) shares these: ``_states`` (the
-one enum of instance states), ``_events`` (``events.jsonl``), ``_outcome`` (how a run
-ended, ``result.json``), ``_state_dir`` (where it all lives) and ``_display`` (how states
-and durations look to a person).
+one enum of instance states and its named sets), ``_outcome`` (the typed causes that end
+a run, ``result.json``), ``_events`` (one frozen dataclass per kind of event,
+``events.jsonl``), ``_instance`` (an instance's record, the fold of its events),
+``_status`` (``status`` rows and the live snapshot), ``_state_dir`` (where it all lives)
+and ``_display`` (how states and durations look to a person).
 """
 
 from __future__ import annotations
 
-from ddsup.record._events import Event as Event
 from ddsup.record._events import EventLog as EventLog
+from ddsup.record._events import ProcessExited as ProcessExited
+from ddsup.record._events import ProcessStarted as ProcessStarted
+from ddsup.record._events import RecordedEvent as RecordedEvent
+from ddsup.record._events import UnitTransition as UnitTransition
+from ddsup.record._events import parse_event as parse_event
 from ddsup.record._events import read_events as read_events
+from ddsup.record._instance import InstanceRecord as InstanceRecord
 from ddsup.record._outcome import Outcome as Outcome
 from ddsup.record._state_dir import StateDir as StateDir
 from ddsup.record._states import IllegalTransition as IllegalTransition
 from ddsup.record._states import InstanceState as InstanceState
+from ddsup.record._status import InstanceStatus as InstanceStatus
+from ddsup.record._status import RunSnapshot as RunSnapshot

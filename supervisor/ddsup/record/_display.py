@@ -6,37 +6,38 @@ a state looks the same wherever it is shown.
 
 from __future__ import annotations
 
+from ddsup.record._states import InstanceState as S
+
 _SYMBOLS = {
-    "ready": "●",
-    "starting": "◐",
-    "waiting": "○",
-    "restarting": "↻",
-    "stopping": "◑",
-    "exited": "○",
-    "failed": "✗",
-    "inactive": "·",
+    S.READY: "●",
+    S.STARTING: "◐",
+    S.WAITING: "○",
+    S.RESTARTING: "↻",
+    S.STOPPING: "◑",
+    S.EXITED: "○",
+    S.FAILED: "✗",
+    S.INACTIVE: "·",
 }
 _COLOURS = {
-    "ready": "32",
-    "failed": "31",
-    "restarting": "33",
-    "starting": "33",
-    "waiting": "33",
-    "stopping": "33",
-    "exited": "2",
-    "inactive": "2",
+    S.READY: "32",
+    S.FAILED: "31",
+    S.RESTARTING: "33",
+    S.STARTING: "33",
+    S.WAITING: "33",
+    S.STOPPING: "33",
+    S.EXITED: "2",
+    S.INACTIVE: "2",
 }
 
 
-def symbol(state: str) -> str:
+def symbol(state: S) -> str:
     """The one-character mark of a unit state (status tables and the live console)."""
-    return _SYMBOLS.get(state, "?")
+    return _SYMBOLS[state]
 
 
-def paint(state: str, text: str) -> str:
+def paint(state: S, text: str) -> str:
     """``text`` in the colour of ``state`` (ANSI SGR), for terminals only."""
-    code = _COLOURS.get(state)
-    return f"\x1b[{code}m{text}\x1b[0m" if code else text
+    return f"\x1b[{_COLOURS[state]}m{text}\x1b[0m"
 
 
 def duration(seconds: float) -> str:

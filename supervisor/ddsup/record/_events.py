@@ -1,64 +1,330 @@
-"""Structured events: every state change of a run, one JSON object per line.
+"""Structured events: every state change of a run, one typed value per kind.
 
-``events.jsonl`` is the run's durable record (and what tests assert on, never log text).
-Each line has ``time`` (Unix seconds), ``event`` (what happened) and, for unit
-transitions, ``instance``, ``node``, ``from``, ``to`` and ``reason``. Values of
-environment variables never appear here: the event vocabulary has no field for them.
+``events.jsonl`` is the run's durable record (and what tests assert on, never log text):
+one JSON object a line, in the shape docs/operating.md documents (fields are only ever
+added). Every event has ``time`` (Unix seconds) and ``event``:
+
+- ``unit``: :class:`UnitTransition`, an instance's state change;
+- ``process``: :class:`ProcessStarted`; ``exit``: :class:`ProcessExited`, as seen;
+- ``run``: the run's own lifecycle, told apart by ``reason`` (:class:`RunStarting`,
+  :class:`RunEnding`, :class:`RunStopping`, :class:`SignalForwarded`,
+  :class:`KillingEverything`, :class:`SweepLeftSurvivors`, :class:`RunFinished`).
+
+``to_json`` writes a line's object, :func:`parse_event` reads one back (ValueError for
+anything else) and :func:`read_events` reads a file, skipping lines it cannot parse (the
+torn last line of a killed run). Values of environment variables never appear here: no
+event has a field for them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from ddsup.process import ExitStatus
+from ddsup.record._outcome import Outcome, exit_from_json
+from ddsup.record._states import InstanceState
 
-@dataclass(frozen=True)
-class Event:
-    """One thing that happened. ``details`` holds event-specific facts (pid, exit, …)."""
+COMPLETED = "completed"  # the reason of a oneshot's exited transition when it succeeded
 
-    event: str
-    instance: str | None = None
-    node: str | None = None
-    from_state: str | None = None
-    to_state: str | None = None
-    reason: str | None = None
-    details: Mapping[str, Any] = field(default_factory=dict)
-    time: float = field(default_factory=time.time)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"time": round(self.time, 6), "event": self.event}
-        for key, value in (
-            ("instance", self.instance),
-            ("node", self.node),
-            ("from", self.from_state),
-            ("to", self.to_state),
-            ("reason", self.reason),
-        ):
-            if value is not None:
-                out[key] = value
-        out.update(self.details)
+def _now() -> float:
+    return time.time()
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnitTransition:
+    """An instance moved from one state to another, and why.
+
+    ``probe`` is its readiness probe's last answer (``ok`` once it passed, ``HTTP 503`` …
+    when it timed out) in the current start; ``readiness_timeout`` marks the verdict of a
+    start that was not ready within ``timeout_start`` (``restarting``, or ``failed``:
+    then the run ends 75).
+    """
+
+    instance: str
+    node: str | None
+    from_state: InstanceState
+    to_state: InstanceState
+    reason: str
+    restarts: int = 0
+    pid: int | None = None
+    exit: ExitStatus | None = None
+    readiness_timeout: bool = False
+    probe: str | None = None
+    time: float = field(default_factory=_now)
+
+    @property
+    def completed(self) -> bool:
+        """A oneshot that finished its work: what units ``after`` it wait for."""
+        return self.to_state is InstanceState.EXITED and self.reason == COMPLETED
+
+    def to_json(self) -> dict[str, Any]:
+        out = _head(self.time, "unit", self.instance, self.node)
+        out.update({"from": self.from_state.value, "to": self.to_state.value})
+        out.update({"reason": self.reason, "restarts": self.restarts})
+        if self.pid is not None:
+            out["pid"] = self.pid
+        if self.exit is not None:
+            out["exit"] = self.exit.to_json()
+        if self.readiness_timeout:
+            out["readiness_timeout"] = True
+        if self.probe is not None:
+            out["probe"] = self.probe
         return out
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Event:
-        known = {"time", "event", "instance", "node", "from", "to", "reason"}
-        return cls(
-            event=str(data["event"]),
-            instance=data.get("instance"),
-            node=data.get("node"),
-            from_state=data.get("from"),
-            to_state=data.get("to"),
-            reason=data.get("reason"),
-            details={k: v for k, v in data.items() if k not in known},
-            time=float(data.get("time", time.time())),
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessStarted:
+    """A process of ``instance`` started; ``log_offset``: its log's size at that moment."""
+
+    instance: str
+    node: str | None
+    pid: int
+    log_offset: int | None = None
+    time: float = field(default_factory=_now)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {**_head(self.time, "process", self.instance, self.node), "pid": self.pid}
+        if self.log_offset is not None:
+            out["log_offset"] = self.log_offset
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessExited:
+    """A process of ``instance`` ended on its own, stamped the moment ddsup saw it."""
+
+    instance: str
+    node: str | None
+    pid: int
+    exit: ExitStatus
+    time: float = field(default_factory=_now)
+
+    @property
+    def reason(self) -> str:
+        return self.exit.describe()
+
+    def to_json(self) -> dict[str, Any]:
+        out = _head(self.time, "exit", self.instance, self.node)
+        return {**out, "reason": self.reason, "pid": self.pid, "exit": self.exit.to_json()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarting:
+    """``ddsup start`` began."""
+
+    invocation_id: str
+    time: float = field(default_factory=_now)
+    reason = "starting"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**_run(self.time, self.reason), "invocation_id": self.invocation_id}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunEnding:
+    """The first cause that ends the run."""
+
+    outcome: Outcome
+    time: float = field(default_factory=_now)
+    reason = "ending"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**_run(self.time, self.reason), **self.outcome.to_dict()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStopping:
+    """The stop sequence begins."""
+
+    time: float = field(default_factory=_now)
+    reason = "stopping"
+
+    def to_json(self) -> dict[str, Any]:
+        return _run(self.time, self.reason)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignalForwarded:
+    """A signal in some unit's ``forward_signals`` is passed on to those units."""
+
+    signum: int
+    time: float = field(default_factory=_now)
+
+    @property
+    def reason(self) -> str:
+        return f"forwarding {signal.Signals(self.signum).name}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**_run(self.time, self.reason), "signal": signal.Signals(self.signum).name}
+
+
+@dataclass(frozen=True, kw_only=True)
+class KillingEverything:
+    """A second stop signal while stopping: SIGKILL everything at once."""
+
+    time: float = field(default_factory=_now)
+    reason = "second stop signal: killing everything"
+
+    def to_json(self) -> dict[str, Any]:
+        return _run(self.time, self.reason)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepLeftSurvivors:
+    """Processes outlived the final sweep by invocation id."""
+
+    pids: tuple[int, ...]
+    time: float = field(default_factory=_now)
+    reason = "sweep left survivors"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**_run(self.time, self.reason), "pids": list(self.pids)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFinished:
+    """The last line: the same as ``result.json``."""
+
+    outcome: Outcome
+    time: float = field(default_factory=_now)
+    reason = "finished"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**_run(self.time, self.reason), **self.outcome.to_dict()}
+
+
+RunLifecycle = (
+    RunStarting
+    | RunEnding
+    | RunStopping
+    | SignalForwarded
+    | KillingEverything
+    | SweepLeftSurvivors
+    | RunFinished
+)
+RecordedEvent = UnitTransition | ProcessStarted | ProcessExited | RunLifecycle
+
+
+def _head(at: float, kind: str, instance: str, node: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"time": round(at, 6), "event": kind, "instance": instance}
+    if node is not None:
+        out["node"] = node
+    return out
+
+
+def _run(at: float, reason: str) -> dict[str, Any]:
+    return {"time": round(at, 6), "event": "run", "reason": reason}
+
+
+# --- reading back -------------------------------------------------------------------------
+def parse_event(data: object) -> RecordedEvent:
+    """One line's object back into its event; ValueError (or TypeError) when it is not one."""
+    if not isinstance(data, Mapping):
+        raise ValueError("an event is a JSON object")
+    read = _Reader(data)
+    kind = read.text("event")
+    if kind == "unit":
+        return _unit(read)
+    if kind == "process":
+        return ProcessStarted(
+            instance=read.text("instance"),
+            node=read.optional_text("node"),
+            pid=read.integer("pid"),
+            log_offset=read.optional_integer("log_offset"),
+            time=read.time(),
         )
+    if kind == "exit":
+        return ProcessExited(
+            instance=read.text("instance"),
+            node=read.optional_text("node"),
+            pid=read.integer("pid"),
+            exit=exit_from_json(data.get("exit")),
+            time=read.time(),
+        )
+    if kind == "run":
+        return _run_event(read)
+    raise ValueError(f"unknown event {kind!r}")
 
 
+def _unit(read: _Reader) -> UnitTransition:
+    exit_json = read.data.get("exit")
+    return UnitTransition(
+        instance=read.text("instance"),
+        node=read.optional_text("node"),
+        from_state=InstanceState(read.data.get("from", InstanceState.INACTIVE.value)),
+        to_state=InstanceState(read.data.get("to")),
+        reason=read.optional_text("reason") or "",
+        restarts=read.optional_integer("restarts") or 0,
+        pid=read.optional_integer("pid"),
+        exit=None if exit_json is None else exit_from_json(exit_json),
+        readiness_timeout=read.data.get("readiness_timeout") is True,
+        probe=read.optional_text("probe"),
+        time=read.time(),
+    )
+
+
+_SIMPLE_RUN: dict[str, Callable[[_Reader], RunLifecycle]] = {
+    "starting": lambda r: RunStarting(invocation_id=r.text("invocation_id"), time=r.time()),
+    "ending": lambda r: RunEnding(outcome=Outcome.from_dict(r.data), time=r.time()),
+    "stopping": lambda r: RunStopping(time=r.time()),
+    KillingEverything.reason: lambda r: KillingEverything(time=r.time()),
+    "sweep left survivors": lambda r: SweepLeftSurvivors(
+        pids=tuple(int(p) for p in r.data.get("pids", ())), time=r.time()
+    ),
+    "finished": lambda r: RunFinished(outcome=Outcome.from_dict(r.data), time=r.time()),
+}
+
+
+def _run_event(read: _Reader) -> RunLifecycle:
+    reason = read.text("reason")
+    if reason.startswith("forwarding "):
+        name = reason.removeprefix("forwarding ")
+        return SignalForwarded(signum=int(signal.Signals[name]), time=read.time())
+    if reason not in _SIMPLE_RUN:
+        raise ValueError(f"unknown run event {reason!r}")
+    return _SIMPLE_RUN[reason](read)
+
+
+class _Reader:
+    """Typed access to one event object's fields (ValueError naming the field)."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.data: Mapping[str, Any] = data
+
+    def time(self) -> float:
+        value = self.data.get("time")
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ValueError("an event needs a numeric time")
+        return float(value)
+
+    def text(self, key: str) -> str:
+        value = self.data.get(key)
+        if not isinstance(value, str):
+            raise ValueError(f"{key!r} must be a string")
+        return value
+
+    def optional_text(self, key: str) -> str | None:
+        return None if self.data.get(key) is None else self.text(key)
+
+    def integer(self, key: str) -> int:
+        value = self.data.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"{key!r} must be an integer")
+        return value
+
+    def optional_integer(self, key: str) -> int | None:
+        return None if self.data.get(key) is None else self.integer(key)
+
+
+# --- the file -----------------------------------------------------------------------------
 class EventLog:
     """Appends events to ``events.jsonl``; each line is flushed so a crash loses nothing."""
 
@@ -66,17 +332,28 @@ class EventLog:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._file: TextIO = os.fdopen(fd, "a", encoding="utf-8")
 
-    def write(self, event: Event) -> None:
+    def write(self, event: RecordedEvent) -> None:
         if self._file.closed:
             return
-        self._file.write(json.dumps(event.to_dict(), sort_keys=True) + "\n")
+        self._file.write(json.dumps(event.to_json(), sort_keys=True) + "\n")
         self._file.flush()
 
     def close(self) -> None:
         self._file.close()
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """All events of a run, oldest first (for status, tests and tools)."""
-    with path.open(encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+def read_events(path: Path) -> list[RecordedEvent]:
+    """All events of a run, oldest first; lines that are not an event are skipped.
+
+    The last line of a run that was killed mid-write is torn, and a newer ddsup may have
+    written kinds this one does not know: neither may stop ``status`` from reading the rest.
+    FileNotFoundError when there is no such file.
+    """
+    events = []
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            try:
+                events.append(parse_event(json.loads(line)))
+            except (ValueError, TypeError, KeyError):
+                continue
+    return events

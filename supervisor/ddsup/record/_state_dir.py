@@ -15,11 +15,63 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddsup._errors import RunStateError
+from ddsup.record._outcome import Outcome
+
+
+@dataclass(frozen=True)
+class ControlAddress:
+    """Where a live run's control channel listens (the secret is in ``control.secret``)."""
+
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """``run.json``: how to find and recognise the run (no secret)."""
+
+    invocation_id: str
+    pid: int | None = None
+    launcher: str | None = None
+    unit_dir: str | None = None
+    started_at: float | None = None
+    control: ControlAddress | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        control = self.control
+        return {
+            "invocation_id": self.invocation_id,
+            "pid": self.pid,
+            "launcher": self.launcher,
+            "unit_dir": self.unit_dir,
+            "started_at": self.started_at,
+            "control": None if control is None else {"host": control.host, "port": control.port},
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> RunInfo:
+        """Read back :meth:`to_json` (other tools' partial files too); ValueError when not one."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("invocation_id"), str):
+            raise ValueError("no key 'invocation_id' (a string)")
+        control = data.get("control")
+        address = None
+        if isinstance(control, Mapping):
+            address = ControlAddress(str(control["host"]), int(control["port"]))
+        started = data.get("started_at")
+        return cls(
+            invocation_id=data["invocation_id"],
+            pid=data["pid"] if isinstance(data.get("pid"), int) else None,
+            launcher=data["launcher"] if isinstance(data.get("launcher"), str) else None,
+            unit_dir=data["unit_dir"] if isinstance(data.get("unit_dir"), str) else None,
+            started_at=float(started) if isinstance(started, (int, float)) else None,
+            control=address,
+        )
 
 
 @dataclass(frozen=True)
@@ -63,6 +115,22 @@ class StateDir:
     def write_json(self, path: Path, data: Any) -> None:
         """Write atomically (temp file + rename), mode 0600."""
         write_private(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    def read_run(self) -> RunInfo:
+        """``run.json``; RunStateError when it is missing or not one."""
+        try:
+            return RunInfo.from_json(self.read_json(self.run))
+        except (KeyError, TypeError, ValueError) as err:
+            raise RunStateError(f"cannot read {self.run}: {err}") from err
+
+    def read_result(self) -> Outcome | None:
+        """``result.json`` once the run has finished, else None."""
+        if not self.result.exists():
+            return None
+        try:
+            return Outcome.from_dict(self.read_json(self.result))
+        except (AttributeError, TypeError, ValueError) as err:
+            raise RunStateError(f"cannot read {self.result}: {err}") from err
 
     def read_json(self, path: Path) -> Any:
         try:

@@ -30,15 +30,30 @@ class InstanceState(str, enum.Enum):
 
     @property
     def final(self) -> bool:
-        return self in (InstanceState.EXITED, InstanceState.FAILED)
+        return self in FINAL
 
 
-LIVE = {
-    InstanceState.WAITING,
-    InstanceState.STARTING,
-    InstanceState.READY,
-    InstanceState.RESTARTING,
-}
+LIVE = frozenset(
+    {InstanceState.WAITING, InstanceState.STARTING, InstanceState.READY, InstanceState.RESTARTING}
+)
+"""States from which a stop request moves an instance to ``stopping``."""
+FINAL = frozenset({InstanceState.EXITED, InstanceState.FAILED})
+"""States an instance never leaves."""
+RUNNING = frozenset({InstanceState.STARTING, InstanceState.READY})
+"""States in which an instance's process runs (a replica peer to take down)."""
+LOADING = frozenset(
+    {
+        InstanceState.INACTIVE,
+        InstanceState.WAITING,
+        InstanceState.STARTING,
+        InstanceState.RESTARTING,
+    }
+)
+"""Not ready yet, and on the way there: what the console's progress line waits on."""
+NOTABLE = frozenset(
+    {InstanceState.READY, InstanceState.FAILED, InstanceState.RESTARTING, InstanceState.EXITED}
+)
+"""The transitions the console prints without ``-v``."""
 ALLOWED: dict[InstanceState, set[InstanceState]] = {
     InstanceState.INACTIVE: {InstanceState.WAITING, InstanceState.STARTING, InstanceState.EXITED},
     InstanceState.WAITING: {InstanceState.STARTING, InstanceState.STOPPING, InstanceState.EXITED},

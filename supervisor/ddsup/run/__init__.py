@@ -1,9 +1,14 @@
-"""One run: the controller of ``ddsup start``, the node agents, and how they talk.
+"""One run: the controller of ``ddsup start``, the node agents, and the run's decisions.
 
-``_start`` (the command), ``_controller`` (the run from plan to result), ``_agent`` (one
-node's instances), ``_node_runner`` (the services of one node), ``_launcher`` (local or
-srun), ``_preflight``, ``_ordering`` (start and stop order), ``_lane_feed`` (the ready
-lanes for the endpoint), ``_console`` (what ``ddsup start`` prints).
+``_options`` (the command line as a value), ``_start`` (the command), ``_run_inputs``
+and ``_run_state`` (what the run hears and decides: pure), ``_replicas`` (a multi-node
+replica lives and dies as one), ``_ordering`` (start and stop order), ``_controller``
+(the trio shell that feeds the state and carries out its decisions), ``_connections``
+(agents, the lane feed, operators), ``_nodes`` (``LocalNode``/``RemoteNode``),
+``_node_runner`` (the services of one node), ``_agents`` and ``_launcher`` (the agent
+processes: local or srun), ``_agent`` and ``_preflight`` (a node agent), ``_signals``,
+``_lane_feed`` (the endpoint's settings and ready lanes), ``_console`` (what
+``ddsup start`` prints). docs/architecture.md tells how they fit.
 """
 
 from __future__ import annotations

@@ -14,20 +14,34 @@ import argparse
 import contextlib
 import math
 import os
-import signal
 from pathlib import Path
-from typing import Any
 
 import trio
 
 from ddsup._errors import UsageError
-from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, ChannelError, connect_channel
+from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, connect_channel
+from ddsup.channel._messages import (
+    AgentStopped,
+    ChannelError,
+    EventReport,
+    Hello,
+    Kill,
+    Message,
+    Role,
+    Setup,
+    Shutdown,
+    SignalInstances,
+    Signalled,
+    Start,
+    Stop,
+)
 from ddsup.plan._model import Plan
 from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel
-from ddsup.record._events import Event
+from ddsup.record._events import RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._preflight import run_preflight
+from ddsup.run._signals import ignore_stop_signals, stop_signal_receiver
 from ddsup.service._environment import RunContext
 from ddsup.units import UnitSet, load_unit_set
 
@@ -49,16 +63,21 @@ def run_agent(args: argparse.Namespace) -> int:
 async def _agent_main(node: str, address: str, secret: str, gpus: int | None) -> int:
     # Until the signal watcher runs, a stop signal (scancel) must not kill the agent
     # half-way: nothing runs yet, and the controller will tell it to shut down.
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_IGN)
+    ignore_stop_signals()
     become_subreaper()
-    hello = {"op": "hello", "role": "agent", "node": node, "pid": os.getpid()}
-    channel = await connect_channel(address, secret, hello)
+    hello = Hello(Role.AGENT, secret, node=node, pid=os.getpid())
+    channel = await connect_channel(address, hello)
     setup = await channel.receive()
-    if setup is None or setup.get("op") != "setup":
+    if not isinstance(setup, Setup):
         return 1
-    run = RunContext(**setup["run"])
-    plan = Plan.from_dict(setup["plan"])
+    run = RunContext(
+        invocation_id=setup.invocation_id,
+        state_dir=setup.state_dir,
+        unit_dir=setup.unit_dir,
+        job_id=setup.job_id,
+        endpoint_url=setup.endpoint_url,
+    )
+    plan = setup.plan
     units = load_unit_set(run.unit_dir)
     sentinel = start_sentinel(run.invocation_id)
     try:
@@ -75,15 +94,15 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
 async def _serve_controller(
     channel: Channel, node: str, units: UnitSet, plan: Plan, run: RunContext, gpus: int | None
 ) -> None:
-    result = run_preflight(
+    report = run_preflight(
         node, units, plan, gpus_available=gpus, slurm_node=os.environ.get("SLURMD_NODENAME")
     )
-    plan = plan.with_ports(result.ports)
-    await channel.send({"op": "preflight", **result.to_dict()})
-    outbox_send, outbox_receive = trio.open_memory_channel[dict[str, Any]](math.inf)
+    plan = plan.with_ports(dict(report.ports))
+    await channel.send(report)
+    outbox_send, outbox_receive = trio.open_memory_channel[Message](math.inf)
 
-    def emit(event: Event) -> None:
-        outbox_send.send_nowait({"op": "event", "event": event.to_dict()})
+    def emit(event: RecordedEvent) -> None:
+        outbox_send.send_nowait(EventReport(event))
 
     forwarded = trio.Event()
 
@@ -115,7 +134,7 @@ async def _serve_controller(
                     with trio.move_on_after(2):
                         await outbox_send.aclose()
                         await forwarded.wait()  # every event out before "stopped"
-                        await channel.send({"op": "stopped", "node": node})
+                        await channel.send(AgentStopped(node))
         services.cancel_scope.cancel()
 
 
@@ -125,34 +144,30 @@ async def _watch_signals(channel: Channel, runner: NodeRunner, loop: trio.Cancel
     The controller hears why first, so a scancel ends the run as "stopped" rather than as
     a lost agent; a second signal SIGKILLs everything at once, as for ``ddsup start``.
     """
-    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    for stop in stops:  # after the receiver closes, late signals must not cut cleanup
-        signal.signal(stop, signal.SIG_IGN)
-    with trio.open_signal_receiver(*stops) as signals:
+    with stop_signal_receiver() as signals:
         async for signum in signals:
             if loop.cancel_called:
                 runner.kill_all()
                 continue
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await channel.send({"op": "signalled", "signal": int(signum)})
+                await channel.send(Signalled(int(signum)))
             loop.cancel()
 
 
 async def _command_loop(channel: Channel, runner: NodeRunner, nursery: trio.Nursery) -> None:
+    """The controller's commands until it says shutdown (or goes away)."""
     while True:
         message = await channel.receive()
-        if message is None:
+        if message is None or isinstance(message, Shutdown):
             return
-        op = message.get("op")
-        if op == "start":
-            for item in message["instances"]:
-                runner.start(item["instance"], delay=item.get("delay"))
-        elif op == "stop":
-            names = message.get("instances")
-            nursery.start_soon(runner.stop, names)
-        elif op == "kill":
+        if isinstance(message, Start):
+            for instance in message.instances:
+                runner.start(instance)
+        elif isinstance(message, Stop):
+            nursery.start_soon(runner.stop, message.instances, message.reason)
+        elif isinstance(message, Kill):
             runner.kill_all()
-        elif op == "signal":
-            runner.signal(message["instances"], int(message["signal"]))
-        elif op == "shutdown":
-            return
+        elif isinstance(message, SignalInstances):
+            runner.signal(message.instances, message.signum)
+        else:
+            raise ChannelError(f"unexpected {message.op!r} message from the controller")

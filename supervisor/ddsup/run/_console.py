@@ -27,21 +27,27 @@ from typing import TextIO
 import trio
 
 from ddsup.record._display import duration, paint, symbol
-from ddsup.record._events import Event
+from ddsup.record._events import (
+    ProcessExited,
+    ProcessStarted,
+    RecordedEvent,
+    RunEnding,
+    RunStopping,
+    UnitTransition,
+)
 from ddsup.record._outcome import Outcome
+from ddsup.record._states import FINAL, LOADING, NOTABLE, InstanceState
 
-_DEFAULT_STATES = {"ready", "failed", "restarting", "exited"}
 # Until lanes() names them: lane replicas are the instances numbered by replica (``llama@3``;
 # each-node services are named by node, ranks > 0 carry ``:rank``).
 _LANE_NAME = re.compile(r"[^@:]+@[0-9]+")
-_LOADING = {"inactive", "waiting", "starting", "restarting"}
 _CLEAR_LINE = "\r\x1b[K"
 REDRAW_INTERVAL = 1.0
 
 
 @dataclass(frozen=True)
 class _Seen:
-    state: str
+    state: InstanceState
     node: str | None
     since: float
 
@@ -81,10 +87,10 @@ class Console:
         self._lanes = dict(lanes)
         self._redraw()
 
-    def event(self, event: Event) -> None:
-        if event.event == "unit" and event.instance and event.to_state:
+    def event(self, event: RecordedEvent) -> None:
+        if isinstance(event, UnitTransition):
             self._seen[event.instance] = _Seen(event.to_state, event.node, event.time)
-        elif event.event == "run" and event.reason in ("stopping", "ending"):
+        elif isinstance(event, RunStopping | RunEnding):
             self._stop_began = self._stop_began or event.time
         line = None if self.quiet else self._line(event)
         if line is not None:
@@ -98,9 +104,8 @@ class Console:
     def result(self, outcome: Outcome, state_dir: Path) -> None:
         self._done = True
         cause = f" ({outcome.unit}: {outcome.reason})" if outcome.unit else f" ({outcome.reason})"
-        self._print(
-            f"finished: {outcome.status}, exit {outcome.exit_code}{cause}; state in {state_dir}"
-        )
+        status = outcome.status.value
+        self._print(f"finished: {status}, exit {outcome.exit_code}{cause}; state in {state_dir}")
 
     async def run(self) -> None:
         """Redraw the progress line every second, so its elapsed time moves (TTY only).
@@ -118,25 +123,28 @@ class Console:
             self._redraw()
 
     # --- lines ----------------------------------------------------------------------
-    def _line(self, event: Event) -> str | None:
-        if event.event == "unit":
+    def _line(self, event: RecordedEvent) -> str | None:
+        if isinstance(event, UnitTransition):
             return self._unit_line(event)
-        if event.event == "process" and self.verbose:
-            return f"{event.instance}{_where(event.node)}: pid {event.details.get('pid')}"
-        if event.event == "exit" and self.verbose:
+        if isinstance(event, ProcessStarted):
+            return (
+                f"{event.instance}{_where(event.node)}: pid {event.pid}" if self.verbose else None
+            )
+        if isinstance(event, ProcessExited):
             where = f"{event.instance}{_where(event.node)}"
-            return f"{where}: pid {event.details.get('pid')} ended ({event.reason})"
-        if event.event == "run" and (self.verbose or event.reason in ("stopping", "ending")):
+            return f"{where}: pid {event.pid} ended ({event.reason})" if self.verbose else None
+        if self.verbose or isinstance(event, RunStopping | RunEnding):
             return f"run {event.reason}"
         return None
 
-    def _unit_line(self, event: Event) -> str | None:
-        state = event.to_state or ""
-        if not self.verbose and state not in _DEFAULT_STATES:
+    def _unit_line(self, event: UnitTransition) -> str | None:
+        state = event.to_state
+        if not self.verbose and state not in NOTABLE:
             return None
-        shown = paint(state, f"{symbol(state)} {state}") if self.colour else state
+        name = state.value
+        shown = paint(state, f"{symbol(state)} {name}") if self.colour else name
         line = f"{event.instance}{_where(event.node)}: {shown} — {event.reason}"
-        if state == "ready" and not self.tty and self._is_lane(event.instance or ""):
+        if state is InstanceState.READY and not self.tty and self._is_lane(event.instance):
             ready, total = self._counts()
             line += f" · lanes ready {ready}/{total}"
         return line
@@ -170,17 +178,18 @@ class Console:
     def progress(self) -> str:
         """The progress line's text now ("" when there is nothing to wait for)."""
         if self._stop_began is not None:
-            pending = {i: s for i, s in self._seen.items() if s.state not in ("exited", "failed")}
-            head, busy, began = f"stopping · {len(pending)} left", "stopping", self._stop_began
+            pending = {i: s for i, s in self._seen.items() if s.state not in FINAL}
+            head, began = f"stopping · {len(pending)} left", self._stop_began
+            busy = InstanceState.STOPPING
         else:
             lanes = {i: s for i, s in self._seen.items() if self._is_lane(i)}
-            pending = {i: s for i, s in lanes.items() if s.state in _LOADING}
+            pending = {i: s for i, s in lanes.items() if s.state in LOADING}
             ready, total = self._counts()
-            head, busy, began = f"lanes ready {ready}/{total}", "starting", 0.0
+            head, busy, began = f"lanes ready {ready}/{total}", InstanceState.STARTING, 0.0
         if not pending:
             return ""
         # the one that has been at it longest: loading (or being stopped) before queued
-        name, oldest = min(pending.items(), key=lambda i: (i[1].state != busy, i[1].since))
+        name, oldest = min(pending.items(), key=lambda i: (i[1].state is not busy, i[1].since))
         more = f" (+{len(pending) - 1} more)" if len(pending) > 1 else ""
         elapsed = duration(self._clock() - max(oldest.since, began))
         return f"{head} · waiting on {name}{_where(oldest.node)} {elapsed}{more}"
@@ -193,7 +202,9 @@ class Console:
     def _counts(self) -> tuple[int, int]:
         names = list(self._lanes) if self._lanes is not None else list(self._seen)
         names = [n for n in names if self._is_lane(n)]
-        ready = sum(1 for n in names if n in self._seen and self._seen[n].state == "ready")
+        ready = sum(
+            1 for n in names if n in self._seen and self._seen[n].state is InstanceState.READY
+        )
         return ready, len(names)
 
 

@@ -1,125 +1,140 @@
-"""``ddsup start``: the controller of one run.
+"""``ddsup start``: the controller of one run, a thin trio shell around :class:`RunState`.
 
 Order: plan → state dir → agents (preflight on every node) → lanes (staggered per node) →
-endpoint once ``min_ready`` lanes of each model are ready → worker. The first cause that
-ends the run (worker exit, a unit failed for good, a readiness timeout, a signal, an
-agent lost) is the :class:`~ddsup.record._outcome.Outcome`; then everything stops in reverse
-dependency order (instances of one level in parallel), the agents shut down, and a sweep
-by invocation id removes whatever escaped. ``result.json`` is written on every path.
+endpoint once ``min_ready`` lanes of each model are ready → worker. Everything that
+decides (what starts when, what a failure means, which cause ends the run) is in
+``RunState``; the controller feeds it inputs (events of its own services and of the
+agents, preflight reports, signals, operators) and carries its decisions out on the
+nodes (``_nodes``). Once the run ends, everything stops in reverse dependency order
+(instances of one level in parallel), the agents shut down, and a sweep by invocation id
+removes whatever escaped. ``result.json`` is written on every path.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import dataclasses
 import os
 import signal
 import sys
 import time
 import uuid
-from pathlib import Path
-from typing import Any
+from functools import partial
 
 import trio
 
-from ddsup._errors import DdsupError, PreflightError, UnitFileError, UsageError
-from ddsup.channel._channel import (
-    ADDRESS_ENV,
-    SECRET_ENV,
-    Channel,
-    ChannelError,
-    new_secret,
-    serve_channel,
-)
-from ddsup.plan import make_plan
-from ddsup.plan._allocation import (
-    detect_gpus,
-    local_nodes,
-    slurm_hostnames,
-    slurm_node_addresses,
-)
-from ddsup.plan._model import Node, Plan, PlannedInstance
+from ddsup._errors import DdsupError, ResultStatus, UnitFileError, UsageError
+from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret, serve_channel
+from ddsup.channel._messages import Setup
+from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
 from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
-from ddsup.record import _outcome
-from ddsup.record._events import Event, EventLog
+from ddsup.record._events import (
+    EventLog,
+    RecordedEvent,
+    RunEnding,
+    RunFinished,
+    RunStarting,
+    SweepLeftSurvivors,
+)
 from ddsup.record._outcome import Outcome
-from ddsup.record._state_dir import StateDir, write_private
+from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir, write_private
+from ddsup.record._status import RunSnapshot
+from ddsup.run._agents import AgentFleet
+from ddsup.run._connections import ControlServer
 from ddsup.run._console import Console
-from ddsup.run._lane_feed import LanePublisher
-from ddsup.run._launcher import AgentProcess, Launcher, LocalLauncher, SlurmLauncher
+from ddsup.run._lane_feed import LanePublisher, endpoint_setup
+from ddsup.run._launcher import launcher_for
 from ddsup.run._node_runner import NodeRunner
-from ddsup.run._ordering import lanes_by_model, runs_on_agent, start_after, stop_levels
+from ddsup.run._nodes import LocalNode, RunNode
+from ddsup.run._options import RunOptions, Verbosity
+from ddsup.run._run_inputs import (
+    Decision,
+    EndRun,
+    Host,
+    Input,
+    KillEverything,
+    Observed,
+    PlanPorted,
+    PreflightOver,
+    PreflightReported,
+    PublishLanes,
+    Record,
+    SignalOn,
+    SignalToForward,
+    StartOn,
+    StartupFailed,
+    StopBegins,
+    StopOn,
+    StopSignalled,
+)
+from ddsup.run._run_state import RunState
+from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
 from ddsup.service._environment import INVOCATION_ENV, RunContext
-from ddsup.units import load_unit_set
-from ddsup.units._model import EndpointSection, OnFailure, UnitSet, UnitType
+from ddsup.units import load_unit_set, printable
+from ddsup.units._model import UnitSet, UnitType
 
 PREFLIGHT_TIMEOUT = 120.0
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-AGENT_SHUTDOWN_GRACE = 10.0
+STOP_GRACE = 10.0  # beyond a level's longest timeout_stop, for reports to come back
+SWEEP_TIMEOUT = 5.0
 
 
 class Controller:
     """Owns one run from plan to result."""
 
-    def __init__(self, args: argparse.Namespace, state: StateDir) -> None:
-        self.args = args
+    def __init__(self, options: RunOptions, state: StateDir) -> None:
+        self.options = options
         self.state = state
         self.invocation_id = uuid.uuid4().hex
         self.secret = new_secret()
-        self.events = EventLog(state.events)
-        self.console = Console(verbose=args.verbose, quiet=args.quiet)
-        self.outcome: Outcome | None = None
-        self.ending = trio.Event()
-        self.stopping = False
-        self.killing = False
         self.started = time.time()
-        # per-instance bookkeeping, fed by events from agents and the local runner
-        self.states: dict[str, dict[str, Any]] = {}
-        self.ready: dict[str, trio.Event] = {}
-        self.final: dict[str, trio.Event] = {}
-        self.agents: dict[str, Channel] = {}
-        self.preflight: dict[str, dict[str, Any]] = {}
-        self.preflight_done = trio.Event()
-        self.lane_feed = LanePublisher()
-        self.agent_processes: list[AgentProcess] = []
-        self.units: UnitSet | None = None
-        self.plan: Plan | None = None
-        self.local: NodeRunner | None = None
-        self.launcher_name = "local"
+        self.events = EventLog(state.events)
+        self.console = Console(
+            verbose=options.verbosity is Verbosity.VERBOSE,
+            quiet=options.verbosity is Verbosity.QUIET,
+        )
+        self.launcher = LauncherKind.LOCAL  # until the allocation is resolved
         self.control_port: int | None = None
-        self.expected_agents: set[str] = set()
-        self.client_address = "127.0.0.1"
-        self._background: trio.Nursery | None = None  # owns fire-and-forget sends
-        self._changed = trio.Event()
+        self.nodes: dict[Host, RunNode] = {}  # the local node, and each connected agent
+        self.ending = trio.Event()
+        self._run: RunState | None = None
+        self._early_outcome: Outcome | None = None  # an error before the run had a plan
+        self._changed = trio.Event()  # set (and replaced) after every input
+        self._preflight_done = trio.Event()
+        self._fleet: AgentFleet | None = None
+        self._local: NodeRunner | None = None
+        self._lanes: LanePublisher | None = None
+
+    @property
+    def run(self) -> RunState:
+        assert self._run is not None, "the run has no plan yet"
+        return self._run
 
     # --- top level ------------------------------------------------------------------
     async def main(self) -> int:
         self._write_run_json()
-        self._event(Event("run", reason="starting", details={"invocation_id": self.invocation_id}))
+        self._record(RunStarting(invocation_id=self.invocation_id))
         try:
             units = self._load_units()
-            launcher, plan = self._make_plan(units)
-            self.units, self.plan = units, plan
-            self.console.lanes(self._lane_models(units, plan))
+            allocation = resolve_allocation(self.options.allocation, os.environ)
+            self.launcher = allocation.launcher
+            self._lanes = LanePublisher(endpoint_setup(units))
+            plan = plan_for(units, allocation)
+            self._run = RunState(units, plan)
+            self.console.lanes(self.run.lane_models())
             write_private(self.state.plan, plan.to_json())
-            await self._supervise(units, plan, launcher)
+            await self._supervise(units, allocation, self._lanes)
         except DdsupError as err:
-            self._end(
-                Outcome(err.result_status, err.exit_status, getattr(err, "unit", None), str(err))
-            )
+            self._fail(err)
             self.console.error(str(err))
-        outcome = self.outcome or Outcome("stopped", 1, None, "ended without a cause")
+        outcome = self._outcome() or Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
         self.state.write_json(self.state.result, outcome.to_dict())
-        self._event(Event("run", reason="finished", details=outcome.to_dict()))
+        self._record(RunFinished(outcome=outcome))
         self.events.close()
         self.console.result(outcome, self.state.path)
         return outcome.exit_code
 
     def _load_units(self) -> UnitSet:
-        directory = Path(self.args.directory)
+        directory = self.options.directory
         if not directory.is_dir():
-            raise UsageError(f"{directory} is not a directory of unit files")
+            raise UsageError(f"{printable(str(directory))} is not a directory of unit files")
         try:
             return load_unit_set(directory.resolve())
         except UnitFileError as err:
@@ -127,617 +142,239 @@ class Controller:
                 print(problem, file=sys.stderr)
             raise UnitFileError(err.problems) from None
 
-    def _make_plan(self, units: UnitSet) -> tuple[Launcher, Plan]:
-        choice = self.args.launcher
-        if choice == "auto":
-            choice = "slurm" if os.environ.get("SLURM_JOB_ID") else "local"
-        self.launcher_name = choice
-        gpus = self.args.gpus_per_node
-        if choice == "local":
-            if gpus is None:
-                gpus = detect_gpus() or 0
-            nodes = local_nodes(self.args.nodes or 1, gpus)
-            launcher: Launcher = LocalLauncher(gpus_per_node=gpus)
-            plan = make_plan(units, nodes, client=nodes[0].name, shared_address=True)
-            return launcher, plan
-        nodelist = os.environ.get("SLURM_JOB_NODELIST")
-        if not nodelist:
-            raise UsageError("--launcher slurm needs a Slurm allocation (SLURM_JOB_NODELIST unset)")
-        if gpus is None:
-            gpus = detect_gpus()
-            if gpus is None:
-                raise UsageError("cannot detect GPUs per node: pass --gpus-per-node")
-        hosts = slurm_hostnames(nodelist)
-        if self.args.nodes is not None:
-            hosts = hosts[: self.args.nodes]
-        addresses = slurm_node_addresses(hosts)
-        nodes = [Node(name=h, address=addresses[h], gpus=tuple(range(gpus))) for h in hosts]
-        shared = len(set(addresses.values())) < len(addresses)
-        srun_args = tuple(self.args.srun_arg) + tuple(
-            a for u in units.lanes for a in u.slurm.srun_args
-        )
-        client = os.environ.get("SLURMD_NODENAME") or hosts[0]
-        if client not in addresses:
-            raise UsageError(f"ddsup start runs on {client}, which is not in the allocation")
-        self.client_address = addresses[client]
-        plan = make_plan(
-            units, nodes, client=client, shared_address=shared, endpoint_host="127.0.0.1"
-        )
-        launcher = SlurmLauncher(gpus_per_node=gpus, srun_args=srun_args, shared_address=shared)
-        return launcher, plan
+    def _fail(self, error: DdsupError) -> None:
+        if self._run is not None:
+            self.feed(StartupFailed(error))
+        elif self._early_outcome is None:
+            self._early_outcome = Outcome.of(error)
+            self._record(RunEnding(outcome=self._early_outcome))
+
+    def _outcome(self) -> Outcome | None:
+        return self._run.outcome if self._run is not None else self._early_outcome
 
     def _write_run_json(self) -> None:
-        data = {
-            "invocation_id": self.invocation_id,
-            "pid": os.getpid(),
-            "launcher": self.launcher_name,
-            "unit_dir": str(Path(self.args.directory).resolve()),
-            "started_at": self.started,
-            "control": None
-            if self.control_port is None
-            else {
-                "host": "127.0.0.1",
-                "port": self.control_port,
-            },
-        }
-        self.state.write_json(self.state.run, data)
+        port = self.control_port
+        info = RunInfo(
+            invocation_id=self.invocation_id,
+            pid=os.getpid(),
+            launcher=self.launcher.value,
+            unit_dir=str(self.options.directory.resolve()),
+            started_at=self.started,
+            control=None if port is None else ControlAddress("127.0.0.1", port),
+        )
+        self.state.write_json(self.state.run, info.to_json())
 
     # --- supervision ----------------------------------------------------------------
-    async def _supervise(self, units: UnitSet, plan: Plan, launcher: Launcher) -> None:
+    async def _supervise(
+        self, units: UnitSet, allocation: Allocation, lanes: LanePublisher
+    ) -> None:
         become_subreaper()
         sentinel = start_sentinel(self.invocation_id)
         try:
             async with trio.open_nursery() as nursery:
-                self._background = nursery
                 nursery.start_soon(reap_adopted_children)
                 nursery.start_soon(self._watch_signals, units)
                 nursery.start_soon(self.console.run)
-                host = "127.0.0.1" if launcher.name == "local" else "0.0.0.0"
-                self.control_port = await nursery.start(
-                    lambda task_status: serve_channel(
-                        self._on_connection, self.secret, host=host, task_status=task_status
-                    )
-                )
-                write_private(self.state.secret, self.secret + "\n")
-                self._write_run_json()
+                await self._open_control(nursery, lanes)
                 async with trio.open_nursery() as services:
-                    self.local = NodeRunner(
-                        units=units,
-                        plan=plan,
-                        run=self._run_context(plan, with_key=True),
-                        state=self.state,
-                        nursery=services,
-                        emit=self._event,
-                        extra_args=self._endpoint_args(units, plan),
-                        extra_env=self._endpoint_env(plan),
-                    )
+                    self._local = self._local_runner(units, services)
+                    self.nodes[Host(self.run.plan.client, agent=False)] = LocalNode(self._local)
                     try:
-                        await self._run(units, plan, launcher, services)
+                        await self._until_ended(units, allocation)
                     finally:
                         with trio.CancelScope(shield=True):
-                            await self._stop_everything(units, plan)
+                            await self._stop_everything()
                         services.cancel_scope.cancel()
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                survivors = await sweep_until_gone(self.invocation_id, timeout=5.0)
+                survivors = await sweep_until_gone(self.invocation_id, timeout=SWEEP_TIMEOUT)
                 if survivors:
-                    self._event(
-                        Event("run", reason="sweep left survivors", details={"pids": survivors})
-                    )
+                    self._record(SweepLeftSurvivors(pids=tuple(survivors)))
                 sentinel.close()
 
-    async def _run(
-        self, units: UnitSet, plan: Plan, launcher: Launcher, services: trio.Nursery
-    ) -> None:
+    async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher) -> None:
+        """Listen for agents, the endpoint's feed and operators; say where in run.json."""
+        server = ControlServer(
+            feed=self.feed,
+            setup=self._setup,
+            snapshot=self._snapshot,
+            stopping=lambda: self.run.stopping,
+            nodes=self.nodes,
+            lanes=lanes,
+        )
+        host = "127.0.0.1" if self.launcher is LauncherKind.LOCAL else "0.0.0.0"
+        serve = partial(serve_channel, server.serve, self.secret, host=host)
+        self.control_port = await nursery.start(serve)
+        write_private(self.state.secret, self.secret + "\n")
+        self._write_run_json()
+
+    async def _until_ended(self, units: UnitSet, allocation: Allocation) -> None:
         """Start everything in order, then wait until something ends the run."""
         async with trio.open_nursery() as starters:
-            starters.start_soon(self._start_all, units, plan, launcher, starters)
+            starters.start_soon(self._start, units, allocation, starters)
             await self.ending.wait()
             starters.cancel_scope.cancel()
 
-    async def _start_all(
-        self, units: UnitSet, plan: Plan, launcher: Launcher, nursery: trio.Nursery
-    ) -> None:
-        try:
-            await self._launch_agents(plan, launcher, nursery)
-        except DdsupError as err:
-            self._end(Outcome(err.result_status, err.exit_status, None, str(err)))
-            return
-        for planned in plan.instances:
-            self.ready.setdefault(planned.instance, trio.Event())
-            self.final.setdefault(planned.instance, trio.Event())
-        for planned in plan.instances:
-            nursery.start_soon(self._start_when_due, units, plan, planned)
+    async def _start(self, units: UnitSet, allocation: Allocation, nursery: trio.Nursery) -> None:
+        """Agents first (each runs preflight), then whatever the run's state says is due."""
+        nodes = self.run.agent_nodes()
+        if nodes:
+            launcher = launcher_for(allocation, units, self.options.srun_args)
+            self._fleet = AgentFleet(launcher, self.state)
+            try:
+                await self._fleet.launch(nodes, self._agent_env(allocation), nursery, self.feed)
+            except DdsupError as err:
+                self.feed(StartupFailed(err))
+                return
+            with trio.move_on_after(PREFLIGHT_TIMEOUT):
+                await self._preflight_done.wait()
+        self.feed(PreflightOver(PREFLIGHT_TIMEOUT))
 
-    async def _start_when_due(self, units: UnitSet, plan: Plan, planned: PlannedInstance) -> None:
-        await self._dependencies_ready(units, plan, planned)
-        if self.stopping:
-            return
-        if self._on_agent(planned):
-            channel = self.agents.get(planned.node)
-            if channel is not None:
-                await channel.send({"op": "start", "instances": [{"instance": planned.instance}]})
-        else:
-            assert self.local is not None
-            self.local.start(planned.instance)
+    async def _watch_signals(self, units: UnitSet) -> None:
+        forwarded = {s for u in units.units for s in u.service.forward_signals}
+        # SIGUSR1/2 are received even when no unit wants them: they must not kill ddsup
+        with stop_signal_receiver(*forwarded, signal.SIGUSR1, signal.SIGUSR2) as signals:
+            async for signum in signals:
+                if signum in forwarded:
+                    self.feed(SignalToForward(signum))
+                elif signum in STOP_SIGNALS:
+                    self.feed(StopSignalled(signum))
 
-    async def _dependencies_ready(
-        self, units: UnitSet, plan: Plan, planned: PlannedInstance
-    ) -> None:
-        for name in start_after(units, plan, planned):
-            await self.ready[name].wait()
-        if planned.type is UnitType.ENDPOINT:
-            await self._min_ready_lanes(units, plan)
-
-    async def _min_ready_lanes(self, units: UnitSet, plan: Plan) -> None:
-        """Until ``min_ready`` lanes of every model are ready (the endpoint's quorum)."""
-        endpoint = units.endpoint
-        assert endpoint is not None
-        section = endpoint.endpoint or EndpointSection()
-        for instances in lanes_by_model(units, plan).values():
-            need = section.min_ready.required(len(instances))
-            while True:
-                changed = self._changed
-                if sum(1 for i in instances if self._is_ready(i)) >= need:
-                    break
-                await changed.wait()
-
-    def _is_ready(self, instance: str) -> bool:
-        return self.states.get(instance, {}).get("to") == "ready"
-
-    def _notify_changed(self) -> None:
+    # --- the run's state in, its decisions out --------------------------------------
+    def feed(self, event: Input) -> None:
+        """Give the run's state one input and carry out what it decides, in order."""
+        if isinstance(event, Observed):
+            self._record(event.event)
+        for decision in self.run.handle(event):
+            self._carry_out(decision)
+        if isinstance(event, PreflightReported) and self.run.preflight_complete:
+            self._preflight_done.set()
         self._changed.set()
         self._changed = trio.Event()
 
-    # --- agents ---------------------------------------------------------------------
-    async def _launch_agents(self, plan: Plan, launcher: Launcher, nursery: trio.Nursery) -> None:
-        nodes = sorted(
-            {i.node for i in plan.instances if self._on_agent(i)},
-            key=[n.name for n in plan.nodes].index,
-        )
-        if not nodes:
-            return
-        env = {
-            **os.environ,
-            INVOCATION_ENV: self.invocation_id,
-            ADDRESS_ENV: f"{self._control_host(launcher)}:{self.control_port}",
-            SECRET_ENV: self.secret,
-        }
-        self.expected_agents = set(nodes)
-        self.agent_processes = await launcher.launch(nodes, env, self.state)
-        for agent in self.agent_processes:
-            nursery.start_soon(self._watch_agent_process, agent)
-        with trio.move_on_after(PREFLIGHT_TIMEOUT):
-            await self.preflight_done.wait()
-        missing = set(nodes) - set(self.preflight)
-        if missing:
-            raise PreflightError(
-                f"no agent reported from node(s) {', '.join(sorted(missing))} within {PREFLIGHT_TIMEOUT:g}s"
-            )
-        problems = [
-            f"{node}: {p}" for node, r in sorted(self.preflight.items()) for p in r["problems"]
-        ]
-        if problems:
-            raise PreflightError("preflight failed: " + "; ".join(problems))
-        ports = {k: v for r in self.preflight.values() for k, v in r["ports"].items()}
-        if ports:
-            self.plan = plan = plan.with_ports(ports)
-            write_private(self.state.plan, plan.to_json())
-            if self.local is not None:
-                self.local.plan = plan
+    def _carry_out(self, decision: Decision) -> None:
+        if isinstance(decision, StartOn | StopOn | SignalOn):
+            node = self.nodes.get(decision.host)
+            if node is None:
+                return  # an agent that is not connected: there is nothing to ask
+            if isinstance(decision, StartOn):
+                node.start(decision.instances)
+            elif isinstance(decision, StopOn):
+                node.stop(decision.instances, decision.reason)
+            else:
+                node.signal(decision.instances, decision.signum)
+        elif isinstance(decision, KillEverything):
+            for node in list(self.nodes.values()):
+                node.kill()
+            if self._fleet is not None:
+                self._fleet.kill_unconnected(self._connected())
+        elif isinstance(decision, EndRun):
+            self.ending.set()
+        elif isinstance(decision, PublishLanes) and self._lanes is not None:
+            self._lanes.publish(decision.update)
+        elif isinstance(decision, Record):
+            self._record(decision.event)
+        elif isinstance(decision, PlanPorted):
+            write_private(self.state.plan, decision.plan.to_json())
+            if self._local is not None:
+                self._local.plan = decision.plan
 
-    def _on_agent(self, planned: PlannedInstance) -> bool:
-        assert self.units is not None
-        return runs_on_agent(self.units, planned)
-
-    def _control_host(self, launcher: Launcher) -> str:
-        if launcher.name == "local":
-            return "127.0.0.1"
-        return os.environ.get("DDSUP_CONTROL_HOST") or self.client_address
-
-    async def _watch_agent_process(self, agent: AgentProcess) -> None:
-        status = await agent.process.wait()
-        if not self.stopping:
-            self._end(
-                _outcome.unit_failed(
-                    agent.label,
-                    f"{agent.label} exited unexpectedly ({status.describe()})",
-                    status.to_json(),
-                    False,
-                )
-            )
-
-    async def _on_connection(self, channel: Channel, hello: dict[str, Any]) -> None:
-        role = hello.get("role")
-        if role == "agent":
-            await self._serve_agent(channel, str(hello.get("node")))
-        elif role == "lanes":
-            await self.lane_feed.serve(channel)
-        elif role == "control":
-            await self._serve_control(channel)
-
-    async def _serve_agent(self, channel: Channel, node: str) -> None:
-        assert self.plan is not None
-        run = dataclasses.asdict(self._run_context(self.plan, with_key=False))
-        await channel.send({"op": "setup", "plan": self.plan.to_dict(), "run": run})
-        self.agents[node] = channel
-        if self.stopping:  # connected after the stop began: nothing for it to run
-            await channel.send({"op": "shutdown"})
-        try:
-            while True:
-                message = await channel.receive()
-                if message is None:
-                    break
-                if message.get("op") == "preflight":
-                    self.preflight[node] = message
-                    if set(self.preflight) >= self.expected_agents:
-                        self.preflight_done.set()
-                elif message.get("op") == "event":
-                    self._event(Event.from_dict(message["event"]))
-                elif message.get("op") == "signalled":
-                    name = signal.Signals(int(message["signal"])).name
-                    reason = f"the agent on {node} received {name}"
-                    self._end(_outcome.stopped(int(message["signal"]), reason))
-                elif message.get("op") == "stopped":
-                    break
-        except ChannelError as err:
-            if not self.stopping:
-                self._end(
-                    _outcome.unit_failed(
-                        f"agent on {node}", f"lost the agent on {node}: {err}", None, False
-                    )
-                )
-        finally:
-            self.agents.pop(node, None)
-            self._agent_gone(node)
-        if not self.stopping:
-            self._end(
-                _outcome.unit_failed(
-                    f"agent on {node}", f"the agent on {node} went away", None, False
-                )
-            )
-
-    def _agent_gone(self, node: str) -> None:
-        """An agent's instances can report nothing more: count them as final."""
-        assert self.plan is not None
-        for planned in self.plan.on_node(node):
-            if self._on_agent(planned):
-                self.final.setdefault(planned.instance, trio.Event()).set()
-
-    # --- events ---------------------------------------------------------------------
-    def _event(self, event: Event) -> None:
+    def _record(self, event: RecordedEvent) -> None:
         self.events.write(event)
         self.console.event(event)
-        if event.event != "unit" or event.instance is None:
-            return
-        record = self.states.setdefault(event.instance, {})
-        if "pid" not in event.details:
-            record.pop("pid", None)
-        record.update(event.to_dict())
-        self._notify_changed()
-        instance = event.instance
-        if event.to_state in ("restarting", "failed") and not self.stopping:
-            self._take_down_replica_peers(instance, stop=event.to_state == "failed")
-        if event.to_state == "ready" or (
-            event.to_state == "exited" and event.reason == "completed"
-        ):
-            self.ready.setdefault(instance, trio.Event()).set()
-        if event.to_state in ("exited", "failed"):
-            self.final.setdefault(instance, trio.Event()).set()
-            self._on_final(event)
-        self._publish_lanes()
 
-    def _take_down_replica_peers(self, instance: str, *, stop: bool) -> None:
-        """A multi-node replica lives and dies as one.
+    def _connected(self) -> set[str]:
+        return {host.node for host in self.nodes if host.agent}
 
-        torch.distributed cannot continue with a rank missing: when one rank restarts, the
-        others get kill_signal and go through their own restart policy (same unit, same
-        policy), so the replica restarts as a whole; when one fails for good, the others
-        are stopped, so it fails as a whole.
-        """
-        assert self.plan is not None and self.units is not None
-        replica = instance.split(":", 1)[0]
-        peers = [
-            p
-            for p in self.plan.instances
-            if p.replica_name == replica
-            and p.instance != instance
-            and p.nnodes > 1
-            and self.states.get(p.instance, {}).get("to") in ("starting", "ready")
-        ]
-        for peer in peers:
-            channel = self.agents.get(peer.node)
-            sig = int(self.units.by_name(peer.unit).service.kill_signal)
-            if channel is None:
-                continue
-            if stop:
-                self._send_soon(channel, {"op": "stop", "instances": [peer.instance]})
-            else:
-                message = {"op": "signal", "instances": [peer.instance], "signal": sig}
-                self._send_soon(channel, message)
+    # --- the stop sequence ----------------------------------------------------------
+    async def _stop_everything(self) -> None:
+        """Level by level, deepest first, each bounded; then the agents shut down."""
+        self.feed(StopBegins())
+        for level in self.run.stop_levels():
+            decisions, awaited = self.run.stop_level(level)
+            for decision in decisions:
+                self._carry_out(decision)
+            with trio.move_on_after(self.run.stop_limit(level) + STOP_GRACE):
+                await self._until_final(awaited)
+        connected = self._connected()
+        for node in list(self.nodes.values()):
+            node.shutdown()
+        if self._fleet is not None:
+            await self._fleet.shutdown(connected, killing=self.run.killing)
 
-    def _on_final(self, event: Event) -> None:
-        assert self.units is not None and self.plan is not None and event.instance is not None
-        if self.stopping:
-            return
-        planned = next((i for i in self.plan.instances if i.instance == event.instance), None)
-        if planned is None:
-            return
-        unit = self.units.by_name(planned.unit)
-        exit_json = event.details.get("exit")
-        if unit.type is UnitType.WORKER:
-            self._end(_outcome.worker_ended(event.instance, exit_json, event.reason or ""))
-            return
-        if event.to_state == "failed":
-            if unit.service.on_failure is OnFailure.STOP_ALL:
-                self._end(
-                    _outcome.unit_failed(
-                        event.instance,
-                        event.reason or "failed",
-                        exit_json,
-                        bool(event.details.get("readiness_timeout")),
-                    )
-                )
-            else:
-                self._stop_requirers(unit.base_name)
-
-    def _stop_requirers(self, failed_unit: str) -> None:
-        assert self.units is not None and self.plan is not None
-        for unit in self.units.units:
-            if failed_unit in unit.requires:
-                for planned in self.plan.instances:
-                    if planned.unit == unit.name:
-                        self._request_stop_instance(planned)
-
-    def _request_stop_instance(self, planned: PlannedInstance) -> None:
-        channel = self.agents.get(planned.node)
-        if channel is not None and self._on_agent(planned):
-            self._send_soon(channel, {"op": "stop", "instances": [planned.instance]})
-        elif self.local is not None and planned.instance in self.local.services:
-            self.local.services[planned.instance].request_stop("a required unit failed")
-
-    def _send_soon(self, channel: Channel, message: dict[str, Any]) -> None:
-        async def send() -> None:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                await channel.send(message)
-
-        if self._background is not None:
-            self._background.start_soon(send)
-
-    def _end(self, outcome: Outcome) -> None:
-        if self.outcome is None:
-            self.outcome = outcome
-            self._event(Event("run", reason="ending", details=outcome.to_dict()))
-        self.ending.set()
-
-    # --- lane feed for the endpoint -------------------------------------------------
-    def _ready_lanes(self) -> list[dict[str, str]]:
-        if self.plan is None or self.units is None:
-            return []
-        lanes = []
-        for planned in self.plan.instances:
-            if (
-                planned.type is UnitType.LANE
-                and not planned.rank
-                and self._is_ready(planned.instance)
-            ):
-                lane = self.units.by_name(planned.unit).lane
-                assert lane is not None
-                address = self.plan.node(planned.node).address
-                lanes.append(
-                    {
-                        "instance": planned.instance,
-                        "model": lane.model,
-                        "url": f"http://{address}:{planned.port}",
-                    }
-                )
-        return lanes
-
-    @staticmethod
-    def _lane_models(units: UnitSet, plan: Plan) -> dict[str, str]:
-        """Serving lane instance → model, for the console and status."""
-        return {
-            instance: model
-            for model, instances in lanes_by_model(units, plan).items()
-            for instance in instances
-        }
-
-    def _models(self) -> list[str]:
-        return sorted({u.lane.model for u in self.units.lanes if u.lane}) if self.units else []
-
-    def _publish_lanes(self) -> None:
-        self.lane_feed.publish(self._ready_lanes(), self._models())
-
-    # --- operator control -----------------------------------------------------------
-    async def _serve_control(self, channel: Channel) -> None:
+    async def _until_final(self, instances: set[str]) -> None:
+        """Until every one of ``instances`` is final; checked again after every input."""
         while True:
-            message = await channel.receive()
-            if message is None:
+            changed = self._changed
+            if all(self.run.is_final(i) for i in instances):
                 return
-            op = message.get("op")
-            if op == "status":
-                await channel.send({"op": "status", **self.status_snapshot()})
-            elif op == "stop":
-                self._end(_outcome.stopped(signal.SIGTERM, "ddsup stop"))
-                await channel.send({"op": "stopping"})
+            await changed.wait()
 
-    def status_snapshot(self) -> dict[str, Any]:
-        instances = []
-        models = self._lane_models(self.units, self.plan) if self.units and self.plan else {}
-        for planned in self.plan.instances if self.plan else ():
-            record = self.states.get(planned.instance, {})
-            instances.append(
-                {
-                    "instance": planned.instance,
-                    "unit": planned.unit,
-                    "type": planned.type.value,
-                    "node": planned.node,
-                    "gpus": list(planned.gpus),
-                    "port": planned.port,
-                    "state": record.get("to", "inactive"),
-                    "since": record.get("time"),
-                    "pid": record.get("pid"),
-                    "restarts": record.get("restarts", 0),
-                    "last_exit": record.get("exit"),
-                    "reason": record.get("reason"),
-                    "model": models.get(planned.instance),
-                }
-            )
-        return {
-            "invocation_id": self.invocation_id,
-            "launcher": self.launcher_name,
-            "started_at": self.started,
-            "uptime": time.time() - self.started,
-            "state_dir": str(self.state.path),
-            "stopping": self.stopping,
-            "instances": instances,
-        }
+    # --- what the run lends its processes -------------------------------------------
+    def _local_runner(self, units: UnitSet, nursery: trio.Nursery) -> NodeRunner:
+        """The services of the controller's own node; the endpoint gets its feed's address."""
+        plan = self.run.plan
+        endpoints = [i.instance for i in plan.instances if i.type is UnitType.ENDPOINT]
+        feed = {ADDRESS_ENV: f"127.0.0.1:{self.control_port}", SECRET_ENV: self.secret}
+        return NodeRunner(
+            units=units,
+            plan=plan,
+            run=self._run_context(with_key=True),
+            state=self.state,
+            nursery=nursery,
+            emit=lambda event: self.feed(Observed(event)),
+            extra_args={name: ("--lanes-from-controller",) for name in endpoints},
+            extra_env={name: feed for name in endpoints},
+        )
 
-    # --- signals --------------------------------------------------------------------
-    async def _watch_signals(self, units: UnitSet) -> None:
-        forwarded = {s for u in units.units for s in u.service.forward_signals}
-        wanted = set(STOP_SIGNALS) | forwarded | {signal.SIGUSR1, signal.SIGUSR2}
-        stop_signals = 0
-        # Whatever arrives after this receiver closes (final sweep, result.json, exit) must
-        # not kill ddsup half-way: the receiver restores these dispositions on exit, and
-        # ignoring is right then. (Children exec'd meanwhile get defaults: the receiver's
-        # handlers, not SIG_IGN, are installed while they are spawned.)
-        for stop in STOP_SIGNALS:
-            signal.signal(stop, signal.SIG_IGN)
-        with trio.open_signal_receiver(*wanted) as signals:
-            async for signum in signals:
-                if signum in forwarded:
-                    self._forward(units, signum)
-                elif signum in STOP_SIGNALS:
-                    if stop_signals:
-                        self._kill_everything()  # a second stop signal: no more grace
-                    stop_signals += 1
-                    self._end(_outcome.stopped(signum, f"received {signal.Signals(signum).name}"))
-
-    def _forward(self, units: UnitSet, signum: int) -> None:
-        assert self.plan is not None
-        self._event(Event("run", reason=f"forwarding {signal.Signals(signum).name}"))
-        targets = [
-            i
-            for i in self.plan.instances
-            if signum in units.by_name(i.unit).service.forward_signals
-        ]
-        for node, channel in self.agents.items():
-            names = [i.instance for i in targets if i.node == node]
-            if names:
-                self._send_soon(
-                    channel, {"op": "signal", "instances": names, "signal": int(signum)}
-                )
-        if self.local is not None:
-            self.local.signal([i.instance for i in targets], signum)
-
-    def _kill_everything(self) -> None:
-        if self.killing:
-            return
-        self.killing = True
-        self._event(Event("run", reason="second stop signal: killing everything"))
-        if self.local is not None:
-            self.local.kill_all()
-        for channel in self.agents.values():
-            self._send_soon(channel, {"op": "kill"})
-        for agent in self.agent_processes:
-            if not set(agent.nodes) & set(self.agents):
-                agent.process.signal_group(signal.SIGKILL)  # not connected: nothing to ask
-
-    # --- stop sequence --------------------------------------------------------------
-    async def _stop_everything(self, units: UnitSet, plan: Plan) -> None:
-        self.stopping = True
-        self._event(Event("run", reason="stopping"))
-        plan = self.plan or plan
-        for level in stop_levels(units, plan):
-            await self._stop_level(level)
-        await self._shutdown_agents()
-
-    async def _stop_level(self, level: list[PlannedInstance]) -> None:
-        assert self.local is not None and self.units is not None
-        remote = [p for p in level if self._on_agent(p) and p.node in self.agents]
-        for node in {p.node for p in remote}:
-            names = [p.instance for p in remote if p.node == node]
-            self._send_soon(self.agents[node], {"op": "stop", "instances": names})
-        local = [p.instance for p in level if p.instance in self.local.services]
-        limit = max((self.units.by_name(p.unit).service.timeout_stop for p in level), default=0.0)
-        with trio.move_on_after(limit + AGENT_SHUTDOWN_GRACE):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.local.stop, local)
-                for planned in remote:
-                    if planned.instance in self.states:
-                        nursery.start_soon(self.final[planned.instance].wait)
-
-    async def _shutdown_agents(self) -> None:
-        """Connected agents stop their units and exit; the rest are ended at once.
-
-        An agent that never connected (a stop during its start-up) has started nothing,
-        so waiting for it would only delay the stop: it gets SIGTERM straight away.
-        """
-        connected = set(self.agents)
-        for channel in list(self.agents.values()):
-            self._send_soon(channel, {"op": "shutdown"})
-
-        async def finish(agent: AgentProcess) -> None:
-            if connected & set(agent.nodes) and not self.killing:
-                with trio.move_on_after(AGENT_SHUTDOWN_GRACE):
-                    await agent.process.wait()
-            await agent.process.stop(signal.SIGTERM, 5.0)
-
-        async with trio.open_nursery() as nursery:
-            for agent in self.agent_processes:
-                nursery.start_soon(finish, agent)
-
-    # --- helpers --------------------------------------------------------------------
-    def _run_context(self, plan: Plan, *, with_key: bool) -> RunContext:
+    def _run_context(self, *, with_key: bool) -> RunContext:
+        """Facts of the run for specifiers and environments; the key for the worker only."""
+        units = self.run.units
         api_key = None
-        endpoint = self.units.endpoint if self.units else None
-        if with_key and endpoint and endpoint.endpoint and endpoint.endpoint.api_key_env:
-            api_key = os.environ.get(endpoint.endpoint.api_key_env)
+        section = units.endpoint.endpoint if units.endpoint else None
+        if with_key and section is not None and section.api_key_env:
+            api_key = os.environ.get(section.api_key_env)
         return RunContext(
             invocation_id=self.invocation_id,
             state_dir=str(self.state.path),
-            unit_dir=str(Path(self.args.directory).resolve()),
+            unit_dir=str(self.options.directory.resolve()),
             job_id=os.environ.get("SLURM_JOB_ID", self.invocation_id[:12]),
-            endpoint_url=plan.endpoint_url,
+            endpoint_url=self.run.plan.endpoint_url,
             api_key=api_key,
         )
 
-    def _endpoint_env(self, plan: Plan) -> dict[str, dict[str, str]]:
-        """The endpoint alone gets the control address and secret, for its lane feed."""
-        feed = {ADDRESS_ENV: f"127.0.0.1:{self.control_port}", SECRET_ENV: self.secret}
-        return {i.instance: feed for i in plan.instances if i.type is UnitType.ENDPOINT}
+    def _setup(self) -> Setup:
+        """What an agent that said hello is told (the run's facts, never a secret)."""
+        run = self._run_context(with_key=False)
+        return Setup(
+            plan=self.run.plan,
+            invocation_id=run.invocation_id,
+            state_dir=run.state_dir,
+            unit_dir=run.unit_dir,
+            job_id=run.job_id,
+            endpoint_url=run.endpoint_url,
+        )
 
-    def _endpoint_args(self, units: UnitSet, plan: Plan) -> dict[str, tuple[str, ...]]:
-        endpoint = units.endpoint
-        if endpoint is None or endpoint.endpoint is None:
-            return {}
-        section = endpoint.endpoint
-        args = [
-            "--bind",
-            section.bind,
-            "--port",
-            str(section.port),
-            "--max-queue-per-lane",
-            str(section.max_queue_per_lane),
-            "--retry-after",
-            f"{section.retry_after:g}s",
-            "--retries",
-            str(section.retries),
-            "--max-body-bytes",
-            str(section.max_body_bytes),
-            "--max-concurrent",
-            str(section.max_concurrent),
-            "--upstream-timeout",
-            f"{section.upstream_timeout:g}s",
-            "--lanes-from-controller",
-        ]
-        if section.api_key_env:
-            if not os.environ.get(section.api_key_env):
-                raise UsageError(
-                    f"{endpoint.source.path}: api_key_env names {section.api_key_env}, which is not set"
-                )
-            args += ["--api-key-env", section.api_key_env]
-        names = [i.instance for i in plan.instances if i.type is UnitType.ENDPOINT]
-        return {name: tuple(args) for name in names}
+    def _agent_env(self, allocation: Allocation) -> dict[str, str]:
+        """The agents' environment: ddsup start's, their run's id and where to connect."""
+        host = "127.0.0.1"
+        if allocation.launcher is LauncherKind.SLURM:
+            host = os.environ.get("DDSUP_CONTROL_HOST") or allocation.client_address
+        return {
+            **os.environ,
+            INVOCATION_ENV: self.invocation_id,
+            ADDRESS_ENV: f"{host}:{self.control_port}",
+            SECRET_ENV: self.secret,
+        }
+
+    def _snapshot(self) -> RunSnapshot:
+        return RunSnapshot(
+            invocation_id=self.invocation_id,
+            launcher=self.launcher.value,
+            started_at=self.started,
+            uptime=time.time() - self.started,
+            state_dir=str(self.state.path),
+            stopping=self.run.stopping,
+            instances=self.run.status_rows(),
+        )

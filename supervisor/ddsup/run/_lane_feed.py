@@ -1,19 +1,37 @@
-"""The controller's side of the endpoint's live lane feed (``endpoint._lane_feed`` is the other).
+"""The controller's side of the endpoint's live feed (``endpoint._lane_feed`` is the other).
 
 When ``ddsup start`` runs the endpoint it passes the control address and secret in the
 endpoint's environment (never argv). The endpoint subscribes once; the controller sends
-the full set of ready lanes on every change, so a lane that stops being ready leaves the
-rotation at once. When the controller goes away the feed ends and so does the endpoint.
+the ``[endpoint]`` section first (:class:`EndpointSetup`: the endpoint's settings as
+data, not as a command line), then the full set of ready lanes on every change, so a lane
+that stops being ready leaves the rotation at once. When the controller goes away the
+feed ends and so does the endpoint.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+import os
 
 import trio
 
+from ddsup._errors import UsageError
 from ddsup.channel._channel import Channel
+from ddsup.channel._messages import EndpointSetup, LanesUpdate
+from ddsup.units._model import UnitSet
+
+
+def endpoint_setup(units: UnitSet) -> EndpointSetup | None:
+    """The endpoint's section, checked first: its ``api_key_env`` must name a set variable."""
+    endpoint = units.endpoint
+    if endpoint is None or endpoint.endpoint is None:
+        return None
+    section = endpoint.endpoint
+    if section.api_key_env and not os.environ.get(section.api_key_env):
+        raise UsageError(
+            f"{endpoint.source.path}: api_key_env names {section.api_key_env}, which is not set"
+        )
+    return EndpointSetup(section)
 
 
 class LanePublisher:
@@ -23,30 +41,32 @@ class LanePublisher:
     slow endpoint never delays the controller; unchanged sets are not sent again.
     """
 
-    def __init__(self) -> None:
-        self._subscribers: list[trio.MemorySendChannel[dict[str, Any]]] = []
-        self._current: dict[str, Any] = {"op": "lanes", "lanes": [], "models": []}
+    def __init__(self, setup: EndpointSetup | None) -> None:
+        self._setup = setup
+        self._subscribers: list[trio.MemorySendChannel[LanesUpdate]] = []
+        self._current = LanesUpdate()
 
-    def publish(self, lanes: list[dict[str, str]], models: list[str]) -> None:
-        message = {"op": "lanes", "lanes": lanes, "models": models}
-        if message == self._current:
+    def publish(self, update: LanesUpdate) -> None:
+        if update == self._current:
             return
-        self._current = message
+        self._current = update
         for subscriber in list(self._subscribers):
             try:
-                subscriber.send_nowait(message)
+                subscriber.send_nowait(update)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._subscribers.remove(subscriber)
 
     async def serve(self, channel: Channel) -> None:
-        """Send the current set, then every change, until the subscriber goes away."""
-        send, receive = trio.open_memory_channel[dict[str, Any]](math.inf)
+        """Send the settings and the current set, then every change, until it goes away."""
+        send, receive = trio.open_memory_channel[LanesUpdate](math.inf)
         self._subscribers.append(send)
         try:
+            if self._setup is not None:
+                await channel.send(self._setup)
             await channel.send(self._current)
             async with receive:
-                async for message in receive:
-                    await channel.send(message)
+                async for update in receive:
+                    await channel.send(update)
         finally:
             if send in self._subscribers:
                 self._subscribers.remove(send)

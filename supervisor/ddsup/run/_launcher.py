@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ddsup._errors import UsageError
+from ddsup.plan._resolve import Allocation, LauncherKind
 from ddsup.process import ChildProcess, spawn
 from ddsup.record._state_dir import StateDir
+from ddsup.units._model import UnitSet
 
 AGENT_ARGV = (sys.executable, "-m", "ddsup", "agent")
 
@@ -92,3 +94,15 @@ class SlurmLauncher:
             argv += ["--gpus", str(self.gpus_per_node)]
         child = await spawn(argv, env=env, cwd=".", log_path=state.log("agents"))
         return [AgentProcess("srun step of the agents", tuple(nodes), child)]
+
+
+def launcher_for(allocation: Allocation, units: UnitSet, srun_args: Sequence[str]) -> Launcher:
+    """The launcher the allocation calls for; ``srun_args`` before the lane units' own."""
+    if allocation.launcher is LauncherKind.LOCAL:
+        return LocalLauncher(gpus_per_node=allocation.gpus_per_node)
+    extra = tuple(srun_args) + tuple(a for u in units.lanes for a in u.slurm.srun_args)
+    return SlurmLauncher(
+        gpus_per_node=allocation.gpus_per_node,
+        srun_args=extra,
+        shared_address=allocation.shared_address,
+    )

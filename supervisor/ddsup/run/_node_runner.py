@@ -7,7 +7,6 @@ behaves the same wherever a unit runs.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import trio
 
 from ddsup.plan._model import Plan, PlannedInstance
-from ddsup.record._events import Event
+from ddsup.record._events import RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.service._environment import RunContext, specifier_context, unit_environment
 from ddsup.service._service import Service, ServiceSpec
@@ -34,7 +33,7 @@ class NodeRunner:
         run: RunContext,
         state: StateDir,
         nursery: trio.Nursery,
-        emit: Callable[[Event], None],
+        emit: Callable[[RecordedEvent], None],
         base_env: Mapping[str, str] | None = None,
         extra_args: Mapping[str, tuple[str, ...]] | None = None,
         extra_env: Mapping[str, Mapping[str, str]] | None = None,
@@ -56,9 +55,7 @@ class NodeRunner:
                 return planned
         raise KeyError(instance)
 
-    def build_spec(
-        self, planned: PlannedInstance, extra_env: Mapping[str, str] = {}
-    ) -> ServiceSpec:
+    def build_spec(self, planned: PlannedInstance) -> ServiceSpec:
         unit = self.units.by_name(planned.unit)
         context = specifier_context(unit, planned, self.plan, self.run)
         follower = planned.rank is not None and planned.rank > 0
@@ -70,7 +67,6 @@ class NodeRunner:
         argv = resolve_argv(template, context) + self._extra_args.get(planned.instance, ())
         env = unit_environment(self._base_env, unit, planned, context, self.run)
         env.update(self._extra_env.get(planned.instance, {}))
-        env.update(extra_env)
         cwd = Path(self.run.unit_dir, unit.service.working_directory)
         return ServiceSpec(
             instance=planned.instance,
@@ -85,29 +81,33 @@ class NodeRunner:
             probe=not follower,
         )
 
-    def start(
-        self, instance: str, *, delay: float | None = None, extra_env: Mapping[str, str] = {}
-    ) -> Service:
+    def start(self, instance: str) -> Service:
         """Start one instance (once: starting a running instance returns it)."""
         existing = self.services.get(instance)
         if existing is not None and not existing.finished.is_set():
             return existing
-        spec = self.build_spec(self.planned(instance), extra_env)
-        if delay is not None:
-            spec = dataclasses.replace(spec, start_delay=delay)
-        service = Service(spec, self._emit)
+        service = Service(self.build_spec(self.planned(instance)), self._emit)
         self.services[instance] = service
         self._nursery.start_soon(service.run, name=f"service {instance}")
         return service
 
-    async def stop(self, instances: Iterable[str] | None = None) -> None:
+    async def stop(
+        self, instances: Iterable[str] | None = None, reason: str = "stop requested"
+    ) -> None:
         """Stop the given instances (default: all) in parallel and wait until they are down."""
         wanted = None if instances is None else set(instances)
         targets = [s for name, s in self.services.items() if wanted is None or name in wanted]
         for service in targets:
-            service.request_stop()
+            service.request_stop(reason)
         for service in targets:
             await service.finished.wait()
+
+    def request_stop(self, instances: Iterable[str], reason: str) -> None:
+        """Ask the given instances to stop; their services report how it went."""
+        for name in instances:
+            service = self.services.get(name)
+            if service is not None:
+                service.request_stop(reason)
 
     def kill_all(self) -> None:
         for service in self.services.values():

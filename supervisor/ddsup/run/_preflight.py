@@ -12,22 +12,10 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
+from ddsup.channel._messages import PreflightReport
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.units._model import UnitSet, UnitType
-
-
-@dataclass
-class PreflightResult:
-    """What one node found: problems (empty = passed) and the ports it picked."""
-
-    node: str
-    problems: list[str] = field(default_factory=list)
-    ports: dict[str, int] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, object]:
-        return {"node": self.node, "problems": self.problems, "ports": self.ports}
 
 
 def _port_free(port: int) -> bool:
@@ -56,30 +44,25 @@ def _pick_ports(count: int) -> list[int]:
 
 def run_preflight(
     node: str, units: UnitSet, plan: Plan, *, gpus_available: int | None, slurm_node: str | None
-) -> PreflightResult:
+) -> PreflightReport:
     """Check this node against the plan; never raises for a failed check."""
-    result = PreflightResult(node=node)
+    problems: list[str] = []
     if slurm_node is not None and slurm_node != node:
-        result.problems.append(
-            f"this agent runs on node {slurm_node!r}, the plan expected {node!r}"
-        )
+        problems.append(f"this agent runs on node {slurm_node!r}, the plan expected {node!r}")
     mine: Sequence[PlannedInstance] = plan.on_node(node)
     needed = max((g + 1 for i in mine for g in i.gpus), default=0)
     if gpus_available is not None and needed > gpus_available:
-        result.problems.append(
+        problems.append(
             f"the plan needs GPU indices up to {needed - 1}, this node has {gpus_available} GPUs"
         )
     auto = [i for i in mine if i.type is UnitType.LANE and i.port is None and not i.rank]
-    for instance, picked in zip(auto, _pick_ports(len(auto)), strict=True):
-        result.ports[instance.instance] = picked
+    ports = {i.instance: port for i, port in zip(auto, _pick_ports(len(auto)), strict=True)}
     for planned in mine:
         for port in (planned.port, planned.master_port if not planned.rank else None):
             if port is not None and not _port_free(port):
-                result.problems.append(
-                    f"port {port} planned for {planned.instance} is already in use"
-                )
+                problems.append(f"port {port} planned for {planned.instance} is already in use")
         unit = units.by_name(planned.unit)
         path = unit.lane.model_path if unit.lane else None
         if path and not os.access(path, os.R_OK):
-            result.problems.append(f"model_path {path!r} of {planned.instance} is not readable")
-    return result
+            problems.append(f"model_path {path!r} of {planned.instance} is not readable")
+    return PreflightReport(node=node, problems=tuple(problems), ports=ports)

@@ -1,4 +1,4 @@
-"""``ddsup start``: check the command line, create the state dir, run the controller."""
+"""``ddsup start``: the command line becomes :class:`RunOptions`, then the controller runs."""
 
 from __future__ import annotations
 
@@ -9,15 +9,20 @@ from pathlib import Path
 
 import trio
 
-from ddsup._errors import UsageError
+from ddsup.plan._resolve import AllocationRequest, LauncherChoice
 from ddsup.record._state_dir import StateDir, default_state_dir
 from ddsup.run._controller import Controller
+from ddsup.run._options import RunOptions, Verbosity
 
 
 def configure_start(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR", help="directory of unit files")
-    parser.add_argument("--launcher", choices=("auto", "local", "slurm"), default="auto")
-    parser.add_argument("--nodes", type=int, default=None, help="local: simulate N nodes")
+    parser.add_argument(
+        "--launcher", choices=[c.value for c in LauncherChoice], default=LauncherChoice.AUTO.value
+    )
+    parser.add_argument(
+        "--nodes", type=int, default=None, help="local: simulate N nodes; Slurm: use the first N"
+    )
     parser.add_argument("--gpus-per-node", type=int, default=None, metavar="G")
     parser.add_argument("--state-dir", type=Path, default=None, metavar="PATH")
     parser.add_argument(
@@ -32,15 +37,32 @@ def configure_start(parser: argparse.ArgumentParser) -> None:
     verbosity.add_argument("-q", "--quiet", action="store_true", help="print only the result")
 
 
+def options_from_args(args: argparse.Namespace) -> RunOptions:
+    """The options of ``ddsup start``; UsageError for values no run could use."""
+    verbosity = Verbosity.NORMAL
+    if args.verbose:
+        verbosity = Verbosity.VERBOSE
+    elif args.quiet:
+        verbosity = Verbosity.QUIET
+    return RunOptions(
+        directory=Path(args.directory),
+        allocation=AllocationRequest(
+            launcher=LauncherChoice(args.launcher),
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+        ),
+        state_dir=args.state_dir,
+        srun_args=tuple(args.srun_arg),
+        verbosity=verbosity,
+    )
+
+
 def run_start(args: argparse.Namespace) -> int:
-    if args.nodes is not None and args.nodes < 1:
-        raise UsageError("--nodes must be at least 1")
-    if args.gpus_per_node is not None and args.gpus_per_node < 0:
-        raise UsageError("--gpus-per-node must be 0 or more")
-    state = StateDir((args.state_dir or default_state_dir()).resolve())
+    options = options_from_args(args)
+    state = StateDir((options.state_dir or default_state_dir()).resolve())
     state.create()
     _put_own_interpreter_first_on_path()
-    controller = Controller(args, state)
+    controller = Controller(options, state)
     return trio.run(controller.main, restrict_keyboard_interrupt_to_checkpoints=True)
 
 

@@ -5,7 +5,9 @@ including other 2xx, is "not yet"), TCP (the port accepts a connection) or exec 
 command exits 0). Probing is inherently periodic — there is no event for "vLLM has
 loaded its weights" — but the period is the user's ``interval``, not a global tick, and
 the probe runs only while its unit is starting. ``timeout_start`` is enforced by the
-caller (the service), which turns it into :class:`ddsup._errors.ReadinessTimeout`.
+caller (the service), which marks the verdict of a timed-out start (``readiness_timeout``
+on its transition, with the probe's last answer); when that fails the unit, the run ends
+with :class:`ddsup._errors.ReadinessTimeout` (75).
 """
 
 from __future__ import annotations

@@ -21,12 +21,17 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import trio
 
 from ddsup.process import ChildProcess, ExitStatus, SpawnError, spawn
-from ddsup.record._events import Event
+from ddsup.record._events import (
+    COMPLETED,
+    ProcessExited,
+    ProcessStarted,
+    RecordedEvent,
+    UnitTransition,
+)
 from ddsup.record._states import ALLOWED as _ALLOWED
 from ddsup.record._states import LIVE as _LIVE
 from ddsup.record._states import IllegalTransition, InstanceState
@@ -52,36 +57,41 @@ class ServiceSpec:
 
 @dataclass
 class ServiceStatus:
-    """A snapshot for status output and the controller's bookkeeping."""
+    """Where the service is now (in-process callers and tests; others read its events)."""
 
-    instance: str
-    node: str
-    unit: str
-    type: str
     state: InstanceState = InstanceState.INACTIVE
     since: float = 0.0
     pid: int | None = None
     restarts: int = 0
-    last_exit: dict[str, Any] | None = None
-    probe: str | None = None
+    last_exit: ExitStatus | None = None
+    probe: str | None = None  # the readiness probe's last answer in the current start
     reason: str | None = None
-    readiness_timeout: bool = False
+    readiness_timeout: bool = False  # the latest start was not ready within timeout_start
+
+
+@dataclass
+class _Watch:
+    """What one start of the process has shown so far (shared by its two tasks)."""
+
+    ready_at: float | None = None
+    timed_out: bool = False
+    exited: bool = False
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 class Service:
     """Runs one unit instance until it exits for good, fails, or is asked to stop."""
 
-    def __init__(self, spec: ServiceSpec, emit: Callable[[Event], None]) -> None:
+    def __init__(self, spec: ServiceSpec, emit: Callable[[RecordedEvent], None]) -> None:
         self.spec = spec
         self._emit = emit
-        unit = spec.unit
-        self.status = ServiceStatus(
-            instance=spec.instance,
-            node=spec.node,
-            unit=unit.base_name,
-            type=unit.type.value,
-            since=time.time(),
-        )
+        self.status = ServiceStatus(since=time.time())
         self.ready = trio.Event()  # ready (oneshot: completed successfully)
         self.finished = trio.Event()
         self._scope = trio.CancelScope()
@@ -133,23 +143,10 @@ class Service:
             self._transition(InstanceState.EXITED, "stopped", exit=self._stopped_exit)
 
     async def _run(self) -> None:
-        service = self.spec.unit.service
         if self.spec.start_delay > 0:
             self._transition(InstanceState.WAITING, f"stagger {self.spec.start_delay:g}s")
             await trio.sleep(self.spec.start_delay)
-        while True:
-            now = trio.current_time()
-            while self._starts and now - self._starts[0] > service.start_limit_interval:
-                self._starts.popleft()
-            if len(self._starts) >= service.start_limit_burst:
-                last = f"; last: {self._timeout_reason}" if self.status.readiness_timeout else ""
-                self._fail(
-                    f"start limit hit: {len(self._starts)} starts within "
-                    f"{service.start_limit_interval:g}s (start_limit_burst = "
-                    f"{service.start_limit_burst}){last}"
-                )
-                return
-            self._starts.append(now)
+        while self._may_start():
             if self._started_once:
                 self.status.restarts += 1
             self._started_once = True
@@ -158,34 +155,62 @@ class Service:
                 return  # failed for good inside _run_once (the process could not start)
             if self._stop_requested:
                 return  # stopped while it exited: run() records the stop, not a restart
-            if self.spec.unit.type is UnitType.ONESHOT and status.is_success(
-                service.success_exit_status
-            ):
-                self.ready.set()
-                self._transition(InstanceState.EXITED, "completed", exit=status)
+            delay = self._verdict(status, ready_for)
+            if delay is None:
                 return
-            timed_out = self.status.readiness_timeout
-            clean = not timed_out and status.is_success(service.success_exit_status)
-            restart = service.restart is Restart.ALWAYS or (
-                service.restart is Restart.ON_FAILURE and not clean
-            )
-            why = self._timeout_reason if timed_out else status.describe()
-            if not restart:
-                if clean:
-                    self._transition(InstanceState.EXITED, why, exit=status)
-                else:
-                    self._fail(why, exit=None if timed_out else status)
-                return
-            if ready_for >= service.restart_max_sec:
-                self._failures = 0
-            delay = self._backoff()
-            self._failures += 1
-            self._transition(
-                InstanceState.RESTARTING,
-                f"{why}; restart in {delay:.3g}s",
-                exit=None if timed_out else status,
-            )
             await trio.sleep(delay)
+
+    def _may_start(self) -> bool:
+        """Count this start against the start limit; past it, the unit has failed."""
+        service = self.spec.unit.service
+        now = trio.current_time()
+        while self._starts and now - self._starts[0] > service.start_limit_interval:
+            self._starts.popleft()
+        if len(self._starts) < service.start_limit_burst:
+            self._starts.append(now)
+            return True
+        timed_out = self.status.readiness_timeout
+        last = f"; last: {self._timeout_reason}" if timed_out else ""
+        self._fail(
+            f"start limit hit: {len(self._starts)} starts within "
+            f"{service.start_limit_interval:g}s (start_limit_burst = "
+            f"{service.start_limit_burst}){last}",
+            timed_out=timed_out,
+        )
+        return False
+
+    def _verdict(self, status: ExitStatus, ready_for: float) -> float | None:
+        """After the process ended by itself: the restart delay, or None when it is over."""
+        service = self.spec.unit.service
+        success = status.is_success(service.success_exit_status)
+        if self.spec.unit.type is UnitType.ONESHOT and success:
+            self.ready.set()
+            self._transition(InstanceState.EXITED, COMPLETED, exit=status)
+            return None
+        timed_out = self.status.readiness_timeout
+        clean = not timed_out and success
+        restart = service.restart is Restart.ALWAYS or (
+            service.restart is Restart.ON_FAILURE and not clean
+        )
+        why = self._timeout_reason if timed_out else status.describe()
+        exit = None if timed_out else status
+        if not restart:
+            if clean:
+                self._transition(InstanceState.EXITED, why, exit=status)
+            else:
+                self._fail(why, exit=exit, timed_out=timed_out)
+            return None
+        if ready_for >= service.restart_max_sec:
+            self._failures = 0
+        delay = self._backoff()
+        self._failures += 1
+        self._transition(
+            InstanceState.RESTARTING,
+            f"{why}; restart in {delay:.3g}s",
+            exit=exit,
+            timed_out=timed_out,
+        )
+        return delay
 
     def _backoff(self) -> float:
         service = self.spec.unit.service
@@ -195,12 +220,9 @@ class Service:
     async def _run_once(self) -> tuple[ExitStatus | None, float]:
         """One start of the process; returns its exit and how long it was ready."""
         spec = self.spec
-        service = spec.unit.service
+        self.status.probe = None
         self._transition(InstanceState.STARTING, "starting")
-        try:
-            log_offset = spec.log_path.stat().st_size
-        except OSError:
-            log_offset = 0
+        log_offset = _size(spec.log_path)
         try:
             child = await spawn(spec.argv, env=spec.env, cwd=spec.cwd, log_path=spec.log_path)
         except SpawnError as err:
@@ -209,63 +231,78 @@ class Service:
         self._child = child
         self.status.pid = child.pid
         # log_offset: where this process's output begins in the log (``logs --since``)
-        self._emit_event("process", details={"pid": child.pid, "log_offset": log_offset})
-        ready_at: float | None = None
-        timed_out = False
+        self._emit(
+            ProcessStarted(
+                instance=spec.instance, node=spec.node, pid=child.pid, log_offset=log_offset
+            )
+        )
+        watch = _Watch()
         try:
             async with trio.open_nursery() as nursery:
-
-                async def watch_ready() -> None:
-                    nonlocal ready_at, timed_out
-                    if spec.unit.type is UnitType.ONESHOT:
-                        with trio.move_on_after(service.timeout_start) as scope:
-                            await trio.sleep_forever()
-                        timed_out = scope.cancelled_caught
-                        nursery.cancel_scope.cancel()
-                        return
-                    probe = self._make_probe()
-                    if probe is not None:
-                        with trio.move_on_after(service.timeout_start) as scope:
-                            await probe.wait_ready()
-                        self.status.probe = probe.last_result
-                        if scope.cancelled_caught:
-                            timed_out = True
-                            nursery.cancel_scope.cancel()
-                            return
-                    if self._stop_requested:
-                        return  # stopped while starting: never report ready (no checkpoint
-                        # since the cancel when there is no probe)
-                    ready_at = trio.current_time()
-                    self.ready.set()
-                    self._transition(InstanceState.READY, "probe passed" if probe else "started")
-
-                nursery.start_soon(watch_ready)
+                oneshot = spec.unit.type is UnitType.ONESHOT
+                probe = None if oneshot else self._make_probe()
+                if probe is None and not oneshot:
+                    # Ready once started, decided here and now: a separate task could run
+                    # after the exit below was seen (the order of one scheduler batch is
+                    # random), and report a process that has already ended as ready.
+                    self._become_ready(watch, "started")
+                else:
+                    nursery.start_soon(self._watch_readiness, probe, watch, nursery.cancel_scope)
                 ended = await child.wait()
+                watch.exited = True
                 # recorded now, as seen: the stop below (the sweep for escaped
                 # descendants) and the restart decision come after
-                self._emit_event(
-                    "exit",
-                    reason=ended.describe(),
-                    details={"pid": child.pid, "exit": ended.to_json()},
+                self._emit(
+                    ProcessExited(instance=spec.instance, node=spec.node, pid=child.pid, exit=ended)
                 )
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                final = await child.stop(service.kill_signal, service.timeout_stop)
+                final = await child.stop(
+                    spec.unit.service.kill_signal, spec.unit.service.timeout_stop
+                )
             # recorded here, so that a stop (which cancels us) reports the exit too
             self._stopped_exit = final
-            self.status.last_exit = final.to_json()
+            self.status.last_exit = final
             self.status.pid = None
             self._child = None
-        self.status.readiness_timeout = timed_out
-        if timed_out:
-            self._timeout_reason = (
-                f"not ready within timeout_start = {service.timeout_start:g}s"
-                + (f" (last probe: {self.status.probe})" if self.status.probe else "")
+        return final, self._ready_for(watch)
+
+    async def _watch_readiness(
+        self, probe: Probe | None, watch: _Watch, process_scope: trio.CancelScope
+    ) -> None:
+        """Until the probe passes (or a oneshot's ``timeout_start``); a timeout ends the run."""
+        timeout_start = self.spec.unit.service.timeout_start
+        with trio.move_on_after(timeout_start) as scope:
+            if probe is None:  # a oneshot: ready means completed, which the exit tells
+                await trio.sleep_forever()
+            else:
+                await probe.wait_ready()
+        if probe is not None:
+            self.status.probe = probe.last_result
+        if scope.cancelled_caught:
+            watch.timed_out = True
+            process_scope.cancel()
+            return
+        self._become_ready(watch, "probe passed")
+
+    def _become_ready(self, watch: _Watch, reason: str) -> None:
+        if self._stop_requested or watch.exited:
+            return  # stopped while starting, or the probe's pass came after the exit
+        watch.ready_at = trio.current_time()
+        self.ready.set()
+        self._transition(InstanceState.READY, reason)
+
+    def _ready_for(self, watch: _Watch) -> float:
+        """How long the process was ready; records a readiness timeout for the verdict."""
+        self.status.readiness_timeout = watch.timed_out
+        if watch.timed_out:
+            timeout_start = self.spec.unit.service.timeout_start
+            self._timeout_reason = f"not ready within timeout_start = {timeout_start:g}s" + (
+                f" (last probe: {self.status.probe})" if self.status.probe else ""
             )
-            return final, 0.0
-        ready_for = 0.0 if ready_at is None else trio.current_time() - ready_at
-        return final, ready_for
+            return 0.0
+        return 0.0 if watch.ready_at is None else trio.current_time() - watch.ready_at
 
     def _make_probe(self) -> Probe | None:
         spec = self.spec
@@ -276,10 +313,20 @@ class Service:
         )
 
     # --- state machine --------------------------------------------------------------
-    def _fail(self, reason: str, exit: ExitStatus | None = None) -> None:
-        self._transition(InstanceState.FAILED, reason, exit=exit)
+    def _fail(
+        self, reason: str, exit: ExitStatus | None = None, *, timed_out: bool = False
+    ) -> None:
+        self._transition(InstanceState.FAILED, reason, exit=exit, timed_out=timed_out)
 
-    def _transition(self, to: InstanceState, reason: str, exit: ExitStatus | None = None) -> None:
+    def _transition(
+        self,
+        to: InstanceState,
+        reason: str,
+        exit: ExitStatus | None = None,
+        *,
+        timed_out: bool = False,
+    ) -> None:
+        """Move to ``to`` and report it; ``timed_out``: the verdict of a readiness timeout."""
         current = self.status.state
         if to not in _ALLOWED[current]:
             raise IllegalTransition(
@@ -290,35 +337,20 @@ class Service:
         self.status.reason = reason
         if to is not InstanceState.READY and current is InstanceState.READY:
             self.ready = trio.Event()  # no longer ready: waiters must wait for the next time
-        details: dict[str, Any] = {"restarts": self.status.restarts}
         if exit is not None:
-            details["exit"] = exit.to_json()
-            self.status.last_exit = exit.to_json()
-        if self.status.pid is not None:
-            details["pid"] = self.status.pid
-        if to is InstanceState.FAILED and self.status.readiness_timeout:
-            details["readiness_timeout"] = True
-        self._emit_event(
-            "unit", from_state=current.value, to_state=to.value, reason=reason, details=details
-        )
-
-    def _emit_event(
-        self,
-        kind: str,
-        *,
-        from_state: str | None = None,
-        to_state: str | None = None,
-        reason: str | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> None:
+            self.status.last_exit = exit
         self._emit(
-            Event(
-                event=kind,
+            UnitTransition(
                 instance=self.spec.instance,
                 node=self.spec.node,
-                from_state=from_state,
-                to_state=to_state,
+                from_state=current,
+                to_state=to,
                 reason=reason,
-                details=details or {},
+                restarts=self.status.restarts,
+                pid=self.status.pid,
+                exit=exit,
+                readiness_timeout=timed_out,
+                probe=self.status.probe,
+                time=self.status.since,
             )
         )

@@ -13,7 +13,6 @@ import enum
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from ddsup.units._durations import (
@@ -57,9 +56,7 @@ class Invalid(Exception):
         return (self, *self.others)
 
 
-def _each(
-    items: Sequence[object] | Mapping[str, object], check: Callable[[object], object]
-) -> None:
+def each(items: Sequence[object] | Mapping[str, object], check: Callable[[object], object]) -> None:
     """Run ``check`` on every element (or table value) and raise all failures at once."""
     pairs = items.items() if isinstance(items, Mapping) else enumerate(items)
     found: list[Invalid] = []
@@ -97,19 +94,19 @@ def type_name(value: object) -> str:
     return next((name for kind, name in names if isinstance(value, kind)), "value")
 
 
-def _expect(value: object, kind: type, what: str) -> None:
+def expect(value: object, kind: type, what: str) -> None:
     if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
         raise Invalid(f"expected {what}, got {type_name(value)}")
 
 
-def _string(value: object) -> str:
-    _expect(value, str, "a string")
+def string(value: object) -> str:
+    expect(value, str, "a string")
     assert isinstance(value, str)
     return value
 
 
-def _nonempty_string(value: object) -> str:
-    if not _string(value):
+def nonempty_string(value: object) -> str:
+    if not string(value):
         raise Invalid("must not be empty")
     return str(value)
 
@@ -120,18 +117,18 @@ def _list(value: object, what: str) -> list[object]:
         raise Invalid(f"expected an array of {what}, got a string; write [{item}]")
     if isinstance(value, int) and not isinstance(value, bool):
         raise Invalid(f"expected an array of {what}, got an integer; write [{value}]")
-    _expect(value, list, f"an array of {what}")
+    expect(value, list, f"an array of {what}")
     assert isinstance(value, list)
     return value
 
 
 def _strings(value: object) -> tuple[str, ...]:
     items = _list(value, "strings")
-    _each(items, _string)
+    each(items, string)
     return tuple(str(item) for item in items)
 
 
-def _matching(pattern: re.Pattern[str], what: str) -> Callable[[object], tuple[str, ...]]:
+def matching(pattern: re.Pattern[str], what: str) -> Callable[[object], tuple[str, ...]]:
     def convert(value: object) -> tuple[str, ...]:
         items = _strings(value)
 
@@ -139,7 +136,7 @@ def _matching(pattern: re.Pattern[str], what: str) -> Callable[[object], tuple[s
             if not pattern.fullmatch(str(item)):
                 raise Invalid(f"{item!r} is not a valid {what}")
 
-        _each(items, check)
+        each(items, check)
         return items
 
     return convert
@@ -206,7 +203,7 @@ def choice(enum_type: type[enum.Enum]) -> Kind:
     values = [str(member.value) for member in enum_type]
 
     def convert(value: object) -> enum.Enum:
-        text = _string(value)
+        text = string(value)
         if text in values:
             return enum_type(text)
         close = difflib.get_close_matches(text, values, n=1)
@@ -254,40 +251,15 @@ def _signals(value: object) -> tuple[object, ...]:
         except ValueError as err:
             raise Invalid(str(err)) from None
 
-    _each(items, check)
+    each(items, check)
     return tuple(check(item) for item in items)
-
-
-def _environment(value: object) -> MappingProxyType[str, str]:
-    _expect(value, dict, 'a table of strings, e.g. { NAME = "value" }')
-    assert isinstance(value, dict)
-    _each({name: (name, item) for name, item in value.items()}, _variable)
-    return MappingProxyType(dict(value))
-
-
-def _variable_name(value: object) -> str:
-    name = _string(value)
-    if not VAR_NAME.fullmatch(name):
-        raise Invalid(f"{name!r} is not a valid environment variable name")
-    return name
-
-
-def _variable(pair: object) -> None:
-    assert isinstance(pair, tuple)
-    name: str = pair[0]
-    item: object = pair[1]
-    if not VAR_NAME.fullmatch(name):
-        raise Invalid(f"{name!r} is not a valid environment variable name", on_key=True)
-    if not isinstance(item, str):
-        hint = f'; quote it: {name} = "{item}"' if isinstance(item, (int, float)) else ""
-        raise Invalid(f"value of {name} must be a string, got {type_name(item)}{hint}")
 
 
 def _exit_statuses(value: object) -> frozenset[int]:
     items = _list(value, "integers")
     if not items:
         raise Invalid("must list at least one exit status, e.g. [0]")
-    _each(items, integer(0, 255).convert)
+    each(items, integer(0, 255).convert)
     return frozenset(int(item) for item in items)  # type: ignore[call-overload]
 
 
@@ -322,44 +294,17 @@ def _min_ready(value: object) -> MinReady:
     return MinReady(count=count, percent=None)
 
 
-def _http_url(value: object) -> str:
-    text = _nonempty_string(value)
-    if not text.startswith(("http://", "https://", "{")):
-        raise Invalid(
-            f'expected an http:// or https:// URL, got {text!r}; e.g. "http://{{host}}:{{port}}/health"'
-        )
-    return text
-
-
-def _tcp_target(value: object) -> str:
-    text = _nonempty_string(value)
-    host, colon, port = text.rpartition(":")
-    if not (host and colon and port):
-        raise Invalid(f'expected "host:port", got {text!r}; e.g. "{{host}}:{{port}}"')
-    return text
-
-
 def _auto_json(base: Json) -> Callable[[], Json]:
     return lambda: {"oneOf": [base, {"const": "auto"}]}
 
 
-STRING = Kind("string", _string, lambda: {"type": "string"})
-NONEMPTY_STRING = Kind("string", _nonempty_string, lambda: {"type": "string", "minLength": 1})
+STRING = Kind("string", string, lambda: {"type": "string"})
+NONEMPTY_STRING = Kind("string", nonempty_string, lambda: {"type": "string", "minLength": 1})
 STRINGS = Kind("array of strings", _strings, lambda: {"type": "array", "items": {"type": "string"}})
 UNIT_NAMES = Kind(
     "array of unit names",
-    _matching(UNIT_NAME, "unit name"),
+    matching(UNIT_NAME, "unit name"),
     lambda: {"type": "array", "items": {"type": "string", "pattern": f"^{UNIT_NAME.pattern}$"}},
-)
-VAR_NAMES = Kind(
-    "array of variable names",
-    _matching(VAR_NAME, "environment variable name"),
-    lambda: {"type": "array", "items": {"type": "string", "pattern": f"^{VAR_NAME.pattern}$"}},
-)
-VARIABLE = Kind(
-    "variable name",
-    lambda value: _variable_name(value),
-    lambda: {"type": "string", "pattern": f"^{VAR_NAME.pattern}$"},
 )
 ARGV = Kind(
     "argv (array of strings)",
@@ -371,15 +316,6 @@ FORWARD_SIGNALS = Kind(
     "array of signal names",
     _signals,
     lambda: {"type": "array", "items": {"enum": list(signal_names())}},
-)
-ENVIRONMENT = Kind(
-    "table of strings",
-    _environment,
-    lambda: {
-        "type": "object",
-        "propertyNames": {"pattern": f"^{VAR_NAME.pattern}$"},
-        "additionalProperties": {"type": "string"},
-    },
 )
 EXIT_STATUSES = Kind(
     "array of integers 0..255",
@@ -405,5 +341,3 @@ MIN_READY = Kind(
         ]
     },
 )
-HTTP_URL = Kind("URL", _http_url, lambda: {"type": "string", "minLength": 1})
-TCP_TARGET = Kind('"host:port"', _tcp_target, lambda: {"type": "string", "pattern": ".:."})

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddsup.units import _kinds as k
+from ddsup.units import _kinds_env as ke
 from ddsup.units._durations import parse_duration
 from ddsup.units._model import OnFailure, Placement, Restart, UnitType
 from ddsup.units._specifiers import BASE_SPECIFIERS
@@ -127,7 +128,7 @@ SERVICE = SectionSpec(
         ),
         KeySpec(
             "environment",
-            k.ENVIRONMENT,
+            ke.ENVIRONMENT,
             "Variables added to the inherited environment.",
             {},
             {"VLLM_LOGGING_LEVEL": "INFO"},
@@ -135,7 +136,7 @@ SERVICE = SectionSpec(
         ),
         KeySpec(
             "unset_environment",
-            k.VAR_NAMES,
+            ke.VAR_NAMES,
             "Variables removed from the inherited environment.",
             [],
             ["http_proxy"],
@@ -215,14 +216,14 @@ READY = SectionSpec(
     (
         KeySpec(
             "http",
-            k.HTTP_URL,
+            ke.HTTP_URL,
             "Ready when a GET of this URL answers 200.",
             example="http://{host}:{port}/health",
             specifiers=True,
         ),
         KeySpec(
             "tcp",
-            k.TCP_TARGET,
+            ke.TCP_TARGET,
             "Ready when a TCP connection to host:port succeeds.",
             example="{host}:{port}",
             specifiers=True,
@@ -320,7 +321,7 @@ ENDPOINT = SectionSpec(
         ),
         KeySpec(
             "api_key_env",
-            k.VARIABLE,
+            ke.VARIABLE,
             "Require this variable's value as bearer token (absent: no key needed).",
             example="DDSUP_API_KEY",
         ),

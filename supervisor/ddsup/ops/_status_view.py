@@ -1,0 +1,145 @@
+"""The status of a run as ``ddsup status`` reports it, from a live snapshot or from files.
+
+A live run answers with its :class:`~ddsup.record._status.RunSnapshot`; a finished (or
+unreachable) one is described from its state directory: ``plan.json`` for where each
+instance was planned, ``events.jsonl`` replayed through the same fold the live run uses
+(:class:`~ddsup.record._instance.InstanceRecord`). :meth:`StatusView.to_json` is the
+documented ``status --json`` object (docs/operating.md; fields are only ever added).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ddsup._errors import DdsupError, RunStateError
+from ddsup.ops._metrics import LaneCount, lane_counts
+from ddsup.ops._run_handle import events_of
+from ddsup.record._events import RecordedEvent, RunFinished
+from ddsup.record._instance import fold
+from ddsup.record._outcome import Outcome
+from ddsup.record._state_dir import StateDir
+from ddsup.record._status import InstanceStatus, RunSnapshot
+from ddsup.units import load_unit_set
+from ddsup.units._model import UnitType
+
+STATUS_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class StatusView:
+    """Everything ``status`` shows about one run."""
+
+    invocation_id: str | None
+    launcher: str | None
+    state_dir: str
+    unit_dir: str | None
+    pid: int | None
+    started_at: float | None
+    ended_at: float | None
+    uptime: float | None
+    live: bool
+    stopping: bool
+    result: Outcome | None
+    instances: tuple[InstanceStatus, ...]
+
+    @property
+    def lanes(self) -> dict[str, LaneCount]:
+        return lane_counts(self.instances)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": STATUS_FORMAT,
+            "invocation_id": self.invocation_id,
+            "launcher": self.launcher,
+            "state_dir": self.state_dir,
+            "unit_dir": self.unit_dir,
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "uptime": self.uptime,
+            "live": self.live,
+            "stopping": self.stopping,
+            "result": None if self.result is None else self.result.to_dict(),
+            "lanes": {m: {"ready": c.ready, "total": c.total} for m, c in self.lanes.items()},
+            "instances": [i.to_json() for i in self.instances],
+        }
+
+
+def status_view(state: StateDir, snapshot: RunSnapshot | None) -> StatusView:
+    """The run's status: ``snapshot`` when the live run answered, else its files."""
+    run = state.read_run()
+    events = events_of(state)
+    finished = [e for e in events if isinstance(e, RunFinished)]
+    if snapshot is not None:
+        instances = snapshot.instances
+    else:
+        instances = _rows_from_files(state, events, run.unit_dir)
+    return StatusView(
+        invocation_id=run.invocation_id,
+        launcher=snapshot.launcher if snapshot is not None else run.launcher,
+        state_dir=str(state.path),
+        unit_dir=run.unit_dir,
+        pid=run.pid,
+        started_at=run.started_at,
+        ended_at=finished[-1].time if finished else None,
+        uptime=None if snapshot is None else snapshot.uptime,
+        live=snapshot is not None,
+        stopping=snapshot is not None and snapshot.stopping,
+        result=None if snapshot is not None else state.read_result(),
+        instances=instances,
+    )
+
+
+def _rows_from_files(
+    state: StateDir, events: list[RecordedEvent], unit_dir: str | None
+) -> tuple[InstanceStatus, ...]:
+    """Instances of a finished (or unreachable) run: the plan, replayed through its events."""
+    planned = _planned(state)
+    records = fold(events)
+    has_lanes = any(row.type is UnitType.LANE for row, _rank in planned)
+    models = _models_from_unit_files(unit_dir) if has_lanes else {}
+    rows = []
+    for row, rank in planned:
+        if row.type is UnitType.LANE and not rank:  # a replica (ranks > 0 serve no model)
+            row = replace(row, model=models.get(row.unit) or row.unit.rstrip("@"))
+        record = records.get(row.instance)
+        rows.append(row if record is None else row.with_record(record))
+    return tuple(rows)
+
+
+def _planned(state: StateDir) -> list[tuple[InstanceStatus, int | None]]:
+    """Each instance of ``plan.json`` as a row not started yet, with its rank."""
+    if not state.plan.exists():
+        return []
+    data = state.read_json(state.plan)
+    try:
+        return [_planned_row(item) for item in data.get("instances", [])]
+    except (AttributeError, KeyError, TypeError, ValueError) as err:
+        raise RunStateError(f"cannot read {state.plan}: {err}") from err
+
+
+def _planned_row(item: Mapping[str, Any]) -> tuple[InstanceStatus, int | None]:
+    port, rank = item.get("port"), item.get("rank")
+    row = InstanceStatus(
+        instance=str(item["instance"]),
+        unit=str(item["unit"]),
+        type=UnitType(item["type"]),
+        node=str(item["node"]),
+        gpus=tuple(int(g) for g in item.get("gpus") or ()),
+        port=None if port is None else int(port),
+        model=None,
+    )
+    return row, None if rank is None else int(rank)
+
+
+def _models_from_unit_files(unit_dir: str | None) -> dict[str, str]:
+    """Unit name → model, from the unit files the run was started with (if still there)."""
+    if unit_dir is None:
+        return {}
+    try:
+        units = load_unit_set(unit_dir)
+    except (OSError, DdsupError):
+        return {}
+    return {u.name: u.lane.model for u in units.lanes if u.lane is not None}

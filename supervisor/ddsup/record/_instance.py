@@ -1,0 +1,79 @@
+"""What the events say about one instance now: the fold of its events into one record.
+
+The live run (``ddsup.run._run_state``) keeps one :class:`InstanceRecord` per instance
+as events arrive; ``ddsup status`` of a finished run replays ``events.jsonl`` through the
+same :meth:`InstanceRecord.apply`, so a live answer and a replay cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ddsup.process import ExitStatus
+from ddsup.record._events import ProcessStarted, RecordedEvent, UnitTransition
+from ddsup.record._states import InstanceState
+
+
+@dataclass(frozen=True)
+class InstanceRecord:
+    """An instance as of its latest event.
+
+    ``pid`` is its live process (from the latest transition, or the ``process`` event that
+    followed a ``starting``); ``last_exit`` the latest exit any transition recorded;
+    ``probe`` and ``readiness_timeout`` those of the latest transition; ``ready_seconds``
+    the time from its latest ``starting`` to the ``ready`` that followed.
+    """
+
+    state: InstanceState = InstanceState.INACTIVE
+    since: float | None = None
+    pid: int | None = None
+    restarts: int = 0
+    last_exit: ExitStatus | None = None
+    reason: str | None = None
+    probe: str | None = None
+    readiness_timeout: bool = False
+    started_at: float | None = None
+    ready_seconds: float | None = None
+
+    def apply(self, event: RecordedEvent) -> InstanceRecord:
+        """The record after ``event`` (events of other kinds leave it as it is)."""
+        if isinstance(event, ProcessStarted):
+            return replace(self, pid=event.pid)
+        if not isinstance(event, UnitTransition):
+            return self
+        started_at = event.time if event.to_state is InstanceState.STARTING else self.started_at
+        ready_seconds = self.ready_seconds
+        if event.to_state is InstanceState.READY and started_at is not None:
+            ready_seconds = round(event.time - started_at, 3)
+        return InstanceRecord(
+            state=event.to_state,
+            since=event.time,
+            pid=event.pid,
+            restarts=event.restarts,
+            last_exit=event.exit or self.last_exit,
+            reason=event.reason,
+            probe=event.probe,
+            readiness_timeout=event.readiness_timeout,
+            started_at=started_at,
+            ready_seconds=ready_seconds,
+        )
+
+    @property
+    def probe_verdict(self) -> str | None:
+        """``status``'s PROBE: ``ok``, ``none`` (no probe), ``pending``, ``timed out (…)``."""
+        if self.state is InstanceState.READY:
+            return "ok" if self.probe is not None else "none"
+        if self.state is InstanceState.STARTING:
+            return "pending"
+        if self.readiness_timeout:
+            return f"timed out ({self.probe})" if self.probe else "timed out"
+        return None
+
+
+def fold(events: list[RecordedEvent]) -> dict[str, InstanceRecord]:
+    """Every instance's record after ``events`` (oldest first)."""
+    records: dict[str, InstanceRecord] = {}
+    for event in events:
+        if isinstance(event, UnitTransition | ProcessStarted):
+            records[event.instance] = records.get(event.instance, InstanceRecord()).apply(event)
+    return records

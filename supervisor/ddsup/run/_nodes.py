@@ -1,0 +1,97 @@
+"""The instances of a run live on nodes, and every node is driven the same way.
+
+:class:`LocalNode` is the controller's own node (the client: endpoint, worker, client
+services), whose services run in ``ddsup start`` itself; :class:`RemoteNode` is a node
+agent at the other end of a control connection. The controller carries the run's
+decisions out through this one interface and never asks which kind it has.
+
+Every call returns at once. Services report what they did as events (a stop's ``exited``
+transition); a remote node's messages leave in the order they were given, through one
+task per connection (:meth:`RemoteNode.send_all`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+from typing import Protocol
+
+import trio
+
+from ddsup.channel._channel import Channel
+from ddsup.channel._messages import Kill, Message, Shutdown, SignalInstances, Start, Stop
+from ddsup.run._node_runner import NodeRunner
+
+
+class RunNode(Protocol):
+    """Start, stop, signal and kill the instances of one node."""
+
+    def start(self, instances: Sequence[str]) -> None: ...
+
+    def stop(self, instances: Sequence[str], reason: str) -> None: ...
+
+    def signal(self, instances: Sequence[str], signum: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+class LocalNode:
+    """The controller's own instances, each a service in ``ddsup start``."""
+
+    def __init__(self, runner: NodeRunner) -> None:
+        self.runner = runner
+
+    def start(self, instances: Sequence[str]) -> None:
+        for instance in instances:
+            self.runner.start(instance)
+
+    def stop(self, instances: Sequence[str], reason: str) -> None:
+        self.runner.request_stop(instances, reason)
+
+    def signal(self, instances: Sequence[str], signum: int) -> None:
+        self.runner.signal(instances, signum)
+
+    def kill(self) -> None:
+        self.runner.kill_all()
+
+    def shutdown(self) -> None:
+        """Nothing: the stop sequence has stopped them, and they go with ``ddsup start``."""
+
+
+class RemoteNode:
+    """A node agent: every call is a message on its connection, in call order."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self._send, self._outbox = trio.open_memory_channel[Message](math.inf)
+
+    def start(self, instances: Sequence[str]) -> None:
+        self._put(Start(tuple(instances)))
+
+    def stop(self, instances: Sequence[str], reason: str) -> None:
+        self._put(Stop(tuple(instances), reason))
+
+    def signal(self, instances: Sequence[str], signum: int) -> None:
+        self._put(SignalInstances(tuple(instances), signum))
+
+    def kill(self) -> None:
+        self._put(Kill())
+
+    def shutdown(self) -> None:
+        self._put(Shutdown())
+
+    def _put(self, message: Message) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            self._send.send_nowait(message)
+
+    async def send_all(self, channel: Channel) -> None:
+        """Send what is put, in order, for as long as the connection lasts (cancel to end)."""
+        async with self._outbox:
+            async for message in self._outbox:
+                try:
+                    await channel.send(message)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    return  # the agent is gone: its connection's reader says so

@@ -1,0 +1,174 @@
+"""What the run's state hears (inputs) and what it decides (decisions): plain values.
+
+:class:`~ddsup.run._run_state.RunState` takes one input at a time and returns the
+decisions it leads to; the controller feeds inputs in from its tasks (the node agents'
+connections, the services of its own node, signals, operators) and carries decisions
+out. Neither kind holds a task, a channel or a process, so every rule can be tested by
+feeding inputs and reading decisions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddsup._errors import DdsupError
+from ddsup.channel._messages import LanesUpdate, PreflightReport
+from ddsup.plan._model import Plan
+from ddsup.process import ExitStatus
+from ddsup.record._events import RecordedEvent, RunLifecycle
+from ddsup.record._outcome import Outcome
+
+
+@dataclass(frozen=True)
+class Host:
+    """Where instances run: a node's agent, or the controller itself (the client node)."""
+
+    node: str
+    agent: bool
+
+
+# --- inputs -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Observed:
+    """An event of the run: an instance's transition or process, wherever it runs."""
+
+    event: RecordedEvent
+
+
+@dataclass(frozen=True)
+class PreflightReported:
+    report: PreflightReport
+
+
+@dataclass(frozen=True)
+class PreflightOver:
+    """Every agent reported, or the wait for them ran out after ``waited`` seconds."""
+
+    waited: float
+
+
+@dataclass(frozen=True)
+class AgentGone:
+    """An agent's connection ended; ``reason`` says how (lost, or went away)."""
+
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class AgentSignalled:
+    """An agent received a stop signal (``scancel``) and is stopping its node."""
+
+    node: str
+    signum: int
+
+
+@dataclass(frozen=True)
+class AgentProcessExited:
+    """A process hosting agents (one agent, or the ``srun`` step of all) ended."""
+
+    label: str
+    exit: ExitStatus
+
+
+@dataclass(frozen=True)
+class StopSignalled:
+    """SIGTERM, SIGINT or SIGHUP to ``ddsup start``."""
+
+    signum: int
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    """``ddsup stop``: as SIGTERM to ``ddsup start``."""
+
+
+@dataclass(frozen=True)
+class SignalToForward:
+    """A signal some unit's ``forward_signals`` names reached ``ddsup start``."""
+
+    signum: int
+
+
+@dataclass(frozen=True)
+class StartupFailed:
+    """Launching the agents (or reaching them) failed before anything started."""
+
+    error: DdsupError
+
+
+@dataclass(frozen=True)
+class StopBegins:
+    """The run has ended; the stop sequence begins."""
+
+
+Input = (
+    Observed
+    | PreflightReported
+    | PreflightOver
+    | AgentGone
+    | AgentSignalled
+    | AgentProcessExited
+    | StopSignalled
+    | StopRequested
+    | SignalToForward
+    | StartupFailed
+    | StopBegins
+)
+
+
+# --- decisions ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StartOn:
+    host: Host
+    instances: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StopOn:
+    host: Host
+    instances: tuple[str, ...]
+    reason: str = "stop requested"
+
+
+@dataclass(frozen=True)
+class SignalOn:
+    host: Host
+    instances: tuple[str, ...]
+    signum: int
+
+
+@dataclass(frozen=True)
+class KillEverything:
+    """SIGKILL every instance everywhere, and the agents nobody can ask."""
+
+
+@dataclass(frozen=True)
+class EndRun:
+    """The run ends with ``outcome`` (the first cause); the stop sequence follows."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class PublishLanes:
+    update: LanesUpdate
+
+
+@dataclass(frozen=True)
+class Record:
+    """Write this run event to ``events.jsonl`` (and the console)."""
+
+    event: RunLifecycle
+
+
+@dataclass(frozen=True)
+class PlanPorted:
+    """Preflight picked ports for ``port = "auto"`` lanes: this plan is the run's now."""
+
+    plan: Plan
+
+
+Decision = (
+    StartOn | StopOn | SignalOn | KillEverything | EndRun | PublishLanes | Record | PlanPorted
+)

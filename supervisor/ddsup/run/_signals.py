@@ -1,0 +1,33 @@
+"""Stop signals, received the same way by ``ddsup start`` and by every node agent.
+
+SIGTERM, SIGINT and SIGHUP ask for a graceful stop; a second one, a stop without grace.
+They are set to "ignore" before the receiver opens and stay ignored after it closes:
+until the process watches them nothing runs yet that needs stopping, and after it no
+longer does (the final sweep, ``result.json``, exit) a late signal must not cut the
+cleanup half-way. Children are spawned while the receiver's handlers, not SIG_IGN, are
+installed, so they start with the default dispositions.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+
+import trio
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def ignore_stop_signals() -> None:
+    """Until a receiver watches them, stop signals do nothing."""
+    for stop in STOP_SIGNALS:
+        signal.signal(stop, signal.SIG_IGN)
+
+
+@contextmanager
+def stop_signal_receiver(*others: int) -> Iterator[AsyncIterator[int]]:
+    """The stop signals and ``others`` as they arrive; stop signals ignored afterwards."""
+    ignore_stop_signals()
+    with trio.open_signal_receiver(*STOP_SIGNALS, *others) as signals:
+        yield signals

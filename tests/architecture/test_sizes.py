@@ -1,0 +1,45 @@
+"""Small pieces: no module over 400 lines, no function over 60, in the whole package.
+
+A module that size holds one concept a reader can keep in mind; a function that size
+fits on a screen. The few exceptions are listed with the reason they are whole, and an
+exception that is no longer needed fails too, so the list never hides a new one.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import ddsup
+
+PACKAGE = Path(ddsup.__file__).parent
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+# Modules allowed over the limit, each with its reason (none today).
+LONG_MODULES: dict[str, str] = {}
+
+
+def _modules() -> list[tuple[str, str]]:
+    return [
+        (str(path.relative_to(PACKAGE)), path.read_text(encoding="utf-8"))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    ]
+
+
+def test_no_module_over_the_limit() -> None:
+    long = {name: len(text.splitlines()) for name, text in _modules()}
+    over = {name: lines for name, lines in long.items() if lines > MAX_MODULE_LINES}
+    assert set(over) - set(LONG_MODULES) == set(), f"split these: {over}"
+    assert set(LONG_MODULES) <= set(over), "an exception no longer needed: drop it"
+
+
+def test_no_function_over_the_limit() -> None:
+    over = []
+    for name, text in _modules():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno is not None
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    over.append(f"{name}:{node.lineno} {node.name}() has {lines} lines")
+    assert not over, "\n".join(over)

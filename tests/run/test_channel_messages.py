@@ -1,0 +1,175 @@
+"""The control channel's messages: every one survives the wire, and anything else is refused.
+
+``decode`` is the only reader of the protocol, so it is held to two promises: each typed
+message comes back equal to what was sent, and a line that is not one of them raises
+:class:`ChannelError`, which ends that connection (checked over a real socket).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+from ddsup.channel import Channel, connect_channel, serve_channel
+from ddsup.channel._messages import (
+    MESSAGES,
+    AgentStopped,
+    ChannelError,
+    EndpointSetup,
+    EventReport,
+    Hello,
+    Kill,
+    LanesUpdate,
+    Message,
+    PreflightReport,
+    ReadyLane,
+    Role,
+    Setup,
+    Shutdown,
+    SignalInstances,
+    Signalled,
+    Start,
+    StatusReply,
+    StatusRequest,
+    Stop,
+    StopAnswer,
+    StopRequest,
+    decode,
+    encode,
+)
+from ddsup.plan import Node, Plan, PlannedInstance
+from ddsup.process import ExitStatus
+from ddsup.record import InstanceState, InstanceStatus, RunSnapshot, UnitTransition
+from ddsup.units._model import EndpointSection, MinReady, UnitType
+
+PLAN = Plan(
+    nodes=(Node("n1", "10.0.0.1", (0, 1)),),
+    client="n1",
+    instances=(PlannedInstance("m@0", "m@", UnitType.LANE, "n1", (0,), 8000, 0, 0),),
+    endpoint_url="http://127.0.0.1:9000",
+)
+EVENT = UnitTransition(
+    instance="m@0",
+    node="n1",
+    from_state=InstanceState.STARTING,
+    to_state=InstanceState.RESTARTING,
+    reason="not ready within timeout_start = 1s; restart in 2s",
+    restarts=1,
+    readiness_timeout=True,
+    probe="HTTP 503",
+    time=12.5,
+)
+ROW = InstanceStatus(
+    "m@0", "m@", UnitType.LANE, "n1", (0,), 8000, "m", InstanceState.FAILED, 3.0, None, 2,
+    ExitStatus(signal=9), "start limit hit", "timed out (HTTP 503)", 1.5,
+)  # fmt: skip
+SAMPLES: list[Message] = [
+    Hello(Role.AGENT, "s3cret", node="n1", pid=42),
+    Hello(Role.CONTROL, "s3cret"),
+    Setup(PLAN, "inv", "/state", "/units", "1234", "http://127.0.0.1:9000"),
+    Start(("m@0", "m@1")),
+    Stop(("m@0",), "a required unit failed"),
+    SignalInstances(("m@0",), 10),
+    Kill(),
+    Shutdown(),
+    PreflightReport("n1", ("port 8000 planned for m@0 is already in use",), {"m@1": 41234}),
+    EventReport(EVENT),
+    Signalled(15),
+    AgentStopped("n1"),
+    EndpointSetup(EndpointSection(port=9100, api_key_env="KEY", min_ready=MinReady(count=2))),
+    LanesUpdate((ReadyLane("m@0", "m", "http://10.0.0.1:8000"),), ("m",)),
+    StatusRequest(),
+    StatusReply(RunSnapshot("inv", "local", 1.0, 2.0, "/state", False, (ROW,))),
+    StopRequest(),
+    StopAnswer(),
+]
+
+
+def test_every_message_has_a_sample() -> None:
+    assert {type(m) for m in SAMPLES} == set(MESSAGES)
+    assert len({kind.op for kind in MESSAGES}) == len(MESSAGES), "ops must be unique"
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=lambda m: type(m).__name__)
+def test_every_message_round_trips(message: Message) -> None:
+    line = encode(message)
+    assert b"\n" not in line
+    assert decode(line) == message
+
+
+def test_the_secret_is_not_in_a_hello_repr() -> None:
+    assert "s3cret" not in repr(Hello(Role.CONTROL, "s3cret"))
+
+
+def _line(data: object) -> bytes:
+    return json.dumps(data).encode()
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        (b"{not json", "malformed message"),
+        (_line([1, 2]), "not an object"),
+        (_line({"op": "reboot"}), "unknown message 'reboot'"),
+        (_line({"instances": ["a"]}), "unknown message None"),
+        (_line({"op": "start"}), "missing field 'instances'"),
+        (_line({"op": "start", "instances": "m@0"}), "'instances' must be a list"),
+        (_line({"op": "start", "instances": [3]}), "'instances' must be str"),
+        (_line({"op": "signal", "instances": [], "signum": True}), "'signum' must be int"),
+        (_line({"op": "kill", "now": True}), "unknown fields ['now']"),
+        (_line({"op": "hello", "role": "root", "secret": "x"}), "malformed 'hello'"),
+        (_line({"op": "preflight", "node": "n", "ports": {"a": "1"}}), "must be int"),
+        (_line({"op": "event", "event": {"event": "unit", "time": 1}}), "malformed 'event'"),
+        (_line({"op": "setup", "plan": {"nodes": 3}}), "malformed 'setup'"),
+        (_line({"op": "endpoint", "section": {"port": "9000"}}), "'port' must be int"),
+        (_line({"op": "endpoint", "section": {"prot": 9000}}), "unknown fields ['prot']"),
+        (_line({"op": "lanes", "lanes": [{"instance": "a"}]}), "missing field 'model'"),
+        (_line({"op": "status_reply", "snapshot": []}), "expected an object"),
+    ],
+)
+def test_anything_else_is_a_channel_error(line: bytes, why: str) -> None:
+    with pytest.raises(ChannelError) as info:
+        decode(line)
+    assert why in str(info.value)
+
+
+async def test_a_line_that_does_not_decode_ends_the_connection() -> None:
+    """The server drops the peer: its next receive sees the end of the stream."""
+    handled: list[Message] = []
+
+    async def handler(channel: Channel, hello: Hello) -> None:
+        while (message := await channel.receive()) is not None:
+            handled.append(message)
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(
+            lambda task_status: serve_channel(handler, "s", task_status=task_status)
+        )
+        channel = await connect_channel(f"127.0.0.1:{port}", Hello(Role.CONTROL, "s"))
+        await channel.send(StatusRequest())
+        await channel._stream.send_all(b'{"op": "start", "instances": [1]}\n')
+        with trio.fail_after(5):
+            assert await channel.receive() is None
+        await channel.aclose()
+        nursery.cancel_scope.cancel()
+    assert handled == [StatusRequest()]
+
+
+async def test_a_wrong_secret_is_dropped_before_any_message() -> None:
+    handled: list[Hello] = []
+
+    async def handler(channel: Channel, hello: Hello) -> None:
+        handled.append(hello)
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(
+            lambda task_status: serve_channel(handler, "s", task_status=task_status)
+        )
+        channel = await connect_channel(f"127.0.0.1:{port}", Hello(Role.CONTROL, "wrong"))
+        with trio.fail_after(5):
+            assert await channel.receive() is None
+        await channel.aclose()
+        nursery.cancel_scope.cancel()
+    assert handled == []
