@@ -201,7 +201,8 @@ def _engine_flags(group: argparse._ArgumentGroup) -> None:
     )  # fmt: skip
     group.add_argument(
         "--engine-clear-env", action="store_true",
-        help="start the engine with an empty environment (env -i): no DDSUP_* tag at all",
+        help="start the engine with a cleared environment (env -i, PATH only): no DDSUP_* "
+        "tag at all",
     )  # fmt: skip
     group.add_argument(
         "--engine-pid-file", type=Path, default=None, metavar="PATH",

@@ -18,8 +18,9 @@ real ``setproctitle`` and forks its workers, which retitle too. Options (all tes
   a kill of the server's process group misses it); otherwise it stays in the server's
   process group, as vLLM's does;
 - ``outlives_server``: a normal server exit leaves the engine running as well;
-- ``clear_env``: the engine starts with an empty environment (``env -i``), so not even
-  its first instant carries a ``DDSUP_*`` tag.
+- ``clear_env``: the engine starts with a cleared environment (``env -i PATH=$PATH``), so
+  not even its first instant carries a ``DDSUP_*`` tag. (``PATH`` stays because
+  ``setproctitle`` cannot retitle a process whose environment is empty.)
 
 The server talks to the engine over its stdin pipe: ``stop`` makes it end its workers
 and exit 0; end-of-file without ``stop`` (the server died, or detached on purpose) leaves
@@ -40,7 +41,7 @@ from ddsup._errors import DdsupError
 TITLE_PREFIX_ENV = "VLLM_PROCESS_NAME_PREFIX"
 DEFAULT_TITLE_PREFIX = "VLLM"
 
-# argv: prefix, worker names… . Only os, signal and setproctitle: it runs with an empty
+# argv: prefix, worker names… . Only os, signal and setproctitle: it runs with a cleared
 # environment too, and a ddsup import would be a needless second of start-up.
 _CHILD = """
 import os, signal, sys
@@ -157,6 +158,10 @@ class EngineCore:
             self.process.wait()
 
 
+def _cleared_env() -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", os.defpath)}
+
+
 def spawn_engine_core(options: EngineOptions) -> EngineCore:
     """Start the engine (and its workers); write its PID to ``options.pid_file``."""
     prefix = os.environ.get(TITLE_PREFIX_ENV) or DEFAULT_TITLE_PREFIX
@@ -167,7 +172,7 @@ def spawn_engine_core(options: EngineOptions) -> EngineCore:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=options.setsid,
-            env={} if options.clear_env else None,
+            env=_cleared_env() if options.clear_env else None,
         )
     except OSError as err:
         raise DdsupError(f"fake-vllm: cannot start the engine process: {err}") from err
