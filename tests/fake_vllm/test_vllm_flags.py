@@ -197,3 +197,10 @@ def test_the_example_units_argv_is_accepted_and_honoured(name: str, argv: list[s
             1,
             2,
         )
+
+
+def test_vllms_help_search_is_plain_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fake-vllm", "--help=ModelConfig"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: ddsup fake-vllm [MODEL] [options]")

@@ -9,7 +9,8 @@ A rehearsal runs a real unit's argv with ``vllm serve`` replaced by ``ddsup fake
   start-up names them in one log line, never their values (``--hf-token`` and
   ``--api-key`` carry secrets);
 - ``--max_model_len`` is ``--max-model-len`` (underscores in flag names), ``--flag=value``,
-  ``-O3`` / ``-O 3`` for ``--optimization-level``, and dotted JSON keys
+  ``--help=GROUP`` is ``--help``, ``-O3`` / ``-O 3`` for ``--optimization-level``, and dotted
+  JSON keys
   (``--compilation-config.mode 3``, ``--speculative-config.method=ngram``, ``--x.list+ a``)
   merged into one JSON value per flag;
 - an argument that is neither the fake's nor vLLM's is still an error, reported by the
@@ -146,6 +147,9 @@ def normalise_vllm_argv(args: list[str]) -> list[str]:
             continue
         if not arg.startswith("--"):
             plain.append(arg)
+            continue
+        if arg.startswith("--help="):  # vLLM's help search: plain help here
+            plain.append("--help")
             continue
         key, eq, value = arg.partition("=")
         head, dot, rest = key.partition(".")
