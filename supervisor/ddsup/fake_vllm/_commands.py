@@ -161,7 +161,8 @@ def _timing_flags(group: argparse._ArgumentGroup) -> None:
 def _failure_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--crash-after-requests", type=int, default=None, metavar="N",
-        help="exit abruptly (status 1, no cleanup) once N generation requests were answered",
+        help="exit abruptly (status 1, no cleanup) once the engine answered N requests "
+        "(generation, responses, pooling)",
     )  # fmt: skip
     group.add_argument(
         "--crash-after-seconds", type=float, default=None, metavar="T",
