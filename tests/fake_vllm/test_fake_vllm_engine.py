@@ -98,18 +98,20 @@ async def _engine(
         env["SPT_NOENV"] = "1"
     pid_file = tmp_path / f"engine-{uuid.uuid4().hex}.pid"
     headless = "--headless" in args  # no port to wait for: the banner says it started
-    async with fake_vllm_process(
-        "--spawn-engine", "--engine-pid-file", str(pid_file), *args, env=env,
-        wait_listening=not headless,
-    ) as lane:  # fmt: skip
-        if headless:
-            assert (await _first_line(lane)).startswith(b"fake-vllm headless")
-        engine = int(pid_file.read_text())
-        try:
-            yield lane, engine, invocation
-        finally:
-            _kill_tree(engine)
-    await _gone(engine)
+    try:
+        async with fake_vllm_process(
+            "--spawn-engine", "--engine-pid-file", str(pid_file), *args, env=env,
+            wait_listening=not headless,
+        ) as lane:  # fmt: skip
+            if headless:
+                assert (await _first_line(lane)).startswith(b"fake-vllm headless")
+            yield lane, int(pid_file.read_text()), invocation
+    finally:  # the engine outlives its killed server by design: end it here, whatever failed
+        with trio.CancelScope(shield=True):
+            if pid_file.exists() and pid_file.read_text().strip():
+                engine = int(pid_file.read_text())
+                _kill_tree(engine)
+                await _gone(engine)
 
 
 async def test_engine_is_retitled_and_its_environ_loses_the_tag(tmp_path: Path) -> None:
