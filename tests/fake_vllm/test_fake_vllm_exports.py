@@ -10,6 +10,10 @@ def test_exported_members() -> None:
     assert exported == {
         "Behaviour",
         "CRASH_EXIT_STATUS",
+        "LoraModule",
+        "VLLM_VERSION",
+        "fake_vllm_argv",
+        "is_vllm_serve",
         "behaviour_from_args",
         "configure_fake_vllm",
         "run_fake_vllm",

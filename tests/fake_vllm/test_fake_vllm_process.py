@@ -151,7 +151,6 @@ async def test_spawn_engine_outlives_sigkill(tmp_path: Path) -> None:
         engine = int(pid_file.read_text())
         try:
             assert os.getsid(engine) == engine != os.getsid(lane.process.pid)  # setsid
-            assert psutil.Process(engine).environ()["DDSUP_INVOCATION_ID"] == invocation
             lane.process.kill()
             assert await _wait(lane) == -signal.SIGKILL
             with trio.move_on_after(0.3):  # it must not follow its parent: watch a while
@@ -185,7 +184,10 @@ def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
         "--ttft", "--tokens-per-second", "--max-num-seqs", "--default-max-tokens",
         "--crash-after-requests", "--crash-after-seconds", "--fail-health",
         "--fail-health-after", "--ignore-sigterm", "--shutdown-timeout", "--spawn-engine",
-        "--engine-pid-file",
+        "--engine-pid-file", "--engine-setsid", "--engine-outlives-server", "--engine-clear-env",
+        "MODEL", "--served-model-name", "--api-key", "--enable-lora", "--lora-modules",
+        "--headless", "--tensor-parallel-size", "--pipeline-parallel-size", "--nnodes",
+        "--node-rank", "usage: ddsup fake-vllm [MODEL] [options]",
     ):  # fmt: skip
         assert flag in text
 

@@ -1,21 +1,32 @@
 """``ddsup fake-vllm``: a vLLM stand-in for rehearsals and tests (docs/cli.md, `ddsup fake-vllm`).
 
-It serves vLLM's HTTP surface (OpenAI completions and chat with SSE streaming,
-``/v1/models``, ``/health``, ``/metrics``) with deterministic text, and misbehaves on
-request: slow start, slow tokens, limited concurrency, crashes, an unhealthy health
-check, a SIGTERM it ignores, an engine process that outlives it. Layering, bottom up:
+It takes ``vllm serve``'s command line (every flag of vLLM 0.34), serves vLLM's HTTP
+surface (OpenAI completions and chat with SSE streaming, responses, embeddings, pooling,
+score, rerank, tokenize, ``/v1/models`` with aliases and LoRA adapters, ``/health``,
+``/metrics``) with deterministic answers, imitates vLLM's process model (a retitled
+``VLLM::EngineCore`` with its ``VLLM::Worker_TP…`` children), and misbehaves on request:
+slow start, slow tokens, limited concurrency, crashes, an unhealthy health check, a
+SIGTERM it ignores, an engine that outlives it. Layering, bottom up:
 
-- ``_behaviour``: the validated knobs (:class:`Behaviour`).
+- ``_vllm_flags``: vLLM's serve flags as data; ``_behaviour``: the validated knobs.
 - ``_text``: deterministic tokens and stop strings; ``_request``: request validation;
   ``_responses``: vLLM-shaped JSON; ``_metrics``: Prometheus text.
+- ``_models``: served names and adapters; ``_pooling``: pooling, scoring and tokenizer
+  routes; ``_responses_api``: ``/v1/responses``.
 - ``_engine``: the running/waiting model, counters, health, planned crashes.
 - ``_app``: the ASGI app; ``_server``: hypercorn (trio) serving it.
-- ``_engine_core``: the setsid ``EngineCore`` child; ``_commands``: the CLI.
+- ``_engine_core``: the retitled engine and worker processes.
+- ``_vllm_cli``: vLLM's argv inside the fake (and :func:`fake_vllm_argv` for
+  rehearsals); ``_commands``: the CLI; ``_main``: running it.
 """
 
 from ddsup.fake_vllm._behaviour import Behaviour as Behaviour
+from ddsup.fake_vllm._behaviour import LoraModule as LoraModule
 from ddsup.fake_vllm._commands import behaviour_from_args as behaviour_from_args
 from ddsup.fake_vllm._commands import configure_fake_vllm as configure_fake_vllm
-from ddsup.fake_vllm._commands import run_fake_vllm as run_fake_vllm
 from ddsup.fake_vllm._engine import CRASH_EXIT_STATUS as CRASH_EXIT_STATUS
+from ddsup.fake_vllm._main import run_fake_vllm as run_fake_vllm
 from ddsup.fake_vllm._server import serve_fake_vllm as serve_fake_vllm
+from ddsup.fake_vllm._vllm_cli import fake_vllm_argv as fake_vllm_argv
+from ddsup.fake_vllm._vllm_cli import is_vllm_serve as is_vllm_serve
+from ddsup.fake_vllm._vllm_flags import VLLM_VERSION as VLLM_VERSION

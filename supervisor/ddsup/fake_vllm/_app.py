@@ -1,15 +1,21 @@
 """The ASGI application of the fake: vLLM's HTTP surface over the fake engine.
 
-Routes (as vLLM's ``api_server.py``): ``GET /health`` (200, empty body; 503 when told to
-fail), ``GET|POST /ping``, ``GET /version``, ``GET /v1/models``, ``GET /metrics``,
-``POST /v1/completions`` and ``POST /v1/chat/completions`` (with SSE streaming). Every
-response carries ``x-fake-vllm-lane`` so a test can tell which lane answered. A client
-that disconnects while its request queues or generates frees its slot at once, as vLLM
-aborts such requests.
+Routes (as vLLM's API server): ``GET /health`` (200, empty body; 503 when told to
+fail), ``GET|POST /ping``, ``GET /version``, ``GET /v1/models`` (served names and LoRA
+adapters), ``GET /metrics``, ``POST /v1/completions`` and ``POST /v1/chat/completions``
+(with SSE streaming), ``POST /v1/responses`` (non-streaming), and the pooling, scoring
+and tokenizer routes of :mod:`~ddsup.fake_vllm._pooling`. Every response carries
+``x-fake-vllm-lane`` so a test can tell which lane answered. A client that disconnects
+while its request queues or generates frees its slot at once, as vLLM aborts such
+requests. With API keys, paths under ``/v1``, ``/v2``, ``/inference`` and ``/cohere``
+need ``Authorization: Bearer KEY`` (else 401 ``{"error": "Unauthorized"}``), as vLLM's
+``AuthenticationMiddleware``; ``/health``, ``/metrics``, ``/tokenize`` … stay open.
 """
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
@@ -17,18 +23,19 @@ from typing import Any
 import trio
 
 from ddsup import __version__
-from ddsup.fake_vllm import _metrics
+from ddsup.fake_vllm import _metrics, _pooling
 from ddsup.fake_vllm._behaviour import Behaviour
 from ddsup.fake_vllm._engine import Engine
-from ddsup.fake_vllm._request import GenerationRequest, Limits, RequestError, parse_generation
-from ddsup.fake_vllm._responses import (
-    DONE,
-    ChunkWriter,
-    dumps,
-    error_body,
-    full_response,
-    model_list,
+from ddsup.fake_vllm._models import ServedModels
+from ddsup.fake_vllm._request import (
+    GenerationRequest,
+    Limits,
+    RequestError,
+    json_object,
+    parse_generation,
 )
+from ddsup.fake_vllm._responses import DONE, ChunkWriter, dumps, error_body, full_response
+from ddsup.fake_vllm._responses_api import parse_responses, response_body
 from ddsup.fake_vllm._text import ChoiceText, generate, tokens
 
 Scope = dict[str, Any]
@@ -39,6 +46,20 @@ Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _JSON = b"application/json"
 _SSE = b"text/event-stream; charset=utf-8"
+_GUARDED = ("/v1", "/v2", "/inference", "/cohere")  # vLLM's AuthenticationMiddleware
+_POOLING_ROUTES: dict[str, _pooling.Builder] = {
+    "/v1/embeddings": _pooling.embeddings,
+    "/pooling": _pooling.pooling,
+    "/score": _pooling.score,
+    "/v1/score": _pooling.score,
+    "/rerank": _pooling.rerank,
+    "/v1/rerank": _pooling.rerank,
+    "/v2/rerank": _pooling.rerank,
+}
+_TOKENIZER_ROUTES: dict[str, _pooling.Builder] = {
+    "/tokenize": _pooling.tokenize,
+    "/detokenize": _pooling.detokenize,
+}
 
 
 class _Disconnected(Exception):
@@ -57,9 +78,11 @@ class FakeVllmApp:
         self._engine = engine
         self._lane = ""
         self._lane_header = (b"x-fake-vllm-lane", b"")
+        self._served = ServedModels.of(behaviour)
         self._limits = Limits(
-            behaviour.model, behaviour.default_max_tokens, behaviour.max_model_len
+            self._served.resolve, behaviour.default_max_tokens, behaviour.max_model_len
         )
+        self._key_digests = [hashlib.sha256(k.encode()).digest() for k in behaviour.api_keys]
         self._created = int(time.time())  # like vLLM's model cards: when it loaded
         self._routes: dict[tuple[str, str], Handler] = {
             ("GET", "/health"): self._health,
@@ -70,7 +93,12 @@ class FakeVllmApp:
             ("GET", "/metrics"): self._metrics,
             ("POST", "/v1/completions"): self._completions,
             ("POST", "/v1/chat/completions"): self._chat,
+            ("POST", "/v1/responses"): self._responses,
         }
+        for path, builder in _POOLING_ROUTES.items():
+            self._routes["POST", path] = self._builder_route(builder, in_engine=True)
+        for path, builder in _TOKENIZER_ROUTES.items():
+            self._routes["POST", path] = self._builder_route(builder, in_engine=False)
 
     def bound(self, port: int) -> None:
         """Fix the lane identity now that the port is known."""
@@ -83,6 +111,9 @@ class FakeVllmApp:
             return
         if scope["type"] != "http":
             return
+        if self._key_digests and not self._authorised(scope):
+            await self._respond(send, 401, dumps({"error": "Unauthorized"}))
+            return
         handler = self._routes.get((scope["method"], scope["path"]))
         if handler is not None:
             await handler(scope, receive, send)
@@ -90,6 +121,17 @@ class FakeVllmApp:
             await self._respond(send, 405, dumps({"detail": "Method Not Allowed"}))
         else:
             await self._respond(send, 404, dumps({"detail": "Not Found"}))
+
+    def _authorised(self, scope: Scope) -> bool:
+        """vLLM's check: guarded paths need one of the keys as a bearer token."""
+        if scope["method"] == "OPTIONS" or not scope["path"].startswith(_GUARDED):
+            return True
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        digest = hashlib.sha256(token.encode("latin-1")).digest()
+        return any(secrets.compare_digest(digest, key) for key in self._key_digests)
 
     async def _respond(
         self,
@@ -119,13 +161,60 @@ class FakeVllmApp:
         await self._respond(send, 200, dumps({"version": f"fake-vllm (ddsup {__version__})"}))
 
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
-        behaviour = self._behaviour
-        body = model_list(behaviour.model, behaviour.max_model_len, self._created)
-        await self._respond(send, 200, dumps(body))
+        await self._respond(send, 200, dumps(self._served.model_list(self._created)))
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
-        text = _metrics.render(self._engine.snapshot(), self._behaviour.model)
+        text = _metrics.render(self._engine.snapshot(), self._served.primary)
         await self._respond(send, 200, text, _metrics.CONTENT_TYPE.encode())
+
+    def _builder_route(self, builder: _pooling.Builder, *, in_engine: bool) -> Handler:
+        """A JSON-in, JSON-out route; pooling runs in an engine slot, the tokenizer not."""
+
+        async def handle(scope: Scope, receive: Receive, send: Send) -> None:
+            try:
+                answer = builder(json_object(await _read_body(receive)), self._served)
+            except RequestError as err:
+                await self._error(send, err)
+                return
+            except _Disconnected:
+                return
+            if in_engine and not await self._in_slot(receive, 1):
+                return
+            await self._respond(send, 200, dumps(answer.body))
+            if in_engine:
+                self._engine.finished(["stop"], answer.prompt_tokens, 0)
+
+        return handle
+
+    async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            data = json_object(await _read_body(receive))
+            request = parse_responses(data, self._served, self._behaviour.default_max_tokens)
+        except RequestError as err:
+            await self._error(send, err)
+            return
+        except _Disconnected:
+            return
+        stream = tokens(self._lane, request.model, request.prompt, 0)
+        choice = generate(stream, request.max_output_tokens, ())
+        if not await self._in_slot(receive, choice.completion_tokens):
+            return
+        await self._respond(send, 200, dumps(response_body(request, choice)))
+        reasons = [choice.finish_reason]
+        self._engine.finished(reasons, request.prompt_tokens, choice.completion_tokens)
+
+    async def _in_slot(self, receive: Receive, steps: int) -> bool:
+        """Queue for a slot and "generate" ``steps`` tokens; False if the client left."""
+        done = False
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+            async with self._engine.slot():
+                await _sleep_until(self._token_time(trio.current_time(), steps - 1))
+            done = True
+            nursery.cancel_scope.cancel()
+        if not done:
+            self._engine.aborted()
+        return done
 
     async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._generate(receive, send, chat=False)

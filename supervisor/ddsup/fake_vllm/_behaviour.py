@@ -8,7 +8,7 @@ the flag instead of failing later inside the event loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddsup._errors import UsageError
@@ -21,18 +21,39 @@ DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
+class LoraModule:
+    """A LoRA adapter of ``--lora-modules``: served as the model ``name``.
+
+    ``base_model_name`` is the ``parent`` in ``/v1/models`` (default: the first served
+    name), as vLLM shows it.
+    """
+
+    name: str
+    path: str
+    base_model_name: str | None = None
+
+
+@dataclass(frozen=True)
 class Behaviour:
     """The validated configuration of one fake vLLM server.
 
-    ``lane_id`` is the identity a test uses to tell lanes apart; it defaults to the port
-    (``None`` here means "use the bound port"). Optional times are ``None`` when off.
-    ``ignore_sigterm``, ``spawn_engine`` and ``engine_pid_file`` concern the process and
-    are acted on by the command line only; :func:`serve_fake_vllm` uses the rest.
+    ``model`` is vLLM's model (``vllm serve MODEL``: a path or hub id, the ``root`` of
+    its ``/v1/models`` cards); it is served under ``served_model_names`` (aliases: the
+    first is the name in answers and metrics labels), or under its own name when there
+    are none, and LoRA adapters under their own names. ``lane_id`` is the identity a
+    test uses to tell lanes apart; it defaults to the port (``None`` here means "use the
+    bound port"). Optional times are ``None`` when off. ``api_keys`` stay out of
+    ``repr``. ``ignore_sigterm``, ``headless`` and the ``engine_*`` and parallelism knobs
+    concern the process and are acted on by the command line only;
+    :func:`serve_fake_vllm` uses the rest.
     """
 
     host: str = "127.0.0.1"
     port: int = 0
     model: str = DEFAULT_MODEL
+    served_model_names: tuple[str, ...] = ()
+    lora_modules: tuple[LoraModule, ...] = ()
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
     lane_id: str | None = None
     startup_delay: float = 0.0
     ttft: float = 0.0
@@ -46,12 +67,23 @@ class Behaviour:
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
     spawn_engine: bool = False
     engine_pid_file: Path | None = None
+    engine_setsid: bool = True
+    engine_outlives_server: bool = False
+    engine_clear_env: bool = False
+    headless: bool = False
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
     fail_health: bool = False
     fail_health_after: float | None = None
 
     def __post_init__(self) -> None:
         _check(0 <= self.port <= 65535, "--port", "must be between 0 and 65535")
         _check(bool(self.model.strip()), "--model", "must not be empty")
+        names = [*self.served_model_names, *(lora.name for lora in self.lora_modules)]
+        _check(all(n.strip() for n in names), "--served-model-name", "must not be empty")
+        _check(len(set(names)) == len(names), "--lora-modules", "names must be unique")
         _check(self.lane_id is None or bool(self.lane_id), "--lane-id", "must not be empty")
         for flag, value in (
             ("--startup-delay", self.startup_delay),
@@ -67,13 +99,23 @@ class Behaviour:
             ("--default-max-tokens", self.default_max_tokens),
             ("--max-model-len", self.max_model_len),
             ("--crash-after-requests", self.crash_after_requests),
+            ("--tensor-parallel-size", self.tensor_parallel_size),
+            ("--pipeline-parallel-size", self.pipeline_parallel_size),
+            ("--nnodes", self.nnodes),
         ):
             _check(count is None or count >= 1, flag, "must be at least 1")
-        _check(
-            self.engine_pid_file is None or self.spawn_engine,
-            "--engine-pid-file",
-            "needs --spawn-engine",
-        )
+        _check(0 <= self.node_rank < self.nnodes, "--node-rank", "must be in [0, --nnodes)")
+        for flag, on in (
+            ("--engine-pid-file", self.engine_pid_file is not None),
+            ("--no-engine-setsid", not self.engine_setsid),
+            ("--engine-outlives-server", self.engine_outlives_server),
+            ("--engine-clear-env", self.engine_clear_env),
+        ):
+            _check(not on or self.spawn_engine, flag, "needs --spawn-engine")
+
+    def served_names(self) -> tuple[str, ...]:
+        """The names the base model answers to; the first is the one in answers."""
+        return self.served_model_names or (self.model,)
 
     def lane(self, bound_port: int) -> str:
         """The lane identity served in ``x-fake-vllm-lane`` and in every generated text."""

@@ -9,6 +9,7 @@ them. Problems become :class:`RequestError`, which the app turns into vLLM's err
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,9 +36,14 @@ class RequestError(Exception):
 
 @dataclass(frozen=True)
 class Limits:
-    """What the served model allows; from :class:`~ddsup.fake_vllm._behaviour.Behaviour`."""
+    """What the served model allows, and how a request's ``model`` resolves.
 
-    model: str
+    ``resolve_model`` maps the request's ``model`` (``None`` when absent) to the name the
+    answer carries, raising :class:`RequestError` (404) for a name the lane does not serve
+    (:meth:`~ddsup.fake_vllm._models.ServedModels.resolve`).
+    """
+
+    resolve_model: Callable[[object], str]
     default_max_tokens: int
     max_model_len: int
 
@@ -59,8 +65,8 @@ class GenerationRequest:
 
 def parse_generation(body: bytes, *, chat: bool, limits: Limits) -> GenerationRequest:
     """Validate ``body`` against the served model; raise :class:`RequestError` if invalid."""
-    data = _json_object(body)
-    model = _model(data, limits.model)
+    data = json_object(body)
+    model = limits.resolve_model(data.get("model"))
     prompts = (_chat_prompt(data),) if chat else _completion_prompts(data)
     prompt_tokens = sum(count_tokens(p) for p in prompts)
     longest = max(count_tokens(p) for p in prompts)
@@ -82,7 +88,8 @@ def parse_generation(body: bytes, *, chat: bool, limits: Limits) -> GenerationRe
     )
 
 
-def _json_object(body: bytes) -> dict[str, Any]:
+def json_object(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 saying why not."""
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, ValueError) as err:
@@ -90,20 +97,6 @@ def _json_object(body: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RequestError("The request body must be a JSON object.")
     return data
-
-
-def _model(data: dict[str, Any], served: str) -> str:
-    model = data.get("model")
-    if model is None:
-        return served  # vLLM serves requests without a model with its (only) model
-    if model != served:
-        raise RequestError(
-            f"The model `{model}` does not exist.",
-            status=404,
-            err_type="NotFoundError",
-            param="model",
-        )
-    return served
 
 
 def _completion_prompts(data: dict[str, Any]) -> tuple[str, ...]:
