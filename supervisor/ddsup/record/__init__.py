@@ -4,15 +4,25 @@ Everything that writes what a run did (the service, the controller) and everythi
 reads it back (``status``, ``logs``, metrics, the console) shares these: ``_states`` (the
 one enum of instance states), ``_events`` (``events.jsonl``), ``_outcome`` (how a run
 ended, ``result.json``), ``_state_dir`` (where it all lives) and ``_display`` (how states
-and durations look to a person).
+and durations look to a person). Reading a whole run back: ``_series`` (the endpoint's
+time series format), ``_run_files`` (every file of a run, tolerantly), ``_timeline``
+(events replayed into segments) and ``_efficiency`` (where the GPU time went).
 """
 
 from __future__ import annotations
 
+from ddsup.record._efficiency import Efficiency as Efficiency
+from ddsup.record._efficiency import efficiency as efficiency
+from ddsup.record._efficiency import efficiency_json as efficiency_json
+from ddsup.record._efficiency import efficiency_line as efficiency_line
 from ddsup.record._events import Event as Event
 from ddsup.record._events import EventLog as EventLog
 from ddsup.record._events import read_events as read_events
 from ddsup.record._outcome import Outcome as Outcome
+from ddsup.record._run_files import RunFiles as RunFiles
+from ddsup.record._run_files import load_run as load_run
+from ddsup.record._series import Series as Series
+from ddsup.record._series import read_series as read_series
 from ddsup.record._state_dir import StateDir as StateDir
 from ddsup.record._states import IllegalTransition as IllegalTransition
 from ddsup.record._states import InstanceState as InstanceState
