@@ -172,7 +172,7 @@ def two_lane_run() -> Synthetic:
     ]
     busy = [1, 1, 0, 0, 1.0, 100]
     series = [series_line(T0 + 51 + i, 1.0, {"a@0": busy}) for i in range(10)]
-    series[0]["first"] = T0 + 50.2
+    series[0]["first"] = T0 + 50.0
     series.insert(0, series_line(T0 + 40, 10.0, {"a@1": [4, 4, 0, 0, 8.0, 400]}))
     series.append(
         series_line(

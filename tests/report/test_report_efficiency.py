@@ -50,7 +50,7 @@ def test_two_lanes_with_a_restart_and_an_unused_gpu(tmp_path: Path) -> None:
     assert eff.line() == (
         "GPU time 13 min: loading 17 %, serving 4 %, idle 45 %, down 9 %, unused 25 %"
     )
-    assert eff.first_request == pytest.approx(T0 + 50.2)
+    assert eff.first_request == pytest.approx(T0 + 50.0)
     assert eff.last_request == pytest.approx(T0 + 100.9)
 
 
@@ -63,7 +63,7 @@ def test_json_and_line_read_the_state_dir(tmp_path: Path) -> None:
     assert data["seconds"] == pytest.approx(
         {"loading": 140, "serving": 28.5, "idle": 362.5, "down": 69, "unused": 200}
     )
-    assert data["first_request_after"] == pytest.approx(50.2)
+    assert data["first_request_after"] == pytest.approx(50.0)
     assert data["last_request_before_end"] == pytest.approx(99.1)
     assert [lane["instance"] for lane in data["lanes"]] == ["a@0", "a@1"]
     assert data["lanes"][0]["seconds"]["serving"] == pytest.approx(11.5)

@@ -191,13 +191,13 @@ class SizeBudget:
     """A token bucket over the bytes written: ``burst`` at once, then ``per_hour``.
 
     The file of one endpoint process therefore never exceeds ``burst + per_hour × hours``
-    (16 MiB + 2 MiB an hour: at most 64 MiB for a 24-hour run). A handful of lanes never
-    meet the limit; with hundreds, the first part of a run is recorded every interval
-    and later lines each cover several intervals.
+    (32 MiB + 4 MiB an hour: at most 128 MiB for a 24-hour run). Up to about 30 busy lanes
+    never meet the limit; with hundreds, the first hours of a run are recorded every
+    interval and later lines each cover several intervals.
     """
 
-    burst: int = 16 * MIB
-    per_hour: int = 2 * MIB
+    burst: int = 32 * MIB
+    per_hour: int = 4 * MIB
 
 
 class _Bucket:

@@ -117,6 +117,8 @@ class Series:
         width = len(FIELDS)
         for line in self.lines:
             start, end, counts = line.start, line.end, line.counts
+            if line.first is not None and line.first > start:
+                start = line.first  # nothing went through before the first request
             for base, name in zip(range(0, len(counts), width), line.lanes, strict=True):
                 rows = lanes.get(name)
                 if rows is None:

@@ -78,7 +78,8 @@ def _bins(series: Series, axis: Axis) -> tuple[list[dict[str, float]], float]:
                 else:
                     other += n
         counts = {"answered": answered, "429": too_many, "errors": failed + other}
-        _spread(bins, width, axis, line.start, line.end, counts)
+        start = line.start if line.first is None else max(line.start, line.first)
+        _spread(bins, width, axis, start, line.end, counts)
     return bins, width
 
 
