@@ -134,7 +134,7 @@ def _lane_events(
     spans = []
     ready = t + rng.uniform(120, 300)
     events.append(_unit(ready, item, "starting", "ready", "probe passed"))
-    if rng.random() < 0.1:  # crashes once, loads again
+    if rng.random() < 0.1 and stop - ready > 900:  # crashes once, loads again
         crash = rng.uniform(ready + 60, stop - 600)
         spans.append((ready, crash))
         events.append(

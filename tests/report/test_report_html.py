@@ -101,7 +101,7 @@ def test_strings_from_the_run_cannot_inject_markup(tmp_path: Path) -> None:
 def test_many_lanes_fold_into_one_row_per_node(tmp_path: Path) -> None:
     bench = load_bench("report_scale")
     state = tmp_path / "run"
-    bench.write_synthetic_run(state, lanes=1024, seconds=600.0)
+    bench.write_synthetic_run(state, lanes=1024, seconds=400.0)
     page = page_of(state)
     timeline = page[page.index('<svg class="timeline"') :]
     timeline = timeline[: timeline.index("</svg>")]
@@ -166,3 +166,16 @@ def test_the_command_explains_a_wrong_directory(
         == 1
     )
     assert "ddsup: error: cannot write" in capsys.readouterr().err
+
+
+def test_a_run_that_ended_before_its_plan(tmp_path: Path) -> None:
+    cause = {"reason": "lane@.toml:3:1: error: unknown key 'tpye'"}
+    events = [
+        run_event(T0, "starting"),
+        run_event(T0 + 0.2, "finished", status="invalid_units", exit_code=65, cause=cause),
+    ]
+    result = {"status": "invalid_units", "exit_code": 65, "cause": cause}
+    page = page_of(write_state(tmp_path / "run", Synthetic(None, events, None, result)))
+    assert "invalid_units, exit 65 (lane@.toml:3:1: error: unknown key &#x27;tpye&#x27;)" in page
+    assert "GPU time: none (the run ended before it had a plan)" in page
+    assert "no plan: the run ended before it placed any instance" in page

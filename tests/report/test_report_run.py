@@ -15,6 +15,7 @@ import re
 import shutil
 import socket
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,34 @@ async def test_the_rehearsal_produces_a_report(tmp_path: Path) -> None:
     assert "300 answered" in page and "ok, exit 0 (worker: exit status 0)" in page
     for node in ("node0", "node1"):
         assert f">{node}<" in page
+
+
+@pytest.mark.slow
+async def test_a_live_run_is_reported_up_to_now(tmp_path: Path) -> None:
+    """The report of a run still going: files being written, states that reach "now"."""
+    units = _units(tmp_path / "units")
+    (units / "worker.py").write_text("import time\ntime.sleep(60)\n")
+    state = tmp_path / "state"
+    argv = [sys.executable, "-m", "ddsup", "start", str(units), "--launcher", "local"]
+    argv += ["--gpus-per-node", "2", "--state-dir", str(state)]
+    async with trio.open_nursery() as nursery:
+        run = await nursery.start(partial(trio.run_process, argv, check=False, capture_stderr=True))
+        with trio.fail_after(60):
+            while '"instance": "worker"' not in _text(state / "events.jsonl"):  # noqa: ASYNC110
+                await trio.sleep(0.1)  # another process writes it: a bounded poll
+        report = [sys.executable, "-m", "ddsup", "report", "--state-dir", str(state)]
+        done = await trio.run_process(report, capture_stdout=True, capture_stderr=True, check=False)
+        assert done.returncode == 0, done.stderr.decode()
+        page = (state / "report.html").read_text()
+        assert "no result yet: live (or its controller was killed)" in page
+        assert "lane@0 · ready" in page and "lane@1 · ready" in page
+        stop = [sys.executable, "-m", "ddsup", "stop", "--state-dir", str(state)]
+        await trio.run_process(stop, capture_stdout=True, capture_stderr=True)
+    assert run.returncode == 143
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""

@@ -239,6 +239,8 @@ async def write_series(
     try:
         await trio.to_thread.run_sync(writer.write, header_line(os.getpid(), interval, time.time()))
         while True:
+            # wall-clock boundaries, not the monotonic clock: lines of several endpoint
+            # processes (and the run's events) then share the same seconds
             now = time.time()
             await trio.sleep((math.floor(now / interval) + 1) * interval - now)
             await writer.tick(final=False)
