@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ddsup.record._run_files import RunFiles, load_run
-from ddsup.record._series import LaneSamples, Series
+from ddsup.record._series import Series
 from ddsup.record._timeline import RunSpan, replay, run_span
 
 EFFICIENCY_FORMAT = 1
@@ -158,7 +158,7 @@ def efficiency(
         ready_spans = life.spans("ready")
         ready = sum(end - start for start, end in ready_spans)
         lane_samples = samples.get(str(item["instance"]).split(":")[0])
-        serving = min(ready, _serving(ready_spans, lane_samples)) if lane_samples else 0.0
+        serving = min(ready, lane_samples.busy_within(ready_spans)) if lane_samples else 0.0
         down = max(0.0, span.seconds - loading - ready)
         time_split = GpuTime(loading, serving, ready - serving, down)
         lanes.append(
@@ -180,33 +180,6 @@ def efficiency(
         first_request=series.first_request,
         last_request=series.last_request_end,
     )
-
-
-def _serving(ready: list[tuple[float, float]], samples: LaneSamples) -> float:
-    """Busy seconds of ``samples`` that fall in ``ready`` spans (each line clipped).
-
-    A line the lane was ready for only part of contributes at most that part. Lines and
-    spans are both in time order: one pass with a moving index (and a fast path for the
-    usual line that lies inside one ready span).
-    """
-    rows = sorted(samples.rows)  # already in order, unless several endpoint files overlap
-    total, first, spans = 0.0, 0, len(ready)
-    for start, end, busy, _ in rows:
-        if busy <= 0:
-            continue
-        while first < spans and ready[first][1] <= start:
-            first += 1
-        if first == spans:
-            break
-        if ready[first][0] <= start and end <= ready[first][1]:
-            total += busy if busy < end - start else end - start
-            continue
-        overlap, j = 0.0, first
-        while j < spans and ready[j][0] < end:
-            overlap += min(end, ready[j][1]) - max(start, ready[j][0])
-            j += 1
-        total += min(busy, overlap)
-    return total
 
 
 def summary_line(eff: Efficiency) -> str:

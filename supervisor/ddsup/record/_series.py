@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddsup.record._samples import LaneSamples
+
 SERIES_DIR = "series"
 SERIES_FORMAT = 1
 FIELDS = ("started", "finished", "failed", "outstanding", "busy", "bytes")
@@ -91,16 +93,6 @@ class SeriesLine:
         return self.counts[base : base + len(FIELDS)]
 
 
-Sample = tuple[float, float, float, int]  # one lane in one line: start, end, busy, started
-
-
-@dataclass(frozen=True)
-class LaneSamples:
-    """One lane's lines, oldest first: what the efficiency table and the charts iterate."""
-
-    rows: list[Sample] = field(default_factory=list)
-
-
 @dataclass(frozen=True)
 class Series:
     """Every line of every endpoint process of a run, sorted by end time."""
@@ -112,19 +104,26 @@ class Series:
 
     @functools.cached_property
     def by_lane(self) -> dict[str, LaneSamples]:
-        """Lane → its samples (computed once: a day of 1,024 lanes is millions of them)."""
-        lanes: dict[str, list[Sample]] = {}
-        width = len(FIELDS)
-        for line in self.lines:
-            start, end, counts = line.start, line.end, line.counts
-            if line.first is not None and line.first > start:
-                start = line.first  # nothing went through before the first request
-            for base, name in zip(range(0, len(counts), width), line.lanes, strict=True):
-                rows = lanes.get(name)
-                if rows is None:
-                    rows = lanes[name] = []
-                rows.append((start, end, counts[base + BUSY], int(counts[base + STARTED])))
-        return {name: LaneSamples(rows) for name, rows in lanes.items()}
+        """Lane → its samples as columns (computed once: a day is millions of them).
+
+        Consecutive lines usually name the same lanes in the same order, so each such
+        block is transposed at once (``zip(*counts)``, in C) instead of sample by sample.
+        """
+        lanes: dict[str, LaneSamples] = {}
+        for block in _blocks(self.lines):
+            # nothing went through a lane before the first request
+            starts = [max(line.start, line.first or line.start) for line in block]
+            ends = [line.end for line in block]
+            columns = list(zip(*(line.counts for line in block), strict=True))
+            for i, name in enumerate(block[0].lanes):
+                samples = lanes.get(name)
+                if samples is None:
+                    samples = lanes[name] = LaneSamples()
+                samples.starts.extend(starts)
+                samples.ends.extend(ends)
+                samples.busy.extend(columns[i * len(FIELDS) + BUSY])
+                samples.started.extend(columns[i * len(FIELDS) + STARTED])
+        return {name: _in_order(samples) for name, samples in lanes.items()}
 
     @property
     def first_request(self) -> float | None:
@@ -144,6 +143,25 @@ class Series:
             if line.lanes:
                 return line.quiet if line.quiet is not None else line.end
         return None
+
+
+def _blocks(lines: Sequence[SeriesLine]) -> Iterator[Sequence[SeriesLine]]:
+    """Runs of consecutive lines that name the same lanes in the same order."""
+    first = 0
+    for i in range(1, len(lines) + 1):
+        if i == len(lines) or lines[i].lanes != lines[first].lanes:
+            if lines[first].lanes:
+                yield lines[first:i]
+            first = i
+
+
+def _in_order(samples: LaneSamples) -> LaneSamples:
+    """Sorted by start (lines of several endpoint files interleave; one file is in order)."""
+    if samples.starts == sorted(samples.starts):
+        return samples
+    order = sorted(range(len(samples.starts)), key=samples.starts.__getitem__)
+    columns = (samples.starts, samples.ends, samples.busy, samples.started)
+    return LaneSamples(*([column[k] for k in order] for column in columns))
 
 
 def read_series(state_dir: Path) -> Series:

@@ -14,7 +14,8 @@ from typing import Any
 from ddsup.ops._metrics import lane_models
 from ddsup.record._efficiency import Efficiency, efficiency_of
 from ddsup.record._run_files import RunFiles
-from ddsup.record._series import FAILED, FINISHED, LaneSamples
+from ddsup.record._samples import LaneSamples
+from ddsup.record._series import FAILED, FINISHED
 from ddsup.record._timeline import Life, RunSpan, replay, run_span
 
 AGGREGATE_ABOVE = 128  # lane instances; above this, one timeline row per node

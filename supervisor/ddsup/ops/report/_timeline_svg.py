@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from ddsup.ops.report._model import NodeGroup, Report, Row
 from ddsup.ops.report._svg import Axis, clock, duration, elapsed, esc, num, rect, svg
-from ddsup.record._series import LaneSamples
+from ddsup.record._samples import LaneSamples
 from ddsup.record._timeline import Mark, MarkKind
 
 LABEL_W, PLOT_W, RIGHT = 210.0, 900.0, 16.0
@@ -124,36 +124,9 @@ def _instance_row(row: Row, axis: Axis, y: float) -> str:
 def spread(
     samples: LaneSamples, axis: Axis, columns: int = COLUMNS
 ) -> tuple[list[float], list[float]]:
-    """Busy seconds and requests started per column (each line's spread over its span)."""
-    busy, started = [0.0] * columns, [0.0] * columns
-    origin, finish, width = axis.start, axis.end, axis.seconds / columns
-    per_second, top = 1.0 / width, columns - 1
-    for s, e, b, n in samples.rows:
-        if s < origin or e > finish:
-            s, e = max(s, origin), min(e, finish)
-            if e < s:
-                continue
-        first, last = int((s - origin) * per_second), int((e - origin) * per_second)
-        if first == last or e == s or (last == first + 1 and last > top):
-            first = first if first < top else top
-            busy[first] += b
-            started[first] += n
-            continue
-        if last == first + 1:  # across one column boundary: the usual short line
-            share = (origin + last * width - s) / (e - s)
-            busy[first] += b * share
-            started[first] += n * share
-            busy[last] += b * (1.0 - share)
-            started[last] += n * (1.0 - share)
-            continue
-        last = last if last < top else top
-        for c in range(first, last + 1):
-            lo = max(s, origin + c * width)
-            hi = min(e, origin + (c + 1) * width)
-            share = max(0.0, hi - lo) / (e - s)
-            busy[c] += b * share
-            started[c] += n * share
-    return busy, started
+    """Busy seconds and requests started per column."""
+    width = axis.seconds / columns
+    return samples.per_interval([axis.start + c * width for c in range(columns + 1)])
 
 
 def _serving(row: Row, samples: LaneSamples, axis: Axis, y: float) -> Iterable[str]:
