@@ -3,13 +3,15 @@
 Two ``ddsup endpoint`` processes pinned to the same core, in front of the same minimal
 upstream lanes (``endpoint_proxy.py``'s), one with ``DDSUP_STATE_DIR`` set (the series
 is recorded: hooks on every request, a line a second written by a thread) and one
-without (the hooks are no-ops). wrk drives each in turn, alternating the order, for
-plain JSON and for SSE streams; the script prints the endpoint's CPU time per request
-(user + system, psutil) for both, and the difference. It also times the hooks
-themselves in-process (one request = started + sent + finished) and checks that the
-series counted every request wrk made.
+without (the hooks are no-ops). Two wrk processes drive both at the same time, so
+both see the same machine (a shared machine's load changes from second to second):
+each repetition gives each endpoint's CPU time per request (user + system, psutil) in
+the same window, and the script prints the medians and the median of the per-window
+differences, for plain JSON and for SSE streams. It also times the hooks themselves
+in-process (one request = started + sent + finished), and checks that the series
+counted every request wrk made.
 
-    python bench/endpoint_series_cost.py [--seconds 5] [--reps 5] [--lanes 4]
+    python bench/endpoint_series_cost.py [--seconds 4] [--reps 9] [--lanes 4]
 
 Needs ``wrk`` (Debian: ``apt-get install -y wrk``). Run from the repository root.
 """
@@ -24,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import timeit
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -84,22 +87,22 @@ def measure(args: argparse.Namespace) -> dict[str, list[float]]:
             procs[name] = psutil.Process(proc.pid)
         cpu: dict[str, list[float]] = {}
         sent = 0  # requests wrk completed through the recording endpoint
-        variants = [
-            (f"{n} {kind}", n, body)
-            for kind, body in (("JSON", PLAIN), ("SSE", STREAM))
-            for n in ("off", "on")
-        ]
-        for rep in range(args.reps):
-            order = variants if rep % 2 == 0 else variants[::-1]
-            for label, name, body in order:
-                if rep == 0:
-                    warm = wrk(urls[name], body, 1, args.connections, others)[0]
-                    sent += warm if name == "on" else 0
-                before = cpu_time((procs[name],))
-                n, took, _p50, _p99 = wrk(urls[name], body, args.seconds, args.connections, others)
-                cpu.setdefault(label, []).append((cpu_time((procs[name],)) - before) / n * 1e6)
-                cpu.setdefault(f"{label} rps", []).append(n / took)
-                sent += n if name == "on" else 0
+        with ThreadPoolExecutor(2) as pool:  # the two wrk processes run side by side
+            for kind, body in (("JSON", PLAIN), ("SSE", STREAM)):
+                for rep in range(args.reps + 1):  # the first is a warm-up
+                    before = {n: cpu_time((procs[n],)) for n in ("off", "on")}
+                    runs = {
+                        n: pool.submit(wrk, urls[n], body, args.seconds, args.connections, others)
+                        for n in ("off", "on")
+                    }
+                    done = {n: run.result() for n, run in runs.items()}
+                    sent += done["on"][0]
+                    if rep == 0:
+                        continue
+                    for n, (count, took, _p50, _p99) in done.items():
+                        used = cpu_time((procs[n],)) - before[n]
+                        cpu.setdefault(f"{n} {kind}", []).append(used / count * 1e6)
+                        cpu.setdefault(f"{n} {kind} rps", []).append(count / took)
         stop_all(children)  # the recording endpoint writes its last line as it stops
         series = read_series(state)
         counted = sum(line.total(STARTED) for line in series.lines)
@@ -116,8 +119,8 @@ def measure(args: argparse.Namespace) -> dict[str, list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--seconds", type=int, default=5, help="wrk time per run")
-    parser.add_argument("--reps", type=int, default=5, help="repetitions (medians reported)")
+    parser.add_argument("--seconds", type=int, default=4, help="seconds per window")
+    parser.add_argument("--reps", type=int, default=9, help="windows (medians reported)")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--lanes", type=int, default=4, help="upstream lanes")
     parser.add_argument("--events", type=int, default=50, help="SSE events per request")
@@ -132,20 +135,22 @@ def main() -> None:
     )
     results = measure(args)
     print(
-        f"endpoint on one core, wrk -c {args.connections} on the other, {args.lanes} lanes, "
-        f"{args.seconds} s × {args.reps} reps alternating; medians of CPU µs per request"
+        f"both endpoints on one core, two wrk -c {args.connections} at once on the other, "
+        f"{args.lanes} lanes, {args.reps} windows of {args.seconds} s; CPU µs per request"
     )
     for kind in ("JSON", "SSE"):
-        off, on = (statistics.median(results[f"{n} {kind}"]) for n in ("off", "on"))
+        offs, ons = results[f"off {kind}"], results[f"on {kind}"]
+        off, on = statistics.median(offs), statistics.median(ons)
         rps_off, rps_on = (statistics.median(results[f"{n} {kind} rps"]) for n in ("off", "on"))
+        paired = statistics.median((b - a) / a for a, b in zip(offs, ons, strict=True))
         print(
             f"  {kind:<5} series off {off:7.1f} µs ({rps_off:6.0f} req/s)   "
-            f"on {on:7.1f} µs ({rps_on:6.0f} req/s)   difference {on - off:+6.1f} µs "
-            f"= {(on - off) / off:+.1%} of the endpoint's CPU (goal < 2 %)"
+            f"on {on:7.1f} µs ({rps_on:6.0f} req/s)   median of the paired differences "
+            f"{paired:+.1%} of the endpoint's CPU (goal < 2 %)"
         )
         print(
-            f"        runs off: {', '.join(f'{v:.1f}' for v in results[f'off {kind}'])}; "
-            f"on: {', '.join(f'{v:.1f}' for v in results[f'on {kind}'])}"
+            f"        windows off: {', '.join(f'{v:.1f}' for v in offs)}; "
+            f"on: {', '.join(f'{v:.1f}' for v in ons)}"
         )
     lines, size = int(results["series lines"][0]), results["series bytes"][0] / 1e3
     counted, sent = int(results["counted"][0]), int(results["sent"][0])
