@@ -190,8 +190,8 @@ class SeriesRecorder:
 class SizeBudget:
     """A token bucket over the bytes written: ``burst`` at once, then ``per_hour``.
 
-    The file of one endpoint process therefore never exceeds ``burst + per_hour × hours``
-    (32 MiB + 4 MiB an hour: at most 128 MiB for a 24-hour run). Up to about 30 busy lanes
+    The file of one endpoint process therefore stays within ``burst + per_hour × hours``
+    and one line (32 MiB + 4 MiB an hour: 128 MiB for a 24-hour run). Up to about 30 busy lanes
     never meet the limit; with hundreds, the first hours of a run are recorded every
     interval and later lines each cover several intervals.
     """
@@ -230,7 +230,7 @@ async def write_series(
     if not isinstance(hooks, SeriesRecorder):
         return
     try:
-        fd = _open_file(hooks.directory)
+        fd = await trio.to_thread.run_sync(_open_file, hooks.directory)
     except OSError as err:
         where = hooks.directory
         log.warning("no time series: cannot write in %s (%s)", where, err.strerror or err)

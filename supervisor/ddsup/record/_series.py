@@ -64,8 +64,8 @@ def header_line(pid: int, interval: float, wall: float) -> str:
 class SeriesLine:
     """One written line: the counts of ``lanes`` over ``[end - span, end]``.
 
-    ``counts`` holds each lane's ``FIELDS`` in turn (:meth:`of` and :meth:`total` index
-    it); ``refused`` maps a model to ``{status: count}`` of the answers the endpoint gave
+    ``counts`` holds each lane's ``FIELDS`` in turn (lane ``i`` at ``counts[6*i:6*i+6]``);
+    ``refused`` maps a model to ``{status: count}`` of the answers the endpoint gave
     itself (429 overloaded, 503 no ready lane, 502 every lane failed, …).
     """
 
@@ -84,13 +84,6 @@ class SeriesLine:
     def total(self, index: int) -> float:
         """``FIELDS[index]`` summed over the line's lanes."""
         return sum(self.counts[index :: len(FIELDS)])
-
-    def of(self, lane: str) -> Sequence[float] | None:
-        """The counts of ``lane`` in this line (None when it had no activity)."""
-        if lane not in self.lanes:
-            return None
-        base = len(FIELDS) * list(self.lanes).index(lane)
-        return self.counts[base : base + len(FIELDS)]
 
 
 @dataclass(frozen=True)
