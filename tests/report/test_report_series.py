@@ -190,3 +190,32 @@ async def test_a_real_endpoint_records_what_went_through_it(
     assert 1.15 <= busy <= 1.6  # four requests of 0.3 s each, one at a time
     assert series.first_request is not None and series.last_request_end is not None
     assert series.last_request_end - series.first_request == pytest.approx(busy, abs=0.4)
+
+
+async def test_the_file_stays_within_its_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock
+) -> None:
+    """An hour of three busy lanes against a budget of 2 kB + 36 kB an hour."""
+    monkeypatch.setattr(timeseries, "_wall", lambda: 1e9 + clock.now)
+    recorder = SeriesRecorder(tmp_path / "series")
+    fd = timeseries._open_file(recorder.directory)
+    budget = SizeBudget(burst=2_000, per_hour=36_000)  # 10 bytes a second
+    writer = timeseries._Writer(recorder, fd, budget)
+    for _second in range(3600):
+        for lane in ("llama@0", "llama@1", "llama@2"):
+            recorder.started(lane)
+            recorder.finished(lane, 200)
+        clock.now += 1.0
+        await writer.tick(final=False)
+    await writer.tick(final=True)
+    os.close(fd)
+    size = sum(p.stat().st_size for p in recorder.directory.iterdir())
+    longest = max(
+        len(x) + 1
+        for x in (recorder.directory / f"endpoint-{os.getpid()}.jsonl").read_text().splitlines()
+    )
+    assert size <= 2_000 + 36_000 + 2 * longest
+    series = read_series(tmp_path)
+    assert sum(line.total(FINISHED) for line in series.lines) == 3 * 3600  # nothing lost
+    assert sum(line.span for line in series.lines) == pytest.approx(3600, abs=1.5)
+    assert max(line.span for line in series.lines) > 10  # later lines cover many seconds

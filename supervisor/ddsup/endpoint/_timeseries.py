@@ -39,7 +39,8 @@ log = logging.getLogger("ddsup.endpoint")
 INTERVAL = 1.0  # seconds per line, while the size budget allows
 MIB = 1024 * 1024
 
-_monotonic = time.monotonic
+_monotonic = time.monotonic  # module names, so tests can drive the clocks
+_wall = time.time
 
 
 class SeriesHooks(Protocol):
@@ -237,11 +238,11 @@ async def write_series(
         return
     writer = _Writer(hooks, fd, budget or SizeBudget())
     try:
-        await trio.to_thread.run_sync(writer.write, header_line(os.getpid(), interval, time.time()))
+        await trio.to_thread.run_sync(writer.write, header_line(os.getpid(), interval, _wall()))
         while True:
             # wall-clock boundaries, not the monotonic clock: lines of several endpoint
             # processes (and the run's events) then share the same seconds
-            now = time.time()
+            now = _wall()
             await trio.sleep((math.floor(now / interval) + 1) * interval - now)
             await writer.tick(final=False)
     except OSError as err:
@@ -262,11 +263,11 @@ class _Writer:
         self.recorder = recorder
         self.fd = fd
         self.bucket = _Bucket(budget, _monotonic())
-        self.span_start = time.time()
+        self.span_start = _wall()
         self.last_size = 0
 
     async def tick(self, *, final: bool) -> None:
-        recorder, wall = self.recorder, time.time()
+        recorder, wall = self.recorder, _wall()
         if not recorder.active():
             self.span_start = wall  # nothing happened: the next line starts here
             return
