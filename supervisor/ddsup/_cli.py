@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("ddsup.ops._stop", "stop a run (like SIGTERM to ddsup start)"),
     "logs": ("ddsup.ops._logs", "print the log of a unit instance"),
     "cleanup": ("ddsup.ops._cleanup", "end every process of a run on this node"),
+    "report": ("ddsup.ops.report", "write an HTML report of a run (where the GPU time went)"),
     "fake-vllm": ("ddsup.fake_vllm", "serve a vLLM stand-in for rehearsals and tests"),
     "agent": ("ddsup.run._agent", argparse.SUPPRESS),
     "endpoint": ("ddsup.endpoint", "run the logical endpoint (started by ddsup start)"),

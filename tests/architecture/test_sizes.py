@@ -15,8 +15,12 @@ import ddsup
 PACKAGE = Path(ddsup.__file__).parent
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
-# Modules allowed over the limit, each with its reason (none today).
-LONG_MODULES: dict[str, str] = {}
+# Modules allowed over the limit, each with its reason.
+LONG_MODULES: dict[str, str] = {
+    # Data, not logic: every `vllm serve` flag and its arity, as vLLM's own parser lists
+    # them, kept in one table so that a new vLLM release is one diff.
+    "fake_vllm/_vllm_flags.py": "the table of vLLM's command-line flags",
+}
 
 
 def _modules() -> list[tuple[str, str]]:

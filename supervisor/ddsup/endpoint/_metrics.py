@@ -10,6 +10,7 @@ from bisect import bisect_left
 from collections import defaultdict
 
 from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._timeseries import NO_SERIES, SeriesHooks  # [series hook]
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
@@ -25,6 +26,7 @@ class Metrics:
         self.metrics_errors: defaultdict[str, int] = defaultdict(int)
         self._hist: dict[str, list[int]] = {}
         self._sum: defaultdict[str, float] = defaultdict(float)
+        self.series: SeriesHooks = NO_SERIES  # [series hook] the same counts, over time
 
     def observe(self, model: str, status: int, seconds: float) -> None:
         """One finished request: its final status and its duration."""

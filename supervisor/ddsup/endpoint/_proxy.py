@@ -135,6 +135,8 @@ class Proxy:
 
     async def _attempt(self, client: Client, lane: LaneState, request: Forward) -> int | Failure:
         lane.outstanding += 1
+        self.metrics.series.started(lane.info.instance)  # [series hook]
+        delivered = 0  # [series hook] the status relayed whole; 0 while none
         try:
             try:
                 conn, response = await self._open(lane.pool, request)
@@ -156,9 +158,11 @@ class Proxy:
                 conn.close_now()
                 raise
             lane.pool.release(conn)
+            delivered = response.status  # [series hook]
             return response.status
         finally:
             lane.outstanding -= 1
+            self.metrics.series.finished(lane.info.instance, delivered)  # [series hook]
 
     async def _open(
         self, pool: ConnectionPool, request: Forward
@@ -222,6 +226,7 @@ class Proxy:
             raise self._cut(lane, f"bad response body ({err})") from err
         if data:
             client.write(h11.Data(data=data))
+            self.metrics.series.sent(lane.info.instance, len(data))  # [series hook]
         assert conn.decoder is not None
         return conn.decoder.done
 

@@ -115,6 +115,7 @@ async def _proxied(ep: Endpoint, client: Client, request: h11.Request) -> None:
         raise unauthorized()
     if ep.active >= ep.config.max_concurrent:
         ep.metrics.rejected[("", "max_concurrent")] += 1
+        ep.metrics.series.refused("", 429)  # [series hook]
         why = f"{ep.config.max_concurrent} requests in flight"
         raise overloaded(None, ep.config.retry_after, why)
     ep.active += 1
@@ -134,6 +135,7 @@ async def _proxied(ep: Endpoint, client: Client, request: h11.Request) -> None:
         status = await _watched(ep, client, forward, model)
     except ApiError as err:
         status = err.status
+        ep.metrics.series.refused(model, status)  # [series hook]
         raise
     except ClientGone:
         status = 499  # nginx's "client closed request"

@@ -9,6 +9,7 @@ that happens on one connection can end the server.
 from __future__ import annotations
 
 import logging
+import os  # [series hook]
 from functools import partial
 
 import trio
@@ -19,6 +20,7 @@ from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics_sampler import sample_lanes
 from ddsup.endpoint._routes import Endpoint, handle_request
+from ddsup.endpoint._timeseries import open_series, write_series  # [series hook]
 
 log = logging.getLogger("ddsup.endpoint")
 
@@ -40,9 +42,11 @@ async def serve_endpoint(
         where = f"{config.bind}:{config.port}"
         raise DdsupError(f"the endpoint cannot listen on {where}: {err.strerror or err}") from err
     endpoint = Endpoint(config, lanes)
+    endpoint.metrics.series = open_series(os.environ)  # [series hook]
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sample_lanes, config, lanes, endpoint.metrics)
+            nursery.start_soon(write_series, endpoint.metrics.series)  # [series hook]
             handler = partial(_serve_connection, endpoint)
             await nursery.start(trio.serve_listeners, handler, listeners)
             task_status.started(listeners[0].socket.getsockname()[1])

@@ -10,10 +10,10 @@ documented ``status --json`` object (docs/operating.md; fields are only ever add
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from ddsup._errors import DdsupError, RunStateError
+from ddsup._errors import RunStateError
 from ddsup.ops._metrics import LaneCount, lane_counts
 from ddsup.ops._run_handle import events_of
 from ddsup.record._events import RecordedEvent, RunFinished
@@ -21,7 +21,6 @@ from ddsup.record._instance import fold
 from ddsup.record._outcome import Outcome
 from ddsup.record._state_dir import StateDir
 from ddsup.record._status import InstanceStatus, RunSnapshot
-from ddsup.units import load_unit_set
 from ddsup.units._model import UnitType
 
 STATUS_FORMAT = 1
@@ -72,10 +71,7 @@ def status_view(state: StateDir, snapshot: RunSnapshot | None) -> StatusView:
     run = state.read_run()
     events = events_of(state)
     finished = [e for e in events if isinstance(e, RunFinished)]
-    if snapshot is not None:
-        instances = snapshot.instances
-    else:
-        instances = _rows_from_files(state, events, run.unit_dir)
+    instances = snapshot.instances if snapshot is not None else _rows_from_files(state, events)
     return StatusView(
         invocation_id=run.invocation_id,
         launcher=snapshot.launcher if snapshot is not None else run.launcher,
@@ -92,18 +88,12 @@ def status_view(state: StateDir, snapshot: RunSnapshot | None) -> StatusView:
     )
 
 
-def _rows_from_files(
-    state: StateDir, events: list[RecordedEvent], unit_dir: str | None
-) -> tuple[InstanceStatus, ...]:
+def _rows_from_files(state: StateDir, events: list[RecordedEvent]) -> tuple[InstanceStatus, ...]:
     """Instances of a finished (or unreachable) run: the plan, replayed through its events."""
     planned = _planned(state)
     records = fold(events)
-    has_lanes = any(row.type is UnitType.LANE for row, _rank in planned)
-    models = _models_from_unit_files(unit_dir) if has_lanes else {}
     rows = []
-    for row, rank in planned:
-        if row.type is UnitType.LANE and not rank:  # a replica (ranks > 0 serve no model)
-            row = replace(row, model=models.get(row.unit) or row.unit.rstrip("@"))
+    for row, _rank in planned:
         record = records.get(row.instance)
         rows.append(row if record is None else row.with_record(record))
     return tuple(rows)
@@ -129,17 +119,14 @@ def _planned_row(item: Mapping[str, Any]) -> tuple[InstanceStatus, int | None]:
         node=str(item["node"]),
         gpus=tuple(int(g) for g in item.get("gpus") or ()),
         port=None if port is None else int(port),
-        model=None,
+        model=_served_model(item, rank),
     )
     return row, None if rank is None else int(rank)
 
 
-def _models_from_unit_files(unit_dir: str | None) -> dict[str, str]:
-    """Unit name → model, from the unit files the run was started with (if still there)."""
-    if unit_dir is None:
-        return {}
-    try:
-        units = load_unit_set(unit_dir)
-    except (OSError, DdsupError):
-        return {}
-    return {u.name: u.lane.model for u in units.lanes if u.lane is not None}
+def _served_model(item: Mapping[str, Any], rank: object) -> str | None:
+    """A lane replica's model (from ``plan.json``); ranks > 0 serve none."""
+    if item.get("type") != UnitType.LANE.value or rank:
+        return None
+    model = item.get("model")
+    return str(model) if model else str(item["unit"]).rstrip("@")  # plans before 0.1 had none

@@ -42,6 +42,7 @@ class PlannedInstance:
     master_addr: str | None = None  # multi-node lanes: rank 0's node address
     master_port: int | None = None
     start_delay: float = 0.0  # lanes: seconds after this node's lane start (stagger)
+    model: str | None = None  # lanes: the model name clients send (every rank carries it)
 
     @property
     def replica_name(self) -> str:

@@ -323,6 +323,7 @@ def _take(
             master_addr=master_addr,
             master_port=master_port,
             start_delay=delay,
+            model=lane.model,
         )
         for rank, state in enumerate(window)
     ]

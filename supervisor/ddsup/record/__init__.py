@@ -6,11 +6,18 @@ one enum of instance states and its named sets), ``_outcome`` (the typed causes 
 a run, ``result.json``), ``_events`` (one frozen dataclass per kind of event,
 ``events.jsonl``), ``_instance`` (an instance's record, the fold of its events),
 ``_status`` (``status`` rows and the live snapshot), ``_state_dir`` (where it all lives)
-and ``_display`` (how states and durations look to a person).
+and ``_display`` (how states and durations look to a person). Reading a whole run back:
+``_series`` (the endpoint's time series format), ``_run_files`` (every file of a run,
+tolerantly), ``_timeline`` (events replayed into segments) and ``_efficiency`` (where the
+GPU time went).
 """
 
 from __future__ import annotations
 
+from ddsup.record._efficiency import Efficiency as Efficiency
+from ddsup.record._efficiency import efficiency as efficiency
+from ddsup.record._efficiency import efficiency_json as efficiency_json
+from ddsup.record._efficiency import efficiency_line as efficiency_line
 from ddsup.record._events import EventLog as EventLog
 from ddsup.record._events import ProcessExited as ProcessExited
 from ddsup.record._events import ProcessStarted as ProcessStarted
@@ -20,6 +27,10 @@ from ddsup.record._events import parse_event as parse_event
 from ddsup.record._events import read_events as read_events
 from ddsup.record._instance import InstanceRecord as InstanceRecord
 from ddsup.record._outcome import Outcome as Outcome
+from ddsup.record._run_files import RunFiles as RunFiles
+from ddsup.record._run_files import load_run as load_run
+from ddsup.record._series import Series as Series
+from ddsup.record._series import read_series as read_series
 from ddsup.record._state_dir import StateDir as StateDir
 from ddsup.record._states import IllegalTransition as IllegalTransition
 from ddsup.record._states import InstanceState as InstanceState

@@ -1,0 +1,149 @@
+"""What the report shows, computed once from a run's files: rows by node, lives, totals.
+
+The drawing modules only lay this out; every number they print comes from here or from
+:mod:`ddsup.record._efficiency`, so the page and ``efficiency_json`` never disagree.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ddsup.record._efficiency import Efficiency, efficiency_of
+from ddsup.record._run_files import RunFiles
+from ddsup.record._samples import LaneSamples
+from ddsup.record._series import FAILED, FINISHED
+from ddsup.record._timeline import Life, RunSpan, replay, run_span
+
+AGGREGATE_ABOVE = 128  # lane instances; above this, one timeline row per node
+
+
+class Rows(str, enum.Enum):
+    """``--rows``: one timeline row per instance, per node, or chosen by size."""
+
+    AUTO = "auto"
+    INSTANCE = "instance"
+    NODE = "node"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One instance on the timeline; ``samples`` are its replica's series (lanes only)."""
+
+    planned: Mapping[str, Any]
+    life: Life
+    model: str | None
+    samples: LaneSamples | None
+
+    @property
+    def instance(self) -> str:
+        return str(self.planned["instance"])
+
+    @property
+    def is_lane(self) -> bool:
+        return self.planned.get("type") == "lane"
+
+    @property
+    def gpus(self) -> int:
+        return len(self.planned.get("gpus") or [])
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """The rows of one node, lanes first in plan order."""
+
+    name: str
+    address: str | None
+    gpus: tuple[Any, ...]
+    rows: tuple[Row, ...]
+
+    @property
+    def lanes(self) -> tuple[Row, ...]:
+        return tuple(r for r in self.rows if r.is_lane)
+
+    @property
+    def others(self) -> tuple[Row, ...]:
+        return tuple(r for r in self.rows if not r.is_lane)
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Requests through the endpoint over the whole run."""
+
+    answered: int
+    failed: int
+    refused_429: int
+    refused_other: int
+
+
+@dataclass(frozen=True)
+class Report:
+    files: RunFiles
+    now: float
+    span: RunSpan
+    efficiency: Efficiency
+    groups: tuple[NodeGroup, ...]
+    aggregate: bool
+    totals: Totals
+
+    @property
+    def lane_count(self) -> int:
+        return sum(len(g.lanes) for g in self.groups)
+
+
+def build_report(files: RunFiles, now: float, rows: Rows = Rows.AUTO) -> Report:
+    """Everything the page needs, from the run's files as of ``now``."""
+    plan = files.plan or {}
+    planned = list(plan.get("instances", []))
+    span = run_span(files.events, files.run, now)
+    lives = replay(files.events, [i["instance"] for i in planned], span)
+    models = {
+        str(i["instance"]): str(i.get("model") or str(i["unit"]).rstrip("@")) for i in planned
+    }
+    samples = files.series.by_lane
+    all_rows = []
+    for item in planned:
+        replica = str(item["instance"]).split(":")[0]
+        lane = item.get("type") == "lane"
+        all_rows.append(
+            Row(
+                item,
+                lives[item["instance"]],
+                models.get(replica) if lane else None,
+                samples.get(replica) if lane else None,
+            )
+        )
+    groups = _groups(plan, all_rows)
+    lanes = sum(1 for r in all_rows if r.is_lane)
+    aggregate = rows is Rows.NODE or (rows is Rows.AUTO and lanes > AGGREGATE_ABOVE)
+    return Report(files, now, span, efficiency_of(files, now), groups, aggregate, _totals(files))
+
+
+def _groups(plan: Mapping[str, Any], rows: list[Row]) -> tuple[NodeGroup, ...]:
+    nodes = {str(n.get("name")): n for n in plan.get("nodes", [])}
+    order = list(nodes) + sorted({str(r.planned.get("node")) for r in rows} - set(nodes))
+    groups = []
+    for name in order:
+        mine = [r for r in rows if str(r.planned.get("node")) == name]
+        mine.sort(key=lambda r: not r.is_lane)  # stable: plan order within each kind
+        node = nodes.get(name, {})
+        groups.append(
+            NodeGroup(name, node.get("address"), tuple(node.get("gpus") or ()), tuple(mine))
+        )
+    return tuple(groups)
+
+
+def _totals(files: RunFiles) -> Totals:
+    answered = failed = too_many = other = 0
+    for line in files.series.lines:
+        answered += int(line.total(FINISHED))
+        failed += int(line.total(FAILED))
+        for by_status in line.refused.values():
+            for status, n in by_status.items():
+                if status == "429":
+                    too_many += n
+                else:
+                    other += n
+    return Totals(answered, failed, too_many, other)

@@ -1,0 +1,252 @@
+"""The endpoint's time series: what it records per lane and interval, and reading it back.
+
+The endpoint (``endpoint._timeseries``) writes it; ``ddsup report`` and the efficiency
+summary read it. The format lives here, in the record layer, so that writer and readers
+share one definition (docs/operating.md documents it for users).
+
+One file per endpoint process, ``series/endpoint-<pid>.jsonl`` in the state directory:
+a restarted endpoint appends to a new file, and readers merge them all. JSON lines:
+
+- the header, first: ``{"series": "endpoint", "format": 1, "pid": …, "interval": 1.0,
+  "fields": [...FIELDS], "time": <Unix s>}``;
+- then one line per interval in which something happened (quiet intervals write
+  nothing): ``{"t": <end, Unix s>, "d": <span, s>, "lanes": ["llama@0", "llama@3"],
+  "counts": [started, finished, failed, outstanding, busy, bytes, started, …],
+  "refused": {"llama": {"429": 3}}}``: ``lanes`` names the lanes that had activity, and
+  ``counts`` holds their ``FIELDS`` one lane after another (lane ``i`` at
+  ``counts[6*i:6*i+6]``; flat because decoding it is three times faster than an object
+  per lane, which matters for a day of a thousand lanes). ``refused`` appears when the
+  endpoint answered a request itself with an error, ``first`` (Unix s) on the line where
+  the first request of the process started, and ``quiet`` (Unix s) when every lane was
+  idle at the line's end: the moment the last of them finished.
+
+``busy`` is the seconds of the span during which the lane had at least one request
+outstanding: the "serving" of the efficiency table. A line usually spans one interval;
+when the size budget holds lines back (many lanes, long runs), one line covers several.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddsup.record._samples import LaneSamples
+
+SERIES_DIR = "series"
+SERIES_FORMAT = 1
+FIELDS = ("started", "finished", "failed", "outstanding", "busy", "bytes")
+STARTED, FINISHED, FAILED, OUTSTANDING, BUSY, BYTES = range(len(FIELDS))
+
+
+def series_file_name(pid: int) -> str:
+    """The file one endpoint process writes, inside ``SERIES_DIR``."""
+    return f"endpoint-{pid}.jsonl"
+
+
+def header_line(pid: int, interval: float, wall: float) -> str:
+    header = {
+        "series": "endpoint",
+        "format": SERIES_FORMAT,
+        "pid": pid,
+        "interval": interval,
+        "fields": list(FIELDS),
+        "time": round(wall, 3),
+    }
+    return json.dumps(header, separators=(",", ":")) + "\n"
+
+
+@dataclass(frozen=True)
+class SeriesLine:
+    """One written line: the counts of ``lanes`` over ``[end - span, end]``.
+
+    ``counts`` holds each lane's ``FIELDS`` in turn (lane ``i`` at ``counts[6*i:6*i+6]``);
+    ``refused`` maps a model to ``{status: count}`` of the answers the endpoint gave
+    itself (429 overloaded, 503 no ready lane, 502 every lane failed, …).
+    """
+
+    end: float
+    span: float
+    lanes: Sequence[str]
+    counts: Sequence[float]
+    refused: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    first: float | None = None
+    quiet: float | None = None
+
+    @property
+    def start(self) -> float:
+        return self.end - self.span
+
+    def total(self, index: int) -> float:
+        """``FIELDS[index]`` summed over the line's lanes."""
+        return sum(self.counts[index :: len(FIELDS)])
+
+
+@dataclass(frozen=True)
+class Series:
+    """Every line of every endpoint process of a run, sorted by end time."""
+
+    lines: tuple[SeriesLine, ...] = ()
+    interval: float = 1.0
+    files: int = 0
+    problems: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def by_lane(self) -> dict[str, LaneSamples]:
+        """Lane → its samples as columns (computed once: a day is millions of them).
+
+        Consecutive lines usually name the same lanes in the same order, so each such
+        block is transposed at once (``zip(*counts)``, in C) instead of sample by sample.
+        """
+        lanes: dict[str, LaneSamples] = {}
+        for block in _blocks(self.lines):
+            # nothing went through a lane before the first request
+            starts = [max(line.start, line.first or line.start) for line in block]
+            ends = [line.end for line in block]
+            columns = list(zip(*(line.counts for line in block), strict=True))
+            for i, name in enumerate(block[0].lanes):
+                samples = lanes.get(name)
+                if samples is None:
+                    samples = lanes[name] = LaneSamples()
+                samples.starts.extend(starts)
+                samples.ends.extend(ends)
+                samples.busy.extend(columns[i * len(FIELDS) + BUSY])
+                samples.started.extend(columns[i * len(FIELDS) + STARTED])
+        return {name: _in_order(samples) for name, samples in lanes.items()}
+
+    @property
+    def first_request(self) -> float | None:
+        """When the first request went to a lane (exact when the writer recorded it)."""
+        exact = [line.first for line in self.lines if line.first is not None]
+        if exact:
+            return min(exact)
+        for line in self.lines:
+            if line.total(STARTED):
+                return line.start
+        return None
+
+    @property
+    def last_request_end(self) -> float | None:
+        """When the last request finished; the end of the last busy line if still going."""
+        for line in reversed(self.lines):
+            if line.lanes:
+                return line.quiet if line.quiet is not None else line.end
+        return None
+
+
+def _blocks(lines: Sequence[SeriesLine]) -> Iterator[Sequence[SeriesLine]]:
+    """Runs of consecutive lines that name the same lanes in the same order."""
+    first = 0
+    for i in range(1, len(lines) + 1):
+        if i == len(lines) or lines[i].lanes != lines[first].lanes:
+            if lines[first].lanes:
+                yield lines[first:i]
+            first = i
+
+
+def _in_order(samples: LaneSamples) -> LaneSamples:
+    """Sorted by start (lines of several endpoint files interleave; one file is in order)."""
+    if samples.starts == sorted(samples.starts):
+        return samples
+    order = sorted(range(len(samples.starts)), key=samples.starts.__getitem__)
+    columns = (samples.starts, samples.ends, samples.busy, samples.started)
+    return LaneSamples(*([column[k] for k in order] for column in columns))
+
+
+def read_series(state_dir: Path) -> Series:
+    """Every series file of a run; a malformed line is skipped and named in ``problems``."""
+    directory = state_dir / SERIES_DIR
+    try:
+        paths = sorted(directory.glob("endpoint-*.jsonl"))
+    except OSError:
+        paths = []
+    lines: list[SeriesLine] = []
+    problems: list[str] = []
+    interval = 1.0
+    for path in paths:
+        for where, record in read_jsonl(path, state_dir, problems):
+            if "series" in record:
+                interval = float(record.get("interval") or interval)
+                continue
+            try:
+                lines.append(_line(record))
+            except (KeyError, TypeError, ValueError, IndexError) as err:
+                problems.append(f"{where}: not a series line ({err}); skipped")
+    lines.sort(key=lambda line: line.end)
+    return Series(tuple(lines), interval, len(paths), tuple(problems))
+
+
+def _line(record: Mapping[str, Any]) -> SeriesLine:
+    lanes, counts = record.get("lanes", []), record.get("counts", [])
+    if not isinstance(lanes, list) or not isinstance(counts, list):
+        raise TypeError("lanes and counts must be lists")
+    if len(counts) != len(FIELDS) * len(lanes):
+        raise ValueError(f"{len(counts)} counts for {len(lanes)} lanes of {len(FIELDS)} each")
+    # checks in C (map, set): a day of a thousand lanes is millions of numbers
+    if not set(map(type, lanes)) <= {str} or not set(map(type, counts)) <= {int, float}:
+        raise TypeError("lanes must be strings and counts numbers")
+    refused = {
+        str(model): {str(status): int(n) for status, n in by_status.items()}
+        for model, by_status in record.get("refused", {}).items()
+    }
+    first, quiet = record.get("first"), record.get("quiet")
+    return SeriesLine(
+        end=float(record["t"]),
+        span=max(0.0, float(record["d"])),
+        lanes=lanes,
+        counts=counts,
+        refused=refused,
+        first=None if first is None else float(first),
+        quiet=None if quiet is None else float(quiet),
+    )
+
+
+def read_jsonl(
+    path: Path, relative_to: Path, problems: list[str]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(file:line, object)`` for each JSON object line of ``path``.
+
+    Tolerant by design, for files of live runs: a missing file yields nothing, a last line
+    without its newline (being written right now) is ignored unless it parses, and a
+    malformed line elsewhere is skipped with a note in ``problems`` naming file and line.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        problems.append(f"{_name(path, relative_to)}: cannot read ({err.strerror or err})")
+        return
+    text = data.decode("utf-8", errors="replace")
+    complete, _, partial = text.rpartition("\n")
+    rows = complete.split("\n") if complete else []
+    if partial.strip():
+        rows.append(partial)  # a last line without newline: kept only if it parses
+    name = _name(path, relative_to)
+    being_written = len(rows) if partial.strip() else 0
+    for number, row in enumerate(rows, 1):
+        if not row.strip():
+            continue
+        try:
+            record = json.loads(row)
+        except ValueError:
+            if number != being_written:
+                problems.append(f"{name}:{number}: not JSON; skipped")
+            continue
+        if isinstance(record, dict):
+            yield f"{name}:{number}", record
+        else:
+            problems.append(f"{name}:{number}: not a JSON object; skipped")
+
+
+def _name(path: Path, relative_to: Path) -> str:
+    try:
+        return str(path.relative_to(relative_to))
+    except ValueError:
+        return str(path)
