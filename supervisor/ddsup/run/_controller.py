@@ -731,6 +731,7 @@ class Controller:
             str(section.max_concurrent),
             "--upstream-timeout",
             f"{section.upstream_timeout:g}s",
+            f"--workers={section.workers or 'auto'}",  # endpoint branch (issue 18): [endpoint] workers
             "--lanes-from-controller",
         ]
         if section.api_key_env:

@@ -336,6 +336,13 @@ ENDPOINT = SectionSpec(
             "10m",
             "5m",
         ),
+        KeySpec(
+            "workers",
+            k.WORKERS,
+            'Processes that serve the endpoint\'s port; "auto": one per CPU it may run on.',
+            1,
+            "auto",
+        ),
     ),
     only=frozenset({UnitType.ENDPOINT}),
 )
