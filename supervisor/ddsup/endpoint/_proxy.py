@@ -6,7 +6,13 @@ answer is the client's answer, and a lane that dies mid-stream cuts the client's
 response short (:class:`Abort`) rather than restarting it elsewhere, which would
 duplicate tokens. Bodies are relayed one socket read at a time, and each read is
 flushed to the client before the next, so a slow client slows the lane's reads
-(backpressure) and buffering stays bounded by one read.
+(backpressure) and buffering stays bounded by one read. A fast-path client takes a
+chunked body (SSE) as the lane framed it: each read passes on as it came, with no
+per-event decoding and framing again (:meth:`BodyDecoder.scan`).
+
+The last bytes of a response stay queued when :meth:`Proxy.forward` returns: the caller
+records the request in the metrics first and then flushes, so a client that has its
+answer finds it counted in the next ``/metrics`` scrape.
 """
 
 from __future__ import annotations
@@ -16,12 +22,11 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import h11
 import trio
 
 from ddsup.endpoint._admission import choose
-from ddsup.endpoint._client import Abort, Client
 from ddsup.endpoint._config import EndpointConfig
+from ddsup.endpoint._connection import Abort, ClientConnection, Framing
 from ddsup.endpoint._errors import no_ready_lane, overloaded, upstream_failed
 from ddsup.endpoint._http1 import ProtocolError, ResponseHead
 from ddsup.endpoint._lanes import LaneState, LaneTable
@@ -57,23 +62,30 @@ def end_to_end(
     ]
 
 
-def _client_head(head: ResponseHead, conn: UpstreamConnection) -> h11.Response:
-    """The lane's response head as the client gets it (h11 validates it on the way)."""
+def _start_response(client: ClientConnection, head: ResponseHead, conn: UpstreamConnection) -> None:
+    """Queue the lane's response head as the client gets it; ``ValueError`` if it cannot."""
     assert conn.decoder is not None
-    length_framed = conn.decoder.remaining >= 0
-    drop = HOP_BY_HOP if length_framed else HOP_BY_HOP | {b"content-length"}
+    framing = conn.decoder.framing
+    drop = HOP_BY_HOP if framing is Framing.LENGTH else HOP_BY_HOP | {b"content-length"}
     headers = end_to_end(head.headers, drop)
-    return h11.Response(status_code=head.status, headers=headers, reason=head.reason)
+    client.start_response(head.status, head.reason, headers, framing or Framing.LENGTH)
 
 
-@dataclass(frozen=True)
 class Forward:
-    """What goes to the lane: the client's request with end-to-end headers only."""
+    """What goes to the lane: the client's request with end-to-end headers only.
 
-    method: bytes
-    target: bytes
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
+    A slotted class rather than a frozen dataclass: one is built per proxied request.
+    """
+
+    __slots__ = ("body", "headers", "method", "target")
+
+    def __init__(
+        self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
 
 
 @dataclass(frozen=True)
@@ -93,7 +105,7 @@ class Proxy:
         self.lanes = lanes
         self.metrics = metrics
 
-    async def forward(self, client: Client, request: Forward, model: str) -> int:
+    async def forward(self, client: ClientConnection, request: Forward, model: str) -> int:
         """Serve ``request`` from a lane of ``model``; the status sent, or an :class:`ApiError`."""
         config = self.config
         tried: list[str] = []
@@ -133,11 +145,13 @@ class Proxy:
         attempts = [f"{name}: {f.detail}" for name, f in zip(tried, failures, strict=True)]
         return upstream_failed(model, attempts)
 
-    async def _attempt(self, client: Client, lane: LaneState, request: Forward) -> int | Failure:
-        lane.outstanding += 1
+    async def _attempt(
+        self, client: ClientConnection, lane: LaneState, request: Forward
+    ) -> int | Failure:
+        lane.begin()
         try:
             try:
-                conn, response = await self._open(lane.pool, request)
+                conn, response = await self._open(lane.pool, request, client.hangup_fd)
             except UpstreamError as err:
                 log.debug("lane %s: %s", lane.info.instance, err)
                 return Failure(err.kind, str(err))
@@ -146,25 +160,29 @@ class Proxy:
                 code = response.status
                 return Failure(f"http {code}", f"answered {code}", code)
             try:
-                client_head = _client_head(response, conn)
-            except h11.ProtocolError as err:  # a header h11 will not pass on to the client
+                _start_response(client, response, conn)
+            except ValueError as err:  # a head h11 will not pass on to the client
                 conn.close_now()
                 return Failure("protocol", f"unusable response head ({err})")
             try:
-                await self._relay(conn, client, client_head, lane)
+                await self._relay(conn, client, lane)
             except BaseException:
                 conn.close_now()
                 raise
             lane.pool.release(conn)
             return response.status
         finally:
-            lane.outstanding -= 1
+            lane.end()
 
     async def _open(
-        self, pool: ConnectionPool, request: Forward
+        self, pool: ConnectionPool, request: Forward, hangup_fd: int | None
     ) -> tuple[UpstreamConnection, ResponseHead]:
-        """Send ``request`` and read the response head, on a fresh connection if a kept one died."""
+        """Send ``request`` and read the response head, on a fresh connection if a kept one died.
+
+        The connection watches ``hangup_fd`` (a fast-path client) until it is released.
+        """
         conn = await pool.acquire(self.config.upstream_connect_timeout)
+        conn.watch(hangup_fd)
         for last in (False, True):
             try:
                 return conn, await self._exchange(conn, pool.host_header, request)
@@ -176,6 +194,7 @@ class Proxy:
                 conn.close_now()
                 raise
             conn = await pool.connect(self.config.upstream_connect_timeout)
+            conn.watch(hangup_fd)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _exchange(
@@ -185,17 +204,17 @@ class Proxy:
         timeout = self.config.upstream_timeout
         try:
             with trio.fail_after(timeout):
-                await conn.stream.send_all(data)
+                await conn.send(data)
                 return await conn.read_head()
         except trio.TooSlowError as err:
             raise UpstreamError("timeout", f"no answer within {timeout:g} s") from err
-        except (trio.BrokenResourceError, OSError, ProtocolError) as err:
+        except (OSError, ProtocolError) as err:
             raise UpstreamError("reset", f"connection broken before answering ({err})") from err
 
     async def _relay(
-        self, conn: UpstreamConnection, client: Client, head: h11.Response, lane: LaneState
+        self, conn: UpstreamConnection, client: ClientConnection, lane: LaneState
     ) -> None:
-        client.write(head)
+        """Pass the body on; its end stays queued (see the module docstring)."""
         if not self._pass_buffered(conn, client, lane):
             timeout = self.config.upstream_timeout
             with trio.CancelScope() as idle:  # one scope, its deadline pushed on at each read
@@ -204,24 +223,25 @@ class Proxy:
                     idle.deadline = trio.current_time() + timeout
                     try:
                         await conn.receive()
-                    except (trio.BrokenResourceError, ProtocolError) as err:
+                    except (OSError, ProtocolError) as err:
                         raise self._cut(lane, f"response cut short ({err})") from err
                     idle.deadline = math.inf  # a slow client is not a silent lane
                     if self._pass_buffered(conn, client, lane):
                         break
             if idle.cancelled_caught:
                 raise self._cut(lane, f"silent for {timeout:g} s mid-response")
-        client.write(h11.EndOfMessage())
-        await client.flush()
+        client.end_response()
 
-    def _pass_buffered(self, conn: UpstreamConnection, client: Client, lane: LaneState) -> bool:
+    def _pass_buffered(
+        self, conn: UpstreamConnection, client: ClientConnection, lane: LaneState
+    ) -> bool:
         """Queue the body bytes received so far for the client; ``True`` at the body's end."""
         try:
-            data = conn.buffered()
+            data = conn.buffered(client.verbatim)
         except ProtocolError as err:
             raise self._cut(lane, f"bad response body ({err})") from err
         if data:
-            client.write(h11.Data(data=data))
+            client.send_body(data)
         assert conn.decoder is not None
         return conn.decoder.done
 
