@@ -44,6 +44,7 @@ class Client:
         "conn",
         "disconnected",
         "eof",
+        "last_upstream",
         "linger_wanted",
         "out",
         "stream",
@@ -63,6 +64,7 @@ class Client:
         self.out: list[bytes] = []
         self.disconnected = False  # hung up while a request was being served
         self.eof = eof
+        self.last_upstream: object | None = None
         self.linger_wanted = False
         self._want = trio.Event()  # set: the reader should read once more
         self._arrived = trio.Event()  # set: the reader delivered bytes or EOF
@@ -228,6 +230,9 @@ class Client:
         except h11.ProtocolError as err:
             raise ValueError(str(err)) from err
         self.write(response)
+
+    def pass_head(self, raw: bytes) -> None:
+        raise AssertionError("an h11 client frames every head itself (verbatim is False)")
 
     def send_body(self, data: bytes) -> None:
         self.write(h11.Data(data=data))

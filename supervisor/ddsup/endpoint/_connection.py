@@ -38,9 +38,11 @@ class Request:
     A plain slotted class rather than a frozen dataclass: one is built per request on
     the hot path, and a frozen dataclass's ``__init__`` costs several times more.
     ``content_length`` is ``None`` when the request has no Content-Length header.
+    ``forwarded`` is the block of header lines a lane gets (end-to-end headers but Host
+    and Content-Length), when the parser built it on the way; else the proxy builds it.
     """
 
-    __slots__ = ("content_length", "headers", "method", "target")
+    __slots__ = ("content_length", "forwarded", "headers", "method", "target")
 
     def __init__(
         self,
@@ -48,11 +50,13 @@ class Request:
         target: bytes,
         headers: list[tuple[bytes, bytes]],
         content_length: int | None,
+        forwarded: bytes | None = None,
     ) -> None:
         self.method = method
         self.target = target
         self.headers = headers
         self.content_length = content_length
+        self.forwarded = forwarded
 
     @property
     def path(self) -> bytes:
@@ -66,10 +70,13 @@ class ClientConnection(Protocol):
     ``hangup_fd`` is the socket the proxy's upstream waits watch for the client hanging
     up (fast path), or ``None`` when the connection watches for itself (h11 path: see
     :meth:`watch`). ``verbatim`` says the client takes a lane's chunked body as it came.
+    ``last_upstream`` lets the pool give a keep-alive client the same lane connection
+    again (see :mod:`._upstream`).
     """
 
     hangup_fd: int | None
     verbatim: bool
+    last_upstream: object | None  # the lane connection its last request used
 
     async def read_body(self, request: Request, limit: int) -> bytes: ...
 
@@ -90,6 +97,10 @@ class ClientConnection(Protocol):
     ) -> None:
         """Queue a lane's response head (end-to-end headers); raises ``ValueError`` when the
         head cannot be passed on, before anything is queued."""
+
+    def pass_head(self, raw: bytes) -> None:
+        """Queue a lane's response head as it came (``verbatim`` clients only); its headers
+        are end-to-end and its body framing is Content-Length or chunked."""
 
     def send_body(self, data: bytes) -> None:
         """Queue body bytes: decoded, or the raw chunks when ``verbatim``."""

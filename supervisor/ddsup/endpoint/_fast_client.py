@@ -16,16 +16,17 @@ decides the unusual cases, and the fast path only ever accepts requests h11 acce
 Later hardening (505 for other versions, CL+TE → 400, HEAD …) plugs in here, where the
 request is classified.
 
-Timeouts are h11 path's: ``client_idle_timeout`` for the next request's first byte,
-``client_header_timeout`` for the rest of its head, ``client_body_timeout`` per body read.
-The head wait uses one cancel scope per connection whose deadline moves, not a scope per
-read. A hang-up while the request is forwarded is noticed by the upstream connection,
-which watches :attr:`hangup_fd` (see :mod:`._upstream`): no reader task per connection.
+Timeouts are the h11 path's: ``client_idle_timeout`` for the next request's first byte,
+``client_header_timeout`` from there to the end of its head, ``client_body_timeout`` per
+body read. The head waits are :class:`Timed` (see :mod:`._deadlines`: no cancel scope
+per request); a body that did not come with its head is read under a cancel scope. A
+hang-up while the request is forwarded is noticed by the upstream connection, which
+watches :attr:`hangup_fd` (see :mod:`._upstream`): no reader task per connection.
 """
 
 from __future__ import annotations
 
-import math
+import time
 from http import HTTPStatus
 
 import httptools
@@ -33,8 +34,10 @@ import trio
 
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientGone, Framing, Request
+from ddsup.endpoint._deadlines import Expired, Timed
 from ddsup.endpoint._errors import ApiError, bad_request, request_timeout, too_large
-from ddsup.endpoint._wire import Wire
+from ddsup.endpoint._proxy import REQUEST_DROP
+from ddsup.endpoint._wire import RECEIVE_SIZE, Wire
 
 JSON = (b"content-type", b"application/json")
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
@@ -44,33 +47,50 @@ class Unusual(Exception):
     """The next request is not one for the fast path: h11 takes over the connection."""
 
 
-class _Head:
-    """httptools' callbacks for one request head."""
+class HeadTimeout(Exception):
+    """The client took too long with its next request (408 if it had begun, else a close)."""
 
-    __slots__ = ("close", "content_length", "headers", "odd", "target")
+
+class _Head:
+    """httptools' callbacks for one request head.
+
+    On the way it collects the header lines a lane gets (``forwarded``), which saves the
+    proxy a second pass; a Connection header that names other headers (which must then
+    be dropped as well) leaves that to the proxy (``listed``).
+    """
+
+    __slots__ = ("close", "content_length", "forwarded", "headers", "listed", "odd", "target")
 
     def __init__(self) -> None:
         self.target = b""
         self.headers: list[tuple[bytes, bytes]] = []
+        self.forwarded: list[bytes] = []
         self.content_length: int | None = None
         self.odd = False  # a header that sends the request to h11
         self.close = False  # Connection: close
+        self.listed = False  # Connection names more than keep-alive and close
 
     def on_url(self, url: bytes) -> None:
         self.target += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
-        if name == b"content-length":
+        if value[-1:] in (b" ", b"\t"):
+            value = value.rstrip(b" \t")  # llhttp strips the leading OWS only
+        self.headers.append((name, value))
+        if name not in REQUEST_DROP and not name.startswith(b"proxy-"):
+            self.forwarded.append(b"%s: %s\r\n" % (name, value))
+        elif name == b"content-length":
             self.content_length = int(value)  # llhttp checked: digits, no overflow, one only
         elif name in (b"transfer-encoding", b"expect", b"upgrade"):
             self.odd = True
         elif name == b"connection":
-            self.close = b"close" in [token.strip() for token in value.lower().split(b",")]
-        self.headers.append((name, value))
+            tokens = {token.strip() for token in value.lower().split(b",")}
+            self.close = b"close" in tokens
+            self.listed = self.listed or not tokens <= {b"close", b"keep-alive"}
 
 
-class FastClient:
+class FastClient(Timed):
     """Reads requests from and writes responses to one accepted connection (fast path)."""
 
     __slots__ = (
@@ -84,6 +104,7 @@ class FastClient:
         "eof",
         "hangup_fd",
         "keep",
+        "last_upstream",
         "linger_wanted",
         "out",
         "verbatim",
@@ -91,6 +112,7 @@ class FastClient:
     )
 
     def __init__(self, wire: Wire, config: EndpointConfig) -> None:
+        super().__init__()
         self.wire = wire
         self.config = config
         self.buffer = b""  # received, not yet consumed: the start of the next request
@@ -100,57 +122,73 @@ class FastClient:
         self.linger_wanted = False
         self.hangup_fd: int | None = wire.fd
         self.verbatim = True
+        self.last_upstream: object | None = None
         self._proto = _Head()
         self._parser = httptools.HttpRequestParser(self._proto)
         self._body_unread = False
         self._started = False
         self._reframe = False
 
-    async def read_head(self, scope: trio.CancelScope) -> Request | None:
+    async def read_head(self) -> Request | None:
         """The next request, ``None`` when the client is done; :class:`Unusual` for h11.
 
-        ``scope`` is the connection's cancel scope: its deadline is moved for the waits
-        and left at infinity on return. The caller turns its expiry into 408 or a close.
+        :class:`HeadTimeout` when the client is too slow (see the module docstring).
         """
         buf = self.buffer
         end = buf.find(b"\r\n\r\n")
         if end < 0:
-            buf, end = await self._more_head(scope)
+            buf, end = await self._more_head()
             if end < 0:
                 return None
+        else:
+            await trio.lowlevel.checkpoint()  # pipelined: let other connections run first
         return self._parse(buf, end + 4)
 
-    async def _more_head(self, scope: trio.CancelScope) -> tuple[bytes, int]:
+    async def _more_head(self) -> tuple[bytes, int]:
+        """Read until the head is complete: (buffer, index of its end), or (…, -1) at EOF."""
         config = self.config
         buf = self.buffer
-        timeout = config.client_header_timeout if buf else config.client_idle_timeout
-        scope.deadline = trio.current_time() + timeout
-        try:
-            while True:
-                if len(buf) > config.max_header_bytes or buf.count(b"\n") != buf.count(b"\r\n"):
-                    raise Unusual  # h11 answers 431, or parses bare LF line ends
-                data = await self.wire.receive_some()
-                if not data:
-                    self.eof = True
-                    if buf:
-                        raise Unusual  # a request cut short: h11 says what it says today
-                    return buf, -1
+        sock = self.wire.sock
+        if buf:
+            self.deadline = time.monotonic() + config.client_header_timeout
+        waited = False
+        while True:
+            if len(buf) > config.max_header_bytes or buf.count(b"\n") != buf.count(b"\r\n"):
+                raise Unusual  # h11 answers 431, or parses bare LF line ends
+            try:
+                data = sock.recv(RECEIVE_SIZE)
+            except BlockingIOError:
                 if not buf:
-                    scope.deadline = trio.current_time() + config.client_header_timeout
-                buf += data
-                self.buffer = buf
-                end = buf.find(b"\r\n\r\n", max(0, len(buf) - len(data) - 3))
-                if end >= 0:
-                    return buf, end
-        finally:
-            scope.deadline = math.inf
+                    self.deadline = time.monotonic() + config.client_idle_timeout
+                waited = True
+                try:
+                    await self.wait_readable(sock)
+                except Expired:
+                    raise HeadTimeout from None
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                self.eof = True
+                if buf:
+                    raise Unusual  # a request cut short: h11 says what it says today
+                return buf, -1
+            if not buf:
+                self.deadline = time.monotonic() + config.client_header_timeout
+            buf += data
+            self.buffer = buf
+            end = buf.find(b"\r\n\r\n", max(0, len(buf) - len(data) - 3))
+            if end >= 0:
+                if not waited:
+                    await trio.lowlevel.checkpoint()  # the client is ahead: others first
+                return buf, end
 
     def _parse(self, buf: bytes, head_end: int) -> Request:
         if head_end > self.config.max_header_bytes:
             raise Unusual
         proto = self._proto
-        proto.target, proto.headers, proto.content_length = b"", [], None
-        proto.odd = proto.close = False
+        proto.target, proto.headers, proto.forwarded, proto.content_length = b"", [], [], None
+        proto.odd = proto.close = proto.listed = False
         parser = self._parser
         try:
             parser.feed_data(buf[:head_end])
@@ -169,7 +207,8 @@ class FastClient:
         self.keep = not proto.close  # HTTP/1.1: kept open unless the client says otherwise
         self._body_unread = bool(length)
         self._started = False
-        return Request(method, proto.target, proto.headers, length)
+        forwarded = None if proto.listed else b"".join(proto.forwarded)
+        return Request(method, proto.target, proto.headers, length, forwarded)
 
     async def read_body(self, request: Request, limit: int) -> bytes:
         """The whole body; :class:`ApiError` 413/408/400 on a limit, a timeout or an early end."""
@@ -237,11 +276,12 @@ class FastClient:
         self._started = True
         self._reframe = framing is Framing.CLOSE
 
-    def start_bodiless_response(
-        self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]]
-    ) -> None:
-        """A lane's answer that has no body by its status (204, 304)."""
-        self.start_response(status, reason, headers, Framing.LENGTH)
+    def pass_head(self, raw: bytes) -> None:
+        if not self.keep:
+            raw = raw[:-2] + b"connection: close\r\n\r\n"
+        self.out.append(raw)
+        self._started = True
+        self._reframe = False
 
     def send_body(self, data: bytes) -> None:
         if self._reframe:

@@ -36,21 +36,40 @@ class ProtocolError(Exception):
     """The lane's response is not valid HTTP/1.1 (or was cut short)."""
 
 
+# Hop-by-hop response headers (RFC 9110 §7.6.1) besides Transfer-Encoding: a head with
+# one of them (or a proxy-* one) is rewritten for the client, never passed as it came.
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"te", b"trailer", b"upgrade"})
+
+
 class ResponseHead:
     """Status line and headers (names lower-case) of one response, and what framing needs.
 
     A slotted class rather than a frozen dataclass: one is built per proxied request.
-    ``lengths`` holds the Content-Length values, ``codings`` the Transfer-Encoding ones.
+    ``lengths`` holds the Content-Length values, ``codings`` the Transfer-Encoding ones,
+    ``raw`` the head as received and ``end_to_end`` whether it holds only end-to-end
+    headers (and at most ``transfer-encoding: chunked``), so that it may pass as it came.
     """
 
-    __slots__ = ("close", "codings", "headers", "http11", "lengths", "reason", "status")
+    __slots__ = (
+        "close",
+        "codings",
+        "end_to_end",
+        "headers",
+        "http11",
+        "lengths",
+        "raw",
+        "reason",
+        "status",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
         self.status = 0
         self.reason = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.http11 = True
         self.close = False  # the lane said Connection: close
+        self.end_to_end = True
         self.lengths: list[bytes] = []
         self.codings: list[bytes] = []
 
@@ -59,13 +78,18 @@ class ResponseHead:
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
-        value = value.rstrip(b" \t")  # llhttp strips the leading OWS only
+        if value[-1:] in (b" ", b"\t"):
+            value = value.rstrip(b" \t")  # llhttp strips the leading OWS only
+            self.end_to_end = False
         if name == b"content-length":
             self.lengths.append(value)
         elif name == b"transfer-encoding":
             self.codings.append(value)
-        elif name == b"connection" and b"close" in value.lower():
-            self.close = True
+            self.end_to_end = self.end_to_end and value.lower() == b"chunked"
+        elif name in HOP_BY_HOP or name.startswith(b"proxy-"):
+            self.end_to_end = False
+            if name == b"connection" and b"close" in value.lower():
+                self.close = True
         self.headers.append((name, value))
 
     def keep_alive(self) -> bool:
@@ -87,7 +111,7 @@ def split_head(buffer: bytes) -> tuple[bytes, bytes] | None:
 
 def parse_head(head: bytes) -> ResponseHead:
     """The head of one response (``head`` ends with its blank line)."""
-    parsed = ResponseHead()
+    parsed = ResponseHead(head)
     parser = httptools.HttpResponseParser(parsed)
     try:
         parser.feed_data(head)
@@ -98,6 +122,8 @@ def parse_head(head: bytes) -> ResponseHead:
         line = head.split(b"\r", 1)[0]
         raise ProtocolError(f"bad status line {line[:80]!r}")
     parsed.http11 = parser.get_http_version() == "1.1"
+    if not parsed.http11 or len(parsed.codings) > 1:
+        parsed.end_to_end = False
     return parsed
 
 
@@ -111,14 +137,16 @@ class BodyDecoder:
     connection may carry another request. ``framing`` is ``None`` for a bodiless answer.
     """
 
+    # Defaults on the class: one decoder is built per proxied request, most stay content-length.
+    done = False
+    remaining = -1  # content-length framing: bytes still to come
+    framing: Framing | None = None
+    _chunk_left = 0  # chunked: data bytes left in the current chunk
+    _state = "size"  # chunked: size | data | data-end | trailer
+    _pending = b""
+
     def __init__(self, head: ResponseHead) -> None:
-        self.done = False
-        self.remaining = -1  # content-length framing: bytes still to come
-        self.framing: Framing | None = None
-        self._chunk_left = 0  # chunked: data bytes left in the current chunk
-        self._state = "size"  # chunked: size | data | data-end | trailer
-        self._pending = b""
-        self.reusable = head.keep_alive()
+        self.reusable = head.http11 and not head.close
         self._frame(head)
 
     @property

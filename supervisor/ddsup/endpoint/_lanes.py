@@ -56,7 +56,10 @@ class LaneState:
         self.counts.add(self.slot, -1)
 
     def queue(self, now: float, stale_after: float) -> int:
-        """Outstanding requests, or the lane's own waiting count when a fresh sample says more."""
+        """Outstanding requests, or the lane's own waiting count when a fresh sample says more.
+
+        ``now`` and the sample times are :func:`time.monotonic` (shared by processes).
+        """
         waiting = self.waiting
         if waiting is not None and now - self.sampled_at <= stale_after:
             return max(self.outstanding, waiting)

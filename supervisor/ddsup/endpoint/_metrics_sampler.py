@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 
 import trio
@@ -81,6 +82,6 @@ async def _sample_one(
             log.debug("lane %s: /metrics failed: %s", state.info.instance, err)
     if waiting is None:
         metrics.metrics_errors[state.info.instance] += 1
-    state.record_sample(waiting, trio.current_time())
+    state.record_sample(waiting, time.monotonic())
     if recorded is not None:
         recorded(state)

@@ -18,15 +18,14 @@ answer finds it counted in the next ``/metrics`` scrape.
 from __future__ import annotations
 
 import logging
-import math
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import trio
-
 from ddsup.endpoint._admission import choose
 from ddsup.endpoint._config import EndpointConfig
-from ddsup.endpoint._connection import Abort, ClientConnection, Framing
+from ddsup.endpoint._connection import Abort, ClientConnection, Framing, Request
+from ddsup.endpoint._deadlines import Deadlines, Expired
 from ddsup.endpoint._errors import no_ready_lane, overloaded, upstream_failed
 from ddsup.endpoint._http1 import ProtocolError, ResponseHead
 from ddsup.endpoint._lanes import LaneState, LaneTable
@@ -63,9 +62,16 @@ def end_to_end(
 
 
 def _start_response(client: ClientConnection, head: ResponseHead, conn: UpstreamConnection) -> None:
-    """Queue the lane's response head as the client gets it; ``ValueError`` if it cannot."""
+    """Queue the lane's response head as the client gets it; ``ValueError`` if it cannot.
+
+    A verbatim (fast-path) client takes a head of end-to-end headers as it came, when the
+    body's framing passes on unchanged too (Content-Length, or chunked).
+    """
     assert conn.decoder is not None
     framing = conn.decoder.framing
+    if client.verbatim and head.end_to_end and framing in (Framing.LENGTH, Framing.CHUNKED):
+        client.pass_head(head.raw)
+        return
     drop = HOP_BY_HOP if framing is Framing.LENGTH else HOP_BY_HOP | {b"content-length"}
     headers = end_to_end(head.headers, drop)
     client.start_response(head.status, head.reason, headers, framing or Framing.LENGTH)
@@ -74,18 +80,26 @@ def _start_response(client: ClientConnection, head: ResponseHead, conn: Upstream
 class Forward:
     """What goes to the lane: the client's request with end-to-end headers only.
 
-    A slotted class rather than a frozen dataclass: one is built per proxied request.
+    ``headers`` is the block of header lines (``name: value`` and CRLF each), Host and
+    Content-Length excepted. A slotted class rather than a frozen dataclass: one is
+    built per proxied request.
     """
 
     __slots__ = ("body", "headers", "method", "target")
 
-    def __init__(
-        self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes
-    ) -> None:
+    def __init__(self, method: bytes, target: bytes, headers: bytes, body: bytes) -> None:
         self.method = method
         self.target = target
         self.headers = headers
         self.body = body
+
+    @classmethod
+    def of(cls, request: Request, body: bytes) -> Forward:
+        headers = request.forwarded
+        if headers is None:
+            kept = end_to_end(request.headers, REQUEST_DROP)
+            headers = b"".join(b"%s: %s\r\n" % pair for pair in kept)
+        return cls(request.method, request.target, headers, body)
 
 
 @dataclass(frozen=True)
@@ -100,10 +114,13 @@ class Failure:
 class Proxy:
     """The forwarding policy over a lane table: choice, retries, relay."""
 
-    def __init__(self, config: EndpointConfig, lanes: LaneTable, metrics: Metrics) -> None:
+    def __init__(
+        self, config: EndpointConfig, lanes: LaneTable, metrics: Metrics, deadlines: Deadlines
+    ) -> None:
         self.config = config
         self.lanes = lanes
         self.metrics = metrics
+        self.deadlines = deadlines
 
     async def forward(self, client: ClientConnection, request: Forward, model: str) -> int:
         """Serve ``request`` from a lane of ``model``; the status sent, or an :class:`ApiError`."""
@@ -115,7 +132,7 @@ class Proxy:
                 self.lanes.ready(model),
                 tried,
                 limit=config.max_queue_per_lane,
-                now=trio.current_time(),
+                now=time.monotonic(),
                 stale_after=config.metrics_stale_after,
                 turn=self.lanes.next_turn(model),
             )
@@ -151,7 +168,7 @@ class Proxy:
         lane.begin()
         try:
             try:
-                conn, response = await self._open(lane.pool, request, client.hangup_fd)
+                conn, response = await self._open(lane.pool, request, client)
             except UpstreamError as err:
                 log.debug("lane %s: %s", lane.info.instance, err)
                 return Failure(err.kind, str(err))
@@ -170,46 +187,50 @@ class Proxy:
                 conn.close_now()
                 raise
             lane.pool.release(conn)
+            client.last_upstream = conn
             return response.status
         finally:
             lane.end()
 
     async def _open(
-        self, pool: ConnectionPool, request: Forward, hangup_fd: int | None
+        self, pool: ConnectionPool, request: Forward, client: ClientConnection
     ) -> tuple[UpstreamConnection, ResponseHead]:
-        """Send ``request`` and read the response head, on a fresh connection if a kept one died.
+        """Send ``request`` and read the response head, on a fresh connection if a kept one
+        died; :class:`UpstreamError` when the lane fails before answering.
 
-        The connection watches ``hangup_fd`` (a fast-path client) until it is released.
+        A fast-path client (one with a ``hangup_fd``) is watched by the connection.
         """
-        conn = await pool.acquire(self.config.upstream_connect_timeout)
-        conn.watch(hangup_fd)
+        fd = client.hangup_fd
+        watcher = None if fd is None else client
+        config = self.config
+        conn = await pool.acquire(config.upstream_connect_timeout, client.last_upstream)
+        data = request_bytes(
+            request.method, request.target, pool.host_header, request.headers, request.body
+        )
         for last in (False, True):
+            conn.checkout(self.deadlines, watcher, -1 if fd is None else fd)
+            conn.deadline = time.monotonic() + config.upstream_timeout
             try:
-                return conn, await self._exchange(conn, pool.host_header, request)
-            except UpstreamError as err:
+                await conn.send(data)
+                return conn, await conn.read_head()
+            except Expired as err:
                 conn.close_now()
-                if last or not conn.reused or err.kind == "timeout":
+                why = f"no answer within {config.upstream_timeout:g} s"
+                raise UpstreamError("timeout", why) from err
+            except (OSError, ProtocolError) as err:
+                conn.close_now()
+                if last or not conn.reused:
+                    why = f"connection broken before answering ({err})"
+                    raise UpstreamError("reset", why) from err
+            except UpstreamError:
+                conn.close_now()
+                if last or not conn.reused:
                     raise
             except BaseException:
                 conn.close_now()
                 raise
-            conn = await pool.connect(self.config.upstream_connect_timeout)
-            conn.watch(hangup_fd)
+            conn = await pool.connect(config.upstream_connect_timeout)
         raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _exchange(
-        self, conn: UpstreamConnection, host: bytes, request: Forward
-    ) -> ResponseHead:
-        data = request_bytes(request.method, request.target, host, request.headers, request.body)
-        timeout = self.config.upstream_timeout
-        try:
-            with trio.fail_after(timeout):
-                await conn.send(data)
-                return await conn.read_head()
-        except trio.TooSlowError as err:
-            raise UpstreamError("timeout", f"no answer within {timeout:g} s") from err
-        except (OSError, ProtocolError) as err:
-            raise UpstreamError("reset", f"connection broken before answering ({err})") from err
 
     async def _relay(
         self, conn: UpstreamConnection, client: ClientConnection, lane: LaneState
@@ -217,19 +238,17 @@ class Proxy:
         """Pass the body on; its end stays queued (see the module docstring)."""
         if not self._pass_buffered(conn, client, lane):
             timeout = self.config.upstream_timeout
-            with trio.CancelScope() as idle:  # one scope, its deadline pushed on at each read
-                while True:
-                    await client.flush()
-                    idle.deadline = trio.current_time() + timeout
-                    try:
-                        await conn.receive()
-                    except (OSError, ProtocolError) as err:
-                        raise self._cut(lane, f"response cut short ({err})") from err
-                    idle.deadline = math.inf  # a slow client is not a silent lane
-                    if self._pass_buffered(conn, client, lane):
-                        break
-            if idle.cancelled_caught:
-                raise self._cut(lane, f"silent for {timeout:g} s mid-response")
+            while True:
+                await client.flush()  # untimed: a slow client is not a silent lane
+                conn.deadline = time.monotonic() + timeout
+                try:
+                    await conn.receive()
+                except Expired as err:
+                    raise self._cut(lane, f"silent for {timeout:g} s mid-response") from err
+                except (OSError, ProtocolError) as err:
+                    raise self._cut(lane, f"response cut short ({err})") from err
+                if self._pass_buffered(conn, client, lane):
+                    break
         client.end_response()
 
     def _pass_buffered(

@@ -12,12 +12,14 @@ import hmac
 import json
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 
 import trio
 
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientConnection, ClientGone, Request
+from ddsup.endpoint._deadlines import Deadlines
 from ddsup.endpoint._errors import (
     ApiError,
     bad_request,
@@ -31,7 +33,7 @@ from ddsup.endpoint._errors import (
 )
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics import Metrics
-from ddsup.endpoint._proxy import REQUEST_DROP, Forward, Proxy, end_to_end
+from ddsup.endpoint._proxy import Forward, Proxy
 
 log = logging.getLogger("ddsup.endpoint")
 
@@ -51,12 +53,16 @@ class Endpoint:
         self.config = config
         self.lanes = lanes
         self.metrics = Metrics()
-        self.proxy = Proxy(config, lanes, self.metrics)
+        self.deadlines = Deadlines(
+            config.client_idle_timeout, config.client_header_timeout, config.upstream_timeout
+        )
+        self.proxy = Proxy(config, lanes, self.metrics, self.deadlines)
         self.render_metrics: Callable[[], Awaitable[bytes]] = self._render_own_metrics
         self._key = None if config.api_key is None else config.api_key.encode()
 
     async def _render_own_metrics(self) -> bytes:
-        now = trio.current_time()
+        await trio.lowlevel.checkpoint()
+        now = time.monotonic()
         stale = self.config.metrics_stale_after
         return self.metrics.render(self.lanes, now, stale, [(0, os.getpid())])
 
@@ -130,7 +136,7 @@ async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> 
         why = f"{ep.config.max_concurrent} requests in flight"
         raise overloaded(None, ep.config.retry_after, why)
     lanes.begin_request()
-    start = trio.current_time()
+    start = time.monotonic()
     model, status = "", 500
     try:
         body = await client.read_body(request, ep.config.max_body_bytes)
@@ -140,9 +146,7 @@ async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> 
             raise unknown_model(wanted, ep.lanes.known_models())
         if not ep.lanes.ready(model):
             raise no_ready_lane(model)
-        forward = Forward(
-            request.method, request.target, end_to_end(request.headers, REQUEST_DROP), body
-        )
+        forward = Forward.of(request, body)
         status = await _watched(ep, client, forward, model)
     except ApiError as err:
         status = err.status
@@ -152,7 +156,7 @@ async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> 
         raise
     finally:
         lanes.end_request()
-        ep.metrics.observe(model, status, trio.current_time() - start)
+        ep.metrics.observe(model, status, time.monotonic() - start)
 
 
 async def _watched(ep: Endpoint, client: ClientConnection, forward: Forward, model: str) -> int:

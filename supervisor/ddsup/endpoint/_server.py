@@ -26,7 +26,7 @@ from ddsup.endpoint._client import Client
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientGone
 from ddsup.endpoint._errors import request_timeout
-from ddsup.endpoint._fast_client import FastClient, Unusual
+from ddsup.endpoint._fast_client import FastClient, HeadTimeout, Unusual
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics_sampler import sample_lanes
 from ddsup.endpoint._routes import Endpoint, handle_request
@@ -166,16 +166,20 @@ async def serve_connections(
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Accept and serve connections on ``listeners`` until cancelled."""
-    await trio.serve_listeners(
-        partial(_serve_connection, endpoint), listeners, task_status=task_status
-    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(endpoint.deadlines.run)
+        await nursery.start(
+            partial(trio.serve_listeners, partial(_serve_connection, endpoint), listeners)
+        )
+        task_status.started(listeners)
 
 
 async def _serve_connection(endpoint: Endpoint, stream: trio.SocketStream) -> None:
     """Serve requests on one connection until either side is done; never raises."""
     wire = Wire.from_stream(stream)
+    client = FastClient(wire, endpoint.config)
+    endpoint.deadlines.add(client)
     try:
-        client = FastClient(wire, endpoint.config)
         try:
             await _serve_fast(endpoint, client)
         except Unusual:
@@ -186,27 +190,26 @@ async def _serve_connection(endpoint: Endpoint, stream: trio.SocketStream) -> No
     except Exception:
         log.exception("bug on a client connection; closing it")
     finally:
+        endpoint.deadlines.discard(client)
         wire.close()
 
 
 async def _serve_fast(endpoint: Endpoint, client: FastClient) -> None:
     """The fast path's keep-alive loop; :class:`Unusual` hands the connection to h11."""
-    wire = client.wire
     try:
-        with trio.CancelScope() as scope:  # its deadline is the head timeouts (read_head)
-            while True:
-                waits = wire.waits
-                request = await client.read_head(scope)
-                if request is None:
-                    return
-                if wire.waits == waits:  # no wait for this head: let other connections run
-                    await trio.lowlevel.checkpoint()
-                await handle_request(endpoint, client, request)
-                if not client.keep_alive():
-                    return
-        if client.buffer:  # a head timed out after its first byte (an idle close is silent)
-            await client.reject(request_timeout("request head"))
-            client.linger_wanted = True
+        while True:
+            try:
+                request = await client.read_head()
+            except HeadTimeout:
+                if client.buffer:  # it had begun: 408 (an idle connection closes silently)
+                    await client.reject(request_timeout("request head"))
+                    client.linger_wanted = True
+                return
+            if request is None:
+                return
+            await handle_request(endpoint, client, request)
+            if not client.keep_alive():
+                return
     except (Abort, ClientGone, OSError):
         client.linger_wanted = False
 

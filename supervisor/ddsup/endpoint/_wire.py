@@ -8,8 +8,8 @@ per-request budget (SPEC §8). A :class:`Wire` tries each call at once and waits
 block, which is the same event-driven wait without the wrapping.
 
 A call that succeeds at once does not yield to other tasks; that is fine here because
-every proxied request waits for its lane at least once, and the server's loops add a
-checkpoint where a connection could otherwise keep the CPU (see :mod:`._server`).
+every proxied request waits for its lane at least once, and the fast path adds a
+checkpoint where a connection could otherwise keep the CPU (see :mod:`._fast_client`).
 """
 
 from __future__ import annotations
@@ -27,13 +27,12 @@ class Wire:
     The method names follow trio's stream API so that the h11 path reads the same.
     """
 
-    __slots__ = ("fd", "sock", "waits")
+    __slots__ = ("fd", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         sock.setblocking(False)
         self.sock = sock
         self.fd = sock.fileno()
-        self.waits = 0  # reads that had to wait: a loop that never waited must yield
 
     @classmethod
     def from_stream(cls, stream: trio.SocketStream) -> Wire:
@@ -47,7 +46,6 @@ class Wire:
             try:
                 return sock.recv(max_bytes)
             except BlockingIOError:
-                self.waits += 1
                 await trio.lowlevel.wait_readable(sock)
 
     async def send_all(self, data: bytes) -> None:

@@ -16,6 +16,7 @@ import logging
 import signal
 import socket
 import sys
+import time
 
 import trio
 
@@ -102,7 +103,7 @@ class _Follower:
         elif isinstance(message, link.Sample):
             state = table.state_at(message.slot)
             if state is not None:
-                state.record_sample(message.waiting, trio.current_time())
+                state.record_sample(message.waiting, time.monotonic())
             await link.send(self.channel, link.Applied(message.seq))
         elif isinstance(message, link.SnapshotWanted):
             counters = self.endpoint.metrics.snapshot()
@@ -134,5 +135,5 @@ class _Follower:
             total.add(answer.counters)
             workers = answer.workers
         endpoint = self.endpoint
-        now = trio.current_time()
+        now = time.monotonic()
         return total.render(endpoint.lanes, now, endpoint.config.metrics_stale_after, workers)
