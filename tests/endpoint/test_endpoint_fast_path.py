@@ -179,3 +179,54 @@ async def test_chunked_answers_reach_an_http11_client_as_the_lane_framed_them(
     assert status.startswith(b"HTTP/1.1 200 ")
     assert headers[b"transfer-encoding"] == b"chunked"
     assert body == relayed
+
+
+async def test_a_hang_up_is_seen_on_a_lane_connection_another_client_used(workers: int) -> None:
+    """The lane connection's hang-up watch follows it from client to client."""
+    lane = FakeLane("a")
+    # only the hang-up watch, not the lane's timeout, may end the held requests in time
+    async with running_endpoint([lane], workers=workers, upstream_timeout=60.0) as ep:
+        first = await Conversation.open(ep.url)
+        async with first.stream:
+            await first.stream.send_all(post(b'{"model":"m"}'))
+            assert (await first.response())[0].startswith(b"HTTP/1.1 200 ")
+        # the first client is gone; the next one likely gets its socket's number, and
+        # (one idle lane connection) the lane connection it used
+        for expected in (2, 3):
+            lane.hold = trio.Event()
+            talk = await Conversation.open(ep.url)
+            await talk.stream.send_all(post(b'{"model":"m"}'))
+            await lane.wait_for(lambda: lane.completions == expected)  # noqa: B023
+            lane.disconnected = trio.Event()
+            await talk.stream.aclose()
+            with trio.fail_after(5):
+                await lane.disconnected.wait()
+
+
+async def test_a_lane_silent_mid_stream_is_cut_off(workers: int) -> None:
+    lane = FakeLane("a")
+    lane.chunks, lane.gated = 3, True  # one event, then it waits for a release never given
+    async with running_endpoint([lane], workers=workers, upstream_timeout=0.5) as ep:
+        talk = await Conversation.open(ep.url)
+        async with talk.stream:
+            await talk.stream.send_all(post(b'{"model":"m","stream":true}'))
+            start = trio.current_time()
+            received = b""
+            with trio.fail_after(5):
+                while chunk := await talk.stream.receive_some(65536):
+                    received += chunk
+            assert b"data: " in received
+            assert not received.endswith(b"0\r\n\r\n")  # cut short: no last chunk
+            assert trio.current_time() - start < 3.0
+
+
+async def test_an_idle_keep_alive_connection_is_closed_silently(workers: int) -> None:
+    lane = FakeLane("a")
+    async with running_endpoint([lane], workers=workers, client_idle_timeout=0.3) as ep:
+        talk = await Conversation.open(ep.url)
+        async with talk.stream:
+            await talk.stream.send_all(post(b'{"model":"m"}'))
+            assert (await talk.response())[0].startswith(b"HTTP/1.1 200 ")
+            start = trio.current_time()
+            assert await talk.closed()  # no 408 for a connection that sent nothing
+            assert trio.current_time() - start < 2.0

@@ -260,7 +260,8 @@ async def test_no_retry_once_the_stream_began(workers: int) -> None:
 async def test_client_hangup_mid_stream_cancels_the_lane_request(workers: int) -> None:
     lane = FakeLane("a")
     lane.chunks, lane.gated = 10, True
-    async with running_endpoint([lane], workers=workers) as ep:
+    # a long lane timeout: only noticing the hang-up can end the request in time
+    async with running_endpoint([lane], workers=workers, upstream_timeout=60.0) as ep:
         body = b'{"model":"m","stream":true}'
         head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
         stream = await trio.open_tcp_stream("127.0.0.1", port_of(ep.url))
@@ -282,7 +283,7 @@ async def test_client_hangup_mid_stream_cancels_the_lane_request(workers: int) -
 async def test_client_hangup_while_waiting_cancels_the_lane_request(workers: int) -> None:
     lane = FakeLane("a")
     lane.hold = trio.Event()
-    async with running_endpoint([lane], workers=workers) as ep:
+    async with running_endpoint([lane], workers=workers, upstream_timeout=60.0) as ep:
         request = (
             b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 13\r\n\r\n{"model":"m"}'
         )
