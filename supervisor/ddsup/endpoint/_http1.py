@@ -30,6 +30,7 @@ _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _REASON = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
 _HEX = re.compile(rb"[0-9a-fA-F]{1,16}")
 _CANONICAL_SIZE = re.compile(rb"[0-9a-fA-F]{1,16}\r")
+_WHOLE_CHUNK = re.compile(rb"([0-9a-fA-F]{1,16})\r\n")
 
 
 class ProtocolError(Exception):
@@ -196,7 +197,25 @@ class BodyDecoder:
         if self._pending:
             data = self._pending + data
             self._pending = b""
+        if verbatim and self._state == "size":
+            pos = self._whole_chunks(data)
+            if pos == len(data):
+                return data  # the common case of a stream: whole canonical chunks
+            return self._chunks(data, verbatim, pos)
         return self._chunks(data, verbatim)
+
+    def _whole_chunks(self, data: bytes) -> int:
+        """Skip whole canonical data chunks from the start of ``data``; where they end."""
+        pos, size, match = 0, len(data), _WHOLE_CHUNK.match
+        while (found := match(data, pos)) is not None:
+            length = int(found.group(1), 16)
+            end = found.end() + length
+            if not length or data[end : end + 2] != b"\r\n":
+                break  # the last chunk, or one that does not end in this read
+            pos = end + 2
+            if pos >= size:
+                break
+        return pos
 
     def eof(self) -> None:
         if self.framing is Framing.CLOSE:
@@ -204,10 +223,10 @@ class BodyDecoder:
         elif not self.done:
             raise ProtocolError("the lane closed the connection in the middle of the body")
 
-    def _chunks(self, data: bytes, verbatim: bool) -> bytes:
-        """Walk the chunk framing of ``data``: the decoded bytes, or the bytes to relay."""
+    def _chunks(self, data: bytes, verbatim: bool, pos: int = 0) -> bytes:
+        """Walk the chunk framing of ``data`` from ``pos`` (the bytes before it are whole
+        canonical chunks): the decoded bytes, or the bytes to relay."""
         out: list[bytes] = []
-        pos = 0
         start = 0  # verbatim: the first byte of ``data`` not yet accounted for in ``out``
         size = len(data)
         while pos < size and not self.done:

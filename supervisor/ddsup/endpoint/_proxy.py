@@ -242,7 +242,7 @@ class Proxy:
                 await client.flush()  # untimed: a slow client is not a silent lane
                 conn.deadline = time.monotonic() + timeout
                 try:
-                    await conn.receive()
+                    await conn.receive(wait_first=True)  # a stream's next event comes later
                 except Expired as err:
                     raise self._cut(lane, f"silent for {timeout:g} s mid-response") from err
                 except (OSError, ProtocolError) as err:

@@ -158,20 +158,25 @@ class UpstreamConnection(Timed):
             except BlockingIOError:
                 continue
 
-    async def receive(self) -> None:
+    async def receive(self, *, wait_first: bool = False) -> None:
         """One read from the lane into the buffer; at EOF, check the body was complete.
 
         While a client is watched, the wait is on the small epoll set: it wakes for the
         lane's bytes or for the client's hang-up, and only when the lane has nothing is
-        the set asked which (one syscall less on the common path).
+        the set asked which (one syscall less on the common path). ``wait_first``: the
+        bytes are not expected yet (a stream's next event), so skip the read that would
+        fail.
         """
         sock = self.wire.sock
         while True:
-            try:
-                data = sock.recv(RECEIVE_SIZE)
-                break
-            except BlockingIOError:
-                pass
+            if wait_first:
+                wait_first = False
+            else:
+                try:
+                    data = sock.recv(RECEIVE_SIZE)
+                    break
+                except BlockingIOError:
+                    pass
             poller = self._poller
             if not self._watching or poller is None:
                 await self.wait_readable(sock)
