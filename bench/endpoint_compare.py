@@ -22,7 +22,7 @@ last lines check the goals of the endpoint issue and say "met" or "missed".
 
     .venv/bin/python bench/endpoint_compare.py [--seconds 5] [--reps 3]
 
-Needs wrk and nginx (``apt-get install -y nginx wrk``); takes about 8 minutes.
+Needs wrk and nginx (``apt-get install -y nginx wrk``); takes about 10 minutes.
 """
 
 from __future__ import annotations
@@ -297,14 +297,15 @@ def run_goodput(args: argparse.Namespace, tmp: Path, children: list[Child]) -> d
     n1, n1_url = start_nginx(ensure_nginx(), lanes, sorted(proxy), tmp / "gpu")
     e1, e1_url = endpoint(lanes, 1, proxy, "--max-queue-per-lane", str(args.max_queue_per_lane))
     children += [n1, e1]
+    nginx_worker = psutil.Process(n1.pid).children()[0]  # run_level charges watched[0] only
     variants = [
-        Variant("nginx 1w", n1_url, frozenset(proxy), (psutil.Process(n1.pid),)),
+        Variant("nginx 1w", n1_url, frozenset(proxy), (nginx_worker,)),
         Variant("endpoint 1w", e1_url, frozenset(proxy), (psutil.Process(e1.pid),)),
     ]
     capacity = args.gpu_lanes * args.max_num_seqs / args.ttft
     results: dict[float, dict[str, list[Any]]] = {}
     for factor in args.goodput_levels:
-        for order in rotations(variants, args.reps):
+        for order in rotations(variants, args.goodput_reps):
             for v in order:
                 host, port = v.url.removeprefix("http://").rsplit(":", 1)
                 spec = {"host": host, "port": int(port), "connections": args.goodput_connections}
@@ -448,7 +449,8 @@ def main() -> None:
     parser.add_argument("--max-num-seqs", type=int, default=32)
     parser.add_argument("--ttft", type=float, default=0.5)
     parser.add_argument("--max-queue-per-lane", type=int, default=64)
-    parser.add_argument("--goodput-seconds", type=float, default=10)
+    parser.add_argument("--goodput-seconds", type=float, default=20)
+    parser.add_argument("--goodput-reps", type=int, default=2)
     parser.add_argument("--goodput-connections", type=int, default=512)
     parser.add_argument(
         "--goodput-levels",

@@ -94,7 +94,6 @@ class LaneTable:
         self._known: set[str] = set(models)
         self._turns: dict[str, int] = {}
         self._slots: dict[LaneInfo, int] = {}
-        self.version = 0  # bumped on every change of the lane set or the known models
         self.on_change: Callable[[], None] | None = None  # called after every change
         self.set_ready(lanes)
 
@@ -168,7 +167,6 @@ class LaneTable:
             self._changed()
 
     def _changed(self) -> None:
-        self.version += 1
         if self.on_change is not None:
             self.on_change()
 
