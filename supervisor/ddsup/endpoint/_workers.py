@@ -44,6 +44,7 @@ log = logging.getLogger("ddsup.endpoint")
 START_TIMEOUT = 60.0  # seconds for a worker to start its interpreter and serve
 SCRAPE_TIMEOUT = 2.0  # seconds the parent waits for every worker's counters
 WORKER_STOP_TIMEOUT = 10.0  # seconds between a worker's SIGTERM and its SIGKILL
+LINK_GRACE = 1.0  # seconds a broken link waits for its worker's exit (the clearer error)
 
 
 class WorkerFailed(DdsupError):
@@ -229,7 +230,11 @@ class WorkerPool:
             while (message := await link.receive(worker.channel)) is not None:
                 self._received(worker, message)
         except (ChannelError, trio.BrokenResourceError, trio.ClosedResourceError) as err:
-            log.warning("endpoint worker %d: link broken: %s", worker.index, err)
+            with trio.move_on_after(LINK_GRACE):
+                await worker.child.wait()
+                return  # the worker ended: _monitor says how, which says more
+            if not self._stopping:  # a worker the parent cannot reach is one it cannot feed
+                self._fail(f"endpoint worker {worker.index}: its link broke ({err})")
 
     def _received(self, worker: _Worker, message: link.Message) -> None:
         if isinstance(message, link.Applied):
