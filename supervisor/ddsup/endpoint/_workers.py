@@ -308,5 +308,15 @@ class WorkerPool:
 
 
 def _stderr() -> Path:
-    """Workers write to the parent's stderr (under ddsup start: the endpoint's log)."""
-    return Path(f"/proc/{os.getpid()}/fd/2")
+    """Workers write to the parent's stderr (under ddsup start: the endpoint's log).
+
+    A stderr that cannot be opened again by path (a socket, say) leaves them silent
+    rather than unstarted.
+    """
+    path = Path(f"/proc/{os.getpid()}/fd/2")
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+    except OSError as err:
+        log.warning("endpoint workers write nowhere: stderr cannot be reopened (%s)", err)
+        return Path(os.devnull)
+    return path
