@@ -72,6 +72,8 @@ async def serve_worker(address: str) -> None:
         table.close()
         counts.close()
         await channel.aclose()
+    if follower.broken is not None:
+        raise follower.broken  # plainly, not from inside the nursery: exit status 1
 
 
 class _Follower:
@@ -83,14 +85,15 @@ class _Follower:
         self._scrapes: dict[int, link.Scraped | None] = {}
         self._answered = trio.Event()
         self._next_scrape = 0
+        self.broken: ChannelError | None = None
 
     async def follow(self, scope: trio.CancelScope) -> None:
         """Until the parent closes the link, which ends the worker (``scope``)."""
         try:
             while (message := await link.receive(self.channel)) is not None:
                 await self._apply(message)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
-            log.warning("worker: link to the endpoint's parent broken: %s", err)
+        except (ChannelError, trio.BrokenResourceError, trio.ClosedResourceError) as err:
+            self.broken = err if isinstance(err, ChannelError) else ChannelError(str(err))
         scope.cancel()
 
     async def _apply(self, message: link.Message) -> None:
