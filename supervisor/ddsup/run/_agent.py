@@ -23,7 +23,7 @@ import trio
 from ddsup._errors import UsageError
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, ChannelError, connect_channel
 from ddsup.plan._model import Plan
-from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel
+from ddsup.process import open_containment
 from ddsup.record._events import Event
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
@@ -51,7 +51,6 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
     # half-way: nothing runs yet, and the controller will tell it to shut down.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
-    become_subreaper()
     hello = {"op": "hello", "role": "agent", "node": node, "pid": os.getpid()}
     channel = await connect_channel(address, secret, hello)
     setup = await channel.receive()
@@ -60,14 +59,19 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
     run = RunContext(**setup["run"])
     plan = Plan.from_dict(setup["plan"])
     units = load_unit_set(run.unit_dir)
-    sentinel = start_sentinel(run.invocation_id)
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(reap_adopted_children)
+        # ddsup:containment (issue 15): every no-orphan layer of this node, opened once
+        async with open_containment(
+            run.invocation_id, state_dir=run.state_dir, name=f"agent-{node}", root=False
+        ) as containment:
+            layers = containment.layers  # ddsup:containment: the controller records them
+            assert layers is not None
+            event = Event(
+                "containment", node=node, reason=layers.summary(), details=layers.to_json()
+            )
+            await channel.send({"op": "event", "event": event.to_dict()})
             await _serve_controller(channel, node, units, plan, run, gpus)
-            nursery.cancel_scope.cancel()
     finally:
-        sentinel.close()
         await channel.aclose()
     return 0
 

@@ -40,7 +40,7 @@ from ddsup.plan._allocation import (
     slurm_node_addresses,
 )
 from ddsup.plan._model import Node, Plan, PlannedInstance
-from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
+from ddsup.process import Containment, open_containment
 from ddsup.record import _outcome
 from ddsup.record._events import Event, EventLog
 from ddsup.record._outcome import Outcome
@@ -91,6 +91,7 @@ class Controller:
         self.expected_agents: set[str] = set()
         self.client_address = "127.0.0.1"
         self._background: trio.Nursery | None = None  # owns fire-and-forget sends
+        self.containment: dict[str, Any] | None = None  # no-orphan layers (run.json, status)
         self._changed = trio.Event()
 
     # --- top level ------------------------------------------------------------------
@@ -179,17 +180,19 @@ class Controller:
                 "host": "127.0.0.1",
                 "port": self.control_port,
             },
+            "containment": self.containment,
         }
         self.state.write_json(self.state.run, data)
 
     # --- supervision ----------------------------------------------------------------
     async def _supervise(self, units: UnitSet, plan: Plan, launcher: Launcher) -> None:
-        become_subreaper()
-        sentinel = start_sentinel(self.invocation_id)
-        try:
+        # ddsup:containment (issue 15): every no-orphan layer, opened once, closed at the end
+        async with open_containment(
+            self.invocation_id, state_dir=self.state.path, name="controller", root=True
+        ) as containment:
+            self._contained(containment)  # ddsup:containment
             async with trio.open_nursery() as nursery:
                 self._background = nursery
-                nursery.start_soon(reap_adopted_children)
                 nursery.start_soon(self._watch_signals, units)
                 nursery.start_soon(self.console.run)
                 host = "127.0.0.1" if launcher.name == "local" else "0.0.0.0"
@@ -218,14 +221,17 @@ class Controller:
                             await self._stop_everything(units, plan)
                         services.cancel_scope.cancel()
                 nursery.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                survivors = await sweep_until_gone(self.invocation_id, timeout=5.0)
-                if survivors:
-                    self._event(
-                        Event("run", reason="sweep left survivors", details={"pids": survivors})
-                    )
-                sentinel.close()
+        if containment.survivors:  # ddsup:containment
+            details = {"pids": containment.survivors}
+            self._event(Event("run", reason="sweep left survivors", details=details))
+
+    def _contained(self, containment: Containment) -> None:  # ddsup:containment
+        """Record which no-orphan layers hold here (run.json for status, and an event)."""
+        assert containment.layers is not None
+        self.containment = containment.layers.to_json()
+        self._write_run_json()
+        layers = containment.layers
+        self._event(Event("containment", reason=layers.summary(), details=layers.to_json()))
 
     async def _run(
         self, units: UnitSet, plan: Plan, launcher: Launcher, services: trio.Nursery

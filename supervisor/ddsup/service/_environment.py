@@ -4,6 +4,11 @@ Units inherit the environment of ``ddsup start`` (as ``srun --export=ALL`` does)
 ``environment`` is added, ``unset_environment`` removed, and ddsup's own variables set
 last so a unit cannot accidentally fake its identity. Variables that only ddsup's own
 processes need (the control secret) are never passed on.
+
+``SPT_NOENV=1`` is set too: it keeps the ``setproctitle`` package (vLLM names its engine
+processes with it) from overwriting ``/proc/PID/environ``, where the run's tag is read
+(docs/no-orphans.md). A unit can still clear it; the other no-orphan layers do not rely
+on the tag.
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ def unit_environment(
             "DDSUP_INSTANCE": planned.instance,
             "DDSUP_NODE": planned.node,
             "DDSUP_STATE_DIR": run.state_dir,
+            "SPT_NOENV": "1",
         }
     )
     if unit.type is UnitType.LANE:
