@@ -1,6 +1,8 @@
 """The chaos suite: seeded schedules of signals into a running ``ddsup start``, its node
-agents, lanes and worker, each checked against the no-orphan promise (SPEC §4), the exit
-status table (SPEC §3), well-formed ``result.json``/``events.jsonl``, and a hard bound.
+agents, lanes and worker, each checked against the no-orphan promise (SPEC §4, by an
+oracle that counts every process left in the schedule's own PID namespace), the exit
+status and result status the schedule demands (SPEC §3), well-formed
+``result.json``/``events.jsonl``, every injection fired, and a hard bound.
 
 ``pytest tests/chaos --chaos-runs N --chaos-seed S``; one test id per schedule,
 ``schedule-S-I``, reproducible from (S, I). See ``chaos_schedule`` for what a schedule is.
@@ -46,6 +48,12 @@ def _record(figures: Figures, outcome: Outcome, state: Path) -> list[str]:
     if outcome.wrong_exit:
         figures.wrong_exit += 1
         wrong.append(f"exit {outcome.returncode}, expected {outcome.schedule.expected_exit}")
+    if outcome.wrong_status:
+        figures.wrong_status += 1
+        wanted = outcome.schedule.allowed().get(outcome.returncode or 0)
+        wrong.append(f"status {outcome.status!r}, expected {wanted!r}")
+    if outcome.missed:
+        figures.not_fired += 1
     if outcome.hang or outcome.slow_stop:
         figures.hangs += 1
         wrong.append("hang" if outcome.hang else "slow stop")
@@ -69,8 +77,8 @@ def test_schedule(schedule: Schedule, tmp_path: Path, figures: Figures) -> None:
 
 def _grandchildren(run: ChaosRun) -> dict[int, str]:
     """Processes of the run that called setsid below a unit process: PID → node."""
-    assert run.invocation_id is not None
-    units = set(run.view.pid.values())
+    assert run.invocation_id is not None and run.namespace is not None
+    units = {run.namespace.host_pid(pid) for pid in run.view.pid.values()}
     found = {}
     for pid in run_processes(run.invocation_id):
         try:
@@ -87,7 +95,7 @@ def _grandchildren(run: ChaosRun) -> dict[int, str]:
 
 def test_kill9_of_start_leaves_no_setsid_grandchild_on_two_nodes(tmp_path: Path) -> None:
     """kill -9 of ``ddsup start`` while lanes on two simulated nodes (and the worker) have
-    setsid grandchildren: after 10 s nothing of the run is alive (the sentinels sweep)."""
+    setsid grandchildren: within 2 s nothing of the run is alive (the sentinels)."""
     lanes = (
         LaneUnit("a-setsid", LaneKind.SETSID, 3, False, 0.1),
         LaneUnit("b-fakevllm", LaneKind.FAKE_VLLM, 1, False, 0.1),
@@ -173,12 +181,13 @@ def test_result_and_events_checks_catch_disagreement(tmp_path: Path) -> None:
     good = {"status": "stopped", "exit_code": 143, "cause": {"reason": "received SIGTERM"}}
     state = tmp_path
     (tmp_path / "result.json").write_text(json.dumps(good))
-    assert check_result(state, 143) == []
-    assert check_result(state, -15) != []  # killed by the signal instead of exiting 143
-    (tmp_path / "result.json").write_text(json.dumps({**good, "status": "ok"}))
-    assert check_result(state, 143) != []
+    assert check_result(state, 143) == ("stopped", [])
+    assert check_result(state, -15)[1] != []  # killed by the signal instead of exiting 143
     (tmp_path / "result.json").write_text(json.dumps({"status": "stopped", "exit_code": 143}))
-    assert check_result(state, 143) != []  # no cause
+    assert check_result(state, 143)[1] != []  # no cause
+    schedule = make_schedule(1, 0)
+    outcome = Outcome(schedule, returncode=schedule.expected_exit, status="no-such-status")
+    assert outcome.wrong_status and not outcome.wrong_exit  # the schedule's status, exactly
     (tmp_path / "result.json").write_text(json.dumps(good))
     events = [
         {"time": 1.0, "event": "run", "reason": "starting"},

@@ -5,7 +5,7 @@ vLLM's API server forks an engine process that calls ``setsid`` and names itself
 set); when the API server dies, the engine lives on. This program does that, with the
 variations that defeat one no-orphan layer after another:
 
-- ``--clobber``: drop ``SPT_NOENV`` first, so ``setproctitle`` wipes the environment
+- ``--clobber``: the engine drops ``SPT_NOENV`` first, so ``setproctitle`` wipes its environment
   (and with it the run's tag) as it would without ddsup's ``SPT_NOENV=1``;
 - ``--env-clear``: the engine re-executes itself with nothing of its environment but a
   ``PATH`` (``env -i PATH=…``; with no variable at all setproctitle cannot find argv);
@@ -78,7 +78,7 @@ def main() -> int:
     if args.engine_only:
         _engine(args)
     _start_engine(args)
-    _retitle("vllm serve (API server)", args.clobber)
+    _retitle("vllm serve (API server)", clobber=False)  # the tag stays on the server
     exits = args.exit_after is not None
     if exits and args.once:
         try:
