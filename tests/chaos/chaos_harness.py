@@ -186,6 +186,7 @@ class Figures:
     hangs: int = 0
     not_fired: int = 0
     bad: list[str] = field(default_factory=list)
+    emptied: list[float] = field(default_factory=list)  # after SIGKILL of ddsup start
 
     def line(self) -> str:
         seed = "" if self.seed is None else f"seed {self.seed}, "
@@ -193,6 +194,17 @@ class Figures:
             f"chaos: {seed}schedules run {self.run}, orphans found {self.orphans}, "
             f"wrong exit codes {self.wrong_exit}, wrong statuses {self.wrong_status}, "
             f"hangs {self.hangs}, injections not fired {self.not_fired}"
+        )
+
+    def kill_line(self) -> str | None:
+        """How long the namespace took to empty after SIGKILL of ddsup start."""
+        if not self.emptied:
+            return None
+        ordered = sorted(self.emptied)
+        return (
+            f"chaos: after SIGKILL of ddsup start ({len(ordered)} schedules) nothing was left"
+            f" within {ordered[-1]:.3f}s at most (median {ordered[len(ordered) // 2]:.3f}s;"
+            f" bound {ORPHAN_GRACE_KILLED:g}s)"
         )
 
 

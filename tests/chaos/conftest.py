@@ -128,3 +128,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for bad in figures.bad:
         terminalreporter.write_line(bad)
     terminalreporter.write_line(figures.line())
+    kills = figures.kill_line()
+    if kills is not None:
+        terminalreporter.write_line(kills)

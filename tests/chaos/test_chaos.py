@@ -41,6 +41,8 @@ from chaos_schedule import (
 def _record(figures: Figures, outcome: Outcome, state: Path) -> list[str]:
     """Count the schedule in the session's figures; the ways it went wrong."""
     figures.run += 1
+    if outcome.schedule.expected_status is None and outcome.empty_after is not None:
+        figures.emptied.append(outcome.empty_after)
     wrong = []
     if outcome.orphans:
         figures.orphans += 1

@@ -63,12 +63,16 @@ class Supervisor:
             stdout=subprocess.PIPE,
             text=True,
         )
+        self.engines: dict[int, int] = {}  # PID → start time, for the fixture's cleanup
 
     def step(self) -> dict[str, Any]:
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         assert line, f"the supervisor ended early (exit {self.process.wait()})"
         data: dict[str, Any] = json.loads(line)
+        start = start_time(data.get("engine", 0)) if data.get("engine") else None
+        if start is not None:
+            self.engines[data["engine"]] = start
         return data
 
     def finish(self) -> int:
@@ -84,10 +88,18 @@ class Supervisor:
 
 @pytest.fixture
 def supervisors() -> Iterator[list[Supervisor]]:
+    """The supervisors a test starts; at the end they are ended, and so is any engine
+    they left (the suite's leak guard cannot see it: it has no tag), by PID and start
+    time, so that a broken layer fails its test without leaking into the next."""
     started: list[Supervisor] = []
     yield started
     for supervisor in started:
         supervisor.finish()
+        for pid, start in supervisor.engines.items():
+            fd = _registry.pin(_registry.Entry(pid, start, "engine"))
+            if fd is not None:
+                _registry.kill_pinned([fd])
+                _registry.wait_pidfds([fd], 5.0)
 
 
 def _available(kind: str) -> bool:
