@@ -32,6 +32,7 @@ DEFAULT_SEED = 1
 
 FIGURES = pytest.StashKey[Figures]()
 SEED = pytest.StashKey[int]()
+ROTATED = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -81,14 +82,20 @@ def _seed(config: pytest.Config) -> int:
     if seed is None and os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
         seed, rotated = secrets.randbelow(1_000_000), True
     config.stash[SEED] = seed = DEFAULT_SEED if seed is None else seed
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        how = "new for this CI run" if rotated else "fixed"
-        reporter.write_line(
-            f"chaos: seed {seed} ({how}); reproduce a schedule with "
-            f"DDSUP_CHAOS_SEED={seed} pytest tests/chaos -k schedule-{seed}-I"
-        )
+    config.stash[ROTATED] = rotated
     return seed
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    """The seed, before any schedule runs: a failing one is reproducible from it."""
+    if SEED not in config.stash:
+        return []
+    seed = config.stash[SEED]
+    how = "new for this CI run" if config.stash[ROTATED] else "fixed"
+    return [
+        f"chaos: seed {seed} ({how}); reproduce schedule I with "
+        f"DDSUP_CHAOS_SEED={seed} pytest tests/chaos -k schedule-{seed}-I"
+    ]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
