@@ -637,11 +637,13 @@ def _toml(value: Any) -> str:
 
 def start_env() -> dict[str, str]:
     """The test's environment without Slurm, GPUs or another run's identity; the test
-    session mark stays, so the suite's leak guard recognises the run's processes."""
+    session mark stays, so the suite's leak guard recognises the run's processes, and so
+    does a choice of cgroup layer (``DDSUP_CGROUP``)."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith("SLURM_") and (not k.startswith("DDSUP_") or k == "DDSUP_TEST_SESSION")
+        if not k.startswith("SLURM_")
+        and (not k.startswith("DDSUP_") or k in ("DDSUP_TEST_SESSION", "DDSUP_CGROUP"))
     }
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env

@@ -60,6 +60,7 @@ class LaneKind(str, enum.Enum):
     ENV_CLEARED = "envclear"  # … and it re-executes itself with a cleared environment
     DAEMON = "daemon"  # … and it double-forks: an orphan from its first instant
     ORPHANER = "orphaner"  # … and the first start's API server exits 1, engine left
+    ORPHANER_RETITLED = "orphaner-retitled"  # the same, the engine keeps its environment
 
 
 HEALTHY = frozenset(
@@ -73,6 +74,7 @@ HEALTHY = frozenset(
         LaneKind.ENV_CLEARED,
         LaneKind.DAEMON,
         LaneKind.ORPHANER,
+        LaneKind.ORPHANER_RETITLED,
     }
 )
 VLLM_LIKE_FLAGS = {
@@ -81,6 +83,10 @@ VLLM_LIKE_FLAGS = {
     LaneKind.DAEMON: ("--clobber", "--env-clear", "--double-fork"),
     LaneKind.ORPHANER: (
         *("--clobber", "--env-clear", "--exit-after", "0.3", "--exit-code", "1"),
+        *("--once", "{state_dir}/orphaned-{instance}"),
+    ),
+    LaneKind.ORPHANER_RETITLED: (
+        *("--clobber", "--exit-after", "0.3", "--exit-code", "1"),
         *("--once", "{state_dir}/orphaned-{instance}"),
     ),
 }
@@ -200,10 +206,11 @@ class Worker:
     after: tuple[str, ...]  # the healthy lane units: it starts once they are all ready
     exit_code: int = 0
     forward_usr1: bool = False
+    exit_after: float = 0.3  # EXITS: seconds after its start
 
     def sections(self) -> dict[str, dict[str, Any]]:
         if self.kind is WorkerKind.EXITS:
-            argv = ["sh", "-c", f"sleep 0.3; exit {self.exit_code}"]
+            argv = ["sh", "-c", f"sleep {self.exit_after:g}; exit {self.exit_code}"]
         elif self.kind is WorkerKind.SETSID:
             argv = ["sh", "-c", "setsid sleep 600 & exec sleep 600"]
         else:
@@ -359,6 +366,7 @@ def _lanes(rng: random.Random, cause: Cause, capacity: int) -> tuple[LaneUnit, .
     built-in cause needs (a fragile target, a stop-all crash loop, a never-ready lane)."""
     kinds = [LaneKind.PLAIN, LaneKind.SLOW, LaneKind.STUBBORN, LaneKind.SETSID]
     kinds += [LaneKind.RETITLE, LaneKind.ENV_CLEARED, LaneKind.DAEMON, LaneKind.ORPHANER]
+    kinds += [LaneKind.ORPHANER_RETITLED]
     if rng.random() < 0.15:
         kinds.append(LaneKind.FAKE_VLLM)
     if cause not in (Cause.CRASH_LOOP, Cause.READINESS) and rng.random() < 0.3:

@@ -16,6 +16,7 @@ import signal
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from chaos_harness import (
     ChaosRun,
     EventTail,
@@ -128,6 +129,64 @@ def test_kill9_of_start_leaves_no_setsid_grandchild_on_two_nodes(tmp_path: Path)
     assert outcome.returncode == -signal.SIGKILL, outcome.report(tmp_path / "state")
     assert not outcome.orphans, outcome.report(tmp_path / "state")
     assert not outcome.hang and not outcome.problems, outcome.report(tmp_path / "state")
+
+
+@pytest.mark.parametrize("cgroup", ["auto", "off"], ids=["cgroup", "no-cgroup"])
+@pytest.mark.parametrize("kind", [LaneKind.ORPHANER_RETITLED, LaneKind.ORPHANER])
+@pytest.mark.parametrize("cause", [Cause.WORKER_EXIT, Cause.KILL_START], ids=["ok", "kill-9"])
+def test_engines_outliving_their_api_server_leave_nothing(
+    cause: Cause, kind: LaneKind, cgroup: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15's case: each lane's API server exits 1 after 0.3 s and leaves its setsid
+    engine, retitled by setproctitle (its environment clobbered; or re-executed with a
+    cleared one), then restarts. A run that ends well (the worker's exit 0) leaves nothing
+    alive when ``ddsup start`` returns; a SIGKILL of ``ddsup start`` once the engines were
+    orphaned, nothing within 2 s. With the cgroup layer, and without it (registry and
+    adoption). The oracle counts every process of the schedule's PID namespace."""
+    monkeypatch.setenv("DDSUP_CGROUP", cgroup)
+    lane = LaneUnit("a-engines", kind, 2, False, 0.1)
+    if cause is Cause.WORKER_EXIT:
+        worker = Worker(WorkerKind.EXITS, ("a-engines@",), exit_code=0, exit_after=2.0)
+        injections: tuple[Injection, ...] = ()
+        expected: tuple[int, str | None] = (0, "ok")
+    else:
+        worker = Worker(WorkerKind.FOREVER, ("a-engines@",))
+        injections = (Injection(Phase.RUNNING, "start", signal.SIGKILL, "primary"),)
+        expected = (-signal.SIGKILL, None)
+    schedule = Schedule(
+        seed=0,
+        index=0,
+        nodes=1,
+        gpus_per_node=2,
+        lanes=(lane,),
+        worker=worker,
+        client_setsid_service=False,
+        cause=cause,
+        injections=injections,
+        expected_exit=expected[0],
+        expected_status=expected[1],
+    )
+
+    def orphaned(run: ChaosRun) -> bool:
+        """Every API server exited 1 (its engine orphaned) and was ready again after."""
+        again = set()
+        exited = set()
+        for event in run.tail.events:
+            instance = event.get("instance")
+            if event["event"] == "exit" and event.get("exit") == {"code": 1}:
+                exited.add(instance)
+            elif event.get("to") == "ready" and instance in exited:
+                again.add(instance)
+        return again >= set(lane.instances())
+
+    run = ChaosRun(schedule, tmp_path, before_fire=lambda run, _injection: orphaned(run))
+    outcome = run.run()
+    report = outcome.report(tmp_path / "state")
+    assert orphaned(run), report  # the engines were orphaned before the end
+    assert (outcome.returncode, outcome.status) == expected, report
+    assert not outcome.orphans and not outcome.problems and not outcome.hang, report
+    layers = [e for e in run.tail.events if e["event"] == "containment"]
+    assert layers and all((e["cgroup"] is None) is (cgroup == "off") for e in layers), layers
 
 
 # --- the generator --------------------------------------------------------------------

@@ -11,7 +11,8 @@ processes its units have (``_registry``), which it fills as the run goes:
 - when a unit's process starts (its PID, at once);
 - every ``SCAN_INTERVAL`` while units run: with a cgroup, the members of each unit's
   cgroup (a few small files); without, one pass over ``/proc`` (shared with concurrent
-  stops) for each unit's descendants and for orphans adopted by us.
+  stops) for each unit's descendants and for orphans adopted by us;
+- without a cgroup, also when a unit's process has stopped: what it orphaned is ours.
 
 When a unit's process stops (``ChildProcess.stop``), whatever it left is ended with it
 (:meth:`UnitScope.end`): its cgroup, and the registry entries of that unit. When the
@@ -196,8 +197,12 @@ class Containment:
         """The share of ``unit`` (an instance name): its cgroup and its registry entries."""
         scope = self._scopes.get(unit)
         if scope is None:
-            cgroup = None if self._own is None else self._own.child(_cgroup.UNIT_PREFIX + unit)
-            scope = self._scopes[unit] = UnitScope(unit, cgroup, self._records)
+            if self._own is not None:
+                cgroup = self._own.child(_cgroup.UNIT_PREFIX + unit)
+                scope = UnitScope(unit, cgroup, self._records)
+            else:
+                scope = UnitScope(unit, None, self._records, rescan=self.scan)
+            self._scopes[unit] = scope
         return scope
 
     async def _scan_forever(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -50,10 +50,17 @@ class Records:
 class UnitScope:
     """One unit instance inside a containment (see the module docstring)."""
 
-    def __init__(self, unit: str, cgroup: _cgroup.Cgroup | None, records: Records) -> None:
+    def __init__(
+        self,
+        unit: str,
+        cgroup: _cgroup.Cgroup | None,
+        records: Records,
+        rescan: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.unit = unit
         self.cgroup = cgroup
         self._records = records
+        self._rescan = rescan  # without a cgroup: record the orphans the unit just made
         self.pid: int | None = None  # the unit's process while it runs
 
     @property
@@ -111,6 +118,8 @@ class UnitScope:
                 log.warning("%s: processes left in %s after SIGKILL", self.unit, self.cgroup.path)
         if ended:
             log.info("%s: ended %d process(es) it left: %s", self.unit, len(ended), ended)
+        if self._rescan is not None:
+            await self._rescan()  # its process died: what it orphaned is ours now, record it
         return ended
 
 
