@@ -348,9 +348,12 @@ def make_schedule(seed: int, index: int) -> Schedule:
         injections.append(Injection(Phase.STOPPING, "start", second, role))
     if cause is not Cause.KILL_START and rng.random() < 0.25:  # an agent dies while stopping
         node = f"node{rng.randrange(lane_nodes(sched))}"
-        # it must still be there: a stubborn lane keeps its agent stopping for 0.8 s
+        # it must still be there: a stubborn lane that runs keeps its agent stopping for
+        # 0.8 s (one still waiting for its stagger slot stops at once: only if every lane
+        # started before the end)
         killed = {i.target for i in injections if i.signum is signal.SIGKILL}
-        if node in stubborn_nodes(sched) and f"agent:{node}" not in killed:
+        started = cause is Cause.WORKER_EXIT or any(i.phase >= Phase.RUNNING for i in primary)
+        if started and node in stubborn_nodes(sched) and f"agent:{node}" not in killed:
             injections.append(Injection(Phase.STOPPING, f"agent:{node}", signal.SIGKILL, "noise"))
     return dataclasses.replace(
         sched,
