@@ -46,6 +46,10 @@ class Records:
         """The entries of ``unit`` (None: every entry)."""
         return [e for e in self.seen.values() if unit is None or e.unit == unit]
 
+    def forget(self, unit: str, *, but: frozenset[_registry.Entry] = frozenset()) -> None:
+        """Drop ``unit``'s entries from memory (the file keeps them), except ``but``."""
+        self.seen = {p: e for p, e in self.seen.items() if e.unit != unit or e in but}
+
 
 class UnitScope:
     """One unit instance inside a containment (see the module docstring)."""
@@ -97,20 +101,29 @@ class UnitScope:
             self._records.add([_registry.Entry(pid, start, self.unit)])
 
     async def end(self) -> list[int]:
-        """End what the unit left (its process has been stopped): the PIDs ended."""
+        """End what the unit left (its process has been stopped): the PIDs ended.
+
+        An empty cgroup is kept for the unit's next start; one that held something is
+        ended (SIGKILL, race-free against forks) and removed once empty.
+        """
         self.pid = None
         pidfds: list[int] = []
         members: list[int] = []
-        if self.cgroup is not None and self.cgroup.exists():
+        if self.cgroup is not None:
             members = await trio.to_thread.run_sync(self.cgroup.members)
+        if members:
+            assert self.cgroup is not None
             pidfds += [fd for fd in map(pin_now, members) if fd is not None]
             with contextlib.suppress(OSError):
                 await trio.to_thread.run_sync(self.cgroup.kill)
         pinned = _registry.kill_entries(self._records.of(self.unit))
+        # the others are gone: a crash loop does not pile them up (killed ones go next time)
+        self._records.forget(self.unit, but=frozenset(entry for entry, _fd in pinned))
         pidfds += [fd for _entry, fd in pinned]
         await wait_pidfds(pidfds, END_GRACE)
         ended = sorted({*members, *(entry.pid for entry, _fd in pinned)})
-        if self.cgroup is not None and self.cgroup.exists():
+        if members:
+            assert self.cgroup is not None
             if await emptied(self.cgroup, END_GRACE):
                 with contextlib.suppress(OSError):
                     await trio.to_thread.run_sync(self.cgroup.remove)
