@@ -505,9 +505,11 @@ def _has_stagger_window(sched: Schedule) -> bool:
 def _noise(rng: random.Random, sched: Schedule, primary: list[Injection]) -> list[Injection]:
     """Injections that must not change how the run ends, at phases before the primary's."""
     last = primary[0].phase if primary else Phase.FIRST_STARTING
-    ends_by_itself = sched.cause in (Cause.CRASH_LOOP, Cause.READINESS)
+    ends_by_itself = sched.cause in (Cause.CRASH_LOOP, Cause.READINESS, Cause.WORKER_EXIT)
     if ends_by_itself:
-        last = Phase.FIRST_STARTING  # the run may end any moment after that
+        # the run may end any moment after that (a worker starts once its lanes were ready
+        # once, and exits 0.3 s later, while a lane the noise killed may still restart)
+        last = Phase.FIRST_STARTING
     phases = [p for p in _reachable_phases(sched) if p <= last]
     out = []
     for _ in range(rng.randint(0, 3)):
