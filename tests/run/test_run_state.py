@@ -161,6 +161,20 @@ def test_agents_report_preflight_then_ports_are_planned_and_lanes_published() ->
     assert [d for d in run.handle(_to("a@1", S.READY)) if isinstance(d, PublishLanes)] == []
 
 
+def test_an_unresponsive_lane_leaves_the_rotation_and_returns_when_ready_again() -> None:
+    run = _run(u.lane("a@", replicas=2), u.endpoint(min_ready=MinReady(count=1)))
+    _preflight(run)
+    run.handle(_to("a@0", S.READY))
+    run.handle(_to("a@1", S.READY))
+
+    def published(decisions: list[Decision]) -> list[str]:
+        [publish] = [d for d in decisions if isinstance(d, PublishLanes)]
+        return [lane.instance for lane in publish.update.lanes]
+
+    assert published(run.handle(_to("a@0", S.UNRESPONSIVE))) == ["a@1"]
+    assert published(run.handle(_to("a@0", S.READY))) == ["a@0", "a@1"]
+
+
 def test_preflight_problems_or_silence_end_the_run_69_and_nothing_starts() -> None:
     units = u.unit_set(u.lane("a@", replicas=2))
     run = RunState(units, u.plan(units, count=2, gpus=1))

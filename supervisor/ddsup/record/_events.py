@@ -6,6 +6,7 @@ added). Every event has ``time`` (Unix seconds) and ``event``:
 
 - ``unit``: :class:`UnitTransition`, an instance's state change;
 - ``process``: :class:`ProcessStarted`; ``exit``: :class:`ProcessExited`, as seen;
+- ``liveness``: :class:`LivenessFailed`, a ready lane's liveness probe failed;
 - ``run``: the run's own lifecycle, told apart by ``reason`` (:class:`RunStarting`,
   :class:`RunEnding`, :class:`RunStopping`, :class:`SignalForwarded`,
   :class:`KillingEverything`, :class:`SweepLeftSurvivors`, :class:`RunFinished`).
@@ -117,6 +118,32 @@ class ProcessExited:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LivenessFailed:
+    """A ready lane did not pass its liveness probe: ``failures`` in a row of ``limit``.
+
+    The first takes it out of the rotation (``ready`` → ``unresponsive``); the
+    ``limit``-th restarts it (``unresponsive`` → ``restarting``), by its restart policy.
+    ``probe`` is the probe's answer (``no answer within 5s``, ``HTTP 500``, …).
+    """
+
+    instance: str
+    node: str | None
+    failures: int
+    limit: int
+    probe: str
+    time: float = field(default_factory=_now)
+
+    @property
+    def reason(self) -> str:
+        return f"liveness probe failed ({self.failures} of {self.limit} in a row): {self.probe}"
+
+    def to_json(self) -> dict[str, Any]:
+        out = _head(self.time, "liveness", self.instance, self.node)
+        out.update({"failures": self.failures, "limit": self.limit, "probe": self.probe})
+        return {**out, "reason": self.reason}
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunStarting:
     """``ddsup start`` began."""
 
@@ -210,7 +237,7 @@ RunLifecycle = (
     | SweepLeftSurvivors
     | RunFinished
 )
-RecordedEvent = UnitTransition | ProcessStarted | ProcessExited | RunLifecycle
+RecordedEvent = UnitTransition | ProcessStarted | ProcessExited | LivenessFailed | RunLifecycle
 
 
 def _head(at: float, kind: str, instance: str, node: str | None) -> dict[str, Any]:
@@ -247,6 +274,15 @@ def parse_event(data: object) -> RecordedEvent:
             node=read.optional_text("node"),
             pid=read.integer("pid"),
             exit=exit_from_json(data.get("exit")),
+            time=read.time(),
+        )
+    if kind == "liveness":
+        return LivenessFailed(
+            instance=read.text("instance"),
+            node=read.optional_text("node"),
+            failures=read.integer("failures"),
+            limit=read.integer("limit"),
+            probe=read.text("probe"),
             time=read.time(),
         )
     if kind == "run":

@@ -28,6 +28,7 @@ import trio
 
 from ddsup.record._display import duration, paint, symbol
 from ddsup.record._events import (
+    LivenessFailed,
     ProcessExited,
     ProcessStarted,
     RecordedEvent,
@@ -133,6 +134,8 @@ class Console:
         if isinstance(event, ProcessExited):
             where = f"{event.instance}{_where(event.node)}"
             return f"{where}: pid {event.pid} ended ({event.reason})" if self.verbose else None
+        if isinstance(event, LivenessFailed):
+            return f"{event.instance}{_where(event.node)}: {event.reason}"
         if self.verbose or isinstance(event, RunStopping | RunEnding):
             return f"run {event.reason}"
         return None

@@ -30,6 +30,7 @@ from ddsup.channel._messages import LanesUpdate, PreflightReport, ReadyLane
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.record._events import (
     KillingEverything,
+    LivenessFailed,
     ProcessStarted,
     RunEnding,
     RunStopping,
@@ -195,7 +196,7 @@ class RunState:
 
     def _observed(self, observed: Observed) -> list[Decision]:
         event = observed.event
-        if isinstance(event, ProcessStarted):
+        if isinstance(event, ProcessStarted | LivenessFailed):
             self.records[event.instance] = self._record(event.instance).apply(event)
         if not isinstance(event, UnitTransition):
             return []

@@ -389,5 +389,6 @@ def _build_ready(values: dict[str, Any] | None) -> ReadySection | None:
     if values is None:
         return None
     probe = next(p for p in schema.READY_PROBES if p in values)
-    extra = {"interval": values["interval"]} if "interval" in values else {}
+    timing = ("interval", "liveness_interval", "liveness_failures")
+    extra = {key: values[key] for key in timing if key in values}
     return ReadySection(kind=ProbeKind(probe), target=values[probe], **extra)

@@ -236,6 +236,24 @@ READY = SectionSpec(
             specifiers=True,
         ),
         _duration_key("interval", "Time between probes.", "500ms", "1s", positive=True),
+        KeySpec(
+            "liveness_interval",
+            k.duration(positive=True, typical=5.0),
+            "Lanes, once ready: time between liveness probes (the same probe); each must "
+            "answer within it.",
+            "5s",
+            "10s",
+            only=_LANE,
+        ),
+        KeySpec(
+            "liveness_failures",
+            k.integer(0),
+            "Lanes: liveness probes failed in a row that restart the lane; the first one "
+            "takes it out of the endpoint's rotation. 0: no liveness probing.",
+            3,
+            5,
+            only=_LANE,
+        ),
     ),
 )
 
