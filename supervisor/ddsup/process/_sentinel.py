@@ -69,14 +69,27 @@ class Sentinel:
             self._popen.wait()
 
 
-def start_sentinel(invocation_id: str) -> Sentinel:
+def start_sentinel(invocation_id: str, node: str | None = None) -> Sentinel:
     """Start the sentinel of ``invocation_id``: a process in its own session (our group
-    kills miss it) that does not carry the id (sweeps miss it) and waits for our death."""
+    kills miss it) that does not carry the id (sweeps miss it) and waits for our death.
+
+    ``node``: a node agent's sentinel sweeps only the units of its node (``DDSUP_NODE``),
+    so that where simulated nodes share one machine an agent's death ends its node's
+    units and nothing of the others (a run that may lose a node goes on without it).
+    """
     read_fd, write_fd = os.pipe()  # both close-on-exec: no unit inherits the write end
     env = {k: v for k, v in os.environ.items() if k != _sweep.ENV_NAME}
     try:
         popen = subprocess.Popen(
-            [sys.executable, "-I", "-S", __file__, str(read_fd), invocation_id],
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                __file__,
+                str(read_fd),
+                invocation_id,
+                *([node] if node else []),
+            ],
             env=env,
             cwd="/",
             stdin=subprocess.DEVNULL,
@@ -92,16 +105,18 @@ def start_sentinel(invocation_id: str) -> Sentinel:
 
 
 def main(argv: list[str]) -> int:
-    """``_sentinel.py FD INVOCATION_ID``: sweep the run once FD reaches end of file."""
-    if len(argv) != 3 or not argv[1].isdigit() or not argv[2]:
+    """``_sentinel.py FD INVOCATION_ID [NODE]``: sweep the run (on NODE) once FD ends."""
+    if len(argv) not in (3, 4) or not argv[1].isdigit() or not all(argv[2:]):
         print(
-            "usage: _sentinel.py FD INVOCATION_ID (started by ddsup, not by hand)", file=sys.stderr
+            "usage: _sentinel.py FD INVOCATION_ID [NODE] (started by ddsup, not by hand)",
+            file=sys.stderr,
         )
         return 2
     _ignore_stop_signals()
     if _wait_for_parent(int(argv[1])):
         return 0
-    hit, survivors = _sweep.sweep_until_gone_sync(argv[2])
+    node = argv[3] if len(argv) == 4 else None
+    hit, survivors = _sweep.sweep_until_gone_sync(argv[2], node=node)
     if hit or survivors:
         with contextlib.suppress(OSError):  # stderr may be gone with the supervisor
             print(

@@ -21,21 +21,31 @@ else:  # imported by the sentinel program, which put this folder on sys.path
     import _proc  # type: ignore[import-not-found,no-redef,unused-ignore]
 
 ENV_NAME = "DDSUP_INVOCATION_ID"
+NODE_ENV = "DDSUP_NODE"  # every unit's node; a node agent's sentinel sweeps its node only
 SWEEP_SECONDS = 10.0
 _POLL_SECONDS = 0.02
 
 
-def find_run_processes(invocation_id: str, *, exclude: Collection[int] = ()) -> list[int]:
-    """PIDs of live processes whose environment has ``DDSUP_INVOCATION_ID=<invocation_id>``.
+def find_run_processes(
+    invocation_id: str, *, exclude: Collection[int] = (), node: str | None = None
+) -> list[int]:
+    """PIDs of live processes whose environment has ``DDSUP_INVOCATION_ID=<invocation_id>``
+    (and ``DDSUP_NODE=<node>`` when ``node`` is given).
 
     This process is never included. A process whose environment cannot be read (another
-    user's) is not ours to end and is skipped.
+    user's) is not ours to end and is skipped. ``node`` keeps a node agent's sweep to its
+    own node's units where several simulated nodes share one machine.
     """
     wanted = invocation_id.encode()
     skip = {os.getpid(), *exclude}
     found = []
     for pid in _proc.pids():
-        if pid in skip or _proc.read_environ(pid).get(ENV_NAME.encode()) != wanted:
+        if pid in skip:
+            continue
+        environ = _proc.read_environ(pid)
+        if environ.get(ENV_NAME.encode()) != wanted:
+            continue
+        if node is not None and environ.get(NODE_ENV.encode()) != node.encode():
             continue
         if not _proc.is_dead(pid):
             found.append(pid)
@@ -54,16 +64,22 @@ def kill_process_and_group(pid: int) -> None:
             os.killpg(pid, signal.SIGKILL)
 
 
-def sweep(invocation_id: str, *, exclude: Collection[int] = ()) -> list[int]:
+def sweep(
+    invocation_id: str, *, exclude: Collection[int] = (), node: str | None = None
+) -> list[int]:
     """SIGKILL every live process of the run (and the groups they lead); the PIDs hit."""
-    hit = find_run_processes(invocation_id, exclude=exclude)
+    hit = find_run_processes(invocation_id, exclude=exclude, node=node)
     for pid in hit:
         kill_process_and_group(pid)
     return hit
 
 
 def sweep_until_gone_sync(
-    invocation_id: str, *, timeout: float = SWEEP_SECONDS, exclude: Collection[int] = ()
+    invocation_id: str,
+    *,
+    timeout: float = SWEEP_SECONDS,
+    exclude: Collection[int] = (),
+    node: str | None = None,
 ) -> tuple[set[int], list[int]]:
     """Sweep until nothing of the run is left or ``timeout`` passed: (PIDs hit, survivors).
 
@@ -75,10 +91,10 @@ def sweep_until_gone_sync(
     deadline = time.monotonic() + timeout
     hit: set[int] = set()
     while True:
-        found = sweep(invocation_id, exclude=exclude)
+        found = sweep(invocation_id, exclude=exclude, node=node)
         hit.update(found)
         if not found:
             return hit, []
         if time.monotonic() >= deadline:
-            return hit, find_run_processes(invocation_id, exclude=exclude)
+            return hit, find_run_processes(invocation_id, exclude=exclude, node=node)
         time.sleep(_POLL_SECONDS)

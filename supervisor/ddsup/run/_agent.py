@@ -20,6 +20,7 @@ import trio
 
 from ddsup._errors import UsageError
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, connect_channel
+from ddsup.channel._heartbeat import receive_within, send_heartbeats
 from ddsup.channel._messages import (
     AgentStopped,
     ChannelError,
@@ -79,11 +80,11 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
     )
     plan = setup.plan
     units = load_unit_set(run.unit_dir)
-    sentinel = start_sentinel(run.invocation_id)
+    sentinel = start_sentinel(run.invocation_id, node)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(reap_adopted_children)
-            await _serve_controller(channel, node, units, plan, run, gpus)
+            await _serve_controller(channel, node, units, plan, run, gpus, setup.agent_timeout)
             nursery.cancel_scope.cancel()
     finally:
         sentinel.close()
@@ -92,7 +93,13 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
 
 
 async def _serve_controller(
-    channel: Channel, node: str, units: UnitSet, plan: Plan, run: RunContext, gpus: int | None
+    channel: Channel,
+    node: str,
+    units: UnitSet,
+    plan: Plan,
+    run: RunContext,
+    gpus: int | None,
+    silence: float,
 ) -> None:
     report = run_preflight(
         node, units, plan, gpus_available=gpus, slurm_node=os.environ.get("SLURMD_NODENAME")
@@ -125,9 +132,12 @@ async def _serve_controller(
         with trio.CancelScope() as loop_scope:
             services.start_soon(_watch_signals, channel, runner, loop_scope)
             try:
-                await _command_loop(channel, runner, services)
-            except ChannelError:
-                pass  # the controller is gone: stop everything below
+                async with trio.open_nursery() as beats:
+                    beats.start_soon(send_heartbeats, outbox_send.send_nowait, silence)
+                    # ChannelError: the controller is gone: stop everything below
+                    with contextlib.suppress(ChannelError):
+                        await _command_loop(channel, runner, services, silence)
+                    beats.cancel_scope.cancel()
             finally:
                 with trio.CancelScope(shield=True):
                     await runner.stop()
@@ -154,10 +164,13 @@ async def _watch_signals(channel: Channel, runner: NodeRunner, loop: trio.Cancel
             loop.cancel()
 
 
-async def _command_loop(channel: Channel, runner: NodeRunner, nursery: trio.Nursery) -> None:
-    """The controller's commands until it says shutdown (or goes away)."""
+async def _command_loop(
+    channel: Channel, runner: NodeRunner, nursery: trio.Nursery, silence: float
+) -> None:
+    """The controller's commands until it says shutdown (or goes away, or is silent for
+    ``silence`` seconds: ChannelError)."""
     while True:
-        message = await channel.receive()
+        message = await receive_within(channel, silence, "the controller")
         if message is None or isinstance(message, Shutdown):
             return
         if isinstance(message, Start):

@@ -2,7 +2,8 @@
 
 - an **agent** gets :class:`Setup`, becomes a :class:`RemoteNode` for as long as its
   connection lasts, and its reports become the run's inputs (preflight, events, a stop
-  signal it received); when the connection ends, :class:`AgentGone` says how;
+  signal it received); when the connection ends, or the agent says nothing (not even a
+  heartbeat) for ``agent_timeout``, :class:`AgentGone` says how;
 - the endpoint's **lane feed** is served by the :class:`LanePublisher`;
 - an **operator** (``ddsup status``, ``ddsup stop``) asks for a snapshot or a stop.
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import trio
 
 from ddsup.channel._channel import Channel
+from ddsup.channel._heartbeat import receive_within, send_heartbeats
 from ddsup.channel._messages import (
     AgentStopped,
     ChannelError,
@@ -55,6 +57,7 @@ class ControlServer:
     stopping: Callable[[], bool]
     nodes: dict[Host, RunNode]
     lanes: LanePublisher
+    agent_timeout: float  # an agent silent this long is lost (``_heartbeat``)
 
     async def serve(self, channel: Channel, hello: Hello) -> None:
         """One authenticated connection, until it ends (ChannelError: it broke the rules)."""
@@ -74,6 +77,7 @@ class ControlServer:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(remote.send_all, channel)
+                nursery.start_soon(send_heartbeats, remote.put, self.agent_timeout)
                 try:
                     reason = await self._agent_reports(channel, node)
                 except ChannelError as err:  # caught in here: a nursery would wrap it
@@ -87,7 +91,7 @@ class ControlServer:
     async def _agent_reports(self, channel: Channel, node: str) -> str:
         """An agent's reports until it stops; how it went away (ChannelError: broken)."""
         while True:
-            message = await channel.receive()
+            message = await receive_within(channel, self.agent_timeout, f"the agent on {node}")
             if message is None or isinstance(message, AgentStopped):
                 return f"the agent on {node} went away"
             if isinstance(message, PreflightReport):

@@ -202,6 +202,7 @@ class Controller:
             stopping=lambda: self.run.stopping,
             nodes=self.nodes,
             lanes=lanes,
+            agent_timeout=self.options.agent_timeout,
         )
         host = "127.0.0.1" if self.launcher is LauncherKind.LOCAL else "0.0.0.0"
         serve = partial(serve_channel, server.serve, self.secret, host=host)
@@ -220,7 +221,9 @@ class Controller:
         """Agents first (each runs preflight), then whatever the run's state says is due."""
         nodes = self.run.agent_nodes()
         if nodes:
-            launcher = launcher_for(allocation, units, self.options.srun_args)
+            launcher = launcher_for(
+                allocation, units, self.options.srun_args, survivable=self.run.survives_node_loss()
+            )
             self._fleet = AgentFleet(launcher, self.state)
             try:
                 await self._fleet.launch(nodes, self._agent_env(allocation), nursery, self.feed)
@@ -354,6 +357,7 @@ class Controller:
             unit_dir=run.unit_dir,
             job_id=run.job_id,
             endpoint_url=run.endpoint_url,
+            agent_timeout=self.options.agent_timeout,
         )
 
     def _agent_env(self, allocation: Allocation) -> dict[str, str]:

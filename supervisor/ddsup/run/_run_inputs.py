@@ -15,7 +15,7 @@ from ddsup._errors import DdsupError
 from ddsup.channel._messages import LanesUpdate, PreflightReport
 from ddsup.plan._model import Plan
 from ddsup.process import ExitStatus
-from ddsup.record._events import RecordedEvent, RunLifecycle
+from ddsup.record._events import RecordedEvent
 from ddsup.record._outcome import Outcome
 
 
@@ -65,10 +65,14 @@ class AgentSignalled:
 
 @dataclass(frozen=True)
 class AgentProcessExited:
-    """A process hosting agents (one agent, or the ``srun`` step of all) ended."""
+    """A process hosting agents (one agent, or the ``srun`` step of all) ended.
+
+    ``nodes``: the nodes whose agents it hosted (lost with it, unless the run is stopping).
+    """
 
     label: str
     exit: ExitStatus
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -157,9 +161,10 @@ class PublishLanes:
 
 @dataclass(frozen=True)
 class Record:
-    """Write this run event to ``events.jsonl`` (and the console)."""
+    """Write this event to ``events.jsonl`` (and the console): a run event, or a
+    transition the run's state records itself (the instances of a lost node)."""
 
-    event: RunLifecycle
+    event: RecordedEvent
 
 
 @dataclass(frozen=True)
