@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,7 +22,16 @@ from typing import Any
 import pytest
 
 from .cluster import SlurmCluster, wait_until
-from .jobs import DdsupJob, agent_pid, finish, job_log, program, tiny_lane_unit, worker_unit
+from .jobs import (
+    DdsupJob,
+    agent_pid,
+    describe,
+    finish,
+    job_log,
+    run_processes,
+    tiny_lane_unit,
+    worker_unit,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -98,3 +108,96 @@ def test_sigkill_of_one_agent_under_load_loses_no_request(
     assert all(job.states(lane).count("ready") == 1 for lane in others)
     assert "failed" not in {s for lane in others for s in job.states(lane)}
     assert job.result()["status"] == "ok"
+
+
+# -- the job's end: time left, stop_before_end ----------------------------------------------
+
+
+def _slurm_time(text: str) -> float:
+    return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+
+
+def test_stop_before_end_stops_the_worker_ahead_of_the_time_limit(
+    slurm_cluster: SlurmCluster, job: DdsupJob
+) -> None:
+    worker = worker_unit(
+        "await-signal", "--marker", "signals", "--limit", "90", "--term-exit", "0",
+    ).replace('type = "worker"\n', 'type = "worker"\nstop_before_end = "45s"\n')  # fmt: skip
+    job.write_units({"lane@.toml": tiny_lane_unit(), "worker.toml": worker})
+    job_id = job.submit(slurm_cluster, "--time=1")
+    job.wait_event(lambda e: e.get("instance") == "worker" and e.get("to") == "ready", 30, "")
+    ends = _slurm_time(slurm_cluster.job_info(job_id)["EndTime"])
+    status = subprocess.run(
+        [sys.executable, "-m", "ddsup", "status", "--json", "--state-dir", str(job.state)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    result = finish(slurm_cluster, job, job_id, timeout=90)
+
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), job_log(slurm_cluster, job, job_id)
+    view = json.loads(status.stdout)
+    assert view["ends_at"] == ends, (view["ends_at"], ends)
+    assert 0 < view["time_left"] <= 60, view["time_left"]
+    assert (job.state / "signals").read_text().split()[0] == "SIGTERM"
+    [stopping] = [e for e in job.unit_events("worker") if e["to"] == "stopping"]
+    assert stopping["reason"].startswith("stop_before_end = 45s: the job ends at"), stopping
+    assert ends - 47 <= stopping["time"] <= ends - 43, (stopping["time"], ends)
+    assert job.result()["status"] == "ok"
+
+
+# -- requeue --------------------------------------------------------------------------------
+
+
+def _release_when_requeued(cluster: SlurmCluster, job_id: str) -> None:
+    """A requeued job waits two minutes before it may start again: start it now."""
+
+    def requeued() -> bool:
+        info = cluster.job_info(job_id)
+        return info.get("JobState") == "PENDING" and info.get("Restarts") == "1"
+
+    wait_until(
+        requeued,
+        60,
+        lambda: f"job {job_id} was not requeued: {cluster.job_info(job_id)}",
+    )
+    cluster.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"])
+
+
+def test_a_worker_asks_for_a_requeue_and_the_next_attempt_knows_it(
+    slurm_cluster: SlurmCluster, job: DdsupJob
+) -> None:
+    record = job.root / "attempts.txt"
+    worker = worker_unit("attempts", "--record", str(record), "--until", "1")
+    job.write_units({"lane@.toml": tiny_lane_unit(), "worker.toml": worker})
+    job_id = job.submit(slurm_cluster)
+    _release_when_requeued(slurm_cluster, job_id)
+    first_run = job.invocation_id()
+    result = slurm_cluster.wait_job(job_id, timeout=60)
+
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), job_log(slurm_cluster, job, job_id)
+    assert result.fields["Restarts"] == "1"
+    second_state = job.state.with_name("state.attempt1")
+    first = job.result()
+    assert (first["status"], first["exit_code"]) == ("requeued", 85), first
+    assert first["cause"]["reason"].endswith("the job was requeued"), first
+    then = json.loads((second_state / "result.json").read_text())
+    assert then["status"] == "ok", then
+    assert record.read_text().splitlines() == [f"0 {job.state}", f"1 {second_state}"]
+    for invocation in (
+        first_run,
+        json.loads((second_state / "run.json").read_text())["invocation_id"],
+    ):
+        assert not run_processes(invocation), describe(run_processes(invocation))
+
+
+def test_a_requeue_the_job_does_not_allow_ends_it_as_the_workers_failure(
+    slurm_cluster: SlurmCluster, job: DdsupJob
+) -> None:
+    worker = worker_unit("attempts", "--record", str(job.root / "attempts.txt"))
+    job.write_units({"lane@.toml": tiny_lane_unit(), "worker.toml": worker})
+    job_id = job.submit(slurm_cluster, "--no-requeue")
+    result = finish(slurm_cluster, job, job_id)
+
+    assert (result.state, result.exit_code) == ("FAILED", 85), job_log(slurm_cluster, job, job_id)
+    outcome = job.result()
+    assert outcome["status"] == "worker_failed", outcome
+    assert "asked for a requeue (exit status 85), but the job does not allow it" in str(outcome)

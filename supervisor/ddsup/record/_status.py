@@ -110,9 +110,11 @@ class RunSnapshot:
     state_dir: str
     stopping: bool
     instances: tuple[InstanceStatus, ...]
+    ends_at: float | None = None  # the Slurm job's end time (its time limit), when known
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "ends_at": self.ends_at,
             "invocation_id": self.invocation_id,
             "launcher": self.launcher,
             "started_at": self.started_at,
@@ -135,6 +137,7 @@ class RunSnapshot:
             state_dir=str(data["state_dir"]),
             stopping=data.get("stopping") is True,
             instances=tuple(InstanceStatus.from_json(i) for i in instances),
+            ends_at=_optional(data, "ends_at", float),
         )
 
 

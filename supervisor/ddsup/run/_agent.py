@@ -77,6 +77,7 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
         unit_dir=setup.unit_dir,
         job_id=setup.job_id,
         endpoint_url=setup.endpoint_url,
+        attempt=setup.attempt,
     )
     plan = setup.plan
     units = load_unit_set(run.unit_dir)

@@ -67,6 +67,8 @@ from ddsup.run._run_inputs import (
 )
 from ddsup.run._run_state import RunState
 from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
+from ddsup.run._slurm_job import attempt_of, settle_requeue
+from ddsup.run._walltime import JobEnd, early_stops
 from ddsup.service._environment import INVOCATION_ENV, RunContext
 from ddsup.units import load_unit_set, printable
 from ddsup.units._model import UnitSet, UnitType
@@ -101,6 +103,8 @@ class Controller:
         self._fleet: AgentFleet | None = None
         self._local: NodeRunner | None = None
         self._lanes: LanePublisher | None = None
+        self.attempt = attempt_of(os.environ)
+        self.job_end = JobEnd(None)  # a Slurm job's end time, once the launcher is known
 
     @property
     def run(self) -> RunState:
@@ -115,6 +119,8 @@ class Controller:
             units = self._load_units()
             allocation = resolve_allocation(self.options.allocation, os.environ)
             self.launcher = allocation.launcher
+            if self.launcher is LauncherKind.SLURM:
+                self.job_end = JobEnd(os.environ.get("SLURM_JOB_ID"))
             self._lanes = LanePublisher(endpoint_setup(units))
             plan = plan_for(units, allocation)
             self._run = RunState(units, plan)
@@ -125,6 +131,8 @@ class Controller:
             self._fail(err)
             self.console.error(str(err))
         outcome = self._outcome() or Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
+        if outcome.status is ResultStatus.REQUEUED:  # everything has stopped: now, or never
+            outcome = await settle_requeue(outcome, os.environ.get("SLURM_JOB_ID"))
         self.state.write_json(self.state.result, outcome.to_dict())
         self._record(RunFinished(outcome=outcome))
         self.events.close()
@@ -175,6 +183,7 @@ class Controller:
                 nursery.start_soon(reap_adopted_children)
                 nursery.start_soon(self._watch_signals, units)
                 nursery.start_soon(self.console.run)
+                nursery.start_soon(self.job_end.watch, early_stops(units), self.feed)
                 await self._open_control(nursery, lanes)
                 async with trio.open_nursery() as services:
                     self._local = self._local_runner(units, services)
@@ -345,6 +354,7 @@ class Controller:
             job_id=os.environ.get("SLURM_JOB_ID", self.invocation_id[:12]),
             endpoint_url=self.run.plan.endpoint_url,
             api_key=api_key,
+            attempt=self.attempt,
         )
 
     def _setup(self) -> Setup:
@@ -358,6 +368,7 @@ class Controller:
             job_id=run.job_id,
             endpoint_url=run.endpoint_url,
             agent_timeout=self.options.agent_timeout,
+            attempt=run.attempt,
         )
 
     def _agent_env(self, allocation: Allocation) -> dict[str, str]:
@@ -381,4 +392,5 @@ class Controller:
             state_dir=str(self.state.path),
             stopping=self.run.stopping,
             instances=self.run.status_rows(),
+            ends_at=self.job_end.at,
         )

@@ -95,6 +95,14 @@ class SignalToForward:
 
 
 @dataclass(frozen=True)
+class EndNear:
+    """The job's end is ``stop_before_end`` of ``unit`` away: stop it (``reason`` says so)."""
+
+    unit: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class StartupFailed:
     """Launching the agents (or reaching them) failed before anything started."""
 
@@ -116,6 +124,7 @@ Input = (
     | StopSignalled
     | StopRequested
     | SignalToForward
+    | EndNear
     | StartupFailed
     | StopBegins
 )

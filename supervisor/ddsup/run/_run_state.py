@@ -51,6 +51,7 @@ from ddsup.run._run_inputs import (
     AgentProcessExited,
     AgentSignalled,
     Decision,
+    EndNear,
     EndRun,
     Host,
     Input,
@@ -176,6 +177,8 @@ class RunState:
             return [Record(RunStopping())]
         if isinstance(event, SignalToForward):
             return self._forward(event.signum)
+        if isinstance(event, EndNear):
+            return self._stop_unit(event.unit, event.reason)
         if isinstance(event, StopSignalled):
             return self._stop_signal(event.signum)
         if isinstance(event, AgentGone):
@@ -334,6 +337,15 @@ class RunState:
         ]
         decisions: list[Decision] = [Record(SignalForwarded(signum=signum))]
         return decisions + [SignalOn(h, names, signum) for h, names in _by_host(self, targets)]
+
+    def _stop_unit(self, unit: str, reason: str) -> list[Decision]:
+        """Stop every instance of ``unit`` (the job's end is near); none of them starts later."""
+        if self.outcome is not None or self.stopping:
+            return []
+        level = [p for p in self.plan.instances if p.unit == unit]
+        self._started.update(p.instance for p in level)
+        self._not_started = [p for p in self._not_started if p.unit != unit]
+        return [StopOn(host, names, reason) for host, names in _by_host(self, level)]
 
     def _stop_signal(self, signum: int) -> list[Decision]:
         """The first stop signal ends the run; any later one kills everything at once."""

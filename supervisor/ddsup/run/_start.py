@@ -11,9 +11,10 @@ import trio
 
 from ddsup._errors import UsageError
 from ddsup.plan._resolve import AllocationRequest, LauncherChoice
-from ddsup.record._state_dir import StateDir, default_state_dir
+from ddsup.record._state_dir import StateDir, default_state_dir, for_attempt
 from ddsup.run._controller import Controller
 from ddsup.run._options import RunOptions, Verbosity
+from ddsup.run._slurm_job import attempt_of
 from ddsup.units._durations import parse_duration
 
 
@@ -74,7 +75,9 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
 
 def run_start(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    state = StateDir((options.state_dir or default_state_dir()).resolve())
+    attempt = attempt_of(os.environ)  # a requeued job: each attempt its own state dir
+    chosen = for_attempt(options.state_dir, attempt) if options.state_dir else None
+    state = StateDir((chosen or default_state_dir(attempt=attempt)).resolve())
     state.create()
     _put_own_interpreter_first_on_path()
     controller = Controller(options, state)

@@ -184,6 +184,7 @@ class Unit:
     lane: LaneSection | None = None
     slurm: SlurmSection = SlurmSection()
     endpoint: EndpointSection | None = None
+    stop_before_end: float | None = None  # stop it this long before the job's end time
 
     @property
     def base_name(self) -> str:

@@ -382,6 +382,7 @@ def _build(parsed: ParsedFile, kind: UnitType, values: dict[str, dict[str, Any]]
         lane=LaneSection(**values["lane"]) if "lane" in values else None,
         slurm=SlurmSection(**values.get("slurm", {})),
         endpoint=endpoint,
+        stop_before_end=unit.get("stop_before_end"),
     )
 
 

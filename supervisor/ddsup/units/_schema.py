@@ -101,6 +101,13 @@ UNIT = SectionSpec(
             "each-node",
             only=frozenset({UnitType.SERVICE, UnitType.ONESHOT}),
         ),
+        KeySpec(
+            "stop_before_end",
+            k.duration(positive=True, typical=600.0),
+            "In a Slurm job with a time limit: stop this unit gracefully (kill_signal, "
+            "timeout_stop) this long before the job's end time. Absent: no early stop.",
+            example="10m",
+        ),
     ),
     required_for=_ALL_TYPES,
 )
