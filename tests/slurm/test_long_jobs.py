@@ -201,3 +201,78 @@ def test_a_requeue_the_job_does_not_allow_ends_it_as_the_workers_failure(
     outcome = job.result()
     assert outcome["status"] == "worker_failed", outcome
     assert "asked for a requeue (exit status 85), but the job does not allow it" in str(outcome)
+
+
+# -- where the client runs: a heterogeneous job, outside the allocation ---------------------
+
+
+def _through_the_endpoint(job: DdsupJob, prompts: int = 12) -> None:
+    """fake-vllm lanes, the endpoint and the rehearsal worker asking ``prompts`` questions."""
+    endpoint = (REHEARSAL / "endpoint.toml").read_text()
+    worker = (REHEARSAL / "worker.toml").read_text()
+    worker = worker.replace(
+        '"{unit_dir}/generate.py"', f'"{{unit_dir}}/generate.py", "--limit", "{prompts}"'
+    )
+    job.write_units(
+        {
+            "lane@.toml": (REHEARSAL / "lane@.toml").read_text(),
+            "endpoint.toml": endpoint.replace("port = 9000", f"port = {_free_port()}"),
+            "worker.toml": worker,
+        }
+    )
+    for name in ("generate.py", "prompts.jsonl"):
+        shutil.copy(REHEARSAL / name, job.units / name)
+
+
+def _served(job: DdsupJob, prompts: int = 12) -> set[str]:
+    """The nodes whose lanes answered the worker (every prompt answered, none failed)."""
+    results = _results(job)
+    assert len(results) == prompts and not [r for r in results if r.get("error")], results
+    node_of_port = {lane["port"]: lane["node"] for lane in job.lanes()}
+    return {node_of_port[int(r["text"][1:].split("]")[0])] for r in results}
+
+
+def test_a_het_job_runs_the_client_on_component_0_and_the_lanes_on_component_1(
+    slurm_cluster: SlurmCluster, job: DdsupJob
+) -> None:
+    _through_the_endpoint(job)
+    script = job.script().replace(
+        "#!/bin/bash\n", "#!/bin/bash\n#SBATCH -N1\n#SBATCH hetjob\n#SBATCH -N2\n", 1
+    )
+    job_id = slurm_cluster.sbatch(script)
+    result = finish(slurm_cluster, job, job_id, timeout=90)
+
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), job_log(slurm_cluster, job, job_id)
+    plan = job.plan()
+    assert [(n["name"], n["gpus"]) for n in plan["nodes"]] == [
+        ("n1", []),
+        ("n2", [0, 1]),
+        ("n3", [0, 1]),
+    ]
+    assert plan["client"] == "n1"
+    assert {lane["node"] for lane in job.lanes()} == {"n2", "n3"}
+    for client in ("endpoint", "worker"):
+        assert {e["node"] for e in job.unit_events(client)} == {"n1"}
+    assert _served(job) == {"n2", "n3"}
+    agents = (job.state / "logs" / "agents.log").read_text()
+    assert "error" not in agents.lower(), agents
+
+
+def test_a_run_started_with_salloc_outside_the_allocation(
+    slurm_cluster: SlurmCluster, job: DdsupJob
+) -> None:
+    _through_the_endpoint(job)
+    argv = [sys.executable, "-m", "ddsup", "start", str(job.units), *job.start_args]
+    argv += ["--state-dir", str(job.state), "-v"]
+    done = slurm_cluster.run(["salloc", "-N3", "--time=5", *argv], check=False, timeout=120)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    here = socket.gethostname()
+    plan = job.plan()
+    assert plan["client"] == here
+    assert [(n["name"], n["gpus"]) for n in plan["nodes"]][-1] == (here, [])
+    assert {lane["node"] for lane in job.lanes()} == {"n1", "n2", "n3"}
+    for client in ("endpoint", "worker"):
+        assert {e["node"] for e in job.unit_events(client)} == {here}
+    assert _served(job) == {"n1", "n2", "n3"}
+    assert not run_processes(job.invocation_id()), describe(run_processes(job.invocation_id()))

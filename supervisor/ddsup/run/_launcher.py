@@ -77,6 +77,7 @@ class SlurmLauncher:
     shared_address: bool = False
     name: str = "slurm"
     survivable: bool = False  # the run may go on without a node: agents outlive each other
+    het_group: int | None = None  # a heterogeneous job: the component of the lane nodes
 
     async def launch(
         self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir
@@ -87,6 +88,7 @@ class SlurmLauncher:
         argv = [
             srun,
             "--overlap",
+            *(() if self.het_group is None else (f"--het-group={self.het_group}",)),
             *self._fail_fast(),
             f"--nodes={len(nodes)}",
             f"--ntasks={len(nodes)}",
@@ -121,4 +123,5 @@ def launcher_for(
         srun_args=extra,
         shared_address=allocation.shared_address,
         survivable=survivable,
+        het_group=allocation.het_group,
     )
