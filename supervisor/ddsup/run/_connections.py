@@ -12,6 +12,7 @@ A message a peer may not send ends its connection, like one that does not decode
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -90,11 +91,15 @@ class ControlServer:
 
     async def _agent_reports(self, channel: Channel, node: str) -> str:
         """An agent's reports until it stops; how it went away (ChannelError: broken)."""
+        # Preflight blocks the agent (no heartbeats) and has its own bound in the
+        # controller (PreflightOver): silence counts only once the agent has reported.
+        silence = math.inf
         while True:
-            message = await receive_within(channel, self.agent_timeout, f"the agent on {node}")
+            message = await receive_within(channel, silence, f"the agent on {node}")
             if message is None or isinstance(message, AgentStopped):
                 return f"the agent on {node} went away"
             if isinstance(message, PreflightReport):
+                silence = self.agent_timeout
                 self.feed(PreflightReported(message))
             elif isinstance(message, EventReport):
                 self.feed(Observed(message.event))
