@@ -97,14 +97,18 @@ async def test_a_node_whose_lanes_continue_is_lost_and_the_run_goes_on(tmp_path:
     args = ("--nodes", "2", "--gpus-per-node", "2")
     async with running(_surviving_units(tmp_path), tmp_path / "state", *args) as run:
         await run.wait_ready("lane@0", "lane@1", "lane@2", "lane@3", "endpoint")
-        first, second = (_agent_of(run.process.pid, node) for node in ("node1", "node0"))
+        # node0 first: the client's node, whose endpoint the controller runs, not the agent
+        first, second = (_agent_of(run.process.pid, node) for node in ("node0", "node1"))
         os.kill(first, signal.SIGKILL)
         events = await run.wait_for(lambda es: len(_lost(es)) == 2)
         assert not [e for e in events if e.get("reason") == "ending"], "the run went on"
+        assert [e.get("to") for e in events if e.get("instance") == "endpoint"][-1] == "ready"
         os.kill(second, signal.SIGKILL)
         done = await run.wait()
     assert sorted(_lost(done.events())) == ["lane@0", "lane@1", "lane@2", "lane@3"]
-    assert "agent on node1" in str(_lost(done.events())["lane@2"])
+    assert "agent on node0" in str(_lost(done.events())["lane@0"])
+    endpoint = [e for e in done.events() if e.get("instance") == "endpoint"]
+    assert not [e for e in endpoint if e["event"] == "exit"], "node0's agent took the endpoint"
     assert done.returncode == 70, done.describe()
     result = done.result()
     assert result["cause"]["unit"] == "lanes of m", result

@@ -69,13 +69,14 @@ class Sentinel:
             self._popen.wait()
 
 
-def start_sentinel(invocation_id: str, node: str | None = None) -> Sentinel:
+def start_sentinel(invocation_id: str, agent: str | None = None) -> Sentinel:
     """Start the sentinel of ``invocation_id``: a process in its own session (our group
     kills miss it) that does not carry the id (sweeps miss it) and waits for our death.
 
-    ``node``: a node agent's sentinel sweeps only the units of its node (``DDSUP_NODE``),
-    so that where simulated nodes share one machine an agent's death ends its node's
-    units and nothing of the others (a run that may lose a node goes on without it).
+    ``agent``: a node agent's sentinel sweeps only what that agent started (its units
+    carry ``DDSUP_AGENT=<node>``): an agent's death ends its units, and nothing the
+    controller runs on the same node (endpoint, worker) or other agents run where
+    simulated nodes share one machine, so a run that may lose a node goes on without it.
     """
     read_fd, write_fd = os.pipe()  # both close-on-exec: no unit inherits the write end
     env = {k: v for k, v in os.environ.items() if k != _sweep.ENV_NAME}
@@ -88,7 +89,7 @@ def start_sentinel(invocation_id: str, node: str | None = None) -> Sentinel:
                 __file__,
                 str(read_fd),
                 invocation_id,
-                *([node] if node else []),
+                *([agent] if agent else []),
             ],
             env=env,
             cwd="/",
@@ -105,18 +106,18 @@ def start_sentinel(invocation_id: str, node: str | None = None) -> Sentinel:
 
 
 def main(argv: list[str]) -> int:
-    """``_sentinel.py FD INVOCATION_ID [NODE]``: sweep the run (on NODE) once FD ends."""
+    """``_sentinel.py FD INVOCATION_ID [AGENT]``: sweep the run (AGENT's units) once FD ends."""
     if len(argv) not in (3, 4) or not argv[1].isdigit() or not all(argv[2:]):
         print(
-            "usage: _sentinel.py FD INVOCATION_ID [NODE] (started by ddsup, not by hand)",
+            "usage: _sentinel.py FD INVOCATION_ID [AGENT] (started by ddsup, not by hand)",
             file=sys.stderr,
         )
         return 2
     _ignore_stop_signals()
     if _wait_for_parent(int(argv[1])):
         return 0
-    node = argv[3] if len(argv) == 4 else None
-    hit, survivors = _sweep.sweep_until_gone_sync(argv[2], node=node)
+    agent = argv[3] if len(argv) == 4 else None
+    hit, survivors = _sweep.sweep_until_gone_sync(argv[2], agent=agent)
     if hit or survivors:
         with contextlib.suppress(OSError):  # stderr may be gone with the supervisor
             print(

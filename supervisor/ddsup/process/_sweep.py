@@ -21,20 +21,21 @@ else:  # imported by the sentinel program, which put this folder on sys.path
     import _proc  # type: ignore[import-not-found,no-redef,unused-ignore]
 
 ENV_NAME = "DDSUP_INVOCATION_ID"
-NODE_ENV = "DDSUP_NODE"  # every unit's node; a node agent's sentinel sweeps its node only
+AGENT_ENV = "DDSUP_AGENT"  # the node of the agent that started it (its units, inherited)
 SWEEP_SECONDS = 10.0
 _POLL_SECONDS = 0.02
 
 
 def find_run_processes(
-    invocation_id: str, *, exclude: Collection[int] = (), node: str | None = None
+    invocation_id: str, *, exclude: Collection[int] = (), agent: str | None = None
 ) -> list[int]:
     """PIDs of live processes whose environment has ``DDSUP_INVOCATION_ID=<invocation_id>``
-    (and ``DDSUP_NODE=<node>`` when ``node`` is given).
+    (and ``DDSUP_AGENT=<agent>`` when ``agent`` is given).
 
     This process is never included. A process whose environment cannot be read (another
-    user's) is not ours to end and is skipped. ``node`` keeps a node agent's sweep to its
-    own node's units where several simulated nodes share one machine.
+    user's) is not ours to end and is skipped. ``agent`` keeps a node agent's sweep to the
+    units it started: not those of the controller on the same node (the endpoint, the
+    worker), nor those of other agents where simulated nodes share one machine.
     """
     wanted = invocation_id.encode()
     skip = {os.getpid(), *exclude}
@@ -45,7 +46,7 @@ def find_run_processes(
         environ = _proc.read_environ(pid)
         if environ.get(ENV_NAME.encode()) != wanted:
             continue
-        if node is not None and environ.get(NODE_ENV.encode()) != node.encode():
+        if agent is not None and environ.get(AGENT_ENV.encode()) != agent.encode():
             continue
         if not _proc.is_dead(pid):
             found.append(pid)
@@ -65,10 +66,10 @@ def kill_process_and_group(pid: int) -> None:
 
 
 def sweep(
-    invocation_id: str, *, exclude: Collection[int] = (), node: str | None = None
+    invocation_id: str, *, exclude: Collection[int] = (), agent: str | None = None
 ) -> list[int]:
     """SIGKILL every live process of the run (and the groups they lead); the PIDs hit."""
-    hit = find_run_processes(invocation_id, exclude=exclude, node=node)
+    hit = find_run_processes(invocation_id, exclude=exclude, agent=agent)
     for pid in hit:
         kill_process_and_group(pid)
     return hit
@@ -79,7 +80,7 @@ def sweep_until_gone_sync(
     *,
     timeout: float = SWEEP_SECONDS,
     exclude: Collection[int] = (),
-    node: str | None = None,
+    agent: str | None = None,
 ) -> tuple[set[int], list[int]]:
     """Sweep until nothing of the run is left or ``timeout`` passed: (PIDs hit, survivors).
 
@@ -91,10 +92,10 @@ def sweep_until_gone_sync(
     deadline = time.monotonic() + timeout
     hit: set[int] = set()
     while True:
-        found = sweep(invocation_id, exclude=exclude, node=node)
+        found = sweep(invocation_id, exclude=exclude, agent=agent)
         hit.update(found)
         if not found:
             return hit, []
         if time.monotonic() >= deadline:
-            return hit, find_run_processes(invocation_id, exclude=exclude, node=node)
+            return hit, find_run_processes(invocation_id, exclude=exclude, agent=agent)
         time.sleep(_POLL_SECONDS)

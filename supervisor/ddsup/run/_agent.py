@@ -37,7 +37,7 @@ from ddsup.channel._messages import (
     Stop,
 )
 from ddsup.plan._model import Plan
-from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel
+from ddsup.process import AGENT_ENV, become_subreaper, reap_adopted_children, start_sentinel
 from ddsup.record._events import RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
@@ -81,6 +81,7 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
     )
     plan = setup.plan
     units = load_unit_set(run.unit_dir)
+    os.environ[AGENT_ENV] = node  # inherited by every unit it starts: its sentinel's mark
     sentinel = start_sentinel(run.invocation_id, node)
     try:
         async with trio.open_nursery() as nursery:
