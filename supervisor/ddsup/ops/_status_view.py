@@ -17,7 +17,7 @@ from typing import Any
 from ddsup._errors import RunStateError
 from ddsup.ops._metrics import LaneCount, lane_counts
 from ddsup.ops._run_handle import events_of
-from ddsup.record._events import RecordedEvent, RunFinished
+from ddsup.record._events import Contained, RecordedEvent, RunFinished
 from ddsup.record._instance import fold
 from ddsup.record._outcome import Outcome
 from ddsup.record._state_dir import StateDir
@@ -45,6 +45,7 @@ class StatusView:
     instances: tuple[InstanceStatus, ...]
     ends_at: float | None = None  # a live Slurm run: its job's end time (time limit)
     time_left: float | None = None  # seconds until ends_at, when the view was made
+    containment: tuple[Contained, ...] = ()  # the no-orphan layers of each supervisor
 
     @property
     def lanes(self) -> dict[str, LaneCount]:
@@ -68,6 +69,10 @@ class StatusView:
             "time_left": self.time_left,
             "lanes": {m: {"ready": c.ready, "total": c.total} for m, c in self.lanes.items()},
             "instances": [i.to_json() for i in self.instances],
+            "containment": [
+                {"supervisor": c.supervisor, "node": c.node, "summary": c.summary, **c.details}
+                for c in self.containment
+            ],
         }
 
 
@@ -93,7 +98,14 @@ def status_view(state: StateDir, snapshot: RunSnapshot | None) -> StatusView:
         instances=instances,
         ends_at=ends_at,
         time_left=None if ends_at is None else round(max(0.0, ends_at - time.time()), 3),
+        containment=_containment(events),
     )
+
+
+def _containment(events: list[RecordedEvent]) -> tuple[Contained, ...]:
+    """The latest report of each supervisor (``ddsup start``, every agent) on its layers."""
+    latest = {(e.supervisor, e.node): e for e in events if isinstance(e, Contained)}
+    return tuple(latest.values())
 
 
 def _rows_from_files(state: StateDir, events: list[RecordedEvent]) -> tuple[InstanceStatus, ...]:

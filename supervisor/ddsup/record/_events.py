@@ -7,26 +7,23 @@ added). Every event has ``time`` (Unix seconds) and ``event``:
 - ``unit``: :class:`UnitTransition`, an instance's state change;
 - ``process``: :class:`ProcessStarted`; ``exit``: :class:`ProcessExited`, as seen;
 - ``liveness``: :class:`LivenessFailed`, a ready lane's liveness probe failed;
+- ``containment``: :class:`Contained`, the no-orphan layers a supervisor holds on its node;
 - ``run``: the run's own lifecycle, told apart by ``reason`` (:class:`RunStarting`,
   :class:`RunEnding`, :class:`RunStopping`, :class:`SignalForwarded`,
   :class:`KillingEverything`, :class:`SweepLeftSurvivors`, :class:`RunFinished`).
 
-``to_json`` writes a line's object, :func:`parse_event` reads one back (ValueError for
-anything else) and :func:`read_events` reads a file, skipping lines it cannot parse (the
-torn last line of a killed run). Values of environment variables never appear here: no
+``to_json`` writes a line's object and :func:`parse_event` reads one back (ValueError for
+anything else); ``_event_log`` writes and reads the file. Values of environment variables never appear here: no
 event has a field for them.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from ddsup.process import ExitStatus
 from ddsup.record._outcome import Outcome, exit_from_json
@@ -228,6 +225,27 @@ class RunFinished:
         return {**_run(self.time, self.reason), **self.outcome.to_dict()}
 
 
+@dataclass(frozen=True, kw_only=True)
+class Contained:
+    """The no-orphan layers one supervisor (``ddsup start`` or an agent) holds on its node.
+
+    ``layers`` names them strongest first; ``details`` is their description as
+    ``ddsup.process`` gives it (cgroup paths, registry file, why there is no cgroup).
+    """
+
+    node: str | None
+    supervisor: str
+    summary: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    time: float = field(default_factory=_now)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"time": round(self.time, 6), "event": "containment"}
+        if self.node is not None:
+            out["node"] = self.node
+        return {**out, **self.details, "supervisor": self.supervisor, "reason": self.summary}
+
+
 RunLifecycle = (
     RunStarting
     | RunEnding
@@ -237,7 +255,9 @@ RunLifecycle = (
     | SweepLeftSurvivors
     | RunFinished
 )
-RecordedEvent = UnitTransition | ProcessStarted | ProcessExited | LivenessFailed | RunLifecycle
+RecordedEvent = (
+    UnitTransition | ProcessStarted | ProcessExited | LivenessFailed | Contained | RunLifecycle
+)
 
 
 def _head(at: float, kind: str, instance: str, node: str | None) -> dict[str, Any]:
@@ -283,6 +303,15 @@ def parse_event(data: object) -> RecordedEvent:
             failures=read.integer("failures"),
             limit=read.integer("limit"),
             probe=read.text("probe"),
+            time=read.time(),
+        )
+    if kind == "containment":
+        known = {"time", "event", "node", "supervisor", "reason"}
+        return Contained(
+            node=read.optional_text("node"),
+            supervisor=read.text("supervisor"),
+            summary=read.text("reason"),
+            details={k: v for k, v in data.items() if k not in known},
             time=read.time(),
         )
     if kind == "run":
@@ -358,38 +387,3 @@ class _Reader:
 
     def optional_integer(self, key: str) -> int | None:
         return None if self.data.get(key) is None else self.integer(key)
-
-
-# --- the file -----------------------------------------------------------------------------
-class EventLog:
-    """Appends events to ``events.jsonl``; each line is flushed so a crash loses nothing."""
-
-    def __init__(self, path: Path) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self._file: TextIO = os.fdopen(fd, "a", encoding="utf-8")
-
-    def write(self, event: RecordedEvent) -> None:
-        if self._file.closed:
-            return
-        self._file.write(json.dumps(event.to_json(), sort_keys=True) + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def read_events(path: Path) -> list[RecordedEvent]:
-    """All events of a run, oldest first; lines that are not an event are skipped.
-
-    The last line of a run that was killed mid-write is torn, and a newer ddsup may have
-    written kinds this one does not know: neither may stop ``status`` from reading the rest.
-    FileNotFoundError when there is no such file.
-    """
-    events = []
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            try:
-                events.append(parse_event(json.loads(line)))
-            except (ValueError, TypeError, KeyError):
-                continue
-    return events

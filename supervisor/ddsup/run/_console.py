@@ -28,6 +28,7 @@ import trio
 
 from ddsup.record._display import duration, paint, symbol
 from ddsup.record._events import (
+    Contained,
     LivenessFailed,
     ProcessExited,
     ProcessStarted,
@@ -136,6 +137,9 @@ class Console:
             return f"{where}: pid {event.pid} ended ({event.reason})" if self.verbose else None
         if isinstance(event, LivenessFailed):
             return f"{event.instance}{_where(event.node)}: {event.reason}"
+        if isinstance(event, Contained):
+            who = f"{event.supervisor}{_where(event.node)}"
+            return f"{who}: no-orphan layers: {event.summary}" if self.verbose else None
         if self.verbose or isinstance(event, RunStopping | RunEnding):
             return f"run {event.reason}"
         return None

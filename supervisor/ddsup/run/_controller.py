@@ -18,16 +18,17 @@ import sys
 import time
 import uuid
 from functools import partial
+from typing import Any
 
 import trio
 
 from ddsup._errors import DdsupError, ResultStatus, UnitFileError, UsageError
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret, serve_channel
-from ddsup.channel._messages import Setup
 from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
-from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
+from ddsup.process import Containment, open_containment
+from ddsup.record._event_log import EventLog
 from ddsup.record._events import (
-    EventLog,
+    Contained,
     RecordedEvent,
     RunEnding,
     RunFinished,
@@ -45,6 +46,7 @@ from ddsup.run._launcher import launcher_for
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import LocalNode, RunNode
 from ddsup.run._options import RunOptions, Verbosity
+from ddsup.run._run_facts import RunFacts
 from ddsup.run._run_inputs import (
     Decision,
     EndRun,
@@ -69,13 +71,11 @@ from ddsup.run._run_state import RunState
 from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
 from ddsup.run._slurm_job import attempt_of, settle_requeue
 from ddsup.run._walltime import JobEnd, early_stops
-from ddsup.service._environment import INVOCATION_ENV, RunContext
 from ddsup.units import load_unit_set, printable
 from ddsup.units._model import UnitSet, UnitType
 
 PREFLIGHT_TIMEOUT = 120.0
 STOP_GRACE = 10.0  # beyond a level's longest timeout_stop, for reports to come back
-SWEEP_TIMEOUT = 5.0
 
 
 class Controller:
@@ -103,8 +103,15 @@ class Controller:
         self._fleet: AgentFleet | None = None
         self._local: NodeRunner | None = None
         self._lanes: LanePublisher | None = None
-        self.attempt = attempt_of(os.environ)
+        self.facts = RunFacts(
+            invocation_id=self.invocation_id,
+            state_dir=str(state.path),
+            unit_dir=str(options.directory.resolve()),
+            agent_timeout=options.agent_timeout,
+            attempt=attempt_of(os.environ),
+        )
         self.job_end = JobEnd(None)  # a Slurm job's end time, once the launcher is known
+        self._containment: Containment | None = None  # ddsup start's no-orphan layers
 
     @property
     def run(self) -> RunState:
@@ -169,6 +176,7 @@ class Controller:
             unit_dir=str(self.options.directory.resolve()),
             started_at=self.started,
             control=None if port is None else ControlAddress("127.0.0.1", port),
+            containment=self._layers_json(),
         )
         self.state.write_json(self.state.run, info.to_json())
 
@@ -176,11 +184,12 @@ class Controller:
     async def _supervise(
         self, units: UnitSet, allocation: Allocation, lanes: LanePublisher
     ) -> None:
-        become_subreaper()
-        sentinel = start_sentinel(self.invocation_id)
-        try:
+        # every no-orphan layer (docs/no-orphans.md), opened once, closed at the very end
+        async with open_containment(
+            self.invocation_id, state_dir=self.state.path, name="controller", root=True
+        ) as containment:
+            self._contained(containment)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(reap_adopted_children)
                 nursery.start_soon(self._watch_signals, units)
                 nursery.start_soon(self.console.run)
                 nursery.start_soon(self.job_end.watch, early_stops(units), self.feed)
@@ -195,18 +204,33 @@ class Controller:
                             await self._stop_everything()
                         services.cancel_scope.cancel()
                 nursery.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                survivors = await sweep_until_gone(self.invocation_id, timeout=SWEEP_TIMEOUT)
-                if survivors:
-                    self._record(SweepLeftSurvivors(pids=tuple(survivors)))
-                sentinel.close()
+        if containment.survivors:
+            self._record(SweepLeftSurvivors(pids=tuple(containment.survivors)))
+
+    def _layers_json(self) -> dict[str, Any] | None:
+        layers = None if self._containment is None else self._containment.layers
+        return None if layers is None else layers.to_json()
+
+    def _contained(self, containment: Containment) -> None:
+        """Say which no-orphan layers hold here: in run.json (for status) and an event."""
+        self._containment = containment
+        self._write_run_json()
+        layers = containment.layers
+        assert layers is not None
+        self._record(
+            Contained(
+                node=None,
+                supervisor=layers.supervisor,
+                summary=layers.summary(),
+                details=layers.to_json(),
+            )
+        )
 
     async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher) -> None:
         """Listen for agents, the endpoint's feed and operators; say where in run.json."""
         server = ControlServer(
             feed=self.feed,
-            setup=self._setup,
+            setup=lambda: self.facts.setup(self.run.units, self.run.plan),
             snapshot=self._snapshot,
             stopping=lambda: self.run.stopping,
             nodes=self.nodes,
@@ -235,7 +259,8 @@ class Controller:
             )
             self._fleet = AgentFleet(launcher, self.state)
             try:
-                await self._fleet.launch(nodes, self._agent_env(allocation), nursery, self.feed)
+                env = self.facts.agent_env(allocation, self.control_port, self.secret)
+                await self._fleet.launch(nodes, env, nursery, self.feed)
             except DdsupError as err:
                 self.feed(StartupFailed(err))
                 return
@@ -332,56 +357,13 @@ class Controller:
         return NodeRunner(
             units=units,
             plan=plan,
-            run=self._run_context(with_key=True),
+            run=self.facts.context(units, plan, with_key=True),
             state=self.state,
             nursery=nursery,
             emit=lambda event: self.feed(Observed(event)),
             extra_args={name: ("--lanes-from-controller",) for name in endpoints},
             extra_env={name: feed for name in endpoints},
         )
-
-    def _run_context(self, *, with_key: bool) -> RunContext:
-        """Facts of the run for specifiers and environments; the key for the worker only."""
-        units = self.run.units
-        api_key = None
-        section = units.endpoint.endpoint if units.endpoint else None
-        if with_key and section is not None and section.api_key_env:
-            api_key = os.environ.get(section.api_key_env)
-        return RunContext(
-            invocation_id=self.invocation_id,
-            state_dir=str(self.state.path),
-            unit_dir=str(self.options.directory.resolve()),
-            job_id=os.environ.get("SLURM_JOB_ID", self.invocation_id[:12]),
-            endpoint_url=self.run.plan.endpoint_url,
-            api_key=api_key,
-            attempt=self.attempt,
-        )
-
-    def _setup(self) -> Setup:
-        """What an agent that said hello is told (the run's facts, never a secret)."""
-        run = self._run_context(with_key=False)
-        return Setup(
-            plan=self.run.plan,
-            invocation_id=run.invocation_id,
-            state_dir=run.state_dir,
-            unit_dir=run.unit_dir,
-            job_id=run.job_id,
-            endpoint_url=run.endpoint_url,
-            agent_timeout=self.options.agent_timeout,
-            attempt=run.attempt,
-        )
-
-    def _agent_env(self, allocation: Allocation) -> dict[str, str]:
-        """The agents' environment: ddsup start's, their run's id and where to connect."""
-        host = "127.0.0.1"
-        if allocation.launcher is LauncherKind.SLURM:
-            host = os.environ.get("DDSUP_CONTROL_HOST") or allocation.client_address
-        return {
-            **os.environ,
-            INVOCATION_ENV: self.invocation_id,
-            ADDRESS_ENV: f"{host}:{self.control_port}",
-            SECRET_ENV: self.secret,
-        }
 
     def _snapshot(self) -> RunSnapshot:
         return RunSnapshot(
