@@ -304,14 +304,10 @@ class Service:
             if self._stop_requested or watch.exited:
                 return
             self.status.probe = answer
-            spec = self.spec
+            instance, node, limit = self.spec.instance, self.spec.node, liveness.limit
             self._emit(
                 LivenessFailed(
-                    instance=spec.instance,
-                    node=spec.node,
-                    failures=failures,
-                    limit=liveness.limit,
-                    probe=answer,
+                    instance=instance, node=node, failures=failures, limit=limit, probe=answer
                 )
             )
             if self.status.state is InstanceState.READY:
