@@ -26,6 +26,7 @@ from ddsup._errors import DdsupError, ResultStatus, UnitFileError, UsageError
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret, serve_channel
 from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
 from ddsup.process import Containment, open_containment
+from ddsup.record._efficiency import efficiency_line
 from ddsup.record._event_log import EventLog
 from ddsup.record._events import (
     Contained,
@@ -144,7 +145,16 @@ class Controller:
         self._record(RunFinished(outcome=outcome))
         self.events.close()
         self.console.result(outcome, self.state.path)
+        if self._run is not None:
+            self.console.efficiency(self._efficiency_line())
         return outcome.exit_code
+
+    def _efficiency_line(self) -> str:
+        """Where the allocation's GPU time went (docs/operating.md), from the run's files."""
+        try:
+            return efficiency_line(self.state.path)
+        except (DdsupError, OSError, ValueError) as err:  # a report, never the run's end
+            return f"GPU time: not known ({err})"
 
     def _load_units(self) -> UnitSet:
         directory = self.options.directory
