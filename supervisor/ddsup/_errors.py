@@ -29,6 +29,7 @@ EXIT_INVALID_UNITS = 65
 EXIT_PREFLIGHT = 69
 EXIT_UNIT_FAILED = 70
 EXIT_READINESS_TIMEOUT = 75
+EXIT_REQUEUE = 85  # a worker's exit status that asks ddsup to requeue the Slurm job
 
 
 class ResultStatus(str, enum.Enum):
@@ -42,6 +43,7 @@ class ResultStatus(str, enum.Enum):
     UNIT_FAILED = "unit_failed"
     READINESS_TIMEOUT = "readiness_timeout"
     STOPPED = "stopped"
+    REQUEUED = "requeued"
     ERROR = "error"
 
 

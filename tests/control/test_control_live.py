@@ -17,12 +17,12 @@ ANSI = re.compile(rb"\x1b\[")
 
 INSTANCE_KEYS = {
     "instance", "unit", "type", "node", "model", "gpus", "port", "state", "since", "pid",
-    "restarts", "last_exit", "reason", "probe", "ready_seconds",
+    "restarts", "last_exit", "reason", "probe", "ready_seconds", "liveness_failures",
 }  # fmt: skip
 TOP_KEYS = {
     "format", "invocation_id", "launcher", "state_dir", "unit_dir", "pid", "started_at",
     "ended_at", "uptime", "live", "stopping", "result", "lanes", "instances", "containment",
-    "efficiency",
+    "ends_at", "time_left", "efficiency",
 }  # fmt: skip
 
 

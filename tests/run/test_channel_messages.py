@@ -19,6 +19,7 @@ from ddsup.channel._messages import (
     ChannelError,
     EndpointSetup,
     EventReport,
+    Heartbeat,
     Hello,
     Kill,
     LanesUpdate,
@@ -68,7 +69,8 @@ ROW = InstanceStatus(
 SAMPLES: list[Message] = [
     Hello(Role.AGENT, "s3cret", node="n1", pid=42),
     Hello(Role.CONTROL, "s3cret"),
-    Setup(PLAN, "inv", "/state", "/units", "1234", "http://127.0.0.1:9000"),
+    Setup(PLAN, "inv", "/state", "/units", "1234", "http://127.0.0.1:9000", 12.5, 2),
+    Heartbeat(),
     Start(("m@0", "m@1")),
     Stop(("m@0",), "a required unit failed"),
     SignalInstances(("m@0",), 10),

@@ -2,7 +2,8 @@
 
 Agents, the endpoint's lane feed and the operator commands talk to ``ddsup start``
 through it. ``_messages`` holds every message and the one encode/decode pair;
-``_channel`` frames, bounds and authenticates the bytes.
+``_channel`` frames, bounds and authenticates the bytes; ``_heartbeat`` turns an agent
+connection's silence into its loss.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ module handles the protocol as dictionaries. Who sends what::
     any peer → controller   Hello (the first line: role, secret)
     controller → agent      Setup, Start, Stop, SignalInstances, Kill, Shutdown
     agent → controller      PreflightReport, EventReport, Signalled, AgentStopped
+    controller ⇄ agent      Heartbeat (every agent_timeout / 5, so that silence means loss)
     controller → endpoint   EndpointSetup (first), then LanesUpdate on every change
     operator ⇄ controller   StatusRequest → StatusReply; StopRequest → StopAnswer
 """
@@ -64,6 +65,15 @@ class Setup:
     unit_dir: str
     job_id: str
     endpoint_url: str | None = None
+    agent_timeout: float = 30.0  # silence (no message, not even a heartbeat) that means loss
+    attempt: int = 0  # the job's attempt (Slurm's SLURM_RESTART_COUNT), for the units
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Nothing to say but "still here": both sides of an agent's connection send it."""
+
+    op: ClassVar[str] = "heartbeat"
 
 
 @dataclass(frozen=True)
@@ -182,6 +192,7 @@ class StopAnswer:
 Message = (
     Hello
     | Setup
+    | Heartbeat
     | Start
     | Stop
     | SignalInstances
@@ -299,6 +310,7 @@ _SPECIAL: dict[type[Any], Callable[[dict[str, Any]], Message]] = {
 MESSAGES: tuple[type[Any], ...] = (
     Hello,
     Setup,
+    Heartbeat,
     Start,
     Stop,
     SignalInstances,

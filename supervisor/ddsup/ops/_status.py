@@ -118,7 +118,10 @@ def _run_state(view: StatusView, now: float) -> str:
         return text
     if not view.live:
         return "not answering and no result.json (killed?): state as of its last event"
-    return f"up {duration(view.uptime or 0.0)}" + (" · stopping" if view.stopping else "")
+    text = f"up {duration(view.uptime or 0.0)}"
+    if view.time_left is not None:
+        text += f" · job ends in {duration(view.time_left)}"
+    return text + (" · stopping" if view.stopping else "")
 
 
 _COLUMNS = ("INSTANCE", "NODE", "STATE", "SINCE", "PID", "RESTARTS", "LAST EXIT", "GPUS", "PORT")

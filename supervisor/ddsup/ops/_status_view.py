@@ -9,6 +9,7 @@ documented ``status --json`` object (docs/operating.md; fields are only ever add
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,8 @@ class StatusView:
     stopping: bool
     result: Outcome | None
     instances: tuple[InstanceStatus, ...]
+    ends_at: float | None = None  # a live Slurm run: its job's end time (time limit)
+    time_left: float | None = None  # seconds until ends_at, when the view was made
     containment: tuple[Contained, ...] = ()  # the no-orphan layers of each supervisor
 
     @property
@@ -62,6 +65,8 @@ class StatusView:
             "live": self.live,
             "stopping": self.stopping,
             "result": None if self.result is None else self.result.to_dict(),
+            "ends_at": self.ends_at,
+            "time_left": self.time_left,
             "lanes": {m: {"ready": c.ready, "total": c.total} for m, c in self.lanes.items()},
             "instances": [i.to_json() for i in self.instances],
             "containment": [
@@ -77,6 +82,7 @@ def status_view(state: StateDir, snapshot: RunSnapshot | None) -> StatusView:
     events = events_of(state)
     finished = [e for e in events if isinstance(e, RunFinished)]
     instances = snapshot.instances if snapshot is not None else _rows_from_files(state, events)
+    ends_at = None if snapshot is None else snapshot.ends_at
     return StatusView(
         invocation_id=run.invocation_id,
         launcher=snapshot.launcher if snapshot is not None else run.launcher,
@@ -90,6 +96,8 @@ def status_view(state: StateDir, snapshot: RunSnapshot | None) -> StatusView:
         stopping=snapshot is not None and snapshot.stopping,
         result=None if snapshot is not None else state.read_result(),
         instances=instances,
+        ends_at=ends_at,
+        time_left=None if ends_at is None else round(max(0.0, ends_at - time.time()), 3),
         containment=_containment(events),
     )
 

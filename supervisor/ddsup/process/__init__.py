@@ -35,6 +35,7 @@ from ddsup.process._sentinel import start_sentinel as start_sentinel
 from ddsup.process._subreaper import become_subreaper as become_subreaper
 from ddsup.process._subreaper import is_subreaper as is_subreaper
 from ddsup.process._subreaper import reap_adopted_children as reap_adopted_children
+from ddsup.process._sweep import AGENT_ENV as AGENT_ENV
 from ddsup.process._sweep import find_run_processes as find_run_processes
 from ddsup.process._sweep import sweep as sweep
 from ddsup.process._sweep import sweep_until_gone_sync as sweep_until_gone_sync

@@ -10,6 +10,7 @@ from ddsup.record._states import InstanceState as S
 
 _SYMBOLS = {
     S.READY: "●",
+    S.UNRESPONSIVE: "◌",
     S.STARTING: "◐",
     S.WAITING: "○",
     S.RESTARTING: "↻",
@@ -20,6 +21,7 @@ _SYMBOLS = {
 }
 _COLOURS = {
     S.READY: "32",
+    S.UNRESPONSIVE: "31",
     S.FAILED: "31",
     S.RESTARTING: "33",
     S.STARTING: "33",

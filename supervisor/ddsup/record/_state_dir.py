@@ -155,11 +155,22 @@ def write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def default_state_dir(base: Path | None = None) -> Path:
-    """``./ddsup-<job id>`` inside Slurm, else ``./ddsup-<timestamp>`` (made unique)."""
+def for_attempt(path: Path, attempt: int) -> Path:
+    """The state dir of a requeued job's ``attempt``: the first one's, ``.attempt<N>`` added.
+
+    Each attempt keeps its own record (plan, events, logs, result) beside the others
+    instead of overwriting them: ``run-42``, ``run-42.attempt1``, ``run-42.attempt2``.
+    """
+    return path if attempt == 0 else path.with_name(f"{path.name}.attempt{attempt}")
+
+
+def default_state_dir(base: Path | None = None, attempt: int = 0) -> Path:
+    """``./ddsup-<job id>`` inside Slurm (``.attempt<N>`` for a requeued job's N-th),
+    else ``./ddsup-<timestamp>`` (made unique)."""
     base = base or Path.cwd()
     job = os.environ.get("SLURM_JOB_ID")
     stem = f"ddsup-{job}" if job else "ddsup-" + time.strftime("%Y%m%d-%H%M%S")
+    stem = for_attempt(Path(stem), attempt).name
     candidate = base / stem
     suffix = 1
     while candidate.exists():

@@ -38,6 +38,7 @@ class InstanceStatus:
     reason: str | None = None
     probe: str | None = None  # the verdict: ok, none, pending, timed out (…)
     ready_seconds: float | None = None
+    liveness_failures: int = 0  # liveness probes failed in a row (unresponsive lanes)
 
     def with_record(self, record: InstanceRecord) -> InstanceStatus:
         """This row with the state ``record`` (the fold of its events) gives it."""
@@ -51,6 +52,7 @@ class InstanceStatus:
             reason=record.reason,
             probe=record.probe_verdict,
             ready_seconds=record.ready_seconds,
+            liveness_failures=record.liveness_failures,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -70,6 +72,7 @@ class InstanceStatus:
             "reason": self.reason,
             "probe": self.probe,
             "ready_seconds": self.ready_seconds,
+            "liveness_failures": self.liveness_failures,
         }
 
     @classmethod
@@ -92,6 +95,7 @@ class InstanceStatus:
             reason=_optional(data, "reason", str),
             probe=_optional(data, "probe", str),
             ready_seconds=_optional(data, "ready_seconds", float),
+            liveness_failures=int(data.get("liveness_failures") or 0),
         )
 
 
@@ -106,9 +110,11 @@ class RunSnapshot:
     state_dir: str
     stopping: bool
     instances: tuple[InstanceStatus, ...]
+    ends_at: float | None = None  # the Slurm job's end time (its time limit), when known
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "ends_at": self.ends_at,
             "invocation_id": self.invocation_id,
             "launcher": self.launcher,
             "started_at": self.started_at,
@@ -131,6 +137,7 @@ class RunSnapshot:
             state_dir=str(data["state_dir"]),
             stopping=data.get("stopping") is True,
             instances=tuple(InstanceStatus.from_json(i) for i in instances),
+            ends_at=_optional(data, "ends_at", float),
         )
 
 

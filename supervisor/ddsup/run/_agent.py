@@ -20,6 +20,7 @@ import trio
 
 from ddsup._errors import UsageError
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, connect_channel
+from ddsup.channel._heartbeat import receive_within, send_heartbeats
 from ddsup.channel._messages import (
     AgentStopped,
     ChannelError,
@@ -36,7 +37,7 @@ from ddsup.channel._messages import (
     Stop,
 )
 from ddsup.plan._model import Plan
-from ddsup.process import open_containment
+from ddsup.process import AGENT_ENV, open_containment
 from ddsup.record._events import Contained, RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
@@ -75,13 +76,16 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
         unit_dir=setup.unit_dir,
         job_id=setup.job_id,
         endpoint_url=setup.endpoint_url,
+        attempt=setup.attempt,
     )
     plan = setup.plan
     units = load_unit_set(run.unit_dir)
+    supervisor = f"agent-{node}"
+    os.environ[AGENT_ENV] = supervisor  # every unit it starts inherits it: its sentinel's mark
     try:
         # every no-orphan layer of this node (docs/no-orphans.md), opened once
         async with open_containment(
-            run.invocation_id, state_dir=run.state_dir, name=f"agent-{node}", root=False
+            run.invocation_id, state_dir=run.state_dir, name=supervisor, root=False
         ) as containment:
             layers = containment.layers  # the controller records them (status shows them)
             assert layers is not None
@@ -92,14 +96,20 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
                 details=layers.to_json(),
             )
             await channel.send(EventReport(contained))
-            await _serve_controller(channel, node, units, plan, run, gpus)
+            await _serve_controller(channel, node, units, plan, run, gpus, setup.agent_timeout)
     finally:
         await channel.aclose()
     return 0
 
 
 async def _serve_controller(
-    channel: Channel, node: str, units: UnitSet, plan: Plan, run: RunContext, gpus: int | None
+    channel: Channel,
+    node: str,
+    units: UnitSet,
+    plan: Plan,
+    run: RunContext,
+    gpus: int | None,
+    silence: float,
 ) -> None:
     report = run_preflight(
         node, units, plan, gpus_available=gpus, slurm_node=os.environ.get("SLURMD_NODENAME")
@@ -132,9 +142,12 @@ async def _serve_controller(
         with trio.CancelScope() as loop_scope:
             services.start_soon(_watch_signals, channel, runner, loop_scope)
             try:
-                await _command_loop(channel, runner, services)
-            except ChannelError:
-                pass  # the controller is gone: stop everything below
+                async with trio.open_nursery() as beats:
+                    beats.start_soon(send_heartbeats, outbox_send.send_nowait, silence)
+                    # ChannelError: the controller is gone: stop everything below
+                    with contextlib.suppress(ChannelError):
+                        await _command_loop(channel, runner, services, silence)
+                    beats.cancel_scope.cancel()
             finally:
                 with trio.CancelScope(shield=True):
                     await runner.stop()
@@ -161,10 +174,13 @@ async def _watch_signals(channel: Channel, runner: NodeRunner, loop: trio.Cancel
             loop.cancel()
 
 
-async def _command_loop(channel: Channel, runner: NodeRunner, nursery: trio.Nursery) -> None:
-    """The controller's commands until it says shutdown (or goes away)."""
+async def _command_loop(
+    channel: Channel, runner: NodeRunner, nursery: trio.Nursery, silence: float
+) -> None:
+    """The controller's commands until it says shutdown (or goes away, or is silent for
+    ``silence`` seconds: ChannelError)."""
     while True:
-        message = await channel.receive()
+        message = await receive_within(channel, silence, "the controller")
         if message is None or isinstance(message, Shutdown):
             return
         if isinstance(message, Start):

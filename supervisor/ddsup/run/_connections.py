@@ -2,7 +2,8 @@
 
 - an **agent** gets :class:`Setup`, becomes a :class:`RemoteNode` for as long as its
   connection lasts, and its reports become the run's inputs (preflight, events, a stop
-  signal it received); when the connection ends, :class:`AgentGone` says how;
+  signal it received); when the connection ends, or the agent says nothing (not even a
+  heartbeat) for ``agent_timeout``, :class:`AgentGone` says how;
 - the endpoint's **lane feed** is served by the :class:`LanePublisher`;
 - an **operator** (``ddsup status``, ``ddsup stop``) asks for a snapshot or a stop.
 
@@ -11,12 +12,14 @@ A message a peer may not send ends its connection, like one that does not decode
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
 
 from ddsup.channel._channel import Channel
+from ddsup.channel._heartbeat import receive_within, send_heartbeats
 from ddsup.channel._messages import (
     AgentStopped,
     ChannelError,
@@ -55,6 +58,7 @@ class ControlServer:
     stopping: Callable[[], bool]
     nodes: dict[Host, RunNode]
     lanes: LanePublisher
+    agent_timeout: float  # an agent silent this long is lost (``_heartbeat``)
 
     async def serve(self, channel: Channel, hello: Hello) -> None:
         """One authenticated connection, until it ends (ChannelError: it broke the rules)."""
@@ -74,6 +78,7 @@ class ControlServer:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(remote.send_all, channel)
+                nursery.start_soon(send_heartbeats, remote.put, self.agent_timeout)
                 try:
                     reason = await self._agent_reports(channel, node)
                 except ChannelError as err:  # caught in here: a nursery would wrap it
@@ -86,11 +91,15 @@ class ControlServer:
 
     async def _agent_reports(self, channel: Channel, node: str) -> str:
         """An agent's reports until it stops; how it went away (ChannelError: broken)."""
+        # Preflight blocks the agent (no heartbeats) and has its own bound in the
+        # controller (PreflightOver): silence counts only once the agent has reported.
+        silence = math.inf
         while True:
-            message = await channel.receive()
+            message = await receive_within(channel, silence, f"the agent on {node}")
             if message is None or isinstance(message, AgentStopped):
                 return f"the agent on {node} went away"
             if isinstance(message, PreflightReport):
+                silence = self.agent_timeout
                 self.feed(PreflightReported(message))
             elif isinstance(message, EventReport):
                 self.feed(Observed(message.event))

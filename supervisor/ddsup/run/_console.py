@@ -31,6 +31,7 @@ from ddsup.record._display import duration, paint, symbol
 from ddsup.record._efficiency import efficiency_line
 from ddsup.record._events import (
     Contained,
+    LivenessFailed,
     ProcessExited,
     ProcessStarted,
     RecordedEvent,
@@ -151,6 +152,8 @@ class Console:
         if isinstance(event, ProcessExited):
             where = f"{event.instance}{_where(event.node)}"
             return f"{where}: pid {event.pid} ended ({event.reason})" if self.verbose else None
+        if isinstance(event, LivenessFailed):
+            return f"{event.instance}{_where(event.node)}: {event.reason}"
         if isinstance(event, Contained):
             who = f"{event.supervisor}{_where(event.node)}"
             return f"{who}: no-orphan layers: {event.summary}" if self.verbose else None

@@ -24,12 +24,11 @@ import trio
 
 from ddsup._errors import DdsupError, ResultStatus, UnitFileError, UsageError
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret, serve_channel
-from ddsup.channel._messages import Setup
 from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
 from ddsup.process import Containment, open_containment
+from ddsup.record._event_log import EventLog
 from ddsup.record._events import (
     Contained,
-    EventLog,
     RecordedEvent,
     RunEnding,
     RunFinished,
@@ -47,6 +46,7 @@ from ddsup.run._launcher import launcher_for
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import LocalNode, RunNode
 from ddsup.run._options import RunOptions, Verbosity
+from ddsup.run._run_facts import RunFacts
 from ddsup.run._run_inputs import (
     Decision,
     EndRun,
@@ -69,7 +69,8 @@ from ddsup.run._run_inputs import (
 )
 from ddsup.run._run_state import RunState
 from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
-from ddsup.service._environment import INVOCATION_ENV, RunContext
+from ddsup.run._slurm_job import attempt_of, settle_requeue
+from ddsup.run._walltime import JobEnd, early_stops
 from ddsup.units import load_unit_set, printable
 from ddsup.units._model import UnitSet, UnitType
 
@@ -102,6 +103,14 @@ class Controller:
         self._fleet: AgentFleet | None = None
         self._local: NodeRunner | None = None
         self._lanes: LanePublisher | None = None
+        self.facts = RunFacts(
+            invocation_id=self.invocation_id,
+            state_dir=str(state.path),
+            unit_dir=str(options.directory.resolve()),
+            agent_timeout=options.agent_timeout,
+            attempt=attempt_of(os.environ),
+        )
+        self.job_end = JobEnd(None)  # a Slurm job's end time, once the launcher is known
         self._containment: Containment | None = None  # ddsup start's no-orphan layers
 
     @property
@@ -117,6 +126,8 @@ class Controller:
             units = self._load_units()
             allocation = resolve_allocation(self.options.allocation, os.environ)
             self.launcher = allocation.launcher
+            if self.launcher is LauncherKind.SLURM:
+                self.job_end = JobEnd(os.environ.get("SLURM_JOB_ID"))
             self._lanes = LanePublisher(endpoint_setup(units))
             plan = plan_for(units, allocation)
             self._run = RunState(units, plan)
@@ -127,6 +138,8 @@ class Controller:
             self._fail(err)
             self.console.error(str(err))
         outcome = self._outcome() or Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
+        if outcome.status is ResultStatus.REQUEUED:  # everything has stopped: now, or never
+            outcome = await settle_requeue(outcome, os.environ.get("SLURM_JOB_ID"))
         self.state.write_json(self.state.result, outcome.to_dict())
         self._record(RunFinished(outcome=outcome))
         self.events.close()
@@ -179,6 +192,7 @@ class Controller:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch_signals, units)
                 nursery.start_soon(self.console.run)
+                nursery.start_soon(self.job_end.watch, early_stops(units), self.feed)
                 await self._open_control(nursery, lanes)
                 async with trio.open_nursery() as services:
                     self._local = self._local_runner(units, services)
@@ -216,11 +230,12 @@ class Controller:
         """Listen for agents, the endpoint's feed and operators; say where in run.json."""
         server = ControlServer(
             feed=self.feed,
-            setup=self._setup,
+            setup=lambda: self.facts.setup(self.run.units, self.run.plan),
             snapshot=self._snapshot,
             stopping=lambda: self.run.stopping,
             nodes=self.nodes,
             lanes=lanes,
+            agent_timeout=self.options.agent_timeout,
         )
         host = "127.0.0.1" if self.launcher is LauncherKind.LOCAL else "0.0.0.0"
         serve = partial(serve_channel, server.serve, self.secret, host=host)
@@ -239,10 +254,13 @@ class Controller:
         """Agents first (each runs preflight), then whatever the run's state says is due."""
         nodes = self.run.agent_nodes()
         if nodes:
-            launcher = launcher_for(allocation, units, self.options.srun_args)
+            launcher = launcher_for(
+                allocation, units, self.options.srun_args, survivable=self.run.survives_node_loss()
+            )
             self._fleet = AgentFleet(launcher, self.state)
             try:
-                await self._fleet.launch(nodes, self._agent_env(allocation), nursery, self.feed)
+                env = self.facts.agent_env(allocation, self.control_port, self.secret)
+                await self._fleet.launch(nodes, env, nursery, self.feed)
             except DdsupError as err:
                 self.feed(StartupFailed(err))
                 return
@@ -339,53 +357,13 @@ class Controller:
         return NodeRunner(
             units=units,
             plan=plan,
-            run=self._run_context(with_key=True),
+            run=self.facts.context(units, plan, with_key=True),
             state=self.state,
             nursery=nursery,
             emit=lambda event: self.feed(Observed(event)),
             extra_args={name: ("--lanes-from-controller",) for name in endpoints},
             extra_env={name: feed for name in endpoints},
         )
-
-    def _run_context(self, *, with_key: bool) -> RunContext:
-        """Facts of the run for specifiers and environments; the key for the worker only."""
-        units = self.run.units
-        api_key = None
-        section = units.endpoint.endpoint if units.endpoint else None
-        if with_key and section is not None and section.api_key_env:
-            api_key = os.environ.get(section.api_key_env)
-        return RunContext(
-            invocation_id=self.invocation_id,
-            state_dir=str(self.state.path),
-            unit_dir=str(self.options.directory.resolve()),
-            job_id=os.environ.get("SLURM_JOB_ID", self.invocation_id[:12]),
-            endpoint_url=self.run.plan.endpoint_url,
-            api_key=api_key,
-        )
-
-    def _setup(self) -> Setup:
-        """What an agent that said hello is told (the run's facts, never a secret)."""
-        run = self._run_context(with_key=False)
-        return Setup(
-            plan=self.run.plan,
-            invocation_id=run.invocation_id,
-            state_dir=run.state_dir,
-            unit_dir=run.unit_dir,
-            job_id=run.job_id,
-            endpoint_url=run.endpoint_url,
-        )
-
-    def _agent_env(self, allocation: Allocation) -> dict[str, str]:
-        """The agents' environment: ddsup start's, their run's id and where to connect."""
-        host = "127.0.0.1"
-        if allocation.launcher is LauncherKind.SLURM:
-            host = os.environ.get("DDSUP_CONTROL_HOST") or allocation.client_address
-        return {
-            **os.environ,
-            INVOCATION_ENV: self.invocation_id,
-            ADDRESS_ENV: f"{host}:{self.control_port}",
-            SECRET_ENV: self.secret,
-        }
 
     def _snapshot(self) -> RunSnapshot:
         return RunSnapshot(
@@ -396,4 +374,5 @@ class Controller:
             state_dir=str(self.state.path),
             stopping=self.run.stopping,
             instances=self.run.status_rows(),
+            ends_at=self.job_end.at,
         )

@@ -69,21 +69,22 @@ class RemoteNode:
         self._send, self._outbox = trio.open_memory_channel[Message](math.inf)
 
     def start(self, instances: Sequence[str]) -> None:
-        self._put(Start(tuple(instances)))
+        self.put(Start(tuple(instances)))
 
     def stop(self, instances: Sequence[str], reason: str) -> None:
-        self._put(Stop(tuple(instances), reason))
+        self.put(Stop(tuple(instances), reason))
 
     def signal(self, instances: Sequence[str], signum: int) -> None:
-        self._put(SignalInstances(tuple(instances), signum))
+        self.put(SignalInstances(tuple(instances), signum))
 
     def kill(self) -> None:
-        self._put(Kill())
+        self.put(Kill())
 
     def shutdown(self) -> None:
-        self._put(Shutdown())
+        self.put(Shutdown())
 
-    def _put(self, message: Message) -> None:
+    def put(self, message: Message) -> None:
+        """Queue ``message`` for the agent (dropped once its connection is gone)."""
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             self._send.send_nowait(message)
 

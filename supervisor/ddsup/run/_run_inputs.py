@@ -15,7 +15,7 @@ from ddsup._errors import DdsupError
 from ddsup.channel._messages import LanesUpdate, PreflightReport
 from ddsup.plan._model import Plan
 from ddsup.process import ExitStatus
-from ddsup.record._events import RecordedEvent, RunLifecycle
+from ddsup.record._events import RecordedEvent
 from ddsup.record._outcome import Outcome
 
 
@@ -65,10 +65,14 @@ class AgentSignalled:
 
 @dataclass(frozen=True)
 class AgentProcessExited:
-    """A process hosting agents (one agent, or the ``srun`` step of all) ended."""
+    """A process hosting agents (one agent, or the ``srun`` step of all) ended.
+
+    ``nodes``: the nodes whose agents it hosted (lost with it, unless the run is stopping).
+    """
 
     label: str
     exit: ExitStatus
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,14 @@ class SignalToForward:
     """A signal some unit's ``forward_signals`` names reached ``ddsup start``."""
 
     signum: int
+
+
+@dataclass(frozen=True)
+class EndNear:
+    """The job's end is ``stop_before_end`` of ``unit`` away: stop it (``reason`` says so)."""
+
+    unit: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,7 @@ Input = (
     | StopSignalled
     | StopRequested
     | SignalToForward
+    | EndNear
     | StartupFailed
     | StopBegins
 )
@@ -157,9 +170,10 @@ class PublishLanes:
 
 @dataclass(frozen=True)
 class Record:
-    """Write this run event to ``events.jsonl`` (and the console)."""
+    """Write this event to ``events.jsonl`` (and the console): a run event, or a
+    transition the run's state records itself (the instances of a lost node)."""
 
-    event: RunLifecycle
+    event: RecordedEvent
 
 
 @dataclass(frozen=True)

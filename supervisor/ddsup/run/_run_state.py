@@ -13,8 +13,10 @@
   good ends it with :class:`~ddsup._errors.UnitFailed` (70) or
   :class:`~ddsup._errors.ReadinessTimeout` (75) when its ``on_failure`` is ``stop-all``;
   with ``continue``, the instances of the units that ``require`` it are stopped.
-  A lost agent, or its process ending, ends the run (70); a stop signal, an agent's stop
-  signal or ``ddsup stop`` ends it as stopped (128+N). **The first cause wins.**
+  A lost agent, or its process ending, ends the run (70) unless everything on its node
+  says ``continue`` (``_node_loss``: then its instances fail and the run goes on while
+  every model keeps ``min_ready`` lanes); a stop signal, an agent's stop signal or
+  ``ddsup stop`` ends it as stopped (128+N). **The first cause wins.**
 - **Replica peers**: ``_replicas`` (a multi-node replica lives and dies as one).
 - **Ready lanes** for the endpoint: rank 0 of every ready lane replica, republished
   whenever the set changes.
@@ -30,6 +32,7 @@ from ddsup.channel._messages import LanesUpdate, PreflightReport, ReadyLane
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.record._events import (
     KillingEverything,
+    LivenessFailed,
     ProcessStarted,
     RunEnding,
     RunStopping,
@@ -40,6 +43,7 @@ from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import Cause, Outcome, Stopped, UnitFailure, WorkerEnded
 from ddsup.record._states import InstanceState
 from ddsup.record._status import InstanceStatus
+from ddsup.run._node_loss import agent_instances, lanes_short, lost_transitions, survivable
 from ddsup.run._ordering import lanes_by_model, runs_on_agent, start_after, stop_levels
 from ddsup.run._replicas import take_down_peers
 from ddsup.run._run_inputs import (
@@ -47,6 +51,7 @@ from ddsup.run._run_inputs import (
     AgentProcessExited,
     AgentSignalled,
     Decision,
+    EndNear,
     EndRun,
     Host,
     Input,
@@ -84,6 +89,7 @@ class RunState:
         self._ready_once: set[str] = set()
         self._final: set[str] = set()
         self._started: set[str] = set()
+        self._lost: set[str] = set()  # nodes whose agent is gone
         self._may_start = False
         self._stop_signals = 0
         self._preflight: dict[str, PreflightReport] = {}
@@ -107,6 +113,10 @@ class RunState:
     @property
     def preflight_complete(self) -> bool:
         return set(self._preflight) >= set(self.agent_nodes())
+
+    def survives_node_loss(self) -> bool:
+        """Whether losing some agent node would not end the run (its units all continue)."""
+        return any(survivable(self.units, self.plan, node) for node in self.agent_nodes())
 
     def is_final(self, instance: str) -> bool:
         return instance in self._final
@@ -167,35 +177,52 @@ class RunState:
             return [Record(RunStopping())]
         if isinstance(event, SignalToForward):
             return self._forward(event.signum)
+        if isinstance(event, EndNear):
+            return self._stop_unit(event.unit, event.reason)
         if isinstance(event, StopSignalled):
             return self._stop_signal(event.signum)
-        if isinstance(event, AgentGone):  # what it ran can report nothing more
-            node = self.plan.on_node(event.node)
-            self._final.update(p.instance for p in node if self.host_of(p).agent)
+        if isinstance(event, AgentGone):
+            cause = UnitFailure(f"agent on {event.node}", event.reason)
+            return self._node_lost(event.node, event.reason, cause)
+        if isinstance(event, AgentProcessExited):
+            reason = f"{event.label} exited unexpectedly ({event.exit.describe()})"
+            cause = UnitFailure(event.label, reason, event.exit)
+            return [d for node in event.nodes for d in self._node_lost(node, reason, cause)]
         return self._end(self._cause(event))
 
-    def _cause(
-        self,
-        event: AgentGone | AgentSignalled | AgentProcessExited | StopRequested | StartupFailed,
-    ) -> Cause | None:
+    def _node_lost(self, node: str, reason: str, cause: Cause) -> list[Decision]:
+        """What it ran can report nothing more: it fails, or the run ends (``_node_loss``)."""
+        if node in self._lost:
+            return []
+        self._lost.add(node)
+        names = [p.instance for p in agent_instances(self.units, self.plan, node)]
+        if self.stopping or self.outcome is not None or not survivable(self.units, self.plan, node):
+            self._final.update(names)
+            return [] if self.stopping else self._end(cause)
+        self._started.update(names)  # nothing more starts there
+        self._not_started = [p for p in self._not_started if p.instance not in self._started]
+        decisions: list[Decision] = []
+        for lost in lost_transitions(
+            self.units, self.plan, node, reason, self.records, self._final
+        ):
+            decisions.append(Record(lost))
+            decisions += self._observed(Observed(lost))
+        # each carries the whole set of ready lanes: the last one says it all, once
+        published = [d for d in decisions if isinstance(d, PublishLanes)]
+        return [d for d in decisions if not isinstance(d, PublishLanes)] + published[-1:]
+
+    def _cause(self, event: AgentSignalled | StopRequested | StartupFailed) -> Cause | None:
         """The cause an input would end the run with (None: it does not end it)."""
         if isinstance(event, StopRequested):
             return Stopped(signal.SIGTERM, "ddsup stop")
         if isinstance(event, StartupFailed):
             return event.error
-        if isinstance(event, AgentSignalled):
-            reason = f"the agent on {event.node} received {signal.Signals(event.signum).name}"
-            return Stopped(event.signum, reason)
-        if isinstance(event, AgentGone):
-            return None if self.stopping else UnitFailure(f"agent on {event.node}", event.reason)
-        if self.stopping:
-            return None
-        reason = f"{event.label} exited unexpectedly ({event.exit.describe()})"
-        return UnitFailure(event.label, reason, event.exit)
+        reason = f"the agent on {event.node} received {signal.Signals(event.signum).name}"
+        return Stopped(event.signum, reason)
 
     def _observed(self, observed: Observed) -> list[Decision]:
         event = observed.event
-        if isinstance(event, ProcessStarted):
+        if isinstance(event, ProcessStarted | LivenessFailed):
             self.records[event.instance] = self._record(event.instance).apply(event)
         if not isinstance(event, UnitTransition):
             return []
@@ -211,6 +238,8 @@ class RunState:
         if event.to_state.final:
             self._final.add(event.instance)
             decisions += self._on_final(event)
+            if not self.stopping:
+                decisions += self._end(lanes_short(self.units, self._lane_models, self._final))
         decisions += self._publish()
         decisions += self._due_starts()
         return decisions
@@ -308,6 +337,15 @@ class RunState:
         ]
         decisions: list[Decision] = [Record(SignalForwarded(signum=signum))]
         return decisions + [SignalOn(h, names, signum) for h, names in _by_host(self, targets)]
+
+    def _stop_unit(self, unit: str, reason: str) -> list[Decision]:
+        """Stop every instance of ``unit`` (the job's end is near); none of them starts later."""
+        if self.outcome is not None or self.stopping:
+            return []
+        level = [p for p in self.plan.instances if p.unit == unit]
+        self._started.update(p.instance for p in level)
+        self._not_started = [p for p in self._not_started if p.unit != unit]
+        return [StopOn(host, names, reason) for host, names in _by_host(self, level)]
 
     def _stop_signal(self, signum: int) -> list[Decision]:
         """The first stop signal ends the run; any later one kills everything at once."""

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import trio
 
+from ddsup._errors import UsageError
 from ddsup.plan._resolve import AllocationRequest, LauncherChoice
-from ddsup.record._state_dir import StateDir, default_state_dir
+from ddsup.record._state_dir import StateDir, default_state_dir, for_attempt
 from ddsup.run._controller import Controller
 from ddsup.run._options import RunOptions, Verbosity
+from ddsup.run._slurm_job import attempt_of
+from ddsup.units._durations import parse_duration
 
 
 def configure_start(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +35,12 @@ def configure_start(parser: argparse.ArgumentParser) -> None:
         metavar="ARG",
         help="extra srun option for the agents' step (repeatable)",
     )
+    parser.add_argument(
+        "--agent-timeout",
+        default="30s",
+        metavar="DURATION",
+        help="a node agent silent this long is lost, and its node with it (default 30s)",
+    )
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("-v", "--verbose", action="store_true", help="print every transition")
     verbosity.add_argument("-q", "--quiet", action="store_true", help="print only the result")
@@ -44,8 +53,15 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         verbosity = Verbosity.VERBOSE
     elif args.quiet:
         verbosity = Verbosity.QUIET
+    try:
+        agent_timeout = parse_duration(args.agent_timeout, typical=30.0)
+    except ValueError as err:
+        raise UsageError(f"--agent-timeout: {err}") from None
+    if agent_timeout <= 0:
+        raise UsageError("--agent-timeout must be longer than 0s")
     return RunOptions(
         directory=Path(args.directory),
+        agent_timeout=agent_timeout,
         allocation=AllocationRequest(
             launcher=LauncherChoice(args.launcher),
             nodes=args.nodes,
@@ -59,7 +75,9 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
 
 def run_start(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    state = StateDir((options.state_dir or default_state_dir()).resolve())
+    attempt = attempt_of(os.environ)  # a requeued job: each attempt its own state dir
+    chosen = for_attempt(options.state_dir, attempt) if options.state_dir else None
+    state = StateDir((chosen or default_state_dir(attempt=attempt)).resolve())
     state.create()
     _put_own_interpreter_first_on_path()
     controller = Controller(options, state)

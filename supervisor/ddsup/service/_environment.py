@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ddsup._errors import EXIT_REQUEUE
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.units import resolve_specifiers
@@ -35,6 +36,7 @@ class RunContext:
     job_id: str
     endpoint_url: str | None = None
     api_key: str | None = None  # the endpoint's key, handed to the worker only
+    attempt: int = 0  # the Slurm job's attempt: 0, then 1, 2, … after each requeue
 
 
 def specifier_context(
@@ -59,6 +61,7 @@ def specifier_context(
         "job_id": run.job_id,
         "endpoint_url": run.endpoint_url or "",
         "unit_dir": run.unit_dir,
+        "attempt": str(run.attempt),
     }
     if unit.lane is not None:
         lane = unit.lane
@@ -91,6 +94,7 @@ def unit_environment(
             "DDSUP_INSTANCE": planned.instance,
             "DDSUP_NODE": planned.node,
             "DDSUP_STATE_DIR": run.state_dir,
+            "DDSUP_ATTEMPT": str(run.attempt),
             "SPT_NOENV": "1",
         }
     )
@@ -99,6 +103,8 @@ def unit_environment(
         env["DDSUP_LANE_REPLICA"] = str(planned.replica)
         env["DDSUP_LANE_RANK"] = str(planned.rank or 0)
         env["DDSUP_LANE_PORT"] = "" if planned.port is None else str(planned.port)
+    if unit.type is UnitType.WORKER:
+        env["DDSUP_REQUEUE_EXIT"] = str(EXIT_REQUEUE)  # exit with it to ask for a requeue
     if unit.type is UnitType.WORKER and run.endpoint_url:
         env["DDSUP_ENDPOINT_URL"] = run.endpoint_url
         env["OPENAI_BASE_URL"] = run.endpoint_url.rstrip("/") + "/v1"

@@ -61,6 +61,13 @@ class Probe:
                     return
             await trio.sleep(self.section.interval)
 
+    async def check(self, within: float) -> bool:
+        """One attempt that must pass ``within`` seconds (the liveness probes after ready)."""
+        with trio.move_on_after(within):
+            return await self._attempt()
+        self.last_result = f"no answer within {within:g}s"
+        return False
+
     async def _attempt(self) -> bool:
         kind = self.section.kind
         if kind is ProbeKind.HTTP:

@@ -9,7 +9,9 @@ failures), capped at ``restart_max_sec``, with ±10 % jitter (never above the ca
 to 0 once the unit has stayed ready for ``restart_max_sec``. More than
 ``start_limit_burst`` starts inside ``start_limit_interval`` = the unit has failed.
 A readiness timeout stops the process and counts as a failure for the restart policy;
-when it is what finally fails the unit, the run exits 75 (``readiness_timeout``).
+when it is what finally fails the unit, the run exits 75 (``readiness_timeout``). A ready
+lane that fails its liveness probes (``_liveness``) is SIGKILLed, and that counts as a
+failure too.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import trio
 from ddsup.process import ChildProcess, ExitStatus, SpawnError, spawn
 from ddsup.record._events import (
     COMPLETED,
+    LivenessFailed,
     ProcessExited,
     ProcessStarted,
     RecordedEvent,
@@ -35,6 +38,7 @@ from ddsup.record._events import (
 from ddsup.record._states import ALLOWED as _ALLOWED
 from ddsup.record._states import LIVE as _LIVE
 from ddsup.record._states import IllegalTransition, InstanceState
+from ddsup.service._liveness import Liveness, watch_liveness
 from ddsup.service._readiness import Probe
 from ddsup.units._model import Restart, Unit, UnitType
 
@@ -76,6 +80,7 @@ class _Watch:
     ready_at: float | None = None
     timed_out: bool = False
     exited: bool = False
+    unresponsive: str | None = None  # why the liveness probes ended it (None: they did not)
 
 
 def _size(path: Path) -> int:
@@ -101,6 +106,7 @@ class Service:
         self._failures = 0
         self._started_once = False
         self._timeout_reason = ""
+        self._unresponsive: str | None = None  # the latest start failed its liveness probes
         self._stopped_exit: ExitStatus | None = None  # how the last process ended
 
     # --- control from outside -------------------------------------------------------
@@ -188,11 +194,11 @@ class Service:
             self._transition(InstanceState.EXITED, COMPLETED, exit=status)
             return None
         timed_out = self.status.readiness_timeout
-        clean = not timed_out and success
+        clean = not timed_out and not self._unresponsive and success
         restart = service.restart is Restart.ALWAYS or (
             service.restart is Restart.ON_FAILURE and not clean
         )
-        why = self._timeout_reason if timed_out else status.describe()
+        why = self._timeout_reason if timed_out else self._unresponsive or status.describe()
         exit = None if timed_out else status
         if not restart:
             if clean:
@@ -287,6 +293,39 @@ class Service:
             process_scope.cancel()
             return
         self._become_ready(watch, "probe passed")
+        liveness = Liveness.of(self.spec.unit)
+        if probe is not None and liveness is not None and watch.ready_at is not None:
+            await self._watch_liveness(probe, liveness, watch)
+
+    async def _watch_liveness(self, probe: Probe, liveness: Liveness, watch: _Watch) -> None:
+        """Until ``liveness.limit`` probes in a row failed: then SIGKILL (see ``_liveness``)."""
+
+        def failed(failures: int, answer: str) -> None:
+            if self._stop_requested or watch.exited:
+                return
+            self.status.probe = answer
+            instance, node, limit = self.spec.instance, self.spec.node, liveness.limit
+            self._emit(
+                LivenessFailed(
+                    instance=instance, node=node, failures=failures, limit=limit, probe=answer
+                )
+            )
+            if self.status.state is InstanceState.READY:
+                self._transition(InstanceState.UNRESPONSIVE, f"liveness probe failed: {answer}")
+
+        def passed() -> None:
+            if self.status.state is InstanceState.UNRESPONSIVE and not self._stop_requested:
+                self.status.probe = probe.last_result
+                self.ready.set()
+                self._transition(InstanceState.READY, "liveness probe passed again")
+
+        last = await watch_liveness(probe, liveness, failed=failed, passed=passed)
+        watch.unresponsive = (
+            f"not answering: {liveness.limit} liveness probes failed in a row "
+            f"(last: {last}); killed"
+        )
+        if self._child is not None:
+            self._child.signal_group(signal.SIGKILL)
 
     def _become_ready(self, watch: _Watch, reason: str) -> None:
         if self._stop_requested or watch.exited:
@@ -298,6 +337,7 @@ class Service:
     def _ready_for(self, watch: _Watch) -> float:
         """How long the process was ready; records a readiness timeout for the verdict."""
         self.status.readiness_timeout = watch.timed_out
+        self._unresponsive = watch.unresponsive
         if watch.timed_out:
             timeout_start = self.spec.unit.service.timeout_start
             self._timeout_reason = f"not ready within timeout_start = {timeout_start:g}s" + (

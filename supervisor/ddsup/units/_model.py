@@ -83,11 +83,18 @@ class ProbeKind(str, enum.Enum):
 
 @dataclass(frozen=True)
 class ReadySection:
-    """``[ready]``: one probe. ``target`` is a URL (http), ``host:port`` (tcp) or argv (exec)."""
+    """``[ready]``: one probe. ``target`` is a URL (http), ``host:port`` (tcp) or argv (exec).
+
+    Lanes keep running the probe once ready (liveness): every ``liveness_interval``,
+    each attempt answered within that interval; ``liveness_failures`` failed attempts in
+    a row restart the lane (0: no liveness probing).
+    """
 
     kind: ProbeKind
     target: str | tuple[str, ...]
     interval: float = 0.5
+    liveness_interval: float = 5.0
+    liveness_failures: int = 3
 
 
 @dataclass(frozen=True)
@@ -178,6 +185,7 @@ class Unit:
     lane: LaneSection | None = None
     slurm: SlurmSection = SlurmSection()
     endpoint: EndpointSection | None = None
+    stop_before_end: float | None = None  # stop it this long before the job's end time
 
     @property
     def base_name(self) -> str:

@@ -382,6 +382,7 @@ def _build(parsed: ParsedFile, kind: UnitType, values: dict[str, dict[str, Any]]
         lane=LaneSection(**values["lane"]) if "lane" in values else None,
         slurm=SlurmSection(**values.get("slurm", {})),
         endpoint=endpoint,
+        stop_before_end=unit.get("stop_before_end"),
     )
 
 
@@ -389,5 +390,6 @@ def _build_ready(values: dict[str, Any] | None) -> ReadySection | None:
     if values is None:
         return None
     probe = next(p for p in schema.READY_PROBES if p in values)
-    extra = {"interval": values["interval"]} if "interval" in values else {}
+    timing = ("interval", "liveness_interval", "liveness_failures")
+    extra = {key: values[key] for key in timing if key in values}
     return ReadySection(kind=ProbeKind(probe), target=values[probe], **extra)

@@ -101,6 +101,13 @@ UNIT = SectionSpec(
             "each-node",
             only=frozenset({UnitType.SERVICE, UnitType.ONESHOT}),
         ),
+        KeySpec(
+            "stop_before_end",
+            k.duration(positive=True, typical=600.0),
+            "In a Slurm job with a time limit: stop this unit gracefully (kill_signal, "
+            "timeout_stop) this long before the job's end time. Absent: no early stop.",
+            example="10m",
+        ),
     ),
     required_for=_ALL_TYPES,
 )
@@ -236,6 +243,24 @@ READY = SectionSpec(
             specifiers=True,
         ),
         _duration_key("interval", "Time between probes.", "500ms", "1s", positive=True),
+        KeySpec(
+            "liveness_interval",
+            k.duration(positive=True, typical=5.0),
+            "Lanes, once ready: time between liveness probes (the same probe); each must "
+            "answer within it.",
+            "5s",
+            "10s",
+            only=_LANE,
+        ),
+        KeySpec(
+            "liveness_failures",
+            k.integer(0),
+            "Lanes: liveness probes failed in a row that restart the lane; the first one "
+            "takes it out of the endpoint's rotation. 0: no liveness probing.",
+            3,
+            5,
+            only=_LANE,
+        ),
     ),
 )
 
