@@ -259,15 +259,17 @@ class Proxy:
         self, conn: UpstreamConnection, client: ClientConnection, lane: LaneState
     ) -> bool:
         """Queue the body bytes received so far for the client; ``True`` at the body's end."""
+        decoder = conn.decoder
+        assert decoder is not None
+        before = decoder.payload  # [series hook] body bytes, whichever framing the client gets
         try:
             data = conn.buffered(client.verbatim)
         except ProtocolError as err:
             raise self._cut(lane, f"bad response body ({err})") from err
         if data:
             client.send_body(data)
-            self.metrics.series.sent(lane.info.instance, len(data))  # [series hook]
-        assert conn.decoder is not None
-        return conn.decoder.done
+            self.metrics.series.sent(lane.info.instance, decoder.payload - before)  # [series hook]
+        return decoder.done
 
     def _cut(self, lane: LaneState, why: str) -> Abort:
         log.warning("lane %s: %s; the client's response is cut short", lane.info.instance, why)
