@@ -8,6 +8,8 @@ verbatim), and one file per worker that the reader combines.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import trio
 from endpoint_fakes import FakeLane, http_client, running_endpoint
@@ -47,7 +49,7 @@ def dechunk(raw: bytes) -> bytes:
 
 
 async def test_the_series_counts_what_either_path_relayed(
-    workers: int, tmp_path: trio.Path, monkeypatch: pytest.MonkeyPatch
+    workers: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DDSUP_STATE_DIR", str(tmp_path))  # the workers inherit it
     plain, streaming = FakeLane("plain", "p"), FakeLane("sse", "s")
