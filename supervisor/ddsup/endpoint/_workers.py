@@ -33,6 +33,7 @@ from ddsup._errors import DdsupError
 from ddsup.channel import ChannelError
 from ddsup.endpoint import _worker_link as link
 from ddsup.endpoint._config import EndpointConfig
+from ddsup.endpoint._lane_names import learn_lane_names
 from ddsup.endpoint._lanes import LaneState, LaneTable
 from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._metrics_sampler import sample_lanes
@@ -118,6 +119,8 @@ class WorkerPool:
                     self.lanes.on_change = self._lanes_changed
                     self._lanes_changed()
                     await self.synced()  # serving means: serving the lanes of the table
+                    await nursery.start(learn_lane_names, self.config, self.lanes)
+                    await self.synced()  # the names learned at the start reached everyone
                     recorded = self._sample_recorded
                     nursery.start_soon(
                         sample_lanes, self.config, self.lanes, self.metrics, recorded
@@ -261,9 +264,18 @@ class WorkerPool:
 
     def _lanes_changed(self) -> None:
         self._seq += 1
-        lanes = tuple((info, self.lanes.slot_of(info)) for info in self.lanes.infos())
-        models = tuple(self.lanes.known_models())
-        self._broadcast(link.Lanes(self._seq, lanes, models))
+        table = self.lanes
+        lanes = tuple((info, table.slot_of(info)) for info in table.infos())
+        learned = table.learned()
+        self._broadcast(
+            link.Lanes(
+                self._seq,
+                lanes,
+                tuple(table.known_models()),
+                tuple(table.known_names()),
+                tuple(learned.get(info) for info, _slot in lanes),
+            )
+        )
 
     def _sample_recorded(self, state: LaneState) -> None:
         self._seq += 1

@@ -87,6 +87,11 @@ def render_status(view: StatusView, *, colour: bool, now: float | None = None) -
         per_model = [f"{m} {c.ready}/{c.total}" for m, c in view.lanes.items()]
         lines.append("lanes ready: " + " · ".join(per_model))
     lines += _containment_lines(view)
+    if view.endpoint is not None:
+        workers = ", ".join(str(pid) for pid in view.endpoint.workers)
+        lines.append(
+            f"endpoint pid {view.endpoint.pid} · port {view.endpoint.port} · workers {workers}"
+        )
     lines.append("")
     if view.instances:
         lines += _table(view.instances, colour=colour, now=now)

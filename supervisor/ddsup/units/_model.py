@@ -144,11 +144,16 @@ class EndpointSection:
     retry_after: float = 1.0
     retries: int = 2
     api_key_env: str | None = None
+    open_routes: tuple[str, ...] = ("/health", "/metrics")  # answered without the key
     min_ready: MinReady = MinReady()
-    max_body_bytes: int = 100 * 1024 * 1024
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_buffered_bytes: int = 512 * 1024 * 1024  # request bodies in memory, per worker
     max_concurrent: int = 4096
+    max_connections: int = 8192  # per worker
     upstream_timeout: float = 600.0
     workers: int | None = 1  # None = "auto": one per CPU the endpoint may run on
+    eject_after: int = 5  # connect errors or 5xx of a lane in a row; 0: never eject
+    eject_for: float = 10.0
 
 
 @dataclass(frozen=True)

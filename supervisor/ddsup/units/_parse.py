@@ -17,7 +17,7 @@ from typing import Any
 
 from ddsup._errors import Problem
 from ddsup.units import _schema as schema
-from ddsup.units._builtin import endpoint_exec, endpoint_ready
+from ddsup.units._builtin import closed_health, endpoint_exec, endpoint_ready
 from ddsup.units._kinds import UNIT_NAME, Invalid
 from ddsup.units._locate import KeyPath, Locator
 from ddsup.units._model import (
@@ -150,6 +150,8 @@ def _check(parsed: ParsedFile) -> None:
     _check_required(parsed)
     _check_ready(parsed)
     _check_restart_delays(parsed, values.get("service", {}))
+    if problem := closed_health(values.get("endpoint"), has_ready="ready" in parsed.doc):
+        parsed.problem(("endpoint", "open_routes"), problem, at_value=True)
     _check_name(parsed)
     if not parsed.problems and parsed.unit_type is not None:
         parsed.unit = _build(parsed, parsed.unit_type, values)

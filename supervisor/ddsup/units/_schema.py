@@ -9,15 +9,16 @@ the default of the matching field in :mod:`ddsup.units._model`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ddsup.units import _kinds as k
 from ddsup.units import _kinds_env as ke
-from ddsup.units._durations import parse_duration
+from ddsup.units._keyspec import ALL_TYPES as _ALL_TYPES
+from ddsup.units._keyspec import KeySpec as KeySpec
+from ddsup.units._keyspec import SectionSpec as SectionSpec
+from ddsup.units._keyspec import duration_key
 from ddsup.units._model import OnFailure, Placement, Restart, UnitType
+from ddsup.units._schema_endpoint import ENDPOINT as ENDPOINT
 from ddsup.units._specifiers import BASE_SPECIFIERS
 
-_ALL_TYPES = frozenset(UnitType)
 _LANE = frozenset({UnitType.LANE})
 # Kinds whose program is ddsup itself: [service] exec and [ready] have built-in defaults
 # (see ddsup.units._builtin), so a unit of such a type needs neither.
@@ -25,46 +26,7 @@ BUILT_IN = frozenset({UnitType.ENDPOINT})
 _NOT_BUILT_IN = _ALL_TYPES - BUILT_IN
 
 
-@dataclass(frozen=True)
-class KeySpec:
-    """One key: its kind, documentation, default (as written in TOML) and restrictions.
-
-    ``required_for``: the unit types whose files must give this key (when they have its
-    section at all; whether they must is :attr:`SectionSpec.required_for`).
-    """
-
-    name: str
-    kind: k.Kind
-    doc: str
-    default: object = None
-    example: object = None
-    required_for: frozenset[UnitType] = frozenset()
-    specifiers: bool = False
-    only: frozenset[UnitType] = _ALL_TYPES
-
-
-@dataclass(frozen=True)
-class SectionSpec:
-    """One ``[section]``: its keys and which unit types may (or must) have it."""
-
-    name: str
-    doc: str
-    keys: tuple[KeySpec, ...]
-    only: frozenset[UnitType] = _ALL_TYPES
-    required_for: frozenset[UnitType] = frozenset()
-
-    def key(self, name: str) -> KeySpec | None:
-        return next((key for key in self.keys if key.name == name), None)
-
-
-def _duration_key(
-    name: str, doc: str, default: str, example: str, *, positive: bool = False
-) -> KeySpec:
-    """A duration key; its default (or example, when the default is 0) is the typical
-    value that steers the hint for a bare number (``interval = 250`` → ``"250ms"``)."""
-    typical = parse_duration(default) or parse_duration(example)
-    kind = k.duration(positive=positive, typical=typical)
-    return KeySpec(name, kind, doc, default, example)
+_duration_key = duration_key
 
 
 UNIT = SectionSpec(
@@ -319,68 +281,6 @@ SLURM = SectionSpec(
         ),
     ),
     only=_LANE,
-)
-
-ENDPOINT = SectionSpec(
-    "endpoint",
-    "The logical endpoint (router) in front of the lanes. Endpoint units only; optional there.",
-    (
-        KeySpec("port", k.PORT, "Port the endpoint listens on.", 9000, 8080),
-        KeySpec(
-            "bind", k.NONEMPTY_STRING, "Address the endpoint listens on.", "127.0.0.1", "0.0.0.0"
-        ),
-        KeySpec(
-            "max_queue_per_lane",
-            k.integer(1),
-            "Admission limit: outstanding requests per lane before answering 429.",
-            128,
-            64,
-        ),
-        _duration_key("retry_after", "Retry-After sent with 429 answers.", "1s", "2s"),
-        KeySpec(
-            "retries",
-            k.integer(0),
-            "Further distinct lanes tried before any response byte went out.",
-            2,
-            1,
-        ),
-        KeySpec(
-            "api_key_env",
-            ke.VARIABLE,
-            "Require this variable's value as bearer token (absent: no key needed).",
-            example="DDSUP_API_KEY",
-        ),
-        KeySpec(
-            "min_ready",
-            k.MIN_READY,
-            "Lanes per model that must be ready before the endpoint starts: a count or a percentage.",
-            "100%",
-            "50%",
-        ),
-        KeySpec(
-            "max_body_bytes",
-            k.integer(1),
-            "Largest request body accepted (413 above).",
-            104857600,
-            1048576,
-        ),
-        KeySpec("max_concurrent", k.integer(1), "Most requests served at once.", 4096, 1024),
-        _duration_key(
-            "upstream_timeout",
-            "Longest wait for a lane's answer before trying another.",
-            "10m",
-            "5m",
-            positive=True,
-        ),
-        KeySpec(
-            "workers",
-            k.WORKERS,
-            'Processes that serve the endpoint\'s port; "auto": one per CPU it may run on.',
-            1,
-            "auto",
-        ),
-    ),
-    only=frozenset({UnitType.ENDPOINT}),
 )
 
 SECTIONS: tuple[SectionSpec, ...] = (UNIT, SERVICE, READY, LANE, SLURM, ENDPOINT)
