@@ -2,7 +2,8 @@
 
 Agents, the endpoint's lane feed and the operator commands talk to ``ddsup start``
 through it. ``_messages`` holds every message and the one encode/decode pair;
-``_channel`` frames, bounds and authenticates the bytes.
+``_channel`` frames and bounds the bytes of one connection; ``_server`` accepts,
+bounds and authenticates the connections to ``ddsup start`` (``docs/security.md``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from ddsup.channel._channel import SECRET_ENV as SECRET_ENV
 from ddsup.channel._channel import Channel as Channel
 from ddsup.channel._channel import connect_channel as connect_channel
 from ddsup.channel._channel import new_secret as new_secret
-from ddsup.channel._channel import serve_channel as serve_channel
 from ddsup.channel._messages import ChannelError as ChannelError
 from ddsup.channel._messages import Hello as Hello
 from ddsup.channel._messages import Message as Message
 from ddsup.channel._messages import Role as Role
 from ddsup.channel._messages import decode as decode
 from ddsup.channel._messages import encode as encode
+from ddsup.channel._server import ServerLimits as ServerLimits
+from ddsup.channel._server import serve_channel as serve_channel

@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import math
 import os
+import reprlib
 from pathlib import Path
 
 import trio
@@ -125,7 +126,8 @@ async def _serve_controller(
         with trio.CancelScope() as loop_scope:
             services.start_soon(_watch_signals, channel, runner, loop_scope)
             try:
-                await _command_loop(channel, runner, services)
+                mine = frozenset(p.instance for p in plan.on_node(node))
+                await _command_loop(channel, runner, services, mine)
             except ChannelError:
                 pass  # the controller is gone: stop everything below
             finally:
@@ -154,12 +156,22 @@ async def _watch_signals(channel: Channel, runner: NodeRunner, loop: trio.Cancel
             loop.cancel()
 
 
-async def _command_loop(channel: Channel, runner: NodeRunner, nursery: trio.Nursery) -> None:
-    """The controller's commands until it says shutdown (or goes away)."""
+async def _command_loop(
+    channel: Channel, runner: NodeRunner, nursery: trio.Nursery, mine: frozenset[str]
+) -> None:
+    """The controller's commands until it says shutdown (or goes away).
+
+    A command that names an instance this node does not run breaks the protocol like a
+    line that does not decode (ChannelError): the agent then stops what it runs.
+    """
     while True:
         message = await channel.receive()
         if message is None or isinstance(message, Shutdown):
             return
+        named = message.instances if isinstance(message, Start | Stop | SignalInstances) else ()
+        if not set(named) <= mine:
+            strange = reprlib.repr(sorted(set(named) - mine))
+            raise ChannelError(f"the controller named instances not on this node: {strange}")
         if isinstance(message, Start):
             for instance in message.instances:
                 runner.start(instance)

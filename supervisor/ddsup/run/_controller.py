@@ -22,8 +22,9 @@ from functools import partial
 import trio
 
 from ddsup._errors import DdsupError, ResultStatus, UnitFileError, UsageError
-from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret, serve_channel
+from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret
 from ddsup.channel._messages import Setup
+from ddsup.channel._server import serve_channel
 from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
 from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
 from ddsup.record._events import (
@@ -40,6 +41,7 @@ from ddsup.record._status import RunSnapshot
 from ddsup.run._agents import AgentFleet
 from ddsup.run._connections import ControlServer
 from ddsup.run._console import Console
+from ddsup.run._control_host import control_host
 from ddsup.run._lane_feed import LanePublisher, endpoint_setup
 from ddsup.run._launcher import launcher_for
 from ddsup.run._node_runner import NodeRunner
@@ -91,7 +93,7 @@ class Controller:
             quiet=options.verbosity is Verbosity.QUIET,
         )
         self.launcher = LauncherKind.LOCAL  # until the allocation is resolved
-        self.control_port: int | None = None
+        self.control: ControlAddress | None = None  # where the control channel listens
         self.nodes: dict[Host, RunNode] = {}  # the local node, and each connected agent
         self.ending = trio.Event()
         self._run: RunState | None = None
@@ -153,14 +155,13 @@ class Controller:
         return self._run.outcome if self._run is not None else self._early_outcome
 
     def _write_run_json(self) -> None:
-        port = self.control_port
         info = RunInfo(
             invocation_id=self.invocation_id,
             pid=os.getpid(),
             launcher=self.launcher.value,
             unit_dir=str(self.options.directory.resolve()),
             started_at=self.started,
-            control=None if port is None else ControlAddress("127.0.0.1", port),
+            control=self.control,
         )
         self.state.write_json(self.state.run, info.to_json())
 
@@ -168,6 +169,7 @@ class Controller:
     async def _supervise(
         self, units: UnitSet, allocation: Allocation, lanes: LanePublisher
     ) -> None:
+        host = await control_host(allocation, os.environ)
         become_subreaper()
         sentinel = start_sentinel(self.invocation_id)
         try:
@@ -175,7 +177,7 @@ class Controller:
                 nursery.start_soon(reap_adopted_children)
                 nursery.start_soon(self._watch_signals, units)
                 nursery.start_soon(self.console.run)
-                await self._open_control(nursery, lanes)
+                await self._open_control(nursery, lanes, host)
                 async with trio.open_nursery() as services:
                     self._local = self._local_runner(units, services)
                     self.nodes[Host(self.run.plan.client, agent=False)] = LocalNode(self._local)
@@ -193,7 +195,7 @@ class Controller:
                     self._record(SweepLeftSurvivors(pids=tuple(survivors)))
                 sentinel.close()
 
-    async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher) -> None:
+    async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher, host: str) -> None:
         """Listen for agents, the endpoint's feed and operators; say where in run.json."""
         server = ControlServer(
             feed=self.feed,
@@ -202,10 +204,10 @@ class Controller:
             stopping=lambda: self.run.stopping,
             nodes=self.nodes,
             lanes=lanes,
+            agent_instances=self.run.agent_instances,
         )
-        host = "127.0.0.1" if self.launcher is LauncherKind.LOCAL else "0.0.0.0"
         serve = partial(serve_channel, server.serve, self.secret, host=host)
-        self.control_port = await nursery.start(serve)
+        self.control = ControlAddress(host, await nursery.start(serve))
         write_private(self.state.secret, self.secret + "\n")
         self._write_run_json()
 
@@ -223,7 +225,7 @@ class Controller:
             launcher = launcher_for(allocation, units, self.options.srun_args)
             self._fleet = AgentFleet(launcher, self.state)
             try:
-                await self._fleet.launch(nodes, self._agent_env(allocation), nursery, self.feed)
+                await self._fleet.launch(nodes, self._agent_env(), nursery, self.feed)
             except DdsupError as err:
                 self.feed(StartupFailed(err))
                 return
@@ -316,7 +318,7 @@ class Controller:
         """The services of the controller's own node; the endpoint gets its feed's address."""
         plan = self.run.plan
         endpoints = [i.instance for i in plan.instances if i.type is UnitType.ENDPOINT]
-        feed = {ADDRESS_ENV: f"127.0.0.1:{self.control_port}", SECRET_ENV: self.secret}
+        feed = {ADDRESS_ENV: self._control_address(), SECRET_ENV: self.secret}
         return NodeRunner(
             units=units,
             plan=plan,
@@ -356,17 +358,19 @@ class Controller:
             endpoint_url=run.endpoint_url,
         )
 
-    def _agent_env(self, allocation: Allocation) -> dict[str, str]:
+    def _agent_env(self) -> dict[str, str]:
         """The agents' environment: ddsup start's, their run's id and where to connect."""
-        host = "127.0.0.1"
-        if allocation.launcher is LauncherKind.SLURM:
-            host = os.environ.get("DDSUP_CONTROL_HOST") or allocation.client_address
         return {
             **os.environ,
             INVOCATION_ENV: self.invocation_id,
-            ADDRESS_ENV: f"{host}:{self.control_port}",
+            ADDRESS_ENV: self._control_address(),
             SECRET_ENV: self.secret,
         }
+
+    def _control_address(self) -> str:
+        assert self.control is not None, "the control channel is not open yet"
+        host = self.control.host
+        return f"[{host}]:{self.control.port}" if ":" in host else f"{host}:{self.control.port}"
 
     def _snapshot(self) -> RunSnapshot:
         return RunSnapshot(

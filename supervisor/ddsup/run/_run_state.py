@@ -104,6 +104,12 @@ class RunState:
         nodes = {p.node for p in self.plan.instances if runs_on_agent(self.units, p)}
         return tuple(n.name for n in self.plan.nodes if n.name in nodes)
 
+    def agent_instances(self, node: str) -> frozenset[str] | None:
+        """The instances the agent on ``node`` runs; None when no agent belongs there."""
+        if node not in self.agent_nodes():
+            return None
+        return frozenset(p.instance for p in self.plan.on_node(node) if self.host_of(p).agent)
+
     @property
     def preflight_complete(self) -> bool:
         return set(self._preflight) >= set(self.agent_nodes())
