@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 
@@ -280,12 +280,25 @@ def _spawn_error(argv: Sequence[str], cwd: object, err: OSError) -> SpawnError:
     return SpawnError(f"cannot start {program!r}: {reason} ({hint})")
 
 
-def _open_log(log_path: os.PathLike[str]) -> int:
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+LogError = Callable[[OSError], None]
+
+
+def _open_log(log_path: os.PathLike[str], on_error: LogError | None) -> int:
+    """The log's descriptor (never through a symlink); /dev/null when ``on_error`` says so.
+
+    Without ``on_error`` a log that cannot be opened is a SpawnError. With it, the
+    failure is reported there and the output goes to /dev/null: a full or read-only
+    state directory must not stop a unit from starting.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
         return os.open(log_path, flags, 0o600)
     except OSError as err:
-        raise SpawnError(f"cannot open log file {os.fspath(log_path)!r}: {err.strerror}") from err
+        if on_error is None:
+            name = os.fspath(log_path)
+            raise SpawnError(f"cannot open log file {name!r}: {err.strerror}") from err
+        on_error(err)
+        return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
 
 
 async def spawn(
@@ -294,12 +307,13 @@ async def spawn(
     env: Mapping[str, str],
     cwd: str | os.PathLike[str],
     log_path: os.PathLike[str],
+    on_log_error: LogError | None = None,
 ) -> ChildProcess:
     """Start ``argv`` (no shell) in its own session, stdin ``/dev/null``, output to ``log_path``."""
     if not argv:
         raise SpawnError("cannot start a process with an empty argv")
     registry = managed_children()
-    log_fd = _open_log(log_path)
+    log_fd = _open_log(log_path, on_log_error)
     try:
         async with registry.lock:
             try:

@@ -25,10 +25,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from ddsup.process import ExitStatus
+from ddsup.record._faults import WriteFaults
 from ddsup.record._outcome import Outcome, exit_from_json
+from ddsup.record._private import open_append
 from ddsup.record._states import InstanceState
 
 COMPLETED = "completed"  # the reason of a oneshot's exited transition when it succeeded
@@ -326,20 +328,49 @@ class _Reader:
 
 # --- the file -----------------------------------------------------------------------------
 class EventLog:
-    """Appends events to ``events.jsonl``; each line is flushed so a crash loses nothing."""
+    """Appends events to ``events.jsonl``, one ``write`` a line, so a crash loses nothing.
 
-    def __init__(self, path: Path) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self._file: TextIO = os.fdopen(fd, "a", encoding="utf-8")
+    A write that fails (a full or read-only disk) is a fault for ``faults``, never an
+    error: the run goes on. The next event is tried again; when part of a line made it
+    to the file, a newline ends that torn line first, so readers skip one line only.
+    """
+
+    def __init__(self, path: Path, faults: WriteFaults | None = None) -> None:
+        self._path = path
+        self._faults = faults or WriteFaults()
+        self._fd: int | None = None
+        self._closed = False
+        self._torn = False
+        self._open()
+
+    def _open(self) -> None:
+        try:
+            self._fd = open_append(self._path)
+        except OSError as err:
+            self._faults.failed(self._path, err)
 
     def write(self, event: RecordedEvent) -> None:
-        if self._file.closed:
+        if self._closed:
             return
-        self._file.write(json.dumps(event.to_json(), sort_keys=True) + "\n")
-        self._file.flush()
+        if self._fd is None:
+            self._open()
+            if self._fd is None:
+                return
+        line = (json.dumps(event.to_json(), sort_keys=True) + "\n").encode()
+        pending = memoryview(b"\n" + line if self._torn else line)
+        try:
+            while pending:
+                pending = pending[os.write(self._fd, pending) :]
+            self._torn = False
+        except OSError as err:
+            self._torn = self._torn or len(pending) < len(line)
+            self._faults.failed(self._path, err)
 
     def close(self) -> None:
-        self._file.close()
+        self._closed = True
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def read_events(path: Path) -> list[RecordedEvent]:

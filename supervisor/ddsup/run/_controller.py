@@ -7,13 +7,17 @@ decides (what starts when, what a failure means, which cause ends the run) is in
 agents, preflight reports, signals, operators) and carries its decisions out on the
 nodes (``_nodes``). Once the run ends, everything stops in reverse dependency order
 (instances of one level in parallel), the agents shut down, and a sweep by invocation id
-removes whatever escaped. ``result.json`` is written on every path.
+removes whatever escaped. ``result.json`` is written on every path; when the state
+directory cannot be written (a full or read-only disk) the run goes on, one warning says
+so (``record._faults``) and the result is printed on stderr instead.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import sys
 import time
 import uuid
@@ -27,6 +31,7 @@ from ddsup.channel._messages import Setup
 from ddsup.channel._server import serve_channel
 from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
 from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
+from ddsup.process._proc import read_stat
 from ddsup.record._events import (
     EventLog,
     RecordedEvent,
@@ -35,8 +40,9 @@ from ddsup.record._events import (
     RunStarting,
     SweepLeftSurvivors,
 )
+from ddsup.record._faults import say
 from ddsup.record._outcome import Outcome
-from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir, write_private
+from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir
 from ddsup.record._status import RunSnapshot
 from ddsup.run._agents import AgentFleet
 from ddsup.run._connections import ControlServer
@@ -87,11 +93,12 @@ class Controller:
         self.invocation_id = uuid.uuid4().hex
         self.secret = new_secret()
         self.started = time.time()
-        self.events = EventLog(state.events)
         self.console = Console(
             verbose=options.verbosity is Verbosity.VERBOSE,
             quiet=options.verbosity is Verbosity.QUIET,
         )
+        state.faults.warn = self.console.warning  # between the progress line's redraws
+        self.events = EventLog(state.events, state.faults)
         self.launcher = LauncherKind.LOCAL  # until the allocation is resolved
         self.control: ControlAddress | None = None  # where the control channel listens
         self.nodes: dict[Host, RunNode] = {}  # the local node, and each connected agent
@@ -121,13 +128,13 @@ class Controller:
             plan = plan_for(units, allocation)
             self._run = RunState(units, plan)
             self.console.lanes(self.run.lane_models())
-            write_private(self.state.plan, plan.to_json())
+            self.state.save(self.state.plan, plan.to_json())
             await self._supervise(units, allocation, self._lanes)
         except DdsupError as err:
             self._fail(err)
             self.console.error(str(err))
         outcome = self._outcome() or Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
-        self.state.write_json(self.state.result, outcome.to_dict())
+        self._write_result(outcome)
         self._record(RunFinished(outcome=outcome))
         self.events.close()
         self.console.result(outcome, self.state.path)
@@ -154,16 +161,25 @@ class Controller:
     def _outcome(self) -> Outcome | None:
         return self._run.outcome if self._run is not None else self._early_outcome
 
+    def _write_result(self, outcome: Outcome) -> None:
+        """``result.json``; on stderr, one JSON line, when it cannot be written."""
+        result = outcome.to_dict()
+        if not self.state.save_json(self.state.result, result):
+            say(f"ddsup: result.json: {json.dumps(result, sort_keys=True)}\n")
+
     def _write_run_json(self) -> None:
+        me = read_stat(os.getpid())
         info = RunInfo(
             invocation_id=self.invocation_id,
+            host=socket.gethostname(),
             pid=os.getpid(),
+            pid_start=None if me is None else me.start_time,
             launcher=self.launcher.value,
             unit_dir=str(self.options.directory.resolve()),
             started_at=self.started,
             control=self.control,
         )
-        self.state.write_json(self.state.run, info.to_json())
+        self.state.save_json(self.state.run, info.to_json())
 
     # --- supervision ----------------------------------------------------------------
     async def _supervise(
@@ -208,7 +224,7 @@ class Controller:
         )
         serve = partial(serve_channel, server.serve, self.secret, host=host)
         self.control = ControlAddress(host, await nursery.start(serve))
-        write_private(self.state.secret, self.secret + "\n")
+        self.state.save(self.state.secret, self.secret + "\n")
         self._write_run_json()
 
     async def _until_ended(self, units: UnitSet, allocation: Allocation) -> None:
@@ -278,7 +294,7 @@ class Controller:
         elif isinstance(decision, Record):
             self._record(decision.event)
         elif isinstance(decision, PlanPorted):
-            write_private(self.state.plan, decision.plan.to_json())
+            self.state.save(self.state.plan, decision.plan.to_json())
             if self._local is not None:
                 self._local.plan = decision.plan
 

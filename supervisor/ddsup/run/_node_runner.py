@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -68,6 +69,7 @@ class NodeRunner:
         env = unit_environment(self._base_env, unit, planned, context, self.run)
         env.update(self._extra_env.get(planned.instance, {}))
         cwd = Path(self.run.unit_dir, unit.service.working_directory)
+        log_path = self.state.log(planned.instance)
         return ServiceSpec(
             instance=planned.instance,
             node=planned.node,
@@ -75,10 +77,11 @@ class NodeRunner:
             argv=argv,
             env=env,
             cwd=str(cwd),
-            log_path=self.state.log(planned.instance),
+            log_path=log_path,
             context=context,
             start_delay=planned.start_delay if unit.lane is not None else 0.0,
             probe=not follower,
+            log_error=partial(self.state.faults.failed, log_path),
         )
 
     def start(self, instance: str) -> Service:

@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 
 from ddsup.plan._resolve import AllocationRequest, LauncherChoice
-from ddsup.record._state_dir import StateDir, default_state_dir
+from ddsup.record._state_dir import create_state_dir
 from ddsup.run._controller import Controller
 from ddsup.run._options import RunOptions, Verbosity
 
@@ -59,8 +59,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
 
 def run_start(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    state = StateDir((options.state_dir or default_state_dir()).resolve())
-    state.create()
+    state = create_state_dir(options.state_dir)
     _put_own_interpreter_first_on_path()
     controller = Controller(options, state)
     return trio.run(controller.main, restrict_keyboard_interrupt_to_checkpoints=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import trio
 
-from ddsup.process import ChildProcess, ExitStatus, SpawnError, spawn
+from ddsup.process import ChildProcess, ExitStatus, LogError, SpawnError, spawn
 from ddsup.record._events import (
     COMPLETED,
     ProcessExited,
@@ -53,6 +53,7 @@ class ServiceSpec:
     context: Mapping[str, str]
     start_delay: float = 0.0
     probe: bool = True  # False for ranks > 0 of a multi-node lane: rank 0 serves HTTP
+    log_error: LogError | None = None  # a log that cannot be opened: output to /dev/null
 
 
 @dataclass
@@ -224,7 +225,13 @@ class Service:
         self._transition(InstanceState.STARTING, "starting")
         log_offset = _size(spec.log_path)
         try:
-            child = await spawn(spec.argv, env=spec.env, cwd=spec.cwd, log_path=spec.log_path)
+            child = await spawn(
+                spec.argv,
+                env=spec.env,
+                cwd=spec.cwd,
+                log_path=spec.log_path,
+                on_log_error=spec.log_error,
+            )
         except SpawnError as err:
             self._fail(str(err))
             return None, 0.0
@@ -309,7 +316,12 @@ class Service:
         if spec.unit.ready is None or not spec.probe:
             return None
         return Probe(
-            spec.unit.ready, spec.context, env=spec.env, cwd=spec.cwd, log_path=spec.log_path
+            spec.unit.ready,
+            spec.context,
+            env=spec.env,
+            cwd=spec.cwd,
+            log_path=spec.log_path,
+            log_error=spec.log_error,
         )
 
     # --- state machine --------------------------------------------------------------
