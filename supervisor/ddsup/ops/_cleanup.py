@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ddsup._errors import RunStateError, UntrustedRunError, UsageError
+from ddsup.ops._run_handle import HINT
 from ddsup.process import sweep_until_gone_sync
 from ddsup.record._private import check_private
 
@@ -26,8 +27,8 @@ def _invocation_from_state_dir(state_dir: Path) -> str:
     """The run's id from its ``run.json``, once the directory and file are the caller's."""
     run_json = state_dir / "run.json"
     try:
-        check_private(state_dir, directory=True, error=UntrustedRunError)
-        check_private(run_json, directory=False, error=UntrustedRunError)
+        check_private(state_dir, directory=True, error=UntrustedRunError, hint=HINT)
+        check_private(run_json, directory=False, error=UntrustedRunError, hint=HINT)
         data = json.loads(run_json.read_text())
     except FileNotFoundError as err:
         raise RunStateError(

@@ -37,6 +37,7 @@ from ddsup.record._state_dir import RunInfo, StateDir, newest_state_dir
 from ddsup.units import printable
 
 ASK_TIMEOUT = 10.0
+HINT = "ddsup acts only on runs of yours (run it as the user who started the run)"
 
 
 def add_state_dir(parser: argparse.ArgumentParser) -> None:
@@ -63,10 +64,10 @@ def find_state(args: argparse.Namespace) -> StateDir:
 
 def trusted(state: StateDir) -> StateDir:
     """``state`` once its directory and ``run.json`` passed; UntrustedRunError otherwise."""
-    check_private(state.path, directory=True, error=UntrustedRunError)
-    check_private(state.run, directory=False, error=UntrustedRunError)
+    check_private(state.path, directory=True, error=UntrustedRunError, hint=HINT)
+    check_private(state.run, directory=False, error=UntrustedRunError, hint=HINT)
     if os.path.lexists(state.logs):
-        check_private(state.logs, directory=True, error=UntrustedRunError)
+        check_private(state.logs, directory=True, error=UntrustedRunError, hint=HINT)
     return state
 
 
@@ -113,7 +114,9 @@ async def connect(state: StateDir) -> Channel | None:
     if run.host in (None, socket.gethostname()) and controller_pid(run) is None:
         return None  # its ddsup start is gone: whoever holds the port now is not it
     try:
-        check_private(state.secret, directory=False, secret=True, error=UntrustedRunError)
+        check_private(
+            state.secret, directory=False, secret=True, error=UntrustedRunError, hint=HINT
+        )
     except FileNotFoundError:
         return None
     try:

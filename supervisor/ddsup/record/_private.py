@@ -45,30 +45,41 @@ def open_append(path: Path) -> int:
 
 
 def check_private(
-    path: Path, *, directory: bool, error: type[DdsupError], secret: bool = False
+    path: Path,
+    *,
+    directory: bool,
+    error: type[DdsupError],
+    secret: bool = False,
+    hint: str = "",
 ) -> os.stat_result:
-    """``path``'s status once it passed; ``error`` saying why it did not.
+    """``path``'s status once it passed; else ``error`` saying why, then ``hint``.
 
     Passes: a directory (``directory``) or a regular file, not a symlink, owned by the
     effective user, not writable by group or others (nor readable, for a ``secret``).
+    FileNotFoundError when there is nothing at ``path``.
     """
-    name = printable(str(path))
+    problem = _problem(path, directory=directory, secret=secret)
+    if isinstance(problem, os.stat_result):
+        return problem
+    raise error(f"{printable(str(path))} {problem}" + (f": {hint}" if hint else ""))
+
+
+def _problem(path: Path, *, directory: bool, secret: bool) -> os.stat_result | str:
+    """``path``'s status, or what is wrong with it (FileNotFoundError: nothing there)."""
     try:
         status = os.lstat(path)
     except FileNotFoundError:
         raise
     except OSError as err:
-        raise error(f"cannot examine {name}: {err.strerror}") from err
+        return f"cannot be examined ({err.strerror})"
     kind = "a directory" if directory else "a regular file"
     if stat.S_ISLNK(status.st_mode):
-        raise error(f"{name} is a symlink, not {kind}: ddsup does not follow it")
+        return f"is a symlink, not {kind}: ddsup does not follow it"
     if stat.S_ISDIR(status.st_mode) != directory or not (directory or stat.S_ISREG(status.st_mode)):
-        raise error(f"{name} is not {kind}")
+        return f"is not {kind}"
     if status.st_uid != os.geteuid():
-        raise error(f"{name} belongs to uid {status.st_uid}, not to you (uid {os.geteuid()})")
-    forbidden = 0o077 if secret else 0o022
-    if status.st_mode & forbidden:
-        mode = stat.S_IMODE(status.st_mode)
+        return f"belongs to uid {status.st_uid}, not to you (uid {os.geteuid()})"
+    if status.st_mode & (0o077 if secret else 0o022):
         others = "read or written" if secret else "written"
-        raise error(f"{name} (mode {mode:o}) may be {others} by other users")
+        return f"(mode {stat.S_IMODE(status.st_mode):o}) may be {others} by other users"
     return status

@@ -153,7 +153,7 @@ class StateDir:
             except OSError as err:
                 self.faults.failed(directory, err)
                 continue
-            check_private(directory, directory=True, error=StateDirError)
+            check_private(directory, directory=True, error=StateDirError, hint=_HINT)
             _owner_only(directory)
 
     def write_json(self, path: Path, data: Any) -> None:
@@ -195,6 +195,12 @@ class StateDir:
             raise RunStateError(f"{path} does not exist: is this a ddsup state directory?") from err
         except (OSError, ValueError) as err:
             raise RunStateError(f"cannot read {path}: {err}") from err
+
+
+_HINT = (
+    "ddsup start uses an existing state directory only when it is yours, not writable by "
+    "others and not a symlink; pass --state-dir a new path"
+)
 
 
 def _owner_only(directory: Path) -> None:
