@@ -174,9 +174,13 @@ class EndpointSetup:
 
 @dataclass(frozen=True)
 class ReadyLane:
+    """A lane the endpoint may route to; ``api_key_env`` names the variable holding the
+    key to send it (its ``[lane] api_key_env``; the endpoint's environment has it)."""
+
     instance: str
     model: str
     url: str
+    api_key_env: str | None = None
 
 
 @dataclass(frozen=True)

@@ -122,8 +122,7 @@ async def connect(state: StateDir) -> Channel | None:
     try:
         secret = state.secret.read_text().strip()
         hello = Hello(Role.CONTROL, secret)
-        host = f"[{control.host}]" if ":" in control.host else control.host
-        return await connect_channel(f"{host}:{control.port}", hello)
+        return await connect_channel(str(control), hello)
     except (OSError, ChannelError):
         return None
 

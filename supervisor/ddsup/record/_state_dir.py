@@ -43,6 +43,11 @@ class ControlAddress:
     host: str
     port: int
 
+    def __str__(self) -> str:
+        """``host:port`` (``[host]:port`` for IPv6), as ``connect_channel`` takes it."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
 
 @dataclass(frozen=True)
 class RunInfo:

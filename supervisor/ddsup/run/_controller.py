@@ -75,7 +75,7 @@ from ddsup.run._run_inputs import (
 )
 from ddsup.run._run_state import RunState
 from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
-from ddsup.service._environment import INVOCATION_ENV, RunContext
+from ddsup.service._environment import INVOCATION_ENV, RunContext, withheld_variables
 from ddsup.units import load_unit_set, printable
 from ddsup.units._model import UnitSet, UnitType
 
@@ -376,8 +376,9 @@ class Controller:
 
     def _agent_env(self) -> dict[str, str]:
         """The agents' environment: ddsup start's, their run's id and where to connect."""
+        withheld = withheld_variables(self.run.units)  # agents run lanes: no other keys
         return {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k not in withheld},
             INVOCATION_ENV: self.invocation_id,
             ADDRESS_ENV: self._control_address(),
             SECRET_ENV: self.secret,
@@ -385,8 +386,7 @@ class Controller:
 
     def _control_address(self) -> str:
         assert self.control is not None, "the control channel is not open yet"
-        host = self.control.host
-        return f"[{host}]:{self.control.port}" if ":" in host else f"{host}:{self.control.port}"
+        return str(self.control)
 
     def _snapshot(self) -> RunSnapshot:
         return RunSnapshot(

@@ -17,7 +17,12 @@ import trio
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.record._events import RecordedEvent
 from ddsup.record._state_dir import StateDir
-from ddsup.service._environment import RunContext, specifier_context, unit_environment
+from ddsup.service._environment import (
+    RunContext,
+    specifier_context,
+    unit_environment,
+    withheld_variables,
+)
 from ddsup.service._service import Service, ServiceSpec
 from ddsup.units import resolve_argv
 from ddsup.units._model import UnitSet
@@ -66,7 +71,8 @@ class NodeRunner:
             else unit.service.exec
         )
         argv = resolve_argv(template, context) + self._extra_args.get(planned.instance, ())
-        env = unit_environment(self._base_env, unit, planned, context, self.run)
+        withheld = withheld_variables(self.units, unit)
+        env = unit_environment(self._base_env, unit, planned, context, self.run, withheld)
         env.update(self._extra_env.get(planned.instance, {}))
         cwd = Path(self.run.unit_dir, unit.service.working_directory)
         log_path = self.state.log(planned.instance)

@@ -90,6 +90,7 @@ class RunState:
         self._lanes = LanesUpdate()
         self._lane_models = lanes_by_model(units, plan)
         self._model_of = {i: m for m, names in self._lane_models.items() for i in names}
+        self._lane_keys = {u.name: u.lane.api_key_env for u in units.lanes if u.lane is not None}
         self._by_name = {p.instance: p for p in plan.instances}
         # what each instance waits for, worked out once: an event only re-checks these
         self._after = {p.instance: tuple(start_after(units, plan, p)) for p in plan.instances}
@@ -293,7 +294,12 @@ class RunState:
         models = tuple(sorted(self._lane_models))
         names = self._model_of
         lanes = tuple(
-            ReadyLane(p.instance, names[p.instance], f"http://{self._address(p)}:{p.port}")
+            ReadyLane(
+                p.instance,
+                names[p.instance],
+                f"http://{self._address(p)}:{p.port}",
+                self._lane_keys.get(p.unit),
+            )
             for p in self.plan.instances
             if p.instance in names and self._record(p.instance).state is InstanceState.READY
         )
