@@ -13,6 +13,8 @@ does not decode, or is longer than the channel's ``max_line``, ends its connecti
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import trio
 
@@ -31,26 +33,40 @@ def new_secret() -> str:
     return secrets.token_hex(32)
 
 
-class Channel:
-    """One JSON-lines connection. ``send`` is safe from several tasks (it takes a lock).
+M = TypeVar("M")
 
+
+class LineChannel(Generic[M]):
+    """One connection of newline-framed messages in a codec of the caller's choice.
+
+    ``send`` is safe from several tasks (it takes a lock). :class:`Channel` is the control
+    channel's codec; the endpoint's link to its workers uses its own on the same framing.
     ``max_line`` bounds what one line may hold, and so what a peer can make this side
-    buffer; the server lowers it until the peer has authenticated.
+    buffer; the control channel's server lowers it until the peer has authenticated.
     """
 
-    def __init__(self, stream: trio.abc.Stream, *, max_line: int = MAX_LINE) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        encoder: Callable[[M], bytes],
+        decoder: Callable[[bytes], M],
+        *,
+        max_line: int = MAX_LINE,
+    ) -> None:
         self._stream = stream
+        self._encode = encoder
+        self._decode = decoder
         self._buffer = bytearray()
         self._scanned = 0  # no newline in _buffer[:_scanned]: each byte is searched once
         self._send_lock = trio.Lock()
         self.max_line = max_line
 
-    async def send(self, message: Message) -> None:
-        data = encode(message) + b"\n"
+    async def send(self, message: M) -> None:
+        data = self._encode(message) + b"\n"
         async with self._send_lock:
             await self._stream.send_all(data)
 
-    async def receive(self) -> Message | None:
+    async def receive(self) -> M | None:
         """The next message, or None at a clean end of stream; ChannelError otherwise."""
         while True:
             newline = self._buffer.find(b"\n", self._scanned)
@@ -60,7 +76,7 @@ class Channel:
                 line = bytes(self._buffer[:newline])
                 del self._buffer[: newline + 1]
                 self._scanned = 0
-                return decode(line)
+                return self._decode(line)
             self._scanned = len(self._buffer)
             try:
                 chunk = await self._stream.receive_some(RECEIVE_SIZE)
@@ -76,6 +92,13 @@ class Channel:
         with trio.move_on_after(1) as scope:
             scope.shield = True
             await self._stream.aclose()
+
+
+class Channel(LineChannel[Message]):
+    """A control-channel connection: typed messages (``_messages``) as JSON lines."""
+
+    def __init__(self, stream: trio.abc.Stream, *, max_line: int = MAX_LINE) -> None:
+        super().__init__(stream, encode, decode, max_line=max_line)
 
 
 async def connect_channel(address: str, hello: Hello) -> Channel:
