@@ -81,15 +81,26 @@ ops = st.sampled_from([kind.op for kind in MESSAGES])
 
 
 class Junk:
-    """Bytes to send, with a short repr (Hypothesis prints the examples it replays)."""
+    """Bytes to send and what kind of junk they are, with a short repr (Hypothesis prints
+    the examples it replays; ``--hypothesis-show-statistics`` counts the kinds)."""
 
-    __slots__ = ("data",)
+    __slots__ = ("data", "kind")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, kind: str, data: bytes) -> None:
+        self.kind = kind
         self.data = data
 
     def __repr__(self) -> str:
-        return f"Junk({len(self.data)} bytes: {self.data[:80]!r}…)"
+        return f"Junk({self.kind}: {len(self.data)} bytes: {self.data[:80]!r}…)"
+
+
+def labelled(kind: str, strategy: st.SearchStrategy[bytes]) -> st.SearchStrategy[Junk]:
+    return strategy.map(lambda data: Junk(kind, data))
+
+
+def examples(default: int) -> int:
+    """Examples per fuzz test: ``DDSUP_FUZZ_EXAMPLES`` for a longer campaign."""
+    return int(os.environ.get("DDSUP_FUZZ_EXAMPLES", default))
 
 
 def _line(value: object) -> bytes:
@@ -116,7 +127,7 @@ def nested(depth: int) -> bytes:
     return b"[" * depth + b"]" * depth + b"\n"
 
 
-def unauthenticated(nodes: list[str]) -> st.SearchStrategy[bytes]:
+def unauthenticated(nodes: list[str]) -> st.SearchStrategy[Junk]:
     """What anyone on the network can send to the port before saying the secret."""
     hellos = st.builds(
         lambda role, secret, node, extra: _line(
@@ -127,13 +138,14 @@ def unauthenticated(nodes: list[str]) -> st.SearchStrategy[bytes]:
         st.sampled_from(nodes) | json_values,
         st.dictionaries(st.text(max_size=8), json_values, max_size=2),
     )
+    long_lines = st.sampled_from([(b"x", 100_000), (b"\n", 10_000), (b"\xff", 5000)])
     return st.one_of(
-        st.binary(max_size=2000),
-        json_values.map(_line),
-        hellos,
-        messages(),
-        st.integers(10, 200_000).map(nested),
-        st.sampled_from([(b"x", 100_000), (b"\n", 10_000), (b"\xff", 5000)]).map(_repeat),
+        labelled("raw bytes", st.binary(max_size=2000)),
+        labelled("JSON of any shape", json_values.map(_line)),
+        labelled("hello, wrong secret or fields", hellos),
+        labelled("message of any kind, fields of any type", messages()),
+        labelled("nesting 10 to 200000 deep", st.integers(10, 200_000).map(nested)),
+        labelled("long line, many lines, invalid UTF-8", long_lines.map(_repeat)),
     )
 
 

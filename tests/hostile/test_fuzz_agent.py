@@ -14,10 +14,11 @@ from __future__ import annotations
 import contextlib
 import socket
 import subprocess
+from collections import Counter
 from pathlib import Path
 
-from hostile_helpers import Junk, messages, nested, unauthenticated
-from hypothesis import HealthCheck, given, settings
+from hostile_helpers import Junk, examples, labelled, messages, nested, unauthenticated
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ddsup.channel import ADDRESS_ENV, SECRET_ENV, decode, encode
@@ -145,16 +146,23 @@ def test_junk_from_its_controller_never_crashes_an_agent(tmp_path: Path) -> None
     )
     junk = st.one_of(
         unauthenticated([NODE]),
-        messages(exclude=frozenset({"shutdown", "kill"})),
-        others,
-        st.just(100_000).map(nested),
-    ).map(Junk)
+        labelled("a command of any kind", messages(exclude=frozenset({"shutdown", "kill"}))),
+        labelled("a start of instances not on the node", others),
+        labelled("nesting 100000 deep", st.just(100_000).map(nested)),
+    )
+    tried: Counter[str] = Counter()
 
     @settings(
-        max_examples=12, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        max_examples=examples(12),
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
     )
     @given(junk)
     def throw(junk: Junk) -> None:
+        event(junk.kind)
         _one_agent(tmp_path, junk.data)
+        tried[junk.kind] += 1
 
     throw()
+    print(f"agent fuzz: {sum(tried.values())} agents: {dict(tried)}")

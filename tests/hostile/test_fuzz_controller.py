@@ -16,24 +16,27 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 from hostile_helpers import (
     WORKER_STATUS,
     Junk,
+    examples,
     exchange,
+    labelled,
     messages,
     nested,
     release_units,
     unauthenticated,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from support.polls import until_sync
 from support.runs import end, read_events, simulated, start_process
 
-EXAMPLES = 300
+EXAMPLES = examples(300)
 
 
 def _worker_running(state: Path) -> bool:
@@ -81,7 +84,7 @@ def test_junk_on_the_control_port_leaves_the_run_and_its_outcome_unchanged(
 
 def _fuzz(process: subprocess.Popen[bytes], port: int, secret: str) -> int:
     """Throw junk at ``port``; after each example the controller is alive. Examples run."""
-    tried = 0
+    tried: Counter[str] = Counter()
     hello = json.dumps({"op": "hello", "role": "control", "secret": secret}).encode() + b"\n"
     operator_junk = st.lists(
         messages(exclude=frozenset({"stop_run"})) | st.binary(max_size=500),
@@ -97,10 +100,10 @@ def _fuzz(process: subprocess.Popen[bytes], port: int, secret: str) -> int:
     )
     junk = st.one_of(
         unauthenticated(["node0", "node1"]),
-        operator_junk,
-        foreign_agents,
-        st.just(200_000).map(nested),
-    ).map(Junk)
+        labelled("operator with the secret, then junk", operator_junk),
+        labelled("agent hello with the secret for a node not its own", foreign_agents),
+        labelled("nesting 200000 deep", st.just(200_000).map(nested)),
+    )
 
     @settings(
         max_examples=EXAMPLES,
@@ -110,10 +113,11 @@ def _fuzz(process: subprocess.Popen[bytes], port: int, secret: str) -> int:
     )
     @given(junk)
     def throw(junk: Junk) -> None:
-        nonlocal tried
+        event(junk.kind)
         exchange(port, junk.data)
         assert process.poll() is None, f"the controller ended after {junk}"
-        tried += 1
+        tried[junk.kind] += 1
 
     throw()
-    return tried
+    print(f"controller fuzz: {sum(tried.values())} connections: {dict(tried)}")
+    return sum(tried.values())
