@@ -7,7 +7,8 @@ wrong secrets, every message kind with fields of any type, nesting 200 000 deep,
 100 KB lines; then, with the run's own secret, operator connections that send junk and
 agent hellos for nodes that are not theirs to take. After every example the controller
 is alive and has hung up on the junk; afterwards it still answers ``ddsup status``, has
-written nothing about the junk (no event, no console line), and ends 7 with
+written nothing about the junk (no event, no console line, nothing outside its state
+directory), and ends 7 with
 ``worker_failed`` once the worker is released: the run's outcome is unchanged.
 """
 
@@ -50,7 +51,11 @@ def test_junk_on_the_control_port_leaves_the_run_and_its_outcome_unchanged(
     state, release = tmp_path / "state", tmp_path / "release"
     units = release_units(tmp_path / "units", release)
     output = (tmp_path / "output").open("wb")
-    process = start_process(units, state, *simulated(2, 1), output=output, verbose=True)
+    workdir = tmp_path / "workdir"  # ddsup start's working directory: stays empty
+    workdir.mkdir()
+    process = start_process(
+        units, state, *simulated(2, 1), output=output, cwd=workdir, verbose=True
+    )
     try:
         until_sync(lambda: _worker_running(state), "the worker to run", limit=30)
         run = json.loads((state / "run.json").read_text())
@@ -80,6 +85,7 @@ def test_junk_on_the_control_port_leaves_the_run_and_its_outcome_unchanged(
     assert (result["status"], result["exit_code"]) == ("worker_failed", WORKER_STATUS)
     assert "Traceback" not in text
     assert tried >= EXAMPLES
+    assert list(workdir.iterdir()) == [], "ddsup wrote outside its state directory"
 
 
 def _fuzz(process: subprocess.Popen[bytes], port: int, secret: str) -> int:
