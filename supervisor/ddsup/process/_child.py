@@ -301,19 +301,31 @@ def _open_log(log_path: os.PathLike[str], on_error: LogError | None) -> int:
         return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
 
 
+def _share(fd: int) -> int:
+    """A copy of our descriptor ``fd`` for a child; /dev/null when ``fd`` is closed."""
+    try:
+        return os.dup(fd)
+    except OSError:
+        return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+
+
 async def spawn(
     argv: Sequence[str],
     *,
     env: Mapping[str, str],
     cwd: str | os.PathLike[str],
-    log_path: os.PathLike[str],
+    log_path: os.PathLike[str] | int,
     on_log_error: LogError | None = None,
 ) -> ChildProcess:
-    """Start ``argv`` (no shell) in its own session, stdin ``/dev/null``, output to ``log_path``."""
+    """Start ``argv`` (no shell) in its own session, stdin ``/dev/null``, output to ``log_path``.
+
+    ``log_path`` is a file to append to (never through a symlink), or a descriptor of
+    ours for the child to share (the endpoint's workers write to its stderr).
+    """
     if not argv:
         raise SpawnError("cannot start a process with an empty argv")
     registry = managed_children()
-    log_fd = _open_log(log_path, on_log_error)
+    log_fd = _share(log_path) if isinstance(log_path, int) else _open_log(log_path, on_log_error)
     try:
         async with registry.lock:
             try:
