@@ -30,7 +30,8 @@ from ddsup._errors import RunStateError, UntrustedRunError
 from ddsup.channel._channel import Channel, connect_channel
 from ddsup.channel._messages import ChannelError, Hello, Message, Role, StatusReply
 from ddsup.process._proc import read_stat
-from ddsup.record._events import RecordedEvent, read_events
+from ddsup.record._event_log import read_events
+from ddsup.record._events import RecordedEvent
 from ddsup.record._outcome import Outcome
 from ddsup.record._private import check_private
 from ddsup.record._state_dir import RunInfo, StateDir, newest_state_dir

@@ -6,31 +6,27 @@ added). Every event has ``time`` (Unix seconds) and ``event``:
 
 - ``unit``: :class:`UnitTransition`, an instance's state change;
 - ``process``: :class:`ProcessStarted`; ``exit``: :class:`ProcessExited`, as seen;
+- ``containment``: :class:`Contained`, the no-orphan layers a supervisor holds on its node;
 - ``run``: the run's own lifecycle, told apart by ``reason`` (:class:`RunStarting`,
   :class:`RunEnding`, :class:`RunStopping`, :class:`SignalForwarded`,
   :class:`KillingEverything`, :class:`SweepLeftSurvivors`, :class:`RunFinished`).
 
 ``to_json`` writes a line's object, :func:`parse_event` reads one back (ValueError for
-anything else) and :func:`read_events` reads a file, skipping lines it cannot parse (the
-torn last line of a killed run). Values of environment variables never appear here: no
-event has a field for them.
+anything else); ``_event_log`` writes and reads the file, skipping lines it cannot parse
+(the torn last line of a killed run). Values of environment variables never appear
+here: no event has a field for them.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ddsup.process import ExitStatus
-from ddsup.record._faults import WriteFaults
 from ddsup.record._outcome import Outcome, exit_from_json
-from ddsup.record._private import open_append
 from ddsup.record._states import InstanceState
 
 COMPLETED = "completed"  # the reason of a oneshot's exited transition when it succeeded
@@ -203,6 +199,27 @@ class RunFinished:
         return {**_run(self.time, self.reason), **self.outcome.to_dict()}
 
 
+@dataclass(frozen=True, kw_only=True)
+class Contained:
+    """The no-orphan layers one supervisor (``ddsup start`` or an agent) holds on its node.
+
+    ``layers`` names them strongest first; ``details`` is their description as
+    ``ddsup.process`` gives it (cgroup paths, registry file, why there is no cgroup).
+    """
+
+    node: str | None
+    supervisor: str
+    summary: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    time: float = field(default_factory=_now)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"time": round(self.time, 6), "event": "containment"}
+        if self.node is not None:
+            out["node"] = self.node
+        return {**out, **self.details, "supervisor": self.supervisor, "reason": self.summary}
+
+
 RunLifecycle = (
     RunStarting
     | RunEnding
@@ -212,7 +229,7 @@ RunLifecycle = (
     | SweepLeftSurvivors
     | RunFinished
 )
-RecordedEvent = UnitTransition | ProcessStarted | ProcessExited | RunLifecycle
+RecordedEvent = UnitTransition | ProcessStarted | ProcessExited | Contained | RunLifecycle
 
 
 def _head(at: float, kind: str, instance: str, node: str | None) -> dict[str, Any]:
@@ -249,6 +266,15 @@ def parse_event(data: object) -> RecordedEvent:
             node=read.optional_text("node"),
             pid=read.integer("pid"),
             exit=exit_from_json(data.get("exit")),
+            time=read.time(),
+        )
+    if kind == "containment":
+        known = {"time", "event", "node", "supervisor", "reason"}
+        return Contained(
+            node=read.optional_text("node"),
+            supervisor=read.text("supervisor"),
+            summary=read.text("reason"),
+            details={k: v for k, v in data.items() if k not in known},
             time=read.time(),
         )
     if kind == "run":
@@ -324,67 +350,3 @@ class _Reader:
 
     def optional_integer(self, key: str) -> int | None:
         return None if self.data.get(key) is None else self.integer(key)
-
-
-# --- the file -----------------------------------------------------------------------------
-class EventLog:
-    """Appends events to ``events.jsonl``, one ``write`` a line, so a crash loses nothing.
-
-    A write that fails (a full or read-only disk) is a fault for ``faults``, never an
-    error: the run goes on. The next event is tried again; when part of a line made it
-    to the file, a newline ends that torn line first, so readers skip one line only.
-    """
-
-    def __init__(self, path: Path, faults: WriteFaults | None = None) -> None:
-        self._path = path
-        self._faults = faults or WriteFaults()
-        self._fd: int | None = None
-        self._closed = False
-        self._torn = False
-        self._open()
-
-    def _open(self) -> None:
-        try:
-            self._fd = open_append(self._path)
-        except OSError as err:
-            self._faults.failed(self._path, err)
-
-    def write(self, event: RecordedEvent) -> None:
-        if self._closed:
-            return
-        if self._fd is None:
-            self._open()
-            if self._fd is None:
-                return
-        line = (json.dumps(event.to_json(), sort_keys=True) + "\n").encode()
-        pending = memoryview(b"\n" + line if self._torn else line)
-        try:
-            while pending:
-                pending = pending[os.write(self._fd, pending) :]
-            self._torn = False
-        except OSError as err:
-            self._torn = self._torn or len(pending) < len(line)
-            self._faults.failed(self._path, err)
-
-    def close(self) -> None:
-        self._closed = True
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def read_events(path: Path) -> list[RecordedEvent]:
-    """All events of a run, oldest first; lines that are not an event are skipped.
-
-    The last line of a run that was killed mid-write is torn, and a newer ddsup may have
-    written kinds this one does not know: neither may stop ``status`` from reading the rest.
-    FileNotFoundError when there is no such file.
-    """
-    events = []
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            try:
-                events.append(parse_event(json.loads(line)))
-            except (ValueError, TypeError, KeyError):
-                continue
-    return events

@@ -61,10 +61,12 @@ class RunInfo:
     control: ControlAddress | None = None
     host: str | None = None  # where ``pid`` runs (its hostname)
     pid_start: int | None = None  # its start time (clock ticks after boot): its identity
+    containment: Mapping[str, Any] | None = None  # ddsup start's no-orphan layers
 
     def to_json(self) -> dict[str, Any]:
         control = self.control
         return {
+            "containment": None if self.containment is None else dict(self.containment),
             "invocation_id": self.invocation_id,
             "pid": self.pid,
             "host": self.host,
@@ -95,6 +97,9 @@ class RunInfo:
             control=address,
             host=host if isinstance(host, str) else None,
             pid_start=pid_start if isinstance(pid_start, int) else None,
+            containment=data["containment"]
+            if isinstance(data.get("containment"), Mapping)
+            else None,
         )
 
 

@@ -34,7 +34,13 @@ from ddsup.channel._messages import (
     StopAnswer,
     StopRequest,
 )
-from ddsup.record._events import ProcessExited, ProcessStarted, UnitTransition
+from ddsup.record._events import (
+    Contained,
+    ProcessExited,
+    ProcessStarted,
+    RecordedEvent,
+    UnitTransition,
+)
 from ddsup.record._status import RunSnapshot
 from ddsup.run._lane_feed import LanePublisher
 from ddsup.run._nodes import RemoteNode, RunNode
@@ -49,6 +55,13 @@ from ddsup.run._run_inputs import (
 )
 
 _INSTANCE_EVENTS = (UnitTransition, ProcessStarted, ProcessExited)  # what an agent's services emit
+
+
+def _of_node(event: RecordedEvent, node: str, instances: Set[str]) -> bool:
+    """An agent reports on its own node only: its instances, and its no-orphan layers."""
+    if isinstance(event, _INSTANCE_EVENTS):
+        return event.instance in instances
+    return isinstance(event, Contained) and event.node == node
 
 
 @dataclass
@@ -106,7 +119,7 @@ class ControlServer:
                 self.feed(PreflightReported(message))
             elif isinstance(message, EventReport):
                 event = message.event
-                if not isinstance(event, _INSTANCE_EVENTS) or event.instance not in instances:
+                if not _of_node(event, node, instances):
                     raise ChannelError(f"the agent on {node} reported an event not of its node")
                 self.feed(Observed(event))
             elif isinstance(message, Signalled):

@@ -22,18 +22,20 @@ import sys
 import time
 import uuid
 from functools import partial
+from typing import Any
 
 import trio
 
 from ddsup._errors import DdsupError, ResultStatus, UnitFileError, UsageError
-from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret
-from ddsup.channel._messages import Setup
+from ddsup.channel._channel import new_secret
 from ddsup.channel._server import serve_channel
 from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
-from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
+from ddsup.process import Containment, open_containment
 from ddsup.process._proc import read_stat
+from ddsup.record._efficiency import efficiency_line
+from ddsup.record._event_log import EventLog
 from ddsup.record._events import (
-    EventLog,
+    Contained,
     RecordedEvent,
     RunEnding,
     RunFinished,
@@ -53,6 +55,13 @@ from ddsup.run._launcher import launcher_for
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import LocalNode, RunNode
 from ddsup.run._options import RunOptions, Verbosity
+from ddsup.run._run_facts import (
+    RunFacts,
+    agent_environment,
+    agent_setup,
+    feed_environment,
+    run_context,
+)
 from ddsup.run._run_inputs import (
     Decision,
     EndRun,
@@ -75,13 +84,11 @@ from ddsup.run._run_inputs import (
 )
 from ddsup.run._run_state import RunState
 from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
-from ddsup.service._environment import INVOCATION_ENV, RunContext, withheld_variables
 from ddsup.units import load_unit_set, printable
 from ddsup.units._model import UnitSet, UnitType
 
 PREFLIGHT_TIMEOUT = 120.0
 STOP_GRACE = 10.0  # beyond a level's longest timeout_stop, for reports to come back
-SWEEP_TIMEOUT = 5.0
 
 
 class Controller:
@@ -110,6 +117,7 @@ class Controller:
         self._fleet: AgentFleet | None = None
         self._local: NodeRunner | None = None
         self._lanes: LanePublisher | None = None
+        self._containment: Containment | None = None  # ddsup start's no-orphan layers
 
     @property
     def run(self) -> RunState:
@@ -138,7 +146,16 @@ class Controller:
         self._record(RunFinished(outcome=outcome))
         self.events.close()
         self.console.result(outcome, self.state.path)
+        if self._run is not None:
+            self.console.efficiency(self._efficiency_line())
         return outcome.exit_code
+
+    def _efficiency_line(self) -> str:
+        """Where the allocation's GPU time went (docs/operating.md), from the run's files."""
+        try:
+            return efficiency_line(self.state.path)
+        except (DdsupError, OSError, ValueError) as err:  # a report, never the run's end
+            return f"GPU time: not known ({err})"
 
     def _load_units(self) -> UnitSet:
         directory = self.options.directory
@@ -178,6 +195,7 @@ class Controller:
             unit_dir=str(self.options.directory.resolve()),
             started_at=self.started,
             control=self.control,
+            containment=self._layers_json(),
         )
         self.state.save_json(self.state.run, info.to_json())
 
@@ -186,11 +204,12 @@ class Controller:
         self, units: UnitSet, allocation: Allocation, lanes: LanePublisher
     ) -> None:
         host = await control_host(allocation, os.environ)
-        become_subreaper()
-        sentinel = start_sentinel(self.invocation_id)
-        try:
+        # every no-orphan layer (docs/no-orphans.md), opened once, closed at the very end
+        async with open_containment(
+            self.invocation_id, state_dir=self.state.path, name="controller", root=True
+        ) as containment:
+            self._contained(containment)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(reap_adopted_children)
                 nursery.start_soon(self._watch_signals, units)
                 nursery.start_soon(self.console.run)
                 await self._open_control(nursery, lanes, host)
@@ -204,18 +223,33 @@ class Controller:
                             await self._stop_everything()
                         services.cancel_scope.cancel()
                 nursery.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                survivors = await sweep_until_gone(self.invocation_id, timeout=SWEEP_TIMEOUT)
-                if survivors:
-                    self._record(SweepLeftSurvivors(pids=tuple(survivors)))
-                sentinel.close()
+        if containment.survivors:
+            self._record(SweepLeftSurvivors(pids=tuple(containment.survivors)))
+
+    def _layers_json(self) -> dict[str, Any] | None:
+        layers = None if self._containment is None else self._containment.layers
+        return None if layers is None else layers.to_json()
+
+    def _contained(self, containment: Containment) -> None:
+        """Say which no-orphan layers hold here: in run.json (for status) and an event."""
+        self._containment = containment
+        self._write_run_json()
+        layers = containment.layers
+        assert layers is not None
+        self._record(
+            Contained(
+                node=None,
+                supervisor=layers.supervisor,
+                summary=layers.summary(),
+                details=layers.to_json(),
+            )
+        )
 
     async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher, host: str) -> None:
         """Listen for agents, the endpoint's feed and operators; say where in run.json."""
         server = ControlServer(
             feed=self.feed,
-            setup=self._setup,
+            setup=lambda: agent_setup(self._facts(), self.run.units, self.run.plan),
             snapshot=self._snapshot,
             stopping=lambda: self.run.stopping,
             nodes=self.nodes,
@@ -241,7 +275,8 @@ class Controller:
             launcher = launcher_for(allocation, units, self.options.srun_args)
             self._fleet = AgentFleet(launcher, self.state)
             try:
-                await self._fleet.launch(nodes, self._agent_env(), nursery, self.feed)
+                env = agent_environment(self._facts(), units, os.environ)
+                await self._fleet.launch(nodes, env, nursery, self.feed)
             except DdsupError as err:
                 self.feed(StartupFailed(err))
                 return
@@ -334,11 +369,11 @@ class Controller:
         """The services of the controller's own node; the endpoint gets its feed's address."""
         plan = self.run.plan
         endpoints = [i.instance for i in plan.instances if i.type is UnitType.ENDPOINT]
-        feed = {ADDRESS_ENV: self._control_address(), SECRET_ENV: self.secret}
+        feed = feed_environment(self._facts())
         return NodeRunner(
             units=units,
             plan=plan,
-            run=self._run_context(with_key=True),
+            run=run_context(self._facts(), units, plan, os.environ, with_key=True),
             state=self.state,
             nursery=nursery,
             emit=lambda event: self.feed(Observed(event)),
@@ -346,47 +381,12 @@ class Controller:
             extra_env={name: feed for name in endpoints},
         )
 
-    def _run_context(self, *, with_key: bool) -> RunContext:
-        """Facts of the run for specifiers and environments; the key for the worker only."""
-        units = self.run.units
-        api_key = None
-        section = units.endpoint.endpoint if units.endpoint else None
-        if with_key and section is not None and section.api_key_env:
-            api_key = os.environ.get(section.api_key_env)
-        return RunContext(
-            invocation_id=self.invocation_id,
-            state_dir=str(self.state.path),
-            unit_dir=str(self.options.directory.resolve()),
-            job_id=os.environ.get("SLURM_JOB_ID", self.invocation_id[:12]),
-            endpoint_url=self.run.plan.endpoint_url,
-            api_key=api_key,
-        )
-
-    def _setup(self) -> Setup:
-        """What an agent that said hello is told (the run's facts, never a secret)."""
-        run = self._run_context(with_key=False)
-        return Setup(
-            plan=self.run.plan,
-            invocation_id=run.invocation_id,
-            state_dir=run.state_dir,
-            unit_dir=run.unit_dir,
-            job_id=run.job_id,
-            endpoint_url=run.endpoint_url,
-        )
-
-    def _agent_env(self) -> dict[str, str]:
-        """The agents' environment: ddsup start's, their run's id and where to connect."""
-        withheld = withheld_variables(self.run.units)  # agents run lanes: no other keys
-        return {
-            **{k: v for k, v in os.environ.items() if k not in withheld},
-            INVOCATION_ENV: self.invocation_id,
-            ADDRESS_ENV: self._control_address(),
-            SECRET_ENV: self.secret,
-        }
-
-    def _control_address(self) -> str:
+    def _facts(self) -> RunFacts:
         assert self.control is not None, "the control channel is not open yet"
-        return str(self.control)
+        unit_dir = str(self.options.directory.resolve())
+        return RunFacts(
+            self.invocation_id, str(self.state.path), unit_dir, self.control, self.secret
+        )
 
     def _snapshot(self) -> RunSnapshot:
         return RunSnapshot(

@@ -225,12 +225,13 @@ class Service:
         self._transition(InstanceState.STARTING, "starting")
         log_offset = _size(spec.log_path)
         try:
-            child = await spawn(
+            child = await spawn(  # ddsup:containment: unit= puts it in its unit's cgroup
                 spec.argv,
                 env=spec.env,
                 cwd=spec.cwd,
                 log_path=spec.log_path,
                 on_log_error=spec.log_error,
+                unit=spec.instance,
             )
         except SpawnError as err:
             self._fail(str(err))
