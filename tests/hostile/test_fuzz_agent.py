@@ -35,6 +35,7 @@ from ddsup.channel._messages import (
 from ddsup.plan import Plan
 from ddsup.plan._resolve import AllocationRequest, LauncherChoice, plan_for, resolve_allocation
 from ddsup.record import InstanceState, ProcessStarted, UnitTransition
+from ddsup.record._events import Contained
 from ddsup.units import load_unit_set
 from support import procs
 from support.runs import PY, start_env
@@ -70,6 +71,11 @@ class _Controller:
             return None
         return decode(line.rstrip(b"\n")) if line else None
 
+    def close(self) -> None:
+        """Close the reader too: it holds the socket open past ``sock.close()``."""
+        self.reader.close()
+        self.sock.close()
+
 
 def _one_agent(tmp_path: Path, junk: bytes) -> None:
     units, state = tmp_path / "units", tmp_path / "state"
@@ -89,8 +95,8 @@ def _one_agent(tmp_path: Path, junk: bytes) -> None:
         try:
             sock, _ = server.accept()
             sock.settimeout(30)
-            with sock:
-                lane_pid = _drive(_Controller(sock), plan, lane, units, state, junk)
+            with contextlib.closing(_Controller(sock)) as controller:
+                lane_pid = _drive(controller, plan, lane, units, state, junk)
             assert agent.wait(timeout=30) == 0
         finally:
             if agent.poll() is None:
@@ -110,7 +116,9 @@ def _drive(
     assert isinstance(hello, Hello) and hello.secret == SECRET
     setup = Setup(plan, "fuzz0invocation", str(state), str(units), "fuzz", None)
     controller.send(encode(setup) + b"\n")
-    assert isinstance(controller.receive(), PreflightReport)
+    while isinstance(reply := controller.receive(), EventReport):
+        assert isinstance(reply.event, Contained), reply  # its own node's containment
+    assert isinstance(reply, PreflightReport), reply
     controller.send(encode(Start((lane,))) + b"\n")
     pid = None
     while True:
