@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from ddsup import __version__
-from ddsup._errors import EXIT_USAGE, DdsupError
+from ddsup._errors import EXIT_NO_PERMISSION, EXIT_USAGE, DdsupError
 
 # subcommand → (module, help). The order here is the order of ``ddsup --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -71,6 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DdsupError as err:
         print(f"ddsup: error: {err}", file=sys.stderr)
         return err.exit_status
+    except PermissionError as err:  # a file another user's run left that slipped past a check
+        where = f" on {err.filename!r}" if err.filename else ""
+        print(f"ddsup: error: permission denied{where}", file=sys.stderr)
+        return EXIT_NO_PERMISSION
     except KeyboardInterrupt:
         return 130
     return status if isinstance(status, int) else 1

@@ -18,13 +18,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-import types
-import typing
+import reprlib
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ddsup._errors import DdsupError
+from ddsup.channel._typed import from_json
 from ddsup.plan._model import Plan
 from ddsup.record._events import RecordedEvent, parse_event
 from ddsup.record._status import RunSnapshot
@@ -43,6 +44,22 @@ class Role(str, enum.Enum):
     CONTROL = "control"  # an operator command (status, stop)
 
 
+MAX_NAME = 255  # a node name (a hostname) in a hello or a report
+
+
+def _check_signal(signum: int) -> None:
+    if signum not in _SIGNALS:
+        raise ValueError(f"{signum} is not a signal number")
+
+
+def _check_name(what: str, name: str) -> None:
+    if not name or len(name) > MAX_NAME or not name.isprintable():
+        raise ValueError(f"{what} must be 1 to {MAX_NAME} printable characters")
+
+
+_SIGNALS = frozenset(int(s) for s in signal.valid_signals())
+
+
 @dataclass(frozen=True)
 class Hello:
     """The first line of every connection; ``secret`` authenticates it."""
@@ -52,6 +69,10 @@ class Hello:
     secret: str = field(repr=False)
     node: str | None = None  # agents: the node they run on
     pid: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.node is not None:
+            _check_name("node", self.node)
 
 
 @dataclass(frozen=True)
@@ -95,6 +116,9 @@ class SignalInstances:
     instances: tuple[str, ...]
     signum: int
 
+    def __post_init__(self) -> None:
+        _check_signal(self.signum)
+
 
 @dataclass(frozen=True)
 class Kill:
@@ -119,6 +143,11 @@ class PreflightReport:
     problems: tuple[str, ...] = ()
     ports: Mapping[str, int] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        _check_name("node", self.node)
+        if not all(0 < port < 65536 for port in self.ports.values()):
+            raise ValueError("ports must be from 1 to 65535")
+
 
 @dataclass(frozen=True)
 class EventReport:
@@ -132,6 +161,9 @@ class Signalled:
 
     op: ClassVar[str] = "signalled"
     signum: int
+
+    def __post_init__(self) -> None:
+        _check_signal(self.signum)
 
 
 @dataclass(frozen=True)
@@ -152,9 +184,13 @@ class EndpointSetup:
 
 @dataclass(frozen=True)
 class ReadyLane:
+    """A lane the endpoint may route to; ``api_key_env`` names the variable holding the
+    key to send it (its ``[lane] api_key_env``; the endpoint's environment has it)."""
+
     instance: str
     model: str
     url: str
+    api_key_env: str | None = None
 
 
 @dataclass(frozen=True)
@@ -244,46 +280,66 @@ def _plain(value: Any) -> Any:
 
 
 # --- decode -------------------------------------------------------------------------------
+# What parsing hostile data can raise: json's RecursionError for deep nesting (a
+# RuntimeError), LookupError and ArithmeticError from nested records' own parsers.
+_PARSE_ERRORS = (
+    ArithmeticError,
+    AttributeError,
+    LookupError,
+    TypeError,
+    ValueError,
+    RecursionError,
+)
+
+
 def decode(line: bytes) -> Message:
-    """The message on one line; ChannelError for anything malformed or unknown."""
+    """The message on one line; ChannelError for anything malformed or unknown.
+
+    Lines come from peers that may not have authenticated yet, so nothing a line holds
+    may raise anything else: the property test in ``tests/hostile`` holds it to that.
+    """
     try:
         data = json.loads(line)
-    except ValueError as err:
-        raise ChannelError(f"malformed message: {err}") from err
+    except (ValueError, RecursionError) as err:
+        raise ChannelError(f"malformed message: {_short(err)}") from err
     if not isinstance(data, dict):
         raise ChannelError("malformed message: not an object")
     op = data.pop("op", None)
     kind = _BY_OP.get(op) if isinstance(op, str) else None
     if kind is None:
-        raise ChannelError(f"unknown message {op!r}")
+        raise ChannelError(f"unknown message {reprlib.repr(op)}")
     try:
         return _decode(kind, data)
-    except ChannelError:
-        raise
-    except (AttributeError, KeyError, TypeError, ValueError) as err:
-        raise ChannelError(f"malformed {op!r} message: {err}") from err
+    except _PARSE_ERRORS as err:
+        raise ChannelError(f"malformed {op!r} message: {_short(err)}") from err
+
+
+def _short(err: BaseException) -> str:
+    """An error's text, cut short: it may quote what a hostile peer sent."""
+    text = str(err)
+    return text if len(text) <= 200 else text[:200] + "…"
 
 
 def _decode(kind: type[Message], data: dict[str, Any]) -> Message:
     special = _SPECIAL.get(kind)
     if special is not None:
         return special(data)
-    return _dataclass(kind, data)  # type: ignore[no-any-return]
+    return from_json(kind, data)  # type: ignore[no-any-return]
 
 
 def _setup(data: dict[str, Any]) -> Setup:
     plan = data.get("plan")
     if not isinstance(plan, dict):
-        raise ChannelError("malformed 'setup' message: plan must be an object")
-    setup: Setup = _dataclass(Setup, data, parsers={"plan": Plan.from_dict})
+        raise ValueError("plan must be an object")
+    setup: Setup = from_json(Setup, data, parsers={"plan": Plan.from_dict})
     return setup
 
 
 def _endpoint_setup(data: dict[str, Any]) -> EndpointSetup:
     section = data.get("section")
     if set(data) != {"section"} or not isinstance(section, dict):
-        raise ChannelError("malformed 'endpoint' message: it carries one section object")
-    return EndpointSetup(_dataclass(EndpointSection, section))
+        raise ValueError("it carries one section object")
+    return EndpointSetup(from_json(EndpointSection, section))
 
 
 def _object_parser(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -291,7 +347,7 @@ def _object_parser(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
     def read(value: Any) -> Any:
         if not isinstance(value, dict):
-            raise ChannelError(f"expected an object, not {value!r}")
+            raise ValueError(f"expected an object, not {reprlib.repr(value)}")
         return parse(value)
 
     return read
@@ -300,10 +356,10 @@ def _object_parser(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
 _SPECIAL: dict[type[Any], Callable[[dict[str, Any]], Message]] = {
     Setup: _setup,
     EndpointSetup: _endpoint_setup,
-    EventReport: lambda data: _dataclass(
+    EventReport: lambda data: from_json(
         EventReport, data, parsers={"event": _object_parser(parse_event)}
     ),
-    StatusReply: lambda data: _dataclass(
+    StatusReply: lambda data: from_json(
         StatusReply, data, parsers={"snapshot": _object_parser(RunSnapshot.from_json)}
     ),
 }
@@ -328,58 +384,3 @@ MESSAGES: tuple[type[Any], ...] = (
     StopAnswer,
 )
 _BY_OP: dict[str, type[Any]] = {kind.op: kind for kind in MESSAGES}
-
-
-def _dataclass(
-    kind: type[Any],
-    data: Mapping[str, Any],
-    parsers: Mapping[str, Callable[[Any], Any]] | None = None,
-) -> Any:
-    """A frozen dataclass from ``data``: every field checked against its annotation.
-
-    ``parsers`` read fields that have a format of their own (the plan, an event). Missing
-    fields take their defaults (a peer of an older version); unknown ones are an error,
-    so a typo or a newer peer's field never passes silently.
-    """
-    hints = typing.get_type_hints(kind)
-    fields = {f.name: f for f in dataclasses.fields(kind)}
-    unknown = set(data) - set(fields)
-    if unknown:
-        raise ChannelError(f"unknown fields {sorted(unknown)}")
-    values = {}
-    for name, spec in fields.items():
-        if name in data:
-            parse = (parsers or {}).get(name)
-            values[name] = parse(data[name]) if parse else _typed(name, hints[name], data[name])
-        elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
-            raise ChannelError(f"missing field {name!r}")
-    return kind(**values)
-
-
-def _typed(name: str, hint: Any, value: Any) -> Any:
-    """``value`` as ``hint`` (str, int, float, bool, enums, ``X | None``, tuples, mappings)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _typed(name, inner[0], value)
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise ChannelError(f"{name!r} must be a list")
-        return tuple(_typed(name, args[0], item) for item in value)
-    if origin in (Mapping, dict) or hint is Mapping:
-        if not isinstance(value, dict):
-            raise ChannelError(f"{name!r} must be an object")
-        return {str(k): _typed(name, args[1], v) for k, v in value.items()}
-    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
-        if not isinstance(value, dict):
-            raise ChannelError(f"{name!r} must be an object")
-        return _dataclass(hint, value)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return hint(value)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint in (str, int, float, bool) and type(value) is hint:
-        return value
-    raise ChannelError(f"{name!r} must be {getattr(hint, '__name__', hint)}, not {value!r}")

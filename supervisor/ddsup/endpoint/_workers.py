@@ -25,7 +25,6 @@ import os
 import signal
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import trio
 
@@ -40,6 +39,7 @@ from ddsup.endpoint._metrics_sampler import sample_lanes
 from ddsup.endpoint._shared_counts import SharedCounts
 from ddsup.process import ChildProcess, SpawnError, spawn
 
+STDERR = 2
 log = logging.getLogger("ddsup.endpoint")
 
 START_TIMEOUT = 60.0  # seconds for a worker to start its interpreter and serve
@@ -169,7 +169,8 @@ class WorkerPool:
     async def _spawn(self, address: str) -> ChildProcess | None:
         argv = [sys.executable, "-m", "ddsup", "endpoint", "--worker-of", address]
         try:
-            return await spawn(argv, env=os.environ, cwd=os.getcwd(), log_path=_stderr())
+            # the parent's stderr (under ddsup start: the endpoint's log), shared as is
+            return await spawn(argv, env=os.environ, cwd=os.getcwd(), log_path=STDERR)
         except SpawnError as err:
             self._fail(f"cannot start an endpoint worker: {err}")
             return None
@@ -317,18 +318,3 @@ class WorkerPool:
         for worker in self._workers:
             if worker.channel is not None:
                 await worker.channel.aclose()
-
-
-def _stderr() -> Path:
-    """Workers write to the parent's stderr (under ddsup start: the endpoint's log).
-
-    A stderr that cannot be opened again by path (a socket, say) leaves them silent
-    rather than unstarted.
-    """
-    path = Path(f"/proc/{os.getpid()}/fd/2")
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
-    except OSError as err:
-        log.warning("endpoint workers write nowhere: stderr cannot be reopened (%s)", err)
-        return Path(os.devnull)
-    return path

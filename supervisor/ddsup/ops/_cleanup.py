@@ -14,8 +14,10 @@ import json
 import sys
 from pathlib import Path
 
-from ddsup._errors import RunStateError, UsageError
+from ddsup._errors import RunStateError, UntrustedRunError, UsageError
+from ddsup.ops._run_handle import HINT
 from ddsup.process import end_on_this_node, find_run_cgroups
+from ddsup.record._private import check_private
 
 
 def configure_cleanup(parser: argparse.ArgumentParser) -> None:
@@ -25,8 +27,11 @@ def configure_cleanup(parser: argparse.ArgumentParser) -> None:
 
 
 def _invocation_from_state_dir(state_dir: Path) -> str:
+    """The run's id from its ``run.json``, once the directory and file are the caller's."""
     run_json = state_dir / "run.json"
     try:
+        check_private(state_dir, directory=True, error=UntrustedRunError, hint=HINT)
+        check_private(run_json, directory=False, error=UntrustedRunError, hint=HINT)
         data = json.loads(run_json.read_text())
     except FileNotFoundError as err:
         raise RunStateError(

@@ -18,6 +18,7 @@ from ddsup._errors import RunStateError, UsageError
 from ddsup.ops._run_handle import add_state_dir, events_of, find_state, silence_stdout
 from ddsup.record._events import ProcessStarted, RecordedEvent, UnitTransition
 from ddsup.record._state_dir import StateDir
+from ddsup.units import printable
 from ddsup.units._durations import parse_duration
 
 FOLLOW_INTERVAL = 0.2
@@ -47,8 +48,8 @@ def run_logs(args: argparse.Namespace) -> int:
         raise UsageError("--lines must be 0 or more")
     names = _log_names(state, args.unit)
     if not names:
-        known = sorted(p.stem for p in state.logs.glob("*.log"))
-        raise UsageError(f"no log for {args.unit!r}; known: {', '.join(known) or 'none yet'}")
+        known = ", ".join(sorted(_listed(state), key=_natural)) or "none yet"
+        raise UsageError(f"no log for {printable(repr(args.unit))}; known: {known}")
     reader = _LogReader(state, prefix=len(names) > 1 or args.unit.endswith("@"))
     events = events_of(state) if since is not None else []
     for name in names:
@@ -80,20 +81,30 @@ def parse_since(text: str) -> float:
 
 
 def _log_names(state: StateDir, name: str) -> list[str]:
-    """``lane@3`` (an instance, rank ``lane@3:1``, ``agent-n1``) or ``lane``/``lane@`` (all)."""
-    planned = _planned(state)
-    if state.log(name).exists() or name in planned:
+    """``lane@3`` (an instance, rank ``lane@3:1``, ``agent-n1``) or ``lane``/``lane@`` (all).
+
+    Only names of the run count: planned instances, and the logs that ``logs/`` lists.
+    A name is never joined to a path as given, so ``../../x`` names nothing.
+    """
+    known = set(_planned(state)) | _listed(state)
+    if name in known:
         return [name]
     base = name.rstrip("@")
-    found = {p.stem for p in state.logs.glob(f"{base}@*.log")}
-    found |= {i for i in planned if i.startswith(f"{base}@")}
-    return sorted(found, key=_natural)
+    return sorted((i for i in known if i.startswith(f"{base}@")), key=_natural)
+
+
+def _listed(state: StateDir) -> set[str]:
+    try:
+        return {n[: -len(".log")] for n in os.listdir(state.logs) if n.endswith(".log")}
+    except OSError:
+        return set()
 
 
 def _planned(state: StateDir) -> list[str]:
     try:
-        return [i["instance"] for i in state.read_json(state.plan).get("instances", [])]
-    except RunStateError:
+        instances = state.read_json(state.plan).get("instances", [])
+        return [i["instance"] for i in instances if isinstance(i.get("instance"), str)]
+    except (RunStateError, AttributeError, TypeError):
         return []
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from ddsup.process._cgroup import find_run_cgroups as find_run_cgroups
 from ddsup.process._child import ChildProcess as ChildProcess
 from ddsup.process._child import ExitStatus as ExitStatus
+from ddsup.process._child import LogError as LogError
 from ddsup.process._child import SpawnError as SpawnError
 from ddsup.process._child import identity_of as identity_of
 from ddsup.process._child import spawn as spawn

@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 
@@ -286,12 +286,33 @@ def _spawn_error(argv: Sequence[str], cwd: object, err: OSError) -> SpawnError:
     return SpawnError(f"cannot start {program!r}: {reason} ({hint})")
 
 
-def _open_log(log_path: os.PathLike[str]) -> int:
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+LogError = Callable[[OSError], None]
+
+
+def _open_log(log_path: os.PathLike[str], on_error: LogError | None) -> int:
+    """The log's descriptor (never through a symlink); /dev/null when ``on_error`` says so.
+
+    Without ``on_error`` a log that cannot be opened is a SpawnError. With it, the
+    failure is reported there and the output goes to /dev/null: a full or read-only
+    state directory must not stop a unit from starting.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
         return os.open(log_path, flags, 0o600)
     except OSError as err:
-        raise SpawnError(f"cannot open log file {os.fspath(log_path)!r}: {err.strerror}") from err
+        if on_error is None:
+            name = os.fspath(log_path)
+            raise SpawnError(f"cannot open log file {name!r}: {err.strerror}") from err
+        on_error(err)
+        return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+
+
+def _share(fd: int) -> int:
+    """A copy of our descriptor ``fd`` for a child; /dev/null when ``fd`` is closed."""
+    try:
+        return os.dup(fd)
+    except OSError:
+        return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
 
 
 async def spawn(
@@ -299,11 +320,14 @@ async def spawn(
     *,
     env: Mapping[str, str],
     cwd: str | os.PathLike[str],
-    log_path: os.PathLike[str],
+    log_path: os.PathLike[str] | int,
+    on_log_error: LogError | None = None,
     unit: str | None = None,
 ) -> ChildProcess:
     """Start ``argv`` (no shell) in its own session, stdin ``/dev/null``, output to ``log_path``.
 
+    ``log_path`` is a file to append to (never through a symlink), or a descriptor of
+    ours for the child to share (the endpoint's workers write to its stderr).
     ``unit`` names the unit instance the process is: inside an open containment
     (``open_containment``) it then starts in that unit's cgroup, is recorded in the
     registry, and whatever it leaves is ended when it stops.
@@ -314,7 +338,7 @@ async def spawn(
     containment = current_containment()
     scope = None if containment is None or unit is None else containment.scope(unit)
     enter, enter_fds = (None, []) if scope is None else scope.entering()
-    log_fd = _open_log(log_path)
+    log_fd = _share(log_path) if isinstance(log_path, int) else _open_log(log_path, on_log_error)
     try:
         async with registry.lock:
             try:

@@ -12,9 +12,10 @@ added). Every event has ``time`` (Unix seconds) and ``event``:
   :class:`RunEnding`, :class:`RunStopping`, :class:`SignalForwarded`,
   :class:`KillingEverything`, :class:`SweepLeftSurvivors`, :class:`RunFinished`).
 
-``to_json`` writes a line's object and :func:`parse_event` reads one back (ValueError for
-anything else); ``_event_log`` writes and reads the file. Values of environment variables never appear here: no
-event has a field for them.
+``to_json`` writes a line's object, :func:`parse_event` reads one back (ValueError for
+anything else); ``_event_log`` writes and reads the file, skipping lines it cannot parse
+(the torn last line of a killed run). Values of environment variables never appear
+here: no event has a field for them.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import math
 import os
+import reprlib
 from pathlib import Path
 
 import trio
@@ -142,11 +143,13 @@ async def _serve_controller(
         with trio.CancelScope() as loop_scope:
             services.start_soon(_watch_signals, channel, runner, loop_scope)
             try:
+                mine = frozenset(p.instance for p in plan.on_node(node))
                 async with trio.open_nursery() as beats:
                     beats.start_soon(send_heartbeats, outbox_send.send_nowait, silence)
-                    # ChannelError: the controller is gone: stop everything below
+                    # ChannelError: the controller is gone (or broke the protocol): stop
+                    # everything below
                     with contextlib.suppress(ChannelError):
-                        await _command_loop(channel, runner, services, silence)
+                        await _command_loop(channel, runner, services, silence, mine)
                     beats.cancel_scope.cancel()
             finally:
                 with trio.CancelScope(shield=True):
@@ -175,14 +178,26 @@ async def _watch_signals(channel: Channel, runner: NodeRunner, loop: trio.Cancel
 
 
 async def _command_loop(
-    channel: Channel, runner: NodeRunner, nursery: trio.Nursery, silence: float
+    channel: Channel,
+    runner: NodeRunner,
+    nursery: trio.Nursery,
+    silence: float,
+    mine: frozenset[str],
 ) -> None:
     """The controller's commands until it says shutdown (or goes away, or is silent for
-    ``silence`` seconds: ChannelError)."""
+    ``silence`` seconds: ChannelError).
+
+    A command that names an instance this node does not run breaks the protocol like a
+    line that does not decode (ChannelError): the agent then stops what it runs.
+    """
     while True:
         message = await receive_within(channel, silence, "the controller")
         if message is None or isinstance(message, Shutdown):
             return
+        named = message.instances if isinstance(message, Start | Stop | SignalInstances) else ()
+        if not set(named) <= mine:
+            strange = reprlib.repr(sorted(set(named) - mine))
+            raise ChannelError(f"the controller named instances not on this node: {strange}")
         if isinstance(message, Start):
             for instance in message.instances:
                 runner.start(instance)

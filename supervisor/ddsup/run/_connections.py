@@ -7,13 +7,16 @@
 - the endpoint's **lane feed** is served by the :class:`LanePublisher`;
 - an **operator** (``ddsup status``, ``ddsup stop``) asks for a snapshot or a stop.
 
-A message a peer may not send ends its connection, like one that does not decode.
+A message a peer may not send ends its connection, like one that does not decode; so
+does an agent's hello for a node that has no agent in the plan or whose agent is already
+connected, and a report about an instance its node does not run: an authenticated peer
+can break its own connection, never the run's record.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass
 
 import trio
@@ -34,6 +37,13 @@ from ddsup.channel._messages import (
     StopAnswer,
     StopRequest,
 )
+from ddsup.record._events import (
+    Contained,
+    ProcessExited,
+    ProcessStarted,
+    RecordedEvent,
+    UnitTransition,
+)
 from ddsup.record._status import RunSnapshot
 from ddsup.run._lane_feed import LanePublisher
 from ddsup.run._nodes import RemoteNode, RunNode
@@ -47,6 +57,15 @@ from ddsup.run._run_inputs import (
     StopRequested,
 )
 
+_INSTANCE_EVENTS = (UnitTransition, ProcessStarted, ProcessExited)  # what an agent's services emit
+
+
+def _of_node(event: RecordedEvent, node: str, instances: Set[str]) -> bool:
+    """An agent reports on its own node only: its instances, and its no-orphan layers."""
+    if isinstance(event, _INSTANCE_EVENTS):
+        return event.instance in instances
+    return isinstance(event, Contained) and event.node == node
+
 
 @dataclass
 class ControlServer:
@@ -58,18 +77,22 @@ class ControlServer:
     stopping: Callable[[], bool]
     nodes: dict[Host, RunNode]
     lanes: LanePublisher
+    agent_instances: Callable[[str], Set[str] | None]  # None: no agent belongs on the node
     agent_timeout: float  # an agent silent this long is lost (``_heartbeat``)
 
     async def serve(self, channel: Channel, hello: Hello) -> None:
         """One authenticated connection, until it ends (ChannelError: it broke the rules)."""
         if hello.role is Role.AGENT and hello.node is not None:
-            await self._agent(channel, hello.node)
+            instances = self.agent_instances(hello.node)
+            if instances is None or Host(hello.node, agent=True) in self.nodes:
+                return  # not a node of this run's agents, or its agent is connected
+            await self._agent(channel, hello.node, instances)
         elif hello.role is Role.LANES:
             await self.lanes.serve(channel)
         elif hello.role is Role.CONTROL:
             await self._operator(channel)
 
-    async def _agent(self, channel: Channel, node: str) -> None:
+    async def _agent(self, channel: Channel, node: str, instances: Set[str]) -> None:
         await channel.send(self.setup())
         host, remote = Host(node, agent=True), RemoteNode(node)
         self.nodes[host] = remote
@@ -80,7 +103,7 @@ class ControlServer:
                 nursery.start_soon(remote.send_all, channel)
                 nursery.start_soon(send_heartbeats, remote.put, self.agent_timeout)
                 try:
-                    reason = await self._agent_reports(channel, node)
+                    reason = await self._agent_reports(channel, node, instances)
                 except ChannelError as err:  # caught in here: a nursery would wrap it
                     reason = f"lost the agent on {node}: {err}"
                 nursery.cancel_scope.cancel()
@@ -89,7 +112,7 @@ class ControlServer:
                 del self.nodes[host]
         self.feed(AgentGone(node, reason))
 
-    async def _agent_reports(self, channel: Channel, node: str) -> str:
+    async def _agent_reports(self, channel: Channel, node: str, instances: Set[str]) -> str:
         """An agent's reports until it stops; how it went away (ChannelError: broken)."""
         # Preflight blocks the agent (no heartbeats) and has its own bound in the
         # controller (PreflightOver): silence counts only once the agent has reported.
@@ -99,10 +122,15 @@ class ControlServer:
             if message is None or isinstance(message, AgentStopped):
                 return f"the agent on {node} went away"
             if isinstance(message, PreflightReport):
+                if message.node != node or not set(message.ports) <= instances:
+                    raise ChannelError(f"the agent on {node} reported for another node")
                 silence = self.agent_timeout
                 self.feed(PreflightReported(message))
             elif isinstance(message, EventReport):
-                self.feed(Observed(message.event))
+                event = message.event
+                if not _of_node(event, node, instances):
+                    raise ChannelError(f"the agent on {node} reported an event not of its node")
+                self.feed(Observed(event))
             elif isinstance(message, Signalled):
                 self.feed(AgentSignalled(node, message.signum))
             else:

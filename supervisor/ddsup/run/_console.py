@@ -13,7 +13,6 @@ there are no redraws: each lane that becomes ready says how many are ready so fa
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -39,6 +38,7 @@ from ddsup.record._events import (
     RunStopping,
     UnitTransition,
 )
+from ddsup.record._faults import silence
 from ddsup.record._outcome import Outcome
 from ddsup.record._states import FINAL, LOADING, NOTABLE, InstanceState
 
@@ -104,6 +104,9 @@ class Console:
 
     def error(self, text: str) -> None:
         self._print(f"error: {text}")
+
+    def warning(self, text: str) -> None:
+        self._print(f"warning: {text}")
 
     def result(self, outcome: Outcome, state_dir: Path, *, planned: bool) -> None:
         """The run's last words; with the GPU time line once the run had a plan."""
@@ -175,13 +178,16 @@ class Console:
 
     def _print(self, text: str) -> None:
         stamp = time.strftime("%H:%M:%S")
-        # BrokenPipe: nobody reads our output any more; the state dir still has it all.
-        with contextlib.suppress(BrokenPipeError, ValueError):
+        # Nobody reads our output any more (a broken pipe), or it is on a full disk: the
+        # stream is silenced (``say``), the state dir still has it all, the run goes on.
+        try:
             clear = _CLEAR_LINE if self.tty and self._progress else ""
             self._progress = ""
             self.stream.write(f"{clear}{stamp} ddsup: {text}\n")
             self._redraw(flush=False)
             self.stream.flush()
+        except (OSError, ValueError):
+            silence(self.stream)
 
     # --- the progress line (TTY only) -----------------------------------------------
     def _redraw(self, *, flush: bool = True) -> None:
@@ -191,10 +197,12 @@ class Console:
         if text == self._progress:
             return  # unchanged (the elapsed time moves on only every second)
         width = shutil.get_terminal_size((100, 24)).columns - 1
-        with contextlib.suppress(BrokenPipeError, ValueError):
+        try:
             self.stream.write(f"{_CLEAR_LINE}{text[:width]}")
             if flush:
                 self.stream.flush()
+        except (OSError, ValueError):
+            silence(self.stream)
         was_shown, self._progress = bool(self._progress), text
         if text and not was_shown:
             self._wake.set()

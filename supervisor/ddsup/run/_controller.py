@@ -7,13 +7,17 @@ decides (what starts when, what a failure means, which cause ends the run) is in
 agents, preflight reports, signals, operators) and carries its decisions out on the
 nodes (``_nodes``). Once the run ends, everything stops in reverse dependency order
 (instances of one level in parallel), the agents shut down, and a sweep by invocation id
-removes whatever escaped. ``result.json`` is written on every path.
+removes whatever escaped. ``result.json`` is written on every path; when the state
+directory cannot be written (a full or read-only disk) the run goes on, one warning says
+so (``record._faults``) and the result is printed on stderr instead.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import sys
 import time
 import uuid
@@ -23,9 +27,11 @@ from typing import Any
 import trio
 
 from ddsup._errors import DdsupError, ResultStatus, UnitFileError, UsageError
-from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret, serve_channel
+from ddsup.channel._channel import new_secret
+from ddsup.channel._server import serve_channel
 from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
 from ddsup.process import Containment, open_containment
+from ddsup.process._proc import read_stat
 from ddsup.record._event_log import EventLog
 from ddsup.record._events import (
     Contained,
@@ -35,18 +41,26 @@ from ddsup.record._events import (
     RunStarting,
     SweepLeftSurvivors,
 )
+from ddsup.record._faults import say
 from ddsup.record._outcome import Outcome
-from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir, write_private
+from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir
 from ddsup.record._status import RunSnapshot
 from ddsup.run._agents import AgentFleet
 from ddsup.run._connections import ControlServer
 from ddsup.run._console import Console
+from ddsup.run._control_host import control_host
 from ddsup.run._lane_feed import LanePublisher, endpoint_setup
 from ddsup.run._launcher import launcher_for
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import LocalNode, RunNode
 from ddsup.run._options import RunOptions, Verbosity
-from ddsup.run._run_facts import RunFacts
+from ddsup.run._run_facts import (
+    RunFacts,
+    agent_environment,
+    agent_setup,
+    feed_environment,
+    run_context,
+)
 from ddsup.run._run_inputs import (
     Decision,
     EndRun,
@@ -87,13 +101,14 @@ class Controller:
         self.invocation_id = uuid.uuid4().hex
         self.secret = new_secret()
         self.started = time.time()
-        self.events = EventLog(state.events)
         self.console = Console(
             verbose=options.verbosity is Verbosity.VERBOSE,
             quiet=options.verbosity is Verbosity.QUIET,
         )
+        state.faults.warn = self.console.warning  # between the progress line's redraws
+        self.events = EventLog(state.events, state.faults)
         self.launcher = LauncherKind.LOCAL  # until the allocation is resolved
-        self.control_port: int | None = None
+        self.control: ControlAddress | None = None  # where the control channel listens
         self.nodes: dict[Host, RunNode] = {}  # the local node, and each connected agent
         self.ending = trio.Event()
         self._run: RunState | None = None
@@ -103,15 +118,8 @@ class Controller:
         self._fleet: AgentFleet | None = None
         self._local: NodeRunner | None = None
         self._lanes: LanePublisher | None = None
-        self.facts = RunFacts(
-            invocation_id=self.invocation_id,
-            state_dir=str(state.path),
-            unit_dir=str(options.directory.resolve()),
-            agent_timeout=options.agent_timeout,
-            attempt=attempt_of(os.environ),
-        )
-        self.job_end = JobEnd(None)  # a Slurm job's end time, once the launcher is known
         self._containment: Containment | None = None  # ddsup start's no-orphan layers
+        self.job_end = JobEnd(None)  # a Slurm job's end time, once the launcher is known
 
     @property
     def run(self) -> RunState:
@@ -132,7 +140,7 @@ class Controller:
             plan = plan_for(units, allocation)
             self._run = RunState(units, plan)
             self.console.lanes(self.run.lane_models())
-            write_private(self.state.plan, plan.to_json())
+            self.state.save(self.state.plan, plan.to_json())
             await self._supervise(units, allocation, self._lanes)
         except DdsupError as err:
             self._fail(err)
@@ -140,7 +148,7 @@ class Controller:
         outcome = self._outcome() or Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
         if outcome.status is ResultStatus.REQUEUED:  # everything has stopped: now, or never
             outcome = await settle_requeue(outcome, os.environ.get("SLURM_JOB_ID"))
-        self.state.write_json(self.state.result, outcome.to_dict())
+        self._write_result(outcome)
         self._record(RunFinished(outcome=outcome))
         self.events.close()
         self.console.result(outcome, self.state.path, planned=self._run is not None)
@@ -167,23 +175,32 @@ class Controller:
     def _outcome(self) -> Outcome | None:
         return self._run.outcome if self._run is not None else self._early_outcome
 
+    def _write_result(self, outcome: Outcome) -> None:
+        """``result.json``; on stderr, one JSON line, when it cannot be written."""
+        result = outcome.to_dict()
+        if not self.state.save_json(self.state.result, result):
+            say(f"ddsup: result.json: {json.dumps(result, sort_keys=True)}\n")
+
     def _write_run_json(self) -> None:
-        port = self.control_port
+        me = read_stat(os.getpid())
         info = RunInfo(
             invocation_id=self.invocation_id,
+            host=socket.gethostname(),
             pid=os.getpid(),
+            pid_start=None if me is None else me.start_time,
             launcher=self.launcher.value,
             unit_dir=str(self.options.directory.resolve()),
             started_at=self.started,
-            control=None if port is None else ControlAddress("127.0.0.1", port),
+            control=self.control,
             containment=self._layers_json(),
         )
-        self.state.write_json(self.state.run, info.to_json())
+        self.state.save_json(self.state.run, info.to_json())
 
     # --- supervision ----------------------------------------------------------------
     async def _supervise(
         self, units: UnitSet, allocation: Allocation, lanes: LanePublisher
     ) -> None:
+        host = await control_host(allocation, os.environ)
         # every no-orphan layer (docs/no-orphans.md), opened once, closed at the very end
         async with open_containment(
             self.invocation_id, state_dir=self.state.path, name="controller", root=True
@@ -193,7 +210,7 @@ class Controller:
                 nursery.start_soon(self._watch_signals, units)
                 nursery.start_soon(self.console.run)
                 nursery.start_soon(self.job_end.watch, early_stops(units), self.feed)
-                await self._open_control(nursery, lanes)
+                await self._open_control(nursery, lanes, host)
                 async with trio.open_nursery() as services:
                     self._local = self._local_runner(units, services)
                     self.nodes[Host(self.run.plan.client, agent=False)] = LocalNode(self._local)
@@ -226,21 +243,21 @@ class Controller:
             )
         )
 
-    async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher) -> None:
+    async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher, host: str) -> None:
         """Listen for agents, the endpoint's feed and operators; say where in run.json."""
         server = ControlServer(
             feed=self.feed,
-            setup=lambda: self.facts.setup(self.run.units, self.run.plan),
+            setup=lambda: agent_setup(self._facts(), self.run.units, self.run.plan),
             snapshot=self._snapshot,
             stopping=lambda: self.run.stopping,
             nodes=self.nodes,
             lanes=lanes,
+            agent_instances=self.run.agent_instances,
             agent_timeout=self.options.agent_timeout,
         )
-        host = "127.0.0.1" if self.launcher is LauncherKind.LOCAL else "0.0.0.0"
         serve = partial(serve_channel, server.serve, self.secret, host=host)
-        self.control_port = await nursery.start(serve)
-        write_private(self.state.secret, self.secret + "\n")
+        self.control = ControlAddress(host, await nursery.start(serve))
+        self.state.save(self.state.secret, self.secret + "\n")
         self._write_run_json()
 
     async def _until_ended(self, units: UnitSet, allocation: Allocation) -> None:
@@ -259,7 +276,7 @@ class Controller:
             )
             self._fleet = AgentFleet(launcher, self.state)
             try:
-                env = self.facts.agent_env(allocation, self.control_port, self.secret)
+                env = agent_environment(self._facts(), units, os.environ)
                 await self._fleet.launch(nodes, env, nursery, self.feed)
             except DdsupError as err:
                 self.feed(StartupFailed(err))
@@ -313,7 +330,7 @@ class Controller:
         elif isinstance(decision, Record):
             self._record(decision.event)
         elif isinstance(decision, PlanPorted):
-            write_private(self.state.plan, decision.plan.to_json())
+            self.state.save(self.state.plan, decision.plan.to_json())
             if self._local is not None:
                 self._local.plan = decision.plan
 
@@ -353,16 +370,29 @@ class Controller:
         """The services of the controller's own node; the endpoint gets its feed's address."""
         plan = self.run.plan
         endpoints = [i.instance for i in plan.instances if i.type is UnitType.ENDPOINT]
-        feed = {ADDRESS_ENV: f"127.0.0.1:{self.control_port}", SECRET_ENV: self.secret}
+        feed = feed_environment(self._facts())
         return NodeRunner(
             units=units,
             plan=plan,
-            run=self.facts.context(units, plan, with_key=True),
+            run=run_context(self._facts(), units, plan, os.environ, with_key=True),
             state=self.state,
             nursery=nursery,
             emit=lambda event: self.feed(Observed(event)),
             extra_args={name: ("--lanes-from-controller",) for name in endpoints},
             extra_env={name: feed for name in endpoints},
+        )
+
+    def _facts(self) -> RunFacts:
+        assert self.control is not None, "the control channel is not open yet"
+        unit_dir = str(self.options.directory.resolve())
+        return RunFacts(
+            invocation_id=self.invocation_id,
+            state_dir=str(self.state.path),
+            unit_dir=unit_dir,
+            control=self.control,
+            agent_timeout=self.options.agent_timeout,
+            attempt=attempt_of(os.environ),
+            secret=self.secret,
         )
 
     def _snapshot(self) -> RunSnapshot:

@@ -22,7 +22,15 @@ from ddsup.units._model import UnitSet
 
 
 def endpoint_setup(units: UnitSet) -> EndpointSetup | None:
-    """The endpoint's section, checked first: its ``api_key_env`` must name a set variable."""
+    """The endpoint's section, checked first: each ``api_key_env`` must name a set variable.
+
+    The endpoint's own, and every lane's (the key the endpoint sends that lane, which
+    the lane checks): a run that would answer 401 to every request fails at once.
+    """
+    for lane in units.lanes:
+        name = lane.lane.api_key_env if lane.lane is not None else None
+        if name and not os.environ.get(name):
+            raise UsageError(f"{lane.source.path}: api_key_env names {name}, which is not set")
     endpoint = units.endpoint
     if endpoint is None or endpoint.endpoint is None:
         return None

@@ -18,6 +18,7 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from ddsup._errors import UsageError
@@ -61,8 +62,13 @@ class LocalLauncher:
         agents = []
         for node in nodes:
             argv = (*AGENT_ARGV, "--node", node, "--gpus", str(self.gpus_per_node))
+            log = state.log(f"agent-{node}")
             child = await spawn(
-                argv, env={**env, "DDSUP_NODE": node}, cwd=".", log_path=state.log(f"agent-{node}")
+                argv,
+                env={**env, "DDSUP_NODE": node},
+                cwd=".",
+                log_path=log,
+                on_log_error=partial(state.faults.failed, log),
             )
             agents.append(AgentProcess(f"agent on {node}", (node,), child))
         return agents
@@ -101,7 +107,10 @@ class SlurmLauncher:
         ]
         if self.gpus_per_node is not None:
             argv += ["--gpus", str(self.gpus_per_node)]
-        child = await spawn(argv, env=env, cwd=".", log_path=state.log("agents"))
+        log = state.log("agents")
+        child = await spawn(
+            argv, env=env, cwd=".", log_path=log, on_log_error=partial(state.faults.failed, log)
+        )
         return [AgentProcess("srun step of the agents", tuple(nodes), child)]
 
     def _fail_fast(self) -> tuple[str, ...]:

@@ -96,6 +96,7 @@ class RunState:
         self._lanes = LanesUpdate()
         self._lane_models = lanes_by_model(units, plan)
         self._model_of = {i: m for m, names in self._lane_models.items() for i in names}
+        self._lane_keys = {u.name: u.lane.api_key_env for u in units.lanes if u.lane is not None}
         self._by_name = {p.instance: p for p in plan.instances}
         # what each instance waits for, worked out once: an event only re-checks these
         self._after = {p.instance: tuple(start_after(units, plan, p)) for p in plan.instances}
@@ -109,6 +110,12 @@ class RunState:
         """Nodes that need an agent, in plan order."""
         nodes = {p.node for p in self.plan.instances if runs_on_agent(self.units, p)}
         return tuple(n.name for n in self.plan.nodes if n.name in nodes)
+
+    def agent_instances(self, node: str) -> frozenset[str] | None:
+        """The instances the agent on ``node`` runs; None when no agent belongs there."""
+        if node not in self.agent_nodes():
+            return None
+        return frozenset(p.instance for p in self.plan.on_node(node) if self.host_of(p).agent)
 
     @property
     def preflight_complete(self) -> bool:
@@ -316,7 +323,12 @@ class RunState:
         models = tuple(sorted(self._lane_models))
         names = self._model_of
         lanes = tuple(
-            ReadyLane(p.instance, names[p.instance], f"http://{self._address(p)}:{p.port}")
+            ReadyLane(
+                p.instance,
+                names[p.instance],
+                f"http://{self._address(p)}:{p.port}",
+                self._lane_keys.get(p.unit),
+            )
             for p in self.plan.instances
             if p.instance in names and self._record(p.instance).state is InstanceState.READY
         )

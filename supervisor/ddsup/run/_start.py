@@ -11,7 +11,7 @@ import trio
 
 from ddsup._errors import UsageError
 from ddsup.plan._resolve import AllocationRequest, LauncherChoice
-from ddsup.record._state_dir import StateDir, default_state_dir, for_attempt
+from ddsup.record._state_dir import create_state_dir
 from ddsup.run._controller import Controller
 from ddsup.run._options import RunOptions, Verbosity
 from ddsup.run._slurm_job import attempt_of
@@ -75,10 +75,8 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
 
 def run_start(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    attempt = attempt_of(os.environ)  # a requeued job: each attempt its own state dir
-    chosen = for_attempt(options.state_dir, attempt) if options.state_dir else None
-    state = StateDir((chosen or default_state_dir(attempt=attempt)).resolve())
-    state.create()
+    # a requeued job: each attempt its own state dir
+    state = create_state_dir(options.state_dir, attempt_of(os.environ))
     _put_own_interpreter_first_on_path()
     controller = Controller(options, state)
     return trio.run(controller.main, restrict_keyboard_interrupt_to_checkpoints=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import trio
 
-from ddsup.process import ChildProcess, ExitStatus, SpawnError, spawn
+from ddsup.process import ChildProcess, ExitStatus, LogError, SpawnError, spawn
 from ddsup.record._events import (
     COMPLETED,
     LivenessFailed,
@@ -57,6 +57,7 @@ class ServiceSpec:
     context: Mapping[str, str]
     start_delay: float = 0.0
     probe: bool = True  # False for ranks > 0 of a multi-node lane: rank 0 serves HTTP
+    log_error: LogError | None = None  # a log that cannot be opened: output to /dev/null
 
 
 @dataclass
@@ -231,7 +232,12 @@ class Service:
         log_offset = _size(spec.log_path)
         try:
             child = await spawn(  # ddsup:containment: unit= puts it in its unit's cgroup
-                spec.argv, env=spec.env, cwd=spec.cwd, log_path=spec.log_path, unit=spec.instance
+                spec.argv,
+                env=spec.env,
+                cwd=spec.cwd,
+                log_path=spec.log_path,
+                on_log_error=spec.log_error,
+                unit=spec.instance,
             )
         except SpawnError as err:
             self._fail(str(err))
@@ -351,7 +357,12 @@ class Service:
         if spec.unit.ready is None or not spec.probe:
             return None
         return Probe(
-            spec.unit.ready, spec.context, env=spec.env, cwd=spec.cwd, log_path=spec.log_path
+            spec.unit.ready,
+            spec.context,
+            env=spec.env,
+            cwd=spec.cwd,
+            log_path=spec.log_path,
+            log_error=spec.log_error,
         )
 
     # --- state machine --------------------------------------------------------------

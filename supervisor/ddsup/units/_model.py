@@ -109,6 +109,7 @@ class LaneSection:
     port: int | None = 8000  # None = "auto": the agent picks free ports at preflight
     stagger: float = 5.0
     lead_standoff: float = 0.0
+    api_key_env: str | None = None  # the variable holding this lane's own API key
 
 
 @dataclass(frozen=True)

@@ -263,6 +263,13 @@ LANE = SectionSpec(
         _duration_key(
             "lead_standoff", "Extra wait before any lane but the first starts.", "0s", "30s"
         ),
+        KeySpec(
+            "api_key_env",
+            ke.VARIABLE,
+            "The variable holding this lane's own API key: the endpoint sends it to the "
+            "lane; only the lane and the endpoint get the variable.",
+            example="VLLM_API_KEY",
+        ),
     ),
     only=_LANE,
     required_for=_LANE,
