@@ -25,6 +25,7 @@ from ddsup.channel import ADDRESS_ENV, SECRET_ENV, decode, encode
 from ddsup.channel._messages import (
     AgentStopped,
     EventReport,
+    Heartbeat,
     Hello,
     Message,
     PreflightReport,
@@ -123,6 +124,8 @@ def _drive(
     pid = None
     while True:
         message = controller.receive()
+        if isinstance(message, Heartbeat):  # the agent's "still here" (--agent-timeout)
+            continue
         assert isinstance(message, EventReport), message
         event = message.event
         if isinstance(event, ProcessStarted):

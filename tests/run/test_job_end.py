@@ -20,7 +20,7 @@ from ddsup.plan import Plan
 from ddsup.process import ExitStatus
 from ddsup.record._events import UnitTransition
 from ddsup.record._outcome import Outcome, WorkerEnded
-from ddsup.record._state_dir import default_state_dir, for_attempt
+from ddsup.record._state_dir import create_state_dir, for_attempt
 from ddsup.record._states import InstanceState as S
 from ddsup.run._run_inputs import EndNear, Host, Observed, PreflightOver, StartOn, StopOn
 from ddsup.run._run_state import RunState
@@ -50,8 +50,11 @@ def test_default_state_dir_of_a_requeued_job(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
-    assert default_state_dir(tmp_path).name == "ddsup-4242"
-    assert default_state_dir(tmp_path, attempt=1).name == "ddsup-4242.attempt1"
+    monkeypatch.chdir(tmp_path)
+    assert create_state_dir(None).path == tmp_path / "ddsup-4242"
+    assert create_state_dir(None, attempt=1).path == tmp_path / "ddsup-4242.attempt1"
+    given = create_state_dir(tmp_path / "run", attempt=2)
+    assert given.path == tmp_path / "run.attempt2" and given.path.is_dir()
 
 
 def test_the_end_near_stops_the_unit_and_it_never_starts_later() -> None:
