@@ -95,7 +95,18 @@ def _run_state(view: StatusView, now: float) -> str:
     return f"up {duration(view.uptime or 0.0)}" + (" · stopping" if view.stopping else "")
 
 
-_COLUMNS = ("INSTANCE", "NODE", "STATE", "SINCE", "PID", "RESTARTS", "LAST EXIT", "GPUS", "PORT")
+_COLUMNS = (
+    "INSTANCE",
+    "NODE",
+    "STATE",
+    "SINCE",
+    "PID",
+    "RESTARTS",
+    "LAST EXIT",
+    "GPUS",
+    "PORT",
+    "MODEL",
+)
 
 
 def _table(instances: tuple[InstanceStatus, ...], *, colour: bool, now: float) -> list[str]:
@@ -108,8 +119,8 @@ def _table(instances: tuple[InstanceStatus, ...], *, colour: bool, now: float) -
         if colour and index:
             state = instances[index - 1].state
             cells[2] = paint(state, f"{symbol(state)} {cells[2]}")
-        elif colour:
-            cells[2] = f"  {cells[2]}"
+        elif colour:  # the header starts where the column does: at the rows' symbol
+            cells[2] = f"{cells[2]}  "
         lines.append("  ".join(cells).rstrip())
     return lines
 
@@ -126,6 +137,7 @@ def _row(item: InstanceStatus, now: float) -> tuple[str, ...]:
         describe_exit(item.last_exit),
         ",".join(map(str, item.gpus)) or "-",
         str(item.port or "-"),
+        ",".join(item.served_names) or item.model or "-",
         item.probe or "-",
     )
 

@@ -43,6 +43,7 @@ class PlannedInstance:
     master_port: int | None = None
     start_delay: float = 0.0  # lanes: seconds after this node's lane start (stagger)
     model: str | None = None  # lanes: the model name clients send (every rank carries it)
+    served_names: tuple[str, ...] = ()  # lanes: every name it answers to (model, aliases, LoRA)
 
     @property
     def replica_name(self) -> str:
@@ -96,6 +97,7 @@ class Plan:
                     **i,
                     "type": UnitType(i["type"]),
                     "gpus": tuple(i["gpus"]),
+                    "served_names": tuple(i.get("served_names") or ()),
                 }
             )
             for i in data["instances"]

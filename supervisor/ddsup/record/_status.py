@@ -38,6 +38,7 @@ class InstanceStatus:
     reason: str | None = None
     probe: str | None = None  # the verdict: ok, none, pending, timed out (…)
     ready_seconds: float | None = None
+    served_names: tuple[str, ...] = ()  # lane replicas: every model name it answers to
 
     def with_record(self, record: InstanceRecord) -> InstanceStatus:
         """This row with the state ``record`` (the fold of its events) gives it."""
@@ -60,6 +61,7 @@ class InstanceStatus:
             "type": self.type.value,
             "node": self.node,
             "model": self.model,
+            "served_names": list(self.served_names),
             "gpus": list(self.gpus),
             "port": self.port,
             "state": self.state.value,
@@ -92,6 +94,7 @@ class InstanceStatus:
             reason=_optional(data, "reason", str),
             probe=_optional(data, "probe", str),
             ready_seconds=_optional(data, "ready_seconds", float),
+            served_names=tuple(str(n) for n in data.get("served_names") or ()),
         )
 
 
