@@ -2,7 +2,8 @@
 
 Bottom up: ``_proc`` (the one reader of ``/proc``), ``_table`` (the process tree, read
 once for concurrent stops), ``_managed`` (children whose owner reaps them),
-``_subreaper`` (orphans of our units become ours), ``_child`` (spawn, wait, stop a tree),
+``_subreaper`` (orphans of our units become ours), ``_output_log`` (a unit's output into
+its rotating log file), ``_child`` (spawn, wait, stop a tree),
 ``_sweep`` (SIGKILL by invocation id), ``_sentinel`` (sweeps when the supervisor dies),
 ``_final_sweep`` (the end-of-run sweep). ``docs/no-orphans.md`` tells which layer catches
 what.
@@ -19,6 +20,9 @@ from ddsup.process._child import supervised as supervised
 from ddsup.process._final_sweep import sweep_until_gone as sweep_until_gone
 from ddsup.process._managed import ManagedChildren as ManagedChildren
 from ddsup.process._managed import managed_children as managed_children
+from ddsup.process._output_log import OutputLog as OutputLog
+from ddsup.process._output_log import output_pipe as output_pipe
+from ddsup.process._output_log import rotated_log as rotated_log
 from ddsup.process._proc import read_environ as read_environ
 from ddsup.process._sentinel import Sentinel as Sentinel
 from ddsup.process._sentinel import start_sentinel as start_sentinel

@@ -2,8 +2,9 @@
 
 A unit process runs in a new session (so it leads its own process group and no terminal
 signal or group kill of ours reaches it by accident), with stdin on ``/dev/null`` and
-stdout and stderr appended to its log file by the child itself: nothing is lost when we
-are busy, and a fast writer never waits for us.
+stdout and stderr into the pipe of its instance's :class:`~ddsup.process.OutputLog`
+(which never makes it wait, and rotates the file), or appended to a log file by the child
+itself (probes, agents).
 
 Stopping is ``kill_signal`` to the group, a grace of ``timeout_stop``, SIGKILL to the
 group, and then SIGKILL to descendants that escaped the group (vLLM's engine processes
@@ -293,13 +294,24 @@ async def spawn(
     *,
     env: Mapping[str, str],
     cwd: str | os.PathLike[str],
-    log_path: os.PathLike[str],
+    log_path: os.PathLike[str] | None = None,
+    output: int | None = None,
 ) -> ChildProcess:
-    """Start ``argv`` (no shell) in its own session, stdin ``/dev/null``, output to ``log_path``."""
+    """Start ``argv`` (no shell) in its own session, stdin ``/dev/null``.
+
+    Its stdout and stderr go to ``output`` (a file descriptor, e.g. the write end of an
+    :class:`~ddsup.process._output_log.OutputLog` pipe; the caller keeps and closes it)
+    or are appended to ``log_path`` by the child itself.
+    """
     if not argv:
         raise SpawnError("cannot start a process with an empty argv")
+    if output is not None:
+        out_fd = output
+    elif log_path is not None:
+        out_fd = _open_log(log_path)
+    else:
+        raise ValueError("spawn needs one of log_path and output")
     registry = managed_children()
-    log_fd = _open_log(log_path)
     try:
         async with registry.lock:
             try:
@@ -308,15 +320,16 @@ async def spawn(
                     env=dict(env),
                     cwd=cwd,
                     stdin=subprocess.DEVNULL,
-                    stdout=log_fd,
-                    stderr=log_fd,
+                    stdout=out_fd,
+                    stderr=out_fd,
                     start_new_session=True,
                 )
             except OSError as err:
                 raise _spawn_error(argv, cwd, err) from err
             registry.pids.add(process.pid)
     finally:
-        os.close(log_fd)
+        if output is None:
+            os.close(out_fd)
     return ChildProcess(process, identity_of(env), registry)
 
 
