@@ -64,6 +64,7 @@ class Setup:
     unit_dir: str
     job_id: str
     endpoint_url: str | None = None
+    rehearse: bool = False  # lanes run fake-vllm (ddsup start --rehearse)
 
 
 @dataclass(frozen=True)
@@ -142,18 +143,24 @@ class EndpointSetup:
 
 @dataclass(frozen=True)
 class ReadyLane:
+    """One lane in the rotation; ``served_names``: every model name it answers to (its
+    ``model`` first, then vLLM aliases and LoRA adapters), for routing by any of them."""
+
     instance: str
     model: str
     url: str
+    served_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class LanesUpdate:
-    """The full set of ready lanes, and every model the run serves."""
+    """The full set of ready lanes, every model the run serves (``[lane] model``), and
+    every name any lane answers to (``served_names``: models, aliases, adapters)."""
 
     op: ClassVar[str] = "lanes"
     lanes: tuple[ReadyLane, ...] = ()
     models: tuple[str, ...] = ()
+    served_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -217,8 +224,14 @@ def _fields(message: Message) -> dict[str, Any]:
     if isinstance(message, EndpointSetup):
         return {"section": dataclasses.asdict(message.section)}
     if isinstance(message, LanesUpdate):
-        lanes = [dataclasses.asdict(lane) for lane in message.lanes]
-        return {"lanes": lanes, "models": list(message.models)}
+        lanes = [
+            {k: _plain(v) for k, v in dataclasses.asdict(lane).items()} for lane in message.lanes
+        ]
+        return {
+            "lanes": lanes,
+            "models": list(message.models),
+            "served_names": list(message.served_names),
+        }
     if isinstance(message, Hello):
         return {k: v for k, v in dataclasses.asdict(message).items() if v is not None}
     return {k: _plain(v) for k, v in dataclasses.asdict(message).items()}

@@ -41,6 +41,7 @@ from ddsup.record._events import RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._preflight import run_preflight
+from ddsup.run._rehearsal import rehearsal_units
 from ddsup.run._signals import ignore_stop_signals, stop_signal_receiver
 from ddsup.service._environment import RunContext
 from ddsup.units import UnitSet, load_unit_set
@@ -79,11 +80,13 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
     )
     plan = setup.plan
     units = load_unit_set(run.unit_dir)
+    if setup.rehearse:  # the same units the controller planned: fake-vllm lanes
+        units = rehearsal_units(units)
     sentinel = start_sentinel(run.invocation_id)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(reap_adopted_children)
-            await _serve_controller(channel, node, units, plan, run, gpus)
+            await _serve_controller(channel, node, units, plan, run, gpus, rehearse=setup.rehearse)
             nursery.cancel_scope.cancel()
     finally:
         sentinel.close()
@@ -92,10 +95,22 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
 
 
 async def _serve_controller(
-    channel: Channel, node: str, units: UnitSet, plan: Plan, run: RunContext, gpus: int | None
+    channel: Channel,
+    node: str,
+    units: UnitSet,
+    plan: Plan,
+    run: RunContext,
+    gpus: int | None,
+    *,
+    rehearse: bool,
 ) -> None:
     report = run_preflight(
-        node, units, plan, gpus_available=gpus, slurm_node=os.environ.get("SLURMD_NODENAME")
+        node,
+        units,
+        plan,
+        gpus_available=gpus,
+        slurm_node=os.environ.get("SLURMD_NODENAME"),
+        check_model_path=not rehearse,
     )
     plan = plan.with_ports(dict(report.ports))
     await channel.send(report)

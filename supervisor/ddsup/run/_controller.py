@@ -14,22 +14,20 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 import uuid
 from functools import partial
 
 import trio
 
-from ddsup._errors import DdsupError, ResultStatus, UnitFileError, UsageError
+from ddsup._errors import DdsupError, ResultStatus
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret, serve_channel
 from ddsup.channel._messages import Setup
-from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
+from ddsup.plan._resolve import Allocation, LauncherKind
 from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
 from ddsup.record._events import (
     EventLog,
     RecordedEvent,
-    RunEnding,
     RunFinished,
     RunStarting,
     SweepLeftSurvivors,
@@ -40,11 +38,13 @@ from ddsup.record._status import RunSnapshot
 from ddsup.run._agents import AgentFleet
 from ddsup.run._connections import ControlServer
 from ddsup.run._console import Console
-from ddsup.run._lane_feed import LanePublisher, endpoint_setup
+from ddsup.run._lane_feed import LanePublisher
 from ddsup.run._launcher import launcher_for
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import LocalNode, RunNode
-from ddsup.run._options import RunOptions, Verbosity
+from ddsup.run._options import Verbosity
+from ddsup.run._prepare import PreparedRun
+from ddsup.run._rehearsal import rehearsed_lanes
 from ddsup.run._run_inputs import (
     Decision,
     EndRun,
@@ -68,7 +68,6 @@ from ddsup.run._run_inputs import (
 from ddsup.run._run_state import RunState
 from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
 from ddsup.service._environment import INVOCATION_ENV, RunContext
-from ddsup.units import load_unit_set, printable
 from ddsup.units._model import UnitSet, UnitType
 
 PREFLIGHT_TIMEOUT = 120.0
@@ -79,78 +78,52 @@ SWEEP_TIMEOUT = 5.0
 class Controller:
     """Owns one run from plan to result."""
 
-    def __init__(self, options: RunOptions, state: StateDir) -> None:
-        self.options = options
+    def __init__(self, prepared: PreparedRun, state: StateDir) -> None:
+        self.prepared = prepared
+        self.options = prepared.options
         self.state = state
         self.invocation_id = uuid.uuid4().hex
         self.secret = new_secret()
         self.started = time.time()
         self.events = EventLog(state.events)
         self.console = Console(
-            verbose=options.verbosity is Verbosity.VERBOSE,
-            quiet=options.verbosity is Verbosity.QUIET,
+            verbose=self.options.verbosity is Verbosity.VERBOSE,
+            quiet=self.options.verbosity is Verbosity.QUIET,
+            state_dir=state.path,
         )
-        self.launcher = LauncherKind.LOCAL  # until the allocation is resolved
+        self.launcher = prepared.allocation.launcher
         self.control_port: int | None = None
         self.nodes: dict[Host, RunNode] = {}  # the local node, and each connected agent
         self.ending = trio.Event()
-        self._run: RunState | None = None
-        self._early_outcome: Outcome | None = None  # an error before the run had a plan
+        self.run = RunState(prepared.units, prepared.plan)
         self._changed = trio.Event()  # set (and replaced) after every input
         self._preflight_done = trio.Event()
         self._fleet: AgentFleet | None = None
         self._local: NodeRunner | None = None
-        self._lanes: LanePublisher | None = None
-
-    @property
-    def run(self) -> RunState:
-        assert self._run is not None, "the run has no plan yet"
-        return self._run
+        self._lanes = LanePublisher(prepared.endpoint, self.feed)
 
     # --- top level ------------------------------------------------------------------
     async def main(self) -> int:
         self._write_run_json()
         self._record(RunStarting(invocation_id=self.invocation_id))
+        self.console.lanes(self.run.lane_models())
+        if self.options.rehearse:
+            allocation = self.prepared.allocation
+            lanes = rehearsed_lanes(self.prepared.units)
+            self.console.rehearsal(lanes, len(allocation.nodes), allocation.gpus_per_node)
+        write_private(self.state.plan, self.prepared.plan.to_json())
         try:
-            units = self._load_units()
-            allocation = resolve_allocation(self.options.allocation, os.environ)
-            self.launcher = allocation.launcher
-            self._lanes = LanePublisher(endpoint_setup(units))
-            plan = plan_for(units, allocation)
-            self._run = RunState(units, plan)
-            self.console.lanes(self.run.lane_models())
-            write_private(self.state.plan, plan.to_json())
-            await self._supervise(units, allocation, self._lanes)
+            await self._supervise(self.prepared.units, self.prepared.allocation, self._lanes)
         except DdsupError as err:
-            self._fail(err)
-            self.console.error(str(err))
-        outcome = self._outcome() or Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
+            self.feed(StartupFailed(err))
+        outcome = self.run.outcome or Outcome(
+            ResultStatus.STOPPED, 1, None, "ended without a cause"
+        )
         self.state.write_json(self.state.result, outcome.to_dict())
         self._record(RunFinished(outcome=outcome))
         self.events.close()
         self.console.result(outcome, self.state.path)
         return outcome.exit_code
-
-    def _load_units(self) -> UnitSet:
-        directory = self.options.directory
-        if not directory.is_dir():
-            raise UsageError(f"{printable(str(directory))} is not a directory of unit files")
-        try:
-            return load_unit_set(directory.resolve())
-        except UnitFileError as err:
-            for problem in err.problems:
-                print(problem, file=sys.stderr)
-            raise UnitFileError(err.problems) from None
-
-    def _fail(self, error: DdsupError) -> None:
-        if self._run is not None:
-            self.feed(StartupFailed(error))
-        elif self._early_outcome is None:
-            self._early_outcome = Outcome.of(error)
-            self._record(RunEnding(outcome=self._early_outcome))
-
-    def _outcome(self) -> Outcome | None:
-        return self._run.outcome if self._run is not None else self._early_outcome
 
     def _write_run_json(self) -> None:
         port = self.control_port
@@ -354,6 +327,7 @@ class Controller:
             unit_dir=run.unit_dir,
             job_id=run.job_id,
             endpoint_url=run.endpoint_url,
+            rehearse=self.options.rehearse,
         )
 
     def _agent_env(self, allocation: Allocation) -> dict[str, str]:

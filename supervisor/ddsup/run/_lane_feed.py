@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 
 import trio
 
 from ddsup._errors import UsageError
 from ddsup.channel._channel import Channel
 from ddsup.channel._messages import EndpointSetup, LanesUpdate
+from ddsup.run._run_inputs import Input
 from ddsup.units._model import UnitSet
 
 
@@ -41,7 +43,10 @@ class LanePublisher:
     slow endpoint never delays the controller; unchanged sets are not sent again.
     """
 
-    def __init__(self, setup: EndpointSetup | None) -> None:
+    def __init__(
+        self, setup: EndpointSetup | None, feed: Callable[[Input], None] | None = None
+    ) -> None:
+        self._feed = feed
         self._setup = setup
         self._subscribers: list[trio.MemorySendChannel[LanesUpdate]] = []
         self._current = LanesUpdate()

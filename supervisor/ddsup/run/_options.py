@@ -30,3 +30,4 @@ class RunOptions:
     state_dir: Path | None = None  # None: ./ddsup-<job id or timestamp>
     srun_args: tuple[str, ...] = ()  # extra options for the agents' srun step
     verbosity: Verbosity = Verbosity.NORMAL
+    rehearse: bool = False  # lanes run fake-vllm in place of vllm serve (run._rehearsal)

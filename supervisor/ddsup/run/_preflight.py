@@ -43,9 +43,18 @@ def _pick_ports(count: int) -> list[int]:
 
 
 def run_preflight(
-    node: str, units: UnitSet, plan: Plan, *, gpus_available: int | None, slurm_node: str | None
+    node: str,
+    units: UnitSet,
+    plan: Plan,
+    *,
+    gpus_available: int | None,
+    slurm_node: str | None,
+    check_model_path: bool = True,
 ) -> PreflightReport:
-    """Check this node against the plan; never raises for a failed check."""
+    """Check this node against the plan; never raises for a failed check.
+
+    ``check_model_path``: False for a rehearsal, whose fake-vllm lanes read no weights.
+    """
     problems: list[str] = []
     if slurm_node is not None and slurm_node != node:
         problems.append(f"this agent runs on node {slurm_node!r}, the plan expected {node!r}")
@@ -63,6 +72,6 @@ def run_preflight(
                 problems.append(f"port {port} planned for {planned.instance} is already in use")
         unit = units.by_name(planned.unit)
         path = unit.lane.model_path if unit.lane else None
-        if path and not os.access(path, os.R_OK):
+        if check_model_path and path and not os.access(path, os.R_OK):
             problems.append(f"model_path {path!r} of {planned.instance} is not readable")
     return PreflightReport(node=node, problems=tuple(problems), ports=ports)

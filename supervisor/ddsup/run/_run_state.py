@@ -91,6 +91,11 @@ class RunState:
         self._lane_models = lanes_by_model(units, plan)
         self._model_of = {i: m for m, names in self._lane_models.items() for i in names}
         self._by_name = {p.instance: p for p in plan.instances}
+        self._served_names = tuple(
+            sorted(
+                {n for p in plan.instances if p.instance in self._model_of for n in p.served_names}
+            )
+        )
         # what each instance waits for, worked out once: an event only re-checks these
         self._after = {p.instance: tuple(start_after(units, plan, p)) for p in plan.instances}
         self._not_started = list(plan.instances)
@@ -120,7 +125,10 @@ class RunState:
         rows = []
         for p in self.plan.instances:
             model = self._model_of.get(p.instance)
-            row = InstanceStatus(p.instance, p.unit, p.type, p.node, p.gpus, p.port, model)
+            names = p.served_names if model else ()
+            row = InstanceStatus(
+                p.instance, p.unit, p.type, p.node, p.gpus, p.port, model, served_names=names
+            )
             rows.append(row.with_record(self.records.get(p.instance, InstanceRecord())))
         return tuple(rows)
 
@@ -287,15 +295,24 @@ class RunState:
         models = tuple(sorted(self._lane_models))
         names = self._model_of
         lanes = tuple(
-            ReadyLane(p.instance, names[p.instance], f"http://{self._address(p)}:{p.port}")
+            ReadyLane(
+                p.instance,
+                names[p.instance],
+                f"http://{self._address(p)}:{p.port}",
+                p.served_names or (names[p.instance],),
+            )
             for p in self.plan.instances
-            if p.instance in names and self._record(p.instance).state is InstanceState.READY
+            if p.instance in names and self._in_rotation(p.instance)
         )
-        update = LanesUpdate(lanes, models)
+        update = LanesUpdate(lanes, models, self._served_names)
         if update == self._lanes:
             return []
         self._lanes = update
         return [PublishLanes(update)]
+
+    def _in_rotation(self, instance: str) -> bool:
+        """Ready, and not being drained for a restart: the endpoint may send it requests."""
+        return self._record(instance).state is InstanceState.READY
 
     def _address(self, planned: PlannedInstance) -> str:
         return self.plan.node(planned.node).address
