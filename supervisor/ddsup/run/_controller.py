@@ -44,7 +44,6 @@ from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import LocalNode, RunNode
 from ddsup.run._options import Verbosity
 from ddsup.run._prepare import PreparedRun
-from ddsup.run._rehearsal import rehearsed_lanes
 from ddsup.run._run_inputs import (
     Decision,
     EndRun,
@@ -109,8 +108,8 @@ class Controller:
         self.console.lanes(self.run.lane_models())
         if self.options.rehearse:
             allocation = self.prepared.allocation
-            lanes = rehearsed_lanes(self.prepared.units)
-            self.console.rehearsal(lanes, len(allocation.nodes), allocation.gpus_per_node)
+            nodes, gpus = len(allocation.nodes), allocation.gpus_per_node
+            self.console.rehearsal(self.prepared.rehearsed, nodes, gpus)
         write_private(self.state.plan, self.prepared.plan.to_json())
         try:
             await self._supervise(self.prepared.units, self.prepared.allocation, self._lanes)

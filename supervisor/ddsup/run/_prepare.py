@@ -21,7 +21,7 @@ from ddsup.plan._model import Plan
 from ddsup.plan._resolve import Allocation, plan_for, resolve_allocation
 from ddsup.run._lane_feed import endpoint_setup
 from ddsup.run._options import RunOptions
-from ddsup.run._rehearsal import rehearsal_request, rehearsal_units
+from ddsup.run._rehearsal import rehearsal_request, rehearsal_units, rehearsed_lanes
 from ddsup.units import UnitSet, load_unit_set, printable
 
 
@@ -34,6 +34,7 @@ class PreparedRun:
     allocation: Allocation
     plan: Plan
     endpoint: EndpointSetup | None
+    rehearsed: tuple[str, ...] = ()  # --rehearse: the lane units now running fake-vllm
 
 
 def prepare_run(options: RunOptions, environ: Mapping[str, str] | None = None) -> PreparedRun:
@@ -41,12 +42,14 @@ def prepare_run(options: RunOptions, environ: Mapping[str, str] | None = None) -
     environ = os.environ if environ is None else environ
     units = _load_units(options.directory)
     request = options.allocation
+    rehearsed: tuple[str, ...] = ()
     if options.rehearse:
+        rehearsed = rehearsed_lanes(units)
         units = rehearsal_units(units)
         request = rehearsal_request(request, units, environ)
     allocation = resolve_allocation(request, environ)
     setup = endpoint_setup(units)
-    return PreparedRun(options, units, allocation, plan_for(units, allocation), setup)
+    return PreparedRun(options, units, allocation, plan_for(units, allocation), setup, rehearsed)
 
 
 def _load_units(directory: Path) -> UnitSet:
