@@ -8,7 +8,6 @@ import sys
 from ddsup.plan._resolve import AllocationRequest, LauncherChoice
 from ddsup.run._rehearsal import rehearsal_request, rehearsal_units, rehearsed_lanes
 from ddsup.units import Unit, UnitType
-
 from support.units import lane, unit_set, worker
 
 FAKE = (sys.executable, "-m", "ddsup", "fake-vllm")
