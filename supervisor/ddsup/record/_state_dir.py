@@ -163,10 +163,17 @@ def default_state_dir(base: Path | None = None) -> Path:
     return candidate
 
 
+def run_dirs(base: Path) -> list[Path]:
+    """The state directories of runs in ``base``: ``ddsup-*`` directories with a ``run.json``."""
+    return sorted(
+        p for p in base.glob("ddsup-*") if not p.is_symlink() and (p / "run.json").is_file()
+    )
+
+
 def newest_state_dir(base: Path | None = None) -> StateDir:
     """The newest run in ``base`` (default: the current directory), for status/stop/logs."""
     base = base or Path.cwd()
-    runs = [p for p in base.glob("ddsup-*") if (p / "run.json").is_file()]
+    runs = run_dirs(base)
     if not runs:
         raise RunStateError(
             f"no ddsup run found in {base} (looked for ddsup-*/run.json); pass --state-dir"
