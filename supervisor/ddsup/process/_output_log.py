@@ -18,8 +18,8 @@ nothing is lost without a word:
   the file accepts writes again.
 - **Rotation at the cap.** Once the file holds ``max_size`` bytes it is renamed
   ``<instance>.log.1`` (``.1`` becomes ``.2``, …), the oldest beyond ``max_files`` is
-  deleted, and a new file begins; a cut falls on a line end when the last 64 KiB before
-  the cap hold one. Deleted output is the documented cost of the cap, not a loss: the
+  deleted, and a new file begins; lines are not split between files (unless one is
+  longer than 64 KiB), so a file may exceed the cap by less than a line. Deleted output is the documented cost of the cap, not a loss: the
   kept files are the newest ``max_size × (max_files + 1)`` bytes.
 """
 
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 BACKLOG = 16 << 20  # bytes of output held in memory while the file is behind
 PIPE_SIZE = 1 << 20  # requested pipe buffer (the unprivileged maximum by default)
 _CHUNK = 1 << 16
-_LINE_SEARCH = 1 << 16  # how far back from the cap a line end is looked for
+_LINE_SEARCH = 1 << 16  # how far past the cap a line may go on before it is cut
 _FILE_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
@@ -69,9 +69,11 @@ class OutputLog:
         self.dropped_total = 0  # bytes dropped over the log's life (for tests and metrics)
         self._pending: deque[bytes] = deque()
         self._pending_bytes = 0
+        self._in_flight = 0  # bytes of the batch being written (they count in the backlog)
         self._dropped = 0  # dropped (backlog full) since the last batch was taken
         self._lost = 0  # lost to writes the file refused, not said in the file yet
         self._fd: int | None = None
+        self._ends_line = True  # the current file ends with a whole line
         self._lock = trio.Lock()  # one batch at a time (a finished process may still drain)
 
     @property
@@ -89,6 +91,10 @@ class OutputLog:
         ends it through the scope it is given (``deadline``), once the process is reaped.
         """
         stream = trio.lowlevel.FdStream(read_end)
+        try:
+            self._open()  # the log exists from the start, as the process does
+        except OSError as err:
+            log.warning("cannot open %s: %s", self.path, err.strerror or err)
         read_done = trio.Event()
         wake = _Wake()
         with trio.CancelScope(shield=True) as scope:
@@ -103,7 +109,7 @@ class OutputLog:
 
     async def _read_loop(self, stream: trio.lowlevel.FdStream, wake: _Wake) -> None:
         while chunk := await stream.receive_some(_CHUNK):
-            if self._pending_bytes + len(chunk) > self.backlog:
+            if self._in_flight + self._pending_bytes + len(chunk) > self.backlog:
                 self._dropped += len(chunk)
                 self.dropped_total += len(chunk)
             else:
@@ -120,9 +126,11 @@ class OutputLog:
                 continue
             data = b"".join(self._pending)
             self._pending.clear()
-            self._pending_bytes = 0
+            self._in_flight, self._pending_bytes = self._pending_bytes, 0
             dropped, self._dropped = self._dropped, 0
-            if not await self._write_batch(data, dropped):
+            written = await self._write_batch(data, dropped)
+            self._in_flight = 0
+            if not written:
                 if read_done.is_set():
                     return  # nothing more will come, and the file takes nothing
                 await wake.wait()  # try again with the next output
@@ -149,17 +157,26 @@ class OutputLog:
         return True
 
     def _write(self, data: bytes) -> None:
-        """Append ``data``, rotating at the cap (runs in a worker thread)."""
+        """Append ``data``, rotating at the cap (runs in a worker thread).
+
+        A line is never split between two files unless it is longer than 64 KiB: the cut
+        falls after the last line end before the cap, or, when the file holds the start of
+        a line at the cap, after the end of that line (a file exceeds the cap by less than
+        a line).
+        """
         while data:
             fd = self._open()
-            size = os.fstat(fd).st_size
-            room = self.max_size - size
-            if room <= 0:
-                self._rotate()
-                continue
-            head = data[: _cut(data, room)] if len(data) > room else data
-            _write_all(fd, head)
-            data = data[len(head) :]
+            room = self.max_size - os.fstat(fd).st_size
+            if len(data) <= room:
+                head = data
+            elif room <= 0 and self._ends_line:
+                head = b""
+            else:
+                head = data[: _cut(data, max(room, 0))]
+            if head:
+                _write_all(fd, head)
+                self._ends_line = head.endswith(b"\n")
+                data = data[len(head) :]
             if data:
                 self._rotate()
 
@@ -173,6 +190,7 @@ class OutputLog:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        self._ends_line = True
         names = [self.path] + [rotated_log(self.path, n) for n in range(1, self.max_files + 1)]
         with contextlib.suppress(FileNotFoundError):
             names[-1].unlink()
@@ -205,9 +223,14 @@ def dropped_notice(count: int) -> bytes:
 
 
 def _cut(data: bytes, room: int) -> int:
-    """Where to cut ``data`` so that the first part fits in ``room``: after a line end."""
-    newline = data.rfind(b"\n", max(0, room - _LINE_SEARCH), room)
-    return newline + 1 if newline >= 0 else room
+    """Where to cut ``data`` so that the first part fits in ``room``: after its last line
+    end there; else after the line end just beyond (a line finishes in the file it began
+    in), unless that line goes on for more than 64 KiB."""
+    before = data.rfind(b"\n", 0, room)
+    if before >= 0:
+        return before + 1
+    after = data.find(b"\n", room, room + _LINE_SEARCH)
+    return after + 1 if after >= 0 else room
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -3,12 +3,9 @@
 A :class:`Service` is owned by exactly one task (``run``), which always reaps its process.
 Its states and the transitions allowed between them are ``ddsup.record._states``.
 
-Restart rule (documented in docs/units.md): after an unclean exit (or any exit with
-``restart = "always"``) the next start waits ``restart_sec · 2^k`` (k consecutive
-failures), capped at ``restart_max_sec``, with ±10 % jitter (never above the cap). k resets
-to 0 once the unit has stayed ready for ``restart_max_sec``. More than
-``start_limit_burst`` starts inside ``start_limit_interval`` = the unit has failed.
-A readiness timeout stops the process and counts as a failure for the restart policy;
+Restart rule (documented in docs/units.md; the arithmetic is ``_restart_policy``): after
+an unclean exit (or any exit with ``restart = "always"``) the next start waits a backoff,
+and too many starts inside ``start_limit_interval`` fail the unit. A readiness timeout stops the process and counts as a failure for the restart policy;
 when it is what finally fails the unit, the run exits 75 (``readiness_timeout``).
 
 A requested restart (``ddsup restart``, :meth:`Service.request_restart`) stops the
@@ -19,13 +16,10 @@ counts against ``start_limit_burst`` nor as a failure for the backoff.
 from __future__ import annotations
 
 import os
-import random
 import signal
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import trio
 
@@ -42,41 +36,14 @@ from ddsup.record._states import ALLOWED as _ALLOWED
 from ddsup.record._states import LIVE as _LIVE
 from ddsup.record._states import IllegalTransition, InstanceState
 from ddsup.service._readiness import Probe
+from ddsup.service._restart_policy import RestartPolicy
+from ddsup.service._spec import ServiceSpec as ServiceSpec
+from ddsup.service._spec import ServiceStatus
 from ddsup.units._durations import format_duration
-from ddsup.units._model import Restart, Unit, UnitType
+from ddsup.units._model import Restart, UnitType
 
 OUTPUT_GRACE = 5.0  # seconds a stopped process's output may still drain (escaped holders)
 RESTART_REQUESTED = "restart requested"
-
-
-@dataclass(frozen=True)
-class ServiceSpec:
-    """Everything needed to run one instance, with specifiers already resolved."""
-
-    instance: str
-    node: str
-    unit: Unit
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    cwd: str
-    log_path: Path
-    context: Mapping[str, str]
-    start_delay: float = 0.0
-    probe: bool = True  # False for ranks > 0 of a multi-node lane: rank 0 serves HTTP
-
-
-@dataclass
-class ServiceStatus:
-    """Where the service is now (in-process callers and tests; others read its events)."""
-
-    state: InstanceState = InstanceState.INACTIVE
-    since: float = 0.0
-    pid: int | None = None
-    restarts: int = 0
-    last_exit: ExitStatus | None = None
-    probe: str | None = None  # the readiness probe's last answer in the current start
-    reason: str | None = None
-    readiness_timeout: bool = False  # the latest start was not ready within timeout_start
 
 
 @dataclass
@@ -100,8 +67,7 @@ class Service:
         self._scope = trio.CancelScope()
         self._stop_requested = False
         self._child: ChildProcess | None = None
-        self._starts: deque[float] = deque()
-        self._failures = 0
+        self._policy = RestartPolicy(spec.unit.service)
         self._started_once = False
         self._timeout_reason = ""
         self._stopped_exit: ExitStatus | None = None  # how the last process ended
@@ -210,11 +176,7 @@ class Service:
     def _may_start(self) -> bool:
         """Count this start against the start limit; past it, the unit has failed."""
         service = self.spec.unit.service
-        now = trio.current_time()
-        while self._starts and now - self._starts[0] > service.start_limit_interval:
-            self._starts.popleft()
-        if len(self._starts) < service.start_limit_burst:
-            self._starts.append(now)
+        if self._policy.admit(trio.current_time()):
             return True
         timed_out = self.status.readiness_timeout
         last_exit = None if timed_out else self.status.last_exit
@@ -225,7 +187,7 @@ class Service:
         else:
             last = ""
         self._fail(
-            f"start limit hit: {len(self._starts)} starts within "
+            f"start limit hit: {self._policy.recent_starts} starts within "
             f"{format_duration(service.start_limit_interval)} (start_limit_burst = "
             f"{service.start_limit_burst}){last}",
             exit=last_exit,
@@ -254,10 +216,7 @@ class Service:
             else:
                 self._fail(why, exit=exit, timed_out=timed_out)
             return None
-        if ready_for >= service.restart_max_sec:
-            self._failures = 0
-        delay = self._backoff()
-        self._failures += 1
+        delay = self._policy.next_delay(ready_for)
         self._transition(
             InstanceState.RESTARTING,
             f"{why}; restart in {human_duration(delay)}",
@@ -265,11 +224,6 @@ class Service:
             timed_out=timed_out,
         )
         return delay
-
-    def _backoff(self) -> float:
-        service = self.spec.unit.service
-        base: float = min(service.restart_sec * (2.0**self._failures), service.restart_max_sec)
-        return min(base * random.uniform(0.9, 1.1), service.restart_max_sec)
 
     async def _run_once(self) -> tuple[ExitStatus | None, float]:
         """One start of the process; returns its exit and how long it was ready.
