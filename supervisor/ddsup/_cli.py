@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("ddsup.ops._status", "show the state of a run"),
     "stop": ("ddsup.ops._stop", "stop a run (like SIGTERM to ddsup start)"),
     "logs": ("ddsup.ops._logs", "print the log of a unit instance (or all, interleaved)"),
+    "restart": ("ddsup.ops._restart", "restart instances of a live run (lanes drained first)"),
     "runs": ("ddsup.ops._runs", "list the runs here and how they ended"),
     "prune": ("ddsup.ops._runs", "remove the state directories of finished runs"),
     "cleanup": ("ddsup.ops._cleanup", "end every process of a run on this node"),

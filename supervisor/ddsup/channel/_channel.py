@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from ddsup.channel._messages import ChannelError, Hello, Message, decode, encode
+from ddsup.channel._codec import decode, encode
+from ddsup.channel._messages import ChannelError, Hello, Message
 
 MAX_LINE = 16 * 1024 * 1024
 HELLO_TIMEOUT = 10.0

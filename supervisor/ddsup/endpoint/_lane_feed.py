@@ -2,19 +2,31 @@
 
 The controller sends the endpoint's ``[endpoint]`` section first, then the full set of
 ready lanes on every change; the table follows it, so a lane that stops being ready
-leaves the rotation at once. When the controller goes away (or says something that is
+leaves the rotation at once. When such a lane has no request in flight any more, the
+endpoint says so on the same connection (:class:`LaneDrained`: ``ddsup restart`` waits
+for it before it stops the lane). When the controller goes away (or says something that is
 not a lane update) the feed ends, and so does the endpoint.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass
 
+import trio
+
 from ddsup._errors import UsageError
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, connect_channel
-from ddsup.channel._messages import ChannelError, EndpointSetup, Hello, LanesUpdate, Role
+from ddsup.channel._messages import (
+    ChannelError,
+    EndpointSetup,
+    Hello,
+    LaneDrained,
+    LanesUpdate,
+    Role,
+)
 from ddsup.endpoint._lanes import LaneInfo, LaneTable
 from ddsup.units._model import EndpointSection
 
@@ -38,7 +50,20 @@ class ControllerFeed:
     section: EndpointSection
 
     async def follow(self, table: LaneTable) -> None:
-        """Keep ``table`` equal to the controller's ready lanes until the feed ends."""
+        """Keep ``table`` equal to the controller's ready lanes until the feed ends; say
+        when a lane that left the rotation has drained (:class:`LaneDrained`)."""
+        send, receive = trio.open_memory_channel[str](math.inf)
+        table.on_drained = send.send_nowait
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._report_drained, receive)
+                await self._apply_updates(table)
+                nursery.cancel_scope.cancel()
+        finally:
+            table.on_drained = None
+            await self.channel.aclose()
+
+    async def _apply_updates(self, table: LaneTable) -> None:
         try:
             while (message := await self.channel.receive()) is not None:
                 if not isinstance(message, LanesUpdate):
@@ -50,8 +75,13 @@ class ControllerFeed:
                 )
         except ChannelError as err:
             log.warning("the lane feed from ddsup start ended: %s", err)
-        finally:
-            await self.channel.aclose()
+
+    async def _report_drained(self, receive: trio.MemoryReceiveChannel[str]) -> None:
+        async for instance in receive:
+            try:
+                await self.channel.send(LaneDrained(instance))
+            except (ChannelError, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return  # the feed has ended: the reader says so
 
 
 async def open_controller_feed(address: str, secret: str) -> ControllerFeed:

@@ -4,12 +4,14 @@ The controller's feed (or a static list) changes the set at any time with
 :meth:`LaneTable.set_ready`, :meth:`LaneTable.add` and :meth:`LaneTable.remove`; the
 request path only reads a per-model tuple that is rebuilt on each change, so a lane that
 stops being ready leaves the rotation at once while requests already sent to it finish
-on the :class:`LaneState` they hold.
+on the :class:`LaneState` they hold. Once the last of them has finished (at once, when
+none was in flight), the table's ``on_drained`` hears the lane's name, unless the lane
+is back in the rotation by then: that is how ``ddsup restart`` knows a lane is drained.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ddsup.endpoint._upstream import ConnectionPool
@@ -27,11 +29,12 @@ class LaneInfo:
 class LaneState:
     """A lane's mutable load: requests in flight through us and its last queue sample."""
 
-    __slots__ = ("info", "outstanding", "pool", "sampled_at", "waiting")
+    __slots__ = ("info", "outstanding", "pool", "retired", "sampled_at", "waiting")
 
     def __init__(self, info: LaneInfo, max_idle: int) -> None:
         self.info = info
         self.outstanding = 0
+        self.retired = False  # out of the rotation; the table hears when it has drained
         self.waiting: int | None = None  # vllm:num_requests_waiting, None = no good sample
         self.sampled_at = float("-inf")
         self.pool = ConnectionPool(info.url, max_idle)
@@ -64,6 +67,7 @@ class LaneTable:
         self._by_model: dict[str, tuple[LaneState, ...]] = {}
         self._known: set[str] = set(models)
         self._turns: dict[str, int] = {}
+        self.on_drained: Callable[[str], None] | None = None
         self.set_ready(lanes)
 
     def set_ready(self, lanes: Iterable[LaneInfo]) -> None:
@@ -95,7 +99,18 @@ class LaneTable:
         self._known.update(models)
 
     def _drop(self, instance: str) -> None:
-        self._lanes.pop(instance).pool.close_idle(retire=True)
+        state = self._lanes.pop(instance)
+        state.pool.close_idle(retire=True)
+        state.retired = True
+        if not state.outstanding:
+            self.retired_idle(state)
+
+    def retired_idle(self, state: LaneState) -> None:
+        """A lane out of the rotation has no request in flight any more (the proxy calls
+        this when it finishes the last one)."""
+        name = state.info.instance
+        if self.on_drained is not None and name not in self._lanes:
+            self.on_drained(name)
 
     def _rebuild(self) -> None:
         by_model: dict[str, list[LaneState]] = {}

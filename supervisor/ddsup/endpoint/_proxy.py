@@ -162,6 +162,8 @@ class Proxy:
             return response.status
         finally:
             lane.outstanding -= 1
+            if lane.retired and not lane.outstanding:  # the last request of a drained lane
+                self.lanes.retired_idle(lane)
             self.metrics.series.finished(lane.info.instance, delivered)  # [series hook]
 
     async def _open(

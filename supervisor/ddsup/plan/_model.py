@@ -71,6 +71,10 @@ class Plan:
     def on_node(self, name: str) -> tuple[PlannedInstance, ...]:
         return tuple(i for i in self.instances if i.node == name)
 
+    def served_names(self) -> tuple[str, ...]:
+        """Every model name some lane answers to (models, aliases, adapters), sorted."""
+        return tuple(sorted({n for i in self.instances for n in i.served_names}))
+
     def with_ports(self, ports: dict[str, int]) -> Plan:
         """The plan with ``port = "auto"`` lanes given the ports their agents picked."""
         if not ports:

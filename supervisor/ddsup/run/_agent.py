@@ -27,6 +27,7 @@ from ddsup.channel._messages import (
     Hello,
     Kill,
     Message,
+    Restart,
     Role,
     Setup,
     Shutdown,
@@ -180,6 +181,8 @@ async def _command_loop(channel: Channel, runner: NodeRunner, nursery: trio.Nurs
                 runner.start(instance)
         elif isinstance(message, Stop):
             nursery.start_soon(runner.stop, message.instances, message.reason)
+        elif isinstance(message, Restart):
+            runner.restart(message.instances, message.reason)
         elif isinstance(message, Kill):
             runner.kill_all()
         elif isinstance(message, SignalInstances):

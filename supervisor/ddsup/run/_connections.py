@@ -4,14 +4,16 @@
   connection lasts, and its reports become the run's inputs (preflight, events, a stop
   signal it received); when the connection ends, :class:`AgentGone` says how;
 - the endpoint's **lane feed** is served by the :class:`LanePublisher`;
-- an **operator** (``ddsup status``, ``ddsup stop``) asks for a snapshot or a stop.
+- an **operator** (``ddsup status``, ``ddsup stop``, ``ddsup restart``) asks for a
+  snapshot, a stop, or a restart (whose progress the controller reports on the same
+  connection until it is over).
 
 A message a peer may not send ends its connection, like one that does not decode.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import trio
@@ -23,6 +25,7 @@ from ddsup.channel._messages import (
     EventReport,
     Hello,
     PreflightReport,
+    RestartRequest,
     Role,
     Setup,
     Signalled,
@@ -55,6 +58,7 @@ class ControlServer:
     stopping: Callable[[], bool]
     nodes: dict[Host, RunNode]
     lanes: LanePublisher
+    restart: Callable[[RestartRequest, Channel], Awaitable[None]]
 
     async def serve(self, channel: Channel, hello: Hello) -> None:
         """One authenticated connection, until it ends (ChannelError: it broke the rules)."""
@@ -106,5 +110,7 @@ class ControlServer:
             elif isinstance(message, StopRequest):
                 self.feed(StopRequested())
                 await channel.send(StopAnswer())
+            elif isinstance(message, RestartRequest):
+                await self.restart(message, channel)
             else:
                 raise ChannelError(f"unexpected {message.op!r} message from an operator")

@@ -12,6 +12,7 @@ removes whatever escaped. ``result.json`` is written on every path.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import time
@@ -21,8 +22,8 @@ from functools import partial
 import trio
 
 from ddsup._errors import DdsupError, ResultStatus
-from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret, serve_channel
-from ddsup.channel._messages import Setup
+from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, new_secret, serve_channel
+from ddsup.channel._messages import RestartRequest, Setup
 from ddsup.plan._resolve import Allocation, LauncherKind
 from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
 from ddsup.record._events import (
@@ -44,8 +45,11 @@ from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import LocalNode, RunNode
 from ddsup.run._options import Verbosity
 from ddsup.run._prepare import PreparedRun
+from ddsup.run._restart_requests import serve_restart
 from ddsup.run._run_inputs import (
+    AwaitDrain,
     Decision,
+    Drained,
     EndRun,
     Host,
     Input,
@@ -56,6 +60,7 @@ from ddsup.run._run_inputs import (
     PreflightReported,
     PublishLanes,
     Record,
+    RestartOn,
     SignalOn,
     SignalToForward,
     StartOn,
@@ -99,7 +104,9 @@ class Controller:
         self._preflight_done = trio.Event()
         self._fleet: AgentFleet | None = None
         self._local: NodeRunner | None = None
-        self._lanes = LanePublisher(prepared.endpoint, self.feed)
+        self._lanes = LanePublisher(prepared.endpoint)
+        self._tasks: trio.Nursery | None = None  # for tasks a decision starts (drain waits)
+        self._tickets = itertools.count(1)
 
     # --- top level ------------------------------------------------------------------
     async def main(self) -> int:
@@ -144,6 +151,7 @@ class Controller:
         sentinel = start_sentinel(self.invocation_id)
         try:
             async with trio.open_nursery() as nursery:
+                self._tasks = nursery
                 nursery.start_soon(reap_adopted_children)
                 nursery.start_soon(self._watch_signals, units)
                 nursery.start_soon(self.console.run)
@@ -174,6 +182,7 @@ class Controller:
             stopping=lambda: self.run.stopping,
             nodes=self.nodes,
             lanes=lanes,
+            restart=self._serve_restart,
         )
         host = "127.0.0.1" if self.launcher is LauncherKind.LOCAL else "0.0.0.0"
         serve = partial(serve_channel, server.serve, self.secret, host=host)
@@ -226,7 +235,7 @@ class Controller:
         self._changed = trio.Event()
 
     def _carry_out(self, decision: Decision) -> None:
-        if isinstance(decision, StartOn | StopOn | SignalOn):
+        if isinstance(decision, StartOn | StopOn | RestartOn | SignalOn):
             node = self.nodes.get(decision.host)
             if node is None:
                 return  # an agent that is not connected: there is nothing to ask
@@ -234,8 +243,13 @@ class Controller:
                 node.start(decision.instances)
             elif isinstance(decision, StopOn):
                 node.stop(decision.instances, decision.reason)
+            elif isinstance(decision, RestartOn):
+                node.restart(decision.instances, decision.reason)
             else:
                 node.signal(decision.instances, decision.signum)
+        elif isinstance(decision, AwaitDrain) and self._tasks is not None:
+            drained = self._lanes.expect_drain(decision.instance)
+            self._tasks.start_soon(self._await_drain, decision, drained)
         elif isinstance(decision, KillEverything):
             for node in list(self.nodes.values()):
                 node.kill()
@@ -251,6 +265,15 @@ class Controller:
             write_private(self.state.plan, decision.plan.to_json())
             if self._local is not None:
                 self._local.plan = decision.plan
+
+    async def _serve_restart(self, request: RestartRequest, channel: Channel) -> None:
+        ticket = next(self._tickets)
+        await serve_restart(request, channel, self.run, self.feed, lambda: self._changed, ticket)
+
+    async def _await_drain(self, decision: AwaitDrain, drained: trio.Event) -> None:
+        with trio.move_on_after(decision.limit) as waited:
+            await drained.wait()
+        self.feed(Drained(decision.instance, timed_out=waited.cancelled_caught))
 
     def _record(self, event: RecordedEvent) -> None:
         self.events.write(event)
