@@ -44,6 +44,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help says its default: as written in it, or appended here.
+
+    Only options that take a value and have one (switches default to off; ``None`` means
+    "not given", whose meaning the help text itself must say).
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        plain = default is None or default is False or default is argparse.SUPPRESS
+        if "default" in text or plain or action.nargs == 0 or not action.option_strings:
+            return text
+        return f"{text} (default: none)" if default == [] else f"{text} (default: %(default)s)"
+
+
 def _function(command: str, prefix: str) -> Callable[..., object]:
     module = importlib.import_module(COMMANDS[command][0])
     return getattr(module, f"{prefix}_{command.replace('-', '_')}")  # type: ignore[no-any-return]
@@ -51,13 +67,26 @@ def _function(command: str, prefix: str) -> Callable[..., object]:
 
 def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The full parser; ``commands`` limits which subcommands are configured (and imported)."""
-    parser = _Parser(prog="ddsup", description="A process supervisor for GPU inference jobs.")
+    parser = _Parser(
+        prog="ddsup",
+        description="A process supervisor for GPU inference jobs: runs vLLM lanes, an "
+        "OpenAI-compatible endpoint and a client worker from TOML unit files, on Slurm or "
+        "on this machine, and leaves no process behind.",
+        formatter_class=HelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"ddsup {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name, (_module, help_text) in COMMANDS.items():
-        kwargs = {} if help_text == argparse.SUPPRESS else {"help": help_text}
-        sub_parser = sub.add_parser(name, **kwargs)  # type: ignore[arg-type]
+        if help_text == argparse.SUPPRESS:  # internal (agent): not listed
+            sub_parser = sub.add_parser(name, formatter_class=HelpFormatter)
+        else:  # configure_<name> may give a longer description
+            sub_parser = sub.add_parser(
+                name,
+                help=help_text,
+                description=help_text[:1].upper() + help_text[1:] + ".",
+                formatter_class=HelpFormatter,
+            )
         if commands is None or name in commands:
             _function(name, "configure")(sub_parser)
     return parser

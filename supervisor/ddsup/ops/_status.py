@@ -27,6 +27,12 @@ from ddsup.record._status import InstanceStatus, RunSnapshot
 
 # --- status ------------------------------------------------------------------------------
 def configure_status(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Show every unit instance of a run: node, state and since when, PID, restarts, "
+        "last exit, GPUs, port, the model names a lane serves, readiness. A live run is "
+        "asked over its control channel; a finished or killed one is read from its state "
+        "directory."
+    )
     add_state_dir(parser)
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="machine-readable (docs/operating.md)")
