@@ -10,6 +10,7 @@ not a lane update) the feed ends, and so does the endpoint.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -27,10 +28,12 @@ from ddsup.channel._messages import (
     LanesUpdate,
     Role,
 )
-from ddsup.endpoint._lanes import LaneInfo, LaneTable
+from ddsup.endpoint._lanes import LaneInfo, LaneState, LaneTable
 from ddsup.units._model import EndpointSection
 
 log = logging.getLogger(__name__)
+
+DRAIN_POLL = 0.05  # seconds between looks at a draining lane's count (shared memory)
 
 
 def controller_address() -> tuple[str, str]:
@@ -52,15 +55,15 @@ class ControllerFeed:
     async def follow(self, table: LaneTable) -> None:
         """Keep ``table`` equal to the controller's ready lanes until the feed ends; say
         when a lane that left the rotation has drained (:class:`LaneDrained`)."""
-        send, receive = trio.open_memory_channel[str](math.inf)
-        table.on_drained = send.send_nowait
+        send, receive = trio.open_memory_channel[LaneState](math.inf)
+        table.on_retired = send.send_nowait
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._report_drained, receive)
+                nursery.start_soon(self._report_drained, table, receive)
                 await self._apply_updates(table)
                 nursery.cancel_scope.cancel()
         finally:
-            table.on_drained = None
+            table.on_retired = None
             await self.channel.aclose()
 
     async def _apply_updates(self, table: LaneTable) -> None:
@@ -76,12 +79,32 @@ class ControllerFeed:
         except ChannelError as err:
             log.warning("the lane feed from ddsup start ended: %s", err)
 
-    async def _report_drained(self, receive: trio.MemoryReceiveChannel[str]) -> None:
-        async for instance in receive:
-            try:
-                await self.channel.send(LaneDrained(instance))
-            except (ChannelError, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                return  # the feed has ended: the reader says so
+    async def _report_drained(
+        self, table: LaneTable, retired: trio.MemoryReceiveChannel[LaneState]
+    ) -> None:
+        """Say each retired lane drained once nothing is in flight to it through any
+        worker. That count lives in memory the workers share, which has no event to wait
+        for: while a lane drains, it is looked at every 50 ms (a bounded poll)."""
+        draining: dict[str, LaneState] = {}
+        while True:
+            if not draining:
+                state = await retired.receive()
+                draining[state.info.instance] = state
+            with contextlib.suppress(trio.WouldBlock):
+                while True:
+                    state = retired.receive_nowait()
+                    draining[state.info.instance] = state
+            for instance, state in list(draining.items()):
+                if table.serves(instance):
+                    del draining[instance]  # back in the rotation: not drained
+                elif state.outstanding == 0:
+                    del draining[instance]
+                    try:
+                        await self.channel.send(LaneDrained(instance))
+                    except (ChannelError, trio.BrokenResourceError, trio.ClosedResourceError):
+                        return  # the feed has ended: the reader says so
+            if draining:
+                await trio.sleep(DRAIN_POLL)
 
 
 async def open_controller_feed(address: str, secret: str) -> ControllerFeed:

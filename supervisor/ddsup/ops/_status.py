@@ -79,12 +79,25 @@ def render_status(view: StatusView, *, colour: bool, now: float | None = None) -
     if view.lanes:
         per_model = [f"{m} {c.ready}/{c.total}" for m, c in view.lanes.items()]
         lines.append("lanes ready: " + " · ".join(per_model))
+    lines += _containment_lines(view)
     lines.append("")
     if view.instances:
         lines += _table(view.instances, colour=colour, now=now)
     else:
         lines.append("no unit instances: the run ended before it had a plan")
     return "\n".join(lines)
+
+
+def _containment_lines(view: StatusView) -> list[str]:
+    """One line per supervisor: which no-orphan layers hold on its node (no-orphans.md)."""
+    if not view.containment:
+        return []
+    if len({c.summary for c in view.containment}) == 1:
+        return [f"no-orphan layers: {view.containment[0].summary}"]
+    return [
+        f"no-orphan layers of {c.supervisor}{'' if c.node is None else f' ({c.node})'}: {c.summary}"
+        for c in view.containment
+    ]
 
 
 def _run_state(view: StatusView, now: float) -> str:

@@ -32,6 +32,7 @@ import trio
 from ddsup.process import ExitStatus
 from ddsup.record._display import duration, paint, symbol
 from ddsup.record._events import (
+    Contained,
     ProcessExited,
     ProcessStarted,
     RecordedEvent,
@@ -174,6 +175,9 @@ class Console:
         if isinstance(event, ProcessExited):
             where = f"{event.instance}{_where(event.node)}"
             return f"{where}: pid {event.pid} ended ({event.reason})" if self.verbose else None
+        if isinstance(event, Contained):
+            who = f"{event.supervisor}{_where(event.node)}"
+            return f"{who}: no-orphan layers: {event.summary}" if self.verbose else None
         if isinstance(event, RunEnding):
             return f"run ending: {_cause(event.outcome)}"
         if self.verbose or isinstance(event, RunStopping):

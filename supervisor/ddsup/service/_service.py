@@ -237,7 +237,9 @@ class Service:
         log_offset = self.output.size
         read_end, write_end = output_pipe()
         try:
-            child = await spawn(spec.argv, env=spec.env, cwd=spec.cwd, output=write_end)
+            child = await spawn(  # ddsup:containment: unit= puts it in its unit's cgroup
+                spec.argv, env=spec.env, cwd=spec.cwd, output=write_end, unit=spec.instance
+            )
         except SpawnError as err:
             os.close(read_end)
             self._fail(str(err))
