@@ -14,6 +14,7 @@ import json
 import socket
 from pathlib import Path
 
+import pytest
 from control_helpers import ddsup, events, wait_for
 
 from support.runs import end, simulated, start_process
@@ -71,11 +72,11 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _units(path: Path, flag: Path) -> Path:
+def _units(path: Path, flag: Path, workers: int = 1) -> Path:
     path.mkdir(parents=True)
     (path / "lane@.toml").write_text(LANE)
     (path / "endpoint.toml").write_text(
-        f'[unit]\ntype = "endpoint"\n[endpoint]\nport = {_free_port()}\n'
+        f'[unit]\ntype = "endpoint"\n[endpoint]\nport = {_free_port()}\nworkers = {workers}\n'
     )
     (path / "client.py").write_text(CLIENT)
     (path / "worker.toml").write_text(
@@ -92,11 +93,13 @@ def _transitions(state: Path, instance: str) -> list[tuple[float, str]]:
     ]
 
 
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
 def test_a_rolling_restart_under_load_drains_each_lane_and_fails_no_request(
-    tmp_path: Path,
+    tmp_path: Path, workers: int
 ) -> None:
+    """With two endpoint workers, in-flight counts are summed across processes."""
     flag = tmp_path / "stop"
-    units = _units(tmp_path / "units", flag)
+    units = _units(tmp_path / "units", flag, workers)
     state = tmp_path / "state"
     with (tmp_path / "start.out").open("wb") as sink:
         run = start_process(units, state, *simulated(1, 2), output=sink, verbose=True)
