@@ -13,6 +13,7 @@ import trio
 
 from ddsup.process import OutputLog, output_pipe, rotated_log, spawn
 from ddsup.process._output_log import dropped_notice
+from support.polls import until
 
 MIB = 1 << 20
 
@@ -25,7 +26,7 @@ async def _copy_output(log: OutputLog, argv: list[str]) -> int:
     finally:
         os.close(write_end)
     async with trio.open_nursery() as nursery:
-        await nursery.start(log.copy, read_end)
+        log.copy_in(nursery, read_end, name="output")
         status = await child.wait()
     log.close()
     assert status.code is not None
@@ -97,7 +98,7 @@ async def test_a_stalled_file_never_blocks_the_unit_and_drops_are_said(tmp_path:
     finally:
         os.close(write_end)
     async with trio.open_nursery() as nursery:
-        await nursery.start(log.copy, read_end)
+        log.copy_in(nursery, read_end, name="output")
         with trio.fail_after(60):
             status = await child.wait()  # the writer is never held up by the file
         assert status.code == 0
@@ -110,6 +111,37 @@ async def test_a_stalled_file_never_blocks_the_unit_and_drops_are_said(tmp_path:
     kept = len(data) - sum(len(dropped_notice(int(n))) for n in notices)
     assert kept + dropped == 48 * MIB  # every byte written, or counted as dropped
     assert kept <= 16 * MIB + 2 * MIB  # the backlog, and what the pipe held at the end
+
+
+async def test_a_copy_ends_at_its_deadline_when_an_escaped_process_holds_the_pipe(
+    tmp_path: Path,
+) -> None:
+    """A process that keeps the pipe open (an engine its server left) is read for as long
+    as it writes, and its copy ends when the owner says so (the service is over)."""
+    log = OutputLog(tmp_path / "held.log", max_size=MIB, max_files=1)
+    code = "import time\nprint('still here', flush=True)\ntime.sleep(300)"
+    read_end, write_end = output_pipe()
+    try:
+        child = await spawn(
+            [sys.executable, "-c", code], env=dict(os.environ), cwd=".", output=write_end
+        )
+    finally:
+        os.close(write_end)
+    try:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                log.copy_in(nursery, read_end, name="output")
+                held = tmp_path / "held.log"
+                try:
+                    await until(
+                        lambda: held.exists() and b"still here" in held.read_bytes(),
+                        "the held process's line in the log",
+                    )
+                finally:  # the copy is shielded: without an end it would hold the nursery
+                    log.end_copies(trio.current_time() + 0.1)
+    finally:
+        await child.stop(15, 5.0)
+    log.close()
 
 
 async def test_a_refused_write_is_counted_and_said_once_the_file_takes_writes(

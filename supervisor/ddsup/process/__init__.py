@@ -30,6 +30,7 @@ from ddsup.process._ending import end_on_this_node as end_on_this_node
 from ddsup.process._final_sweep import sweep_until_gone as sweep_until_gone
 from ddsup.process._managed import ManagedChildren as ManagedChildren
 from ddsup.process._managed import managed_children as managed_children
+from ddsup.process._output_log import CopyTask as CopyTask
 from ddsup.process._output_log import OutputLog as OutputLog
 from ddsup.process._output_log import output_pipe as output_pipe
 from ddsup.process._output_log import rotated_log as rotated_log

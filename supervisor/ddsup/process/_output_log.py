@@ -75,6 +75,19 @@ class OutputLog:
         self._fd: int | None = None
         self._ends_line = True  # the current file ends with a whole line
         self._lock = trio.Lock()  # one batch at a time (a finished process may still drain)
+        self._copies: list[CopyTask] = []
+
+    def copy_in(self, nursery: trio.Nursery, read_end: int, *, name: str) -> None:
+        """Copy a process's output (the pipe's ``read_end``) in a task of ``nursery``, from
+        now until the last process holding the pipe is gone or :meth:`end_copies`."""
+        copy = CopyTask(self, read_end)
+        self._copies = [c for c in self._copies if not c.done] + [copy]
+        nursery.start_soon(copy.run, name=name)
+
+    def end_copies(self, deadline: float) -> None:
+        """Every copy still running ends by ``deadline`` (trio's clock)."""
+        for copy in self._copies:
+            copy.scope.deadline = min(copy.scope.deadline, deadline)
 
     @property
     def size(self) -> int:
@@ -84,11 +97,11 @@ class OutputLog:
         except OSError:
             return 0
 
-    async def copy(self, read_end: int, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+    async def copy(self, read_end: int) -> None:
         """Copy one process's output until every writer closed the pipe (EOF).
 
-        Shielded, so that a stop does not cut off the last words of a process; the owner
-        ends it through the scope it is given (``deadline``), once the process is reaped.
+        Owns ``read_end`` and closes it. Run it in a :class:`CopyTask`, whose shielded
+        scope keeps a stop from cutting off the last words of a process.
         """
         stream = trio.lowlevel.FdStream(read_end)
         try:
@@ -97,15 +110,13 @@ class OutputLog:
             log.warning("cannot open %s: %s", self.path, err.strerror or err)
         read_done = trio.Event()
         wake = _Wake()
-        with trio.CancelScope(shield=True) as scope:
-            task_status.started(scope)
-            async with stream, trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_loop, read_done, wake)
-                try:
-                    await self._read_loop(stream, wake)
-                finally:
-                    read_done.set()
-                    wake.set()
+        async with stream, trio.open_nursery() as nursery:
+            nursery.start_soon(self._write_loop, read_done, wake)
+            try:
+                await self._read_loop(stream, wake)
+            finally:
+                read_done.set()
+                wake.set()
 
     async def _read_loop(self, stream: trio.lowlevel.FdStream, wake: _Wake) -> None:
         while chunk := await stream.receive_some(_CHUNK):
@@ -126,10 +137,12 @@ class OutputLog:
                 continue
             data = b"".join(self._pending)
             self._pending.clear()
-            self._in_flight, self._pending_bytes = self._pending_bytes, 0
+            batch = self._pending_bytes
+            self._in_flight += batch  # several copies may write (a process, its engine)
+            self._pending_bytes = 0
             dropped, self._dropped = self._dropped, 0
             written = await self._write_batch(data, dropped)
-            self._in_flight = 0
+            self._in_flight -= batch
             if not written:
                 if read_done.is_set():
                     return  # nothing more will come, and the file takes nothing
@@ -202,6 +215,28 @@ class OutputLog:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class CopyTask:
+    """One process's output copied into a log, in a task whose end its owner decides.
+
+    The scope is shielded (a stop of the service must not cut off what its process still
+    says) and exists before the task runs, so the owner can give it a deadline at any
+    time: once the service is over, its copies get a moment to drain, then end.
+    """
+
+    def __init__(self, output: OutputLog, read_end: int) -> None:
+        self.output = output
+        self.read_end = read_end
+        self.scope = trio.CancelScope(shield=True)
+        self.done = False
+
+    async def run(self) -> None:
+        try:
+            with self.scope:
+                await self.output.copy(self.read_end)
+        finally:
+            self.done = True
 
 
 class _Wake:

@@ -3,10 +3,10 @@
 A :class:`Service` is owned by exactly one task (``run``), which always reaps its process.
 Its states and the transitions allowed between them are ``ddsup.record._states``.
 
-Restart rule (documented in docs/units.md; the arithmetic is ``_restart_policy``): after
-an unclean exit (or any exit with ``restart = "always"``) the next start waits a backoff,
-and too many starts inside ``start_limit_interval`` fail the unit. A readiness timeout stops the process and counts as a failure for the restart policy;
-when it is what finally fails the unit, the run exits 75 (``readiness_timeout``).
+Restart rule (docs/units.md; the arithmetic is ``_restart_policy``): after an unclean
+exit (or any exit with ``restart = "always"``) the next start waits a backoff; too many
+starts inside ``start_limit_interval`` fail the unit. A readiness timeout stops the
+process and counts as a failure; when it fails the unit, the run exits 75.
 
 A requested restart (``ddsup restart``, :meth:`Service.request_restart`) stops the
 process (``kill_signal``, ``timeout_stop``) and starts it again at once; it neither
@@ -42,7 +42,7 @@ from ddsup.service._spec import ServiceStatus
 from ddsup.units._durations import format_duration
 from ddsup.units._model import Restart, UnitType
 
-OUTPUT_GRACE = 5.0  # seconds a stopped process's output may still drain (escaped holders)
+OUTPUT_GRACE = 1.0  # seconds the output of a service's processes may drain after its end
 RESTART_REQUESTED = "restart requested"
 
 
@@ -74,6 +74,7 @@ class Service:
         self._restart_requested = False
         self._process_scope: trio.CancelScope | None = None  # the running process's
         self._delay_scope: trio.CancelScope | None = None  # a restart delay's
+        self._copiers: trio.Nursery | None = None  # the tasks copying output into the log
         service = spec.unit.service
         self.output = OutputLog(
             spec.log_path, max_size=service.log_max_size, max_files=service.log_max_files
@@ -122,8 +123,13 @@ class Service:
     # --- the owning task ------------------------------------------------------------
     async def run(self) -> None:
         try:
-            with self._scope:
-                await self._run()
+            async with trio.open_nursery() as copiers:
+                self._copiers = copiers
+                try:
+                    with self._scope:
+                        await self._run()
+                finally:  # over: what its processes wrote drains a moment more, then ends
+                    self.output.end_copies(trio.current_time() + OUTPUT_GRACE)
         finally:
             if not self.status.state.final:
                 self._finish_stopped()
@@ -229,7 +235,8 @@ class Service:
         """One start of the process; returns its exit and how long it was ready.
 
         Its output is copied into the log by a task of its own, which outlives the process
-        until the pipe's last writer is gone (at most :data:`OUTPUT_GRACE` after the stop).
+        until the pipe's last writer is gone (at most :data:`OUTPUT_GRACE` after the
+        service's end).
         """
         spec = self.spec
         self.status.probe = None
@@ -255,28 +262,24 @@ class Service:
             )
         )
         watch = _Watch()
-        async with trio.open_nursery() as copying:
-            with trio.CancelScope(shield=True):  # at once; a stop must find it running
-                copy_scope: trio.CancelScope = await copying.start(self.output.copy, read_end)
-            try:
-                await self._watch_process(child, watch)
-            finally:
-                with trio.CancelScope(shield=True):
-                    final = await child.stop(
-                        spec.unit.service.kill_signal, spec.unit.service.timeout_stop
-                    )
-                copy_scope.deadline = trio.current_time() + OUTPUT_GRACE
-                # recorded here, so that a stop (which cancels us) reports the exit too
-                self._stopped_exit = final
-                self.status.last_exit = final
-                self.status.pid = None
-                self._child = None
-                if self._restart_requested and not watch.exited:
-                    self._emit(
-                        ProcessExited(
-                            instance=spec.instance, node=spec.node, pid=child.pid, exit=final
-                        )
-                    )
+        assert self._copiers is not None  # an engine may outlive it: the next start never waits
+        self.output.copy_in(self._copiers, read_end, name=f"output of {spec.instance}")
+        try:
+            await self._watch_process(child, watch)
+        finally:
+            with trio.CancelScope(shield=True):
+                final = await child.stop(
+                    spec.unit.service.kill_signal, spec.unit.service.timeout_stop
+                )
+            # recorded here, so that a stop (which cancels us) reports the exit too
+            self._stopped_exit = final
+            self.status.last_exit = final
+            self.status.pid = None
+            self._child = None
+            if self._restart_requested and not watch.exited:
+                self._emit(
+                    ProcessExited(instance=spec.instance, node=spec.node, pid=child.pid, exit=final)
+                )
         return final, self._ready_for(watch)
 
     async def _watch_process(self, child: ChildProcess, watch: _Watch) -> None:
