@@ -22,6 +22,7 @@ INSTANCE_KEYS = {
 TOP_KEYS = {
     "format", "invocation_id", "launcher", "state_dir", "unit_dir", "pid", "started_at",
     "ended_at", "uptime", "live", "stopping", "result", "lanes", "instances", "containment",
+    "efficiency",
 }  # fmt: skip
 
 
@@ -65,6 +66,7 @@ def test_status_of_a_live_run_then_of_the_finished_run(tmp_path: Path) -> None:
         }
         assert all("process group" in c["summary"] for c in data["containment"])
         assert "no-orphan layers" in text
+        assert data["efficiency"]["allocation_gpus"] == 4 and not data["efficiency"]["finished"]
         by_name = {i["instance"]: i for i in data["instances"]}
         assert all(set(i) == INSTANCE_KEYS for i in data["instances"])
         assert by_name["beta@1"]["node"] == "node1" and by_name["beta@1"]["model"] == "mb"
@@ -92,6 +94,9 @@ def test_status_of_a_live_run_then_of_the_finished_run(tmp_path: Path) -> None:
         assert f"stopping run {invocation}" in stop.stdout
         assert "stopped: stopped, exit 143 (ddsup stop)" in stop.stdout
         assert run.wait() == 143
+        assert re.search(r"ddsup: GPU time [0-9.]+ (s|min|h): loading \d+ %", run.text()), (
+            run.text()
+        )
         # stop is idempotent: a finished run is no error
         again = ddsup("stop", "--state-dir", state)
         assert again.returncode == 0 and "has already finished: stopped, exit 143" in again.stdout

@@ -15,12 +15,14 @@ from typing import Any
 
 import trio
 
+from ddsup._errors import DdsupError
 from ddsup.channel._messages import StatusReply, StatusRequest
 from ddsup.ops._metrics import render_supervisor_metrics
 from ddsup.ops._run_handle import add_state_dir, ask, find_state, one_line, silence_stdout
 from ddsup.ops._status_view import StatusView, status_view
 from ddsup.process import ExitStatus
 from ddsup.record._display import duration, paint, symbol
+from ddsup.record._efficiency import efficiency_json
 from ddsup.record._state_dir import StateDir
 from ddsup.record._status import InstanceStatus, RunSnapshot
 
@@ -47,7 +49,8 @@ def run_status(args: argparse.Namespace) -> int:
     if args.metrics:  # from the live snapshot when the run answers, else from its files
         text = render_supervisor_metrics(view.instances, view.uptime)
     elif args.json:
-        text = json.dumps(view.to_json(), indent=2, sort_keys=True) + "\n"
+        data = {**view.to_json(), "efficiency": _efficiency(state)}
+        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     else:
         text = render_status(view, colour=_colour(sys.stdout)) + "\n"
     try:
@@ -56,6 +59,16 @@ def run_status(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         silence_stdout()
     return 0
+
+
+def _efficiency(state: StateDir) -> dict[str, Any] | None:
+    """Where the run's GPU time went so far (docs/operating.md); None before it had a plan."""
+    if not state.plan.exists():
+        return None
+    try:
+        return efficiency_json(state.path)
+    except (DdsupError, OSError, ValueError):
+        return None  # a torn or foreign file: status still answers
 
 
 async def _snapshot(state: StateDir) -> RunSnapshot | None:

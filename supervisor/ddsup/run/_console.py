@@ -149,6 +149,10 @@ class Console:
             f"state in {state_dir}"
         )
 
+    def efficiency(self, line: str) -> None:
+        """The run's GPU time by category: part of the result, so printed even with ``-q``."""
+        self._print(line)
+
     async def run(self) -> None:
         """Redraw the progress line every second, so its elapsed time moves (TTY only).
 

@@ -27,6 +27,7 @@ from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, new_secret,
 from ddsup.channel._messages import RestartRequest, Setup
 from ddsup.plan._resolve import Allocation, LauncherKind
 from ddsup.process import Containment, open_containment
+from ddsup.record._efficiency import efficiency_line
 from ddsup.record._events import (
     Contained,
     EventLog,
@@ -131,7 +132,15 @@ class Controller:
         self._record(RunFinished(outcome=outcome))
         self.events.close()
         self.console.result(outcome, self.state.path)
+        self.console.efficiency(self._efficiency_line())
         return outcome.exit_code
+
+    def _efficiency_line(self) -> str:
+        """Where the allocation's GPU time went (docs/operating.md), from the run's files."""
+        try:
+            return efficiency_line(self.state.path)
+        except (DdsupError, OSError, ValueError) as err:  # a report, never the run's end
+            return f"GPU time: not known ({err})"
 
     def _write_run_json(self) -> None:
         port = self.control_port
