@@ -29,6 +29,7 @@ from typing import TextIO
 
 import trio
 
+from ddsup.plan._resolve import Allocation
 from ddsup.process import ExitStatus
 from ddsup.record._display import duration, paint, symbol
 from ddsup.record._events import (
@@ -99,8 +100,9 @@ class Console:
         self._lanes = dict(lanes)
         self._redraw()
 
-    def rehearsal(self, lanes: tuple[str, ...], nodes: int, gpus: int) -> None:
+    def rehearsal(self, lanes: tuple[str, ...], allocation: Allocation) -> None:
         """Say what a rehearsal changed (``ddsup start --rehearse``)."""
+        nodes, gpus = len(allocation.nodes), allocation.gpus_per_node
         what = ", ".join(lanes) if lanes else "no lane unit"
         self._print(
             f"rehearsal: {what} run{'s' * (len(lanes) < 2)} fake-vllm in place of vllm serve, "

@@ -78,6 +78,7 @@ from ddsup.service._environment import INVOCATION_ENV, RunContext
 from ddsup.units._model import UnitSet, UnitType
 
 PREFLIGHT_TIMEOUT = 120.0
+NO_CAUSE = Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
 STOP_GRACE = 10.0  # beyond a level's longest timeout_stop, for reports to come back
 
 
@@ -117,17 +118,13 @@ class Controller:
         self._record(RunStarting(invocation_id=self.invocation_id))
         self.console.lanes(self.run.lane_models())
         if self.options.rehearse:
-            allocation = self.prepared.allocation
-            nodes, gpus = len(allocation.nodes), allocation.gpus_per_node
-            self.console.rehearsal(self.prepared.rehearsed, nodes, gpus)
+            self.console.rehearsal(self.prepared.rehearsed, self.prepared.allocation)
         write_private(self.state.plan, self.prepared.plan.to_json())
         try:
             await self._supervise(self.prepared.units, self.prepared.allocation, self._lanes)
         except DdsupError as err:
             self.feed(StartupFailed(err))
-        outcome = self.run.outcome or Outcome(
-            ResultStatus.STOPPED, 1, None, "ended without a cause"
-        )
+        outcome = self.run.outcome or NO_CAUSE
         self.state.write_json(self.state.result, outcome.to_dict())
         self._record(RunFinished(outcome=outcome))
         self.events.close()
@@ -136,10 +133,9 @@ class Controller:
         return outcome.exit_code
 
     def _efficiency_line(self) -> str:
-        """Where the allocation's GPU time went (docs/operating.md), from the run's files."""
-        try:
+        try:  # where the allocation's GPU time went (docs/operating.md): a report, not the end
             return efficiency_line(self.state.path)
-        except (DdsupError, OSError, ValueError) as err:  # a report, never the run's end
+        except (DdsupError, OSError, ValueError) as err:
             return f"GPU time: not known ({err})"
 
     def _write_run_json(self) -> None:
