@@ -15,7 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ddsup.channel._messages import PreflightReport, decode, encode
+from ddsup.channel._codec import decode, encode
+from ddsup.channel._messages import PreflightReport
 from ddsup.record._events import UnitTransition
 from ddsup.record._states import InstanceState as S
 from ddsup.run._run_inputs import Observed, PreflightOver, PreflightReported, PublishLanes

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from ddsup.channel import Channel, connect_channel, serve_channel
+from ddsup.channel._codec import decode, encode
 from ddsup.channel._messages import (
     MESSAGES,
     AgentStopped,
@@ -22,10 +23,17 @@ from ddsup.channel._messages import (
     Heartbeat,
     Hello,
     Kill,
+    LaneDrained,
     LanesUpdate,
     Message,
     PreflightReport,
     ReadyLane,
+    Restart,
+    RestartAnswer,
+    RestartOver,
+    RestartProgress,
+    RestartRequest,
+    RestartStep,
     Role,
     Setup,
     Shutdown,
@@ -37,8 +45,6 @@ from ddsup.channel._messages import (
     Stop,
     StopAnswer,
     StopRequest,
-    decode,
-    encode,
 )
 from ddsup.plan import Node, Plan, PlannedInstance
 from ddsup.process import ExitStatus
@@ -86,6 +92,19 @@ SAMPLES: list[Message] = [
     StatusReply(RunSnapshot("inv", "local", 1.0, 2.0, "/state", False, (ROW,))),
     StopRequest(),
     StopAnswer(),
+    Restart(("m@0",), "restart requested (ddsup restart)"),
+    LaneDrained("m@0"),
+    RestartRequest(("m", "x@2"), rolling=True),
+    RestartAnswer(("m@0", "m@1")),
+    RestartAnswer(error="the run is stopping"),
+    RestartProgress("m@0", RestartStep.DRAINING),
+    RestartOver(ok=False),
+    LanesUpdate(
+        (ReadyLane("m@0", "m", "http://10.0.0.1:8000", ("m", "alias", "sql-lora")),),
+        ("m",),
+        ("alias", "m", "sql-lora"),
+    ),
+    Setup(PLAN, "inv", "/state", "/units", "1234", None, rehearse=True),
 ]
 
 

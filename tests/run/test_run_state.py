@@ -156,8 +156,8 @@ def test_agents_report_preflight_then_ports_are_planned_and_lanes_published() ->
     }
     assert _starts(decisions) == [(Host("n1", True), ("a@0",)), (Host("n2", True), ("a@1",))]
     [publish] = [d for d in run.handle(_to("a@1", S.READY)) if isinstance(d, PublishLanes)]
-    assert publish.update.lanes == (ReadyLane("a@1", "a", "http://10.0.0.2:8200"),)
-    assert publish.update.models == ("a",)
+    assert publish.update.lanes == (ReadyLane("a@1", "a", "http://10.0.0.2:8200", ("a",)),)
+    assert publish.update.models == ("a",) and publish.update.served_names == ("a",)
     assert [d for d in run.handle(_to("a@1", S.READY)) if isinstance(d, PublishLanes)] == []
 
 

@@ -18,7 +18,8 @@ from typing import Generic, TypeVar
 
 import trio
 
-from ddsup.channel._messages import ChannelError, Hello, Message, decode, encode
+from ddsup.channel._codec import decode, encode
+from ddsup.channel._messages import ChannelError, Hello, Message
 
 # An authenticated peer's longest line: a Setup carries the whole plan (thousands of
 # lanes are a few MB). Before authentication the server allows far less (``_server``).

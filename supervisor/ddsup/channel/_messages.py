@@ -1,33 +1,31 @@
-"""Every message that crosses the control channel, and the one encode/decode pair.
+"""Every message that crosses the control channel (``_codec`` puts them on the wire).
 
 One frozen dataclass per message; on the wire each is one JSON object with an ``op``.
-:func:`decode` checks every field's type and raises :class:`ChannelError` on anything
-malformed or unknown, and the receiving side then drops that connection: no other
-module handles the protocol as dictionaries. Who sends what::
+:func:`~ddsup.channel._codec.decode` checks every field's type and raises
+:class:`ChannelError` on anything malformed or unknown, and the receiving side then drops
+that connection: no other module handles the protocol as dictionaries. Who sends what::
 
     any peer → controller   Hello (the first line: role, secret)
-    controller → agent      Setup, Start, Stop, SignalInstances, Kill, Shutdown
+    controller → agent      Setup, Start, Stop, Restart, SignalInstances, Kill, Shutdown
     agent → controller      PreflightReport, EventReport, Signalled, AgentStopped
     controller ⇄ agent      Heartbeat (every agent_timeout / 5, so that silence means loss)
     controller → endpoint   EndpointSetup (first), then LanesUpdate on every change
-    operator ⇄ controller   StatusRequest → StatusReply; StopRequest → StopAnswer
+    endpoint → controller   LaneDrained (a lane out of the rotation has nothing in flight)
+    operator ⇄ controller   StatusRequest → StatusReply; StopRequest → StopAnswer;
+                            RestartRequest → RestartAnswer, RestartProgress…, RestartOver
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import json
-import reprlib
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ddsup._errors import DdsupError
-from ddsup.channel._typed import from_json
 from ddsup.plan._model import Plan
-from ddsup.record._events import RecordedEvent, parse_event
+from ddsup.record._events import RecordedEvent
 from ddsup.record._status import RunSnapshot
 from ddsup.units._model import EndpointSection
 
@@ -88,6 +86,7 @@ class Setup:
     endpoint_url: str | None = None
     agent_timeout: float = 30.0  # silence (no message, not even a heartbeat) that means loss
     attempt: int = 0  # the job's attempt (Slurm's SLURM_RESTART_COUNT), for the units
+    rehearse: bool = False  # lanes run fake-vllm (ddsup start --rehearse)
 
 
 @dataclass(frozen=True)
@@ -108,6 +107,15 @@ class Stop:
     op: ClassVar[str] = "stop"
     instances: tuple[str, ...]
     reason: str = "stop requested"
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Stop these instances and start them again at once (``ddsup restart``)."""
+
+    op: ClassVar[str] = "restart_instances"
+    instances: tuple[str, ...]
+    reason: str = "restart requested"
 
 
 @dataclass(frozen=True)
@@ -184,22 +192,83 @@ class EndpointSetup:
 
 @dataclass(frozen=True)
 class ReadyLane:
-    """A lane the endpoint may route to; ``api_key_env`` names the variable holding the
-    key to send it (its ``[lane] api_key_env``; the endpoint's environment has it)."""
+    """One lane in the rotation. ``served_names``: every model name it answers to (its
+    ``model`` first, then vLLM aliases and LoRA adapters), for routing by any of them;
+    ``api_key_env`` names the variable holding the key to send it (its ``[lane]
+    api_key_env``; the endpoint's environment has it)."""
 
     instance: str
     model: str
     url: str
     api_key_env: str | None = None
+    served_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class LanesUpdate:
-    """The full set of ready lanes, and every model the run serves."""
+    """The full set of ready lanes, every model the run serves (``[lane] model``), and
+    every name any lane answers to (``served_names``: models, aliases, adapters)."""
 
     op: ClassVar[str] = "lanes"
     lanes: tuple[ReadyLane, ...] = ()
     models: tuple[str, ...] = ()
+    served_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LaneDrained:
+    """The endpoint has ``instance`` out of its rotation and no request in flight to it."""
+
+    op: ClassVar[str] = "drained"
+    instance: str
+
+
+class RestartStep(str, enum.Enum):
+    """Where one instance of a ``ddsup restart`` is."""
+
+    QUEUED = "queued"  # --rolling: waiting for the one before it
+    DRAINING = "draining"  # out of the endpoint's rotation, its requests finishing
+    RESTARTING = "restarting"  # stopped and started again, not ready yet
+    READY = "ready"  # ready again (back in the rotation)
+    FAILED = "failed"  # it did not come back (it failed, or the run stopped)
+    SKIPPED = "skipped"  # --rolling: not restarted, since one before it failed
+
+    @property
+    def over(self) -> bool:
+        return self in (RestartStep.READY, RestartStep.FAILED, RestartStep.SKIPPED)
+
+
+@dataclass(frozen=True)
+class RestartRequest:
+    """``ddsup restart``: instances or units (``lane``: all its instances)."""
+
+    op: ClassVar[str] = "restart"
+    names: tuple[str, ...]
+    rolling: bool = False
+
+
+@dataclass(frozen=True)
+class RestartAnswer:
+    """The instances the restart covers, in order; or why it was refused (``error``)."""
+
+    op: ClassVar[str] = "restart_answer"
+    instances: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RestartProgress:
+    op: ClassVar[str] = "restart_progress"
+    instance: str
+    step: RestartStep
+
+
+@dataclass(frozen=True)
+class RestartOver:
+    """Every instance of the restart is ready again (``ok``), or some are not."""
+
+    op: ClassVar[str] = "restart_over"
+    ok: bool
 
 
 @dataclass(frozen=True)
@@ -231,6 +300,7 @@ Message = (
     | Heartbeat
     | Start
     | Stop
+    | Restart
     | SignalInstances
     | Kill
     | Shutdown
@@ -244,125 +314,14 @@ Message = (
     | StatusReply
     | StopRequest
     | StopAnswer
+    | LaneDrained
+    | RestartRequest
+    | RestartAnswer
+    | RestartProgress
+    | RestartOver
 )
 
 
-# --- encode -------------------------------------------------------------------------------
-def encode(message: Message) -> bytes:
-    """One message as a JSON line's bytes (without the newline)."""
-    return json.dumps({"op": message.op, **_fields(message)}, separators=(",", ":")).encode()
-
-
-def _fields(message: Message) -> dict[str, Any]:
-    if isinstance(message, Setup):
-        facts = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
-        return {**facts, "plan": message.plan.to_dict()}
-    if isinstance(message, EventReport):
-        return {"event": message.event.to_json()}
-    if isinstance(message, StatusReply):
-        return {"snapshot": message.snapshot.to_json()}
-    if isinstance(message, EndpointSetup):
-        return {"section": dataclasses.asdict(message.section)}
-    if isinstance(message, LanesUpdate):
-        lanes = [dataclasses.asdict(lane) for lane in message.lanes]
-        return {"lanes": lanes, "models": list(message.models)}
-    if isinstance(message, Hello):
-        return {k: v for k, v in dataclasses.asdict(message).items() if v is not None}
-    return {k: _plain(v) for k, v in dataclasses.asdict(message).items()}
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    return value
-
-
-# --- decode -------------------------------------------------------------------------------
-# What parsing hostile data can raise: json's RecursionError for deep nesting (a
-# RuntimeError), LookupError and ArithmeticError from nested records' own parsers.
-_PARSE_ERRORS = (
-    ArithmeticError,
-    AttributeError,
-    LookupError,
-    TypeError,
-    ValueError,
-    RecursionError,
-)
-
-
-def decode(line: bytes) -> Message:
-    """The message on one line; ChannelError for anything malformed or unknown.
-
-    Lines come from peers that may not have authenticated yet, so nothing a line holds
-    may raise anything else: the property test in ``tests/hostile`` holds it to that.
-    """
-    try:
-        data = json.loads(line)
-    except (ValueError, RecursionError) as err:
-        raise ChannelError(f"malformed message: {_short(err)}") from err
-    if not isinstance(data, dict):
-        raise ChannelError("malformed message: not an object")
-    op = data.pop("op", None)
-    kind = _BY_OP.get(op) if isinstance(op, str) else None
-    if kind is None:
-        raise ChannelError(f"unknown message {reprlib.repr(op)}")
-    try:
-        return _decode(kind, data)
-    except _PARSE_ERRORS as err:
-        raise ChannelError(f"malformed {op!r} message: {_short(err)}") from err
-
-
-def _short(err: BaseException) -> str:
-    """An error's text, cut short: it may quote what a hostile peer sent."""
-    text = str(err)
-    return text if len(text) <= 200 else text[:200] + "…"
-
-
-def _decode(kind: type[Message], data: dict[str, Any]) -> Message:
-    special = _SPECIAL.get(kind)
-    if special is not None:
-        return special(data)
-    return from_json(kind, data)  # type: ignore[no-any-return]
-
-
-def _setup(data: dict[str, Any]) -> Setup:
-    plan = data.get("plan")
-    if not isinstance(plan, dict):
-        raise ValueError("plan must be an object")
-    setup: Setup = from_json(Setup, data, parsers={"plan": Plan.from_dict})
-    return setup
-
-
-def _endpoint_setup(data: dict[str, Any]) -> EndpointSetup:
-    section = data.get("section")
-    if set(data) != {"section"} or not isinstance(section, dict):
-        raise ValueError("it carries one section object")
-    return EndpointSetup(from_json(EndpointSection, section))
-
-
-def _object_parser(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``parse`` for a field that must hold a JSON object (a nested record's own format)."""
-
-    def read(value: Any) -> Any:
-        if not isinstance(value, dict):
-            raise ValueError(f"expected an object, not {reprlib.repr(value)}")
-        return parse(value)
-
-    return read
-
-
-_SPECIAL: dict[type[Any], Callable[[dict[str, Any]], Message]] = {
-    Setup: _setup,
-    EndpointSetup: _endpoint_setup,
-    EventReport: lambda data: from_json(
-        EventReport, data, parsers={"event": _object_parser(parse_event)}
-    ),
-    StatusReply: lambda data: from_json(
-        StatusReply, data, parsers={"snapshot": _object_parser(RunSnapshot.from_json)}
-    ),
-}
 MESSAGES: tuple[type[Any], ...] = (
     Hello,
     Setup,
@@ -382,5 +341,11 @@ MESSAGES: tuple[type[Any], ...] = (
     StatusReply,
     StopRequest,
     StopAnswer,
+    Restart,
+    LaneDrained,
+    RestartRequest,
+    RestartAnswer,
+    RestartProgress,
+    RestartOver,
 )
-_BY_OP: dict[str, type[Any]] = {kind.op: kind for kind in MESSAGES}
+"""Every kind of message, each with a unique ``op`` (``tests/run/test_channel_messages.py``)."""

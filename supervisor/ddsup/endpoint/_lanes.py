@@ -18,6 +18,10 @@ adapters) and to those its own ``GET /v1/models`` lists, which :mod:`._lane_name
 learns (:meth:`LaneTable.learn_names`) when the lane joins and every so often after.
 A name, once known, stays known, so a request for it gets "no ready lane" (503) rather
 than "unknown model" (404) while its lanes are away.
+
+A lane that leaves the rotation is handed to ``on_retired`` (the controller's feed
+watches it until nothing is in flight to it any more: ``ddsup restart`` drains a lane
+that way before it stops it).
 """
 
 from __future__ import annotations
@@ -130,6 +134,7 @@ class LaneTable:
         self._slots: dict[LaneInfo, int] = {}
         self.on_change: Callable[[], None] | None = None  # called after every change
         self._change = trio.Event()
+        self.on_retired: Callable[[LaneState], None] | None = None  # a lane left the rotation
         self.set_ready(lanes)
 
     def slot_of(self, lane: LaneInfo) -> int:
@@ -246,7 +251,14 @@ class LaneTable:
         await self._change.wait()
 
     def _drop(self, instance: str) -> None:
-        self._lanes.pop(instance).pool.close_idle(retire=True)
+        state = self._lanes.pop(instance)
+        state.pool.close_idle(retire=True)
+        if self.on_retired is not None:
+            self.on_retired(state)
+
+    def serves(self, instance: str) -> bool:
+        """Whether ``instance`` is in the rotation now."""
+        return instance in self._lanes
 
     def _rebuild(self) -> None:
         by_name: dict[str, list[LaneState]] = {}

@@ -21,8 +21,16 @@ from ddsup.record._private import check_private
 
 
 def configure_cleanup(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "SIGKILL every process on this node whose environment carries the run's "
+        "DDSUP_INVOCATION_ID, and the process groups they lead, until none is left: for a "
+        "Slurm epilog, or by hand after a node lost its supervisor. Touches nothing else; "
+        "safe to run any number of times. One of --state-dir and --invocation is required."
+    )
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--state-dir", type=Path, help="the run's state directory (reads run.json)")
+    which.add_argument(
+        "--state-dir", type=Path, metavar="DIR", help="the run's state directory (reads run.json)"
+    )
     which.add_argument("--invocation", metavar="ID", help="the run's DDSUP_INVOCATION_ID")
 
 

@@ -29,6 +29,12 @@ from ddsup.record._status import InstanceStatus, RunSnapshot
 
 # --- status ------------------------------------------------------------------------------
 def configure_status(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Show every unit instance of a run: node, state and since when, PID, restarts, "
+        "last exit, GPUs, port, the model names a lane serves, readiness. A live run is "
+        "asked over its control channel; a finished or killed one is read from its state "
+        "directory."
+    )
     add_state_dir(parser)
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="machine-readable (docs/operating.md)")
@@ -129,7 +135,18 @@ def _run_state(view: StatusView, now: float) -> str:
     return text + (" · stopping" if view.stopping else "")
 
 
-_COLUMNS = ("INSTANCE", "NODE", "STATE", "SINCE", "PID", "RESTARTS", "LAST EXIT", "GPUS", "PORT")
+_COLUMNS = (
+    "INSTANCE",
+    "NODE",
+    "STATE",
+    "SINCE",
+    "PID",
+    "RESTARTS",
+    "LAST EXIT",
+    "GPUS",
+    "PORT",
+    "MODEL",
+)
 
 
 def _table(instances: tuple[InstanceStatus, ...], *, colour: bool, now: float) -> list[str]:
@@ -142,8 +159,8 @@ def _table(instances: tuple[InstanceStatus, ...], *, colour: bool, now: float) -
         if colour and index:
             state = instances[index - 1].state
             cells[2] = paint(state, f"{symbol(state)} {cells[2]}")
-        elif colour:
-            cells[2] = f"  {cells[2]}"
+        elif colour:  # the header starts where the column does: at the rows' symbol
+            cells[2] = f"{cells[2]}  "
         lines.append("  ".join(cells).rstrip())
     return lines
 
@@ -160,6 +177,7 @@ def _row(item: InstanceStatus, now: float) -> tuple[str, ...]:
         describe_exit(item.last_exit),
         ",".join(map(str, item.gpus)) or "-",
         str(item.port or "-"),
+        ",".join(item.served_names) or item.model or "-",
         item.probe or "-",
     )
 

@@ -178,6 +178,7 @@ def _planned_row(item: Mapping[str, Any]) -> tuple[InstanceStatus, int | None]:
         gpus=tuple(int(g) for g in item.get("gpus") or ()),
         port=None if port is None else int(port),
         model=_served_model(item, rank),
+        served_names=tuple(str(n) for n in item.get("served_names") or ()) if not rank else (),
     )
     return row, None if rank is None else int(rank)
 

@@ -19,8 +19,14 @@ RESULT_WAIT = 30.0  # after the controller closed its channel: sweep (≤ 5 s) +
 
 # --- stop --------------------------------------------------------------------------------
 def configure_stop(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Stop a run as SIGTERM to ddsup start does: worker, endpoint, then lanes, each "
+        "with its timeout_stop; the run exits 143. Waits for the end and prints the result."
+    )
     add_state_dir(parser)
-    parser.add_argument("--no-wait", action="store_true", help="return without waiting for the end")
+    parser.add_argument(
+        "--no-wait", action="store_true", help="return at once (default: wait for the end)"
+    )
 
 
 def run_stop(args: argparse.Namespace) -> int:

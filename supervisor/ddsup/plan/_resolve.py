@@ -95,7 +95,7 @@ class Allocation:
 
 def resolve_allocation(request: AllocationRequest, environ: Mapping[str, str]) -> Allocation:
     """The allocation ``request`` means in ``environ``; raises UsageError when it cannot."""
-    launcher = _launcher(request, environ)
+    launcher = launcher_kind(request, environ)
     if launcher is LauncherKind.LOCAL:
         return _local(request, environ)
     return _slurm(request, environ)
@@ -120,7 +120,8 @@ def plan_for(units: UnitSet, allocation: Allocation) -> Plan:
         ) from err
 
 
-def _launcher(request: AllocationRequest, environ: Mapping[str, str]) -> LauncherKind:
+def launcher_kind(request: AllocationRequest, environ: Mapping[str, str]) -> LauncherKind:
+    """What ``--launcher`` (``auto`` by the environment) resolves to."""
     if request.nodelist is not None or request.launcher is LauncherChoice.SLURM:
         return LauncherKind.SLURM
     if request.launcher is LauncherChoice.LOCAL:

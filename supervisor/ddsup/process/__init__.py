@@ -7,8 +7,9 @@ groups), ``_registry`` (the (PID, start time) records of what a run had), ``_swe
 read once for concurrent stops), ``_managed`` (children whose owner reaps them),
 ``_subreaper`` (orphans of our units become ours), ``_final_sweep`` (the end-of-run
 sweep), ``_unit_scope`` (one unit's cgroup and records), ``_containment`` (all layers of
-one supervisor, opened once: the entry point), ``_child`` (spawn, wait, stop a tree).
-``docs/no-orphans.md`` tells which layer catches what.
+one supervisor, opened once: the entry point), ``_output_log`` (a unit's output into its
+rotating log file), ``_child`` (spawn, wait, stop a tree). ``docs/no-orphans.md`` tells
+which layer catches what.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ from ddsup.process._ending import end_on_this_node as end_on_this_node
 from ddsup.process._final_sweep import sweep_until_gone as sweep_until_gone
 from ddsup.process._managed import ManagedChildren as ManagedChildren
 from ddsup.process._managed import managed_children as managed_children
+from ddsup.process._output_log import CopyTask as CopyTask
+from ddsup.process._output_log import OutputLog as OutputLog
+from ddsup.process._output_log import output_pipe as output_pipe
+from ddsup.process._output_log import rotated_log as rotated_log
 from ddsup.process._proc import read_environ as read_environ
 from ddsup.process._sentinel import Sentinel as Sentinel
 from ddsup.process._sentinel import start_sentinel as start_sentinel

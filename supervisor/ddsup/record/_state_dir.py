@@ -261,6 +261,23 @@ def _default_names(base: Path, attempt: int, tries: int = 1000) -> Iterator[Path
         yield base / f"{stem}.{suffix}"
 
 
+def run_dirs(base: Path) -> list[Path]:
+    """The caller's runs in ``base``: ``ddsup-*`` directories with a ``run.json``, both
+    private to the caller (``check_private``: not another user's, not a symlink)."""
+    return [path for _, path in sorted((when, path) for path, when in _private_runs(base))]
+
+
+def _private_runs(base: Path) -> Iterator[tuple[Path, float]]:
+    """Each of the caller's runs in ``base`` and the time its ``run.json`` last changed."""
+    for path in sorted(base.glob("ddsup-*")):
+        try:
+            check_private(path, directory=True, error=StateDirError)
+            status = check_private(path / "run.json", directory=False, error=StateDirError)
+        except (OSError, StateDirError):
+            continue
+        yield path, status.st_mtime
+
+
 def newest_state_dir(base: Path | None = None) -> StateDir:
     """The caller's newest run in ``base`` (default: the current directory).
 
@@ -269,14 +286,7 @@ def newest_state_dir(base: Path | None = None) -> StateDir:
     so nobody can plant a newer "run" in a shared directory.
     """
     base = base or Path.cwd()
-    runs: list[tuple[float, Path]] = []
-    for path in base.glob("ddsup-*"):
-        try:
-            check_private(path, directory=True, error=StateDirError)
-            status = check_private(path / "run.json", directory=False, error=StateDirError)
-        except (OSError, StateDirError):
-            continue
-        runs.append((status.st_mtime, path))
+    runs = [(when, path) for path, when in _private_runs(base)]
     if not runs:
         raise RunStateError(
             f"no ddsup run of yours found in {printable(str(base))} (looked for "

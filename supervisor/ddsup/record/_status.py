@@ -39,6 +39,7 @@ class InstanceStatus:
     probe: str | None = None  # the verdict: ok, none, pending, timed out (…)
     ready_seconds: float | None = None
     liveness_failures: int = 0  # liveness probes failed in a row (unresponsive lanes)
+    served_names: tuple[str, ...] = ()  # lane replicas: every model name it answers to
 
     def with_record(self, record: InstanceRecord) -> InstanceStatus:
         """This row with the state ``record`` (the fold of its events) gives it."""
@@ -62,6 +63,7 @@ class InstanceStatus:
             "type": self.type.value,
             "node": self.node,
             "model": self.model,
+            "served_names": list(self.served_names),
             "gpus": list(self.gpus),
             "port": self.port,
             "state": self.state.value,
@@ -96,6 +98,7 @@ class InstanceStatus:
             probe=_optional(data, "probe", str),
             ready_seconds=_optional(data, "ready_seconds", float),
             liveness_failures=int(data.get("liveness_failures") or 0),
+            served_names=tuple(str(n) for n in data.get("served_names") or ()),
         )
 
 

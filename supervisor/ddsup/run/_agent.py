@@ -29,6 +29,7 @@ from ddsup.channel._messages import (
     Hello,
     Kill,
     Message,
+    Restart,
     Role,
     Setup,
     Shutdown,
@@ -43,6 +44,7 @@ from ddsup.record._events import Contained, RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._preflight import run_preflight
+from ddsup.run._rehearsal import rehearsal_units
 from ddsup.run._signals import ignore_stop_signals, stop_signal_receiver
 from ddsup.service._environment import RunContext
 from ddsup.units import UnitSet, load_unit_set
@@ -83,6 +85,8 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
     units = load_unit_set(run.unit_dir)
     supervisor = f"agent-{node}"
     os.environ[AGENT_ENV] = supervisor  # every unit it starts inherits it: its sentinel's mark
+    if setup.rehearse:  # the same units the controller planned: fake-vllm lanes
+        units = rehearsal_units(units)
     try:
         # every no-orphan layer of this node (docs/no-orphans.md), opened once
         async with open_containment(
@@ -97,7 +101,9 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
                 details=layers.to_json(),
             )
             await channel.send(EventReport(contained))
-            await _serve_controller(channel, node, units, plan, run, gpus, setup.agent_timeout)
+            await _serve_controller(
+                channel, node, units, plan, run, gpus, setup.agent_timeout, rehearse=setup.rehearse
+            )
     finally:
         await channel.aclose()
     return 0
@@ -111,9 +117,16 @@ async def _serve_controller(
     run: RunContext,
     gpus: int | None,
     silence: float,
+    *,
+    rehearse: bool,
 ) -> None:
     report = run_preflight(
-        node, units, plan, gpus_available=gpus, slurm_node=os.environ.get("SLURMD_NODENAME")
+        node,
+        units,
+        plan,
+        gpus_available=gpus,
+        slurm_node=os.environ.get("SLURMD_NODENAME"),
+        check_model_path=not rehearse,
     )
     plan = plan.with_ports(dict(report.ports))
     await channel.send(report)
@@ -203,6 +216,8 @@ async def _command_loop(
                 runner.start(instance)
         elif isinstance(message, Stop):
             nursery.start_soon(runner.stop, message.instances, message.reason)
+        elif isinstance(message, Restart):
+            runner.restart(message.instances, message.reason)
         elif isinstance(message, Kill):
             runner.kill_all()
         elif isinstance(message, SignalInstances):

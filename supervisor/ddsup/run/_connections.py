@@ -5,7 +5,9 @@
   signal it received); when the connection ends, or the agent says nothing (not even a
   heartbeat) for ``agent_timeout``, :class:`AgentGone` says how;
 - the endpoint's **lane feed** is served by the :class:`LanePublisher`;
-- an **operator** (``ddsup status``, ``ddsup stop``) asks for a snapshot or a stop.
+- an **operator** (``ddsup status``, ``ddsup stop``, ``ddsup restart``) asks for a
+  snapshot, a stop, or a restart (whose progress the controller reports on the same
+  connection until it is over).
 
 A message a peer may not send ends its connection, like one that does not decode; so
 does an agent's hello for a node that has no agent in the plan or whose agent is already
@@ -16,7 +18,7 @@ can break its own connection, never the run's record.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Set
+from collections.abc import Awaitable, Callable, Set
 from dataclasses import dataclass
 
 import trio
@@ -29,6 +31,7 @@ from ddsup.channel._messages import (
     EventReport,
     Hello,
     PreflightReport,
+    RestartRequest,
     Role,
     Setup,
     Signalled,
@@ -79,6 +82,7 @@ class ControlServer:
     lanes: LanePublisher
     agent_instances: Callable[[str], Set[str] | None]  # None: no agent belongs on the node
     agent_timeout: float  # an agent silent this long is lost (``_heartbeat``)
+    restart: Callable[[RestartRequest, Channel], Awaitable[None]]
 
     async def serve(self, channel: Channel, hello: Hello) -> None:
         """One authenticated connection, until it ends (ChannelError: it broke the rules)."""
@@ -143,5 +147,7 @@ class ControlServer:
             elif isinstance(message, StopRequest):
                 self.feed(StopRequested())
                 await channel.send(StopAnswer())
+            elif isinstance(message, RestartRequest):
+                await self.restart(message, channel)
             else:
                 raise ChannelError(f"unexpected {message.op!r} message from an operator")

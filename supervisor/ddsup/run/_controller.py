@@ -14,11 +14,11 @@ so (``record._faults``) and the result is printed on stderr instead.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
 import socket
-import sys
 import time
 import uuid
 from functools import partial
@@ -26,17 +26,17 @@ from typing import Any
 
 import trio
 
-from ddsup._errors import DdsupError, ResultStatus, UnitFileError, UsageError
-from ddsup.channel._channel import new_secret
+from ddsup._errors import DdsupError, ResultStatus
+from ddsup.channel._channel import Channel, new_secret
+from ddsup.channel._messages import RestartRequest
 from ddsup.channel._server import serve_channel
-from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
+from ddsup.plan._resolve import Allocation, LauncherKind
 from ddsup.process import Containment, open_containment
 from ddsup.process._proc import read_stat
 from ddsup.record._event_log import EventLog
 from ddsup.record._events import (
     Contained,
     RecordedEvent,
-    RunEnding,
     RunFinished,
     RunStarting,
     SweepLeftSurvivors,
@@ -49,11 +49,13 @@ from ddsup.run._agents import AgentFleet
 from ddsup.run._connections import ControlServer
 from ddsup.run._console import Console
 from ddsup.run._control_host import control_host
-from ddsup.run._lane_feed import LanePublisher, endpoint_setup
+from ddsup.run._lane_feed import LanePublisher
 from ddsup.run._launcher import launcher_for
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import LocalNode, RunNode
-from ddsup.run._options import RunOptions, Verbosity
+from ddsup.run._options import Verbosity
+from ddsup.run._prepare import PreparedRun
+from ddsup.run._restart_requests import serve_restart
 from ddsup.run._run_facts import (
     RunFacts,
     agent_environment,
@@ -62,7 +64,9 @@ from ddsup.run._run_facts import (
     run_context,
 )
 from ddsup.run._run_inputs import (
+    AwaitDrain,
     Decision,
+    Drained,
     EndRun,
     Host,
     Input,
@@ -73,6 +77,7 @@ from ddsup.run._run_inputs import (
     PreflightReported,
     PublishLanes,
     Record,
+    RestartOn,
     SignalOn,
     SignalToForward,
     StartOn,
@@ -85,95 +90,66 @@ from ddsup.run._run_state import RunState
 from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
 from ddsup.run._slurm_job import attempt_of, settle_requeue
 from ddsup.run._walltime import JobEnd, early_stops
-from ddsup.units import load_unit_set, printable
 from ddsup.units._model import UnitSet, UnitType
 
 PREFLIGHT_TIMEOUT = 120.0
+NO_CAUSE = Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
 STOP_GRACE = 10.0  # beyond a level's longest timeout_stop, for reports to come back
 
 
 class Controller:
     """Owns one run from plan to result."""
 
-    def __init__(self, options: RunOptions, state: StateDir) -> None:
-        self.options = options
+    def __init__(self, prepared: PreparedRun, state: StateDir) -> None:
+        self.prepared = prepared
+        self.options = prepared.options
         self.state = state
         self.invocation_id = uuid.uuid4().hex
         self.secret = new_secret()
         self.started = time.time()
         self.console = Console(
-            verbose=options.verbosity is Verbosity.VERBOSE,
-            quiet=options.verbosity is Verbosity.QUIET,
+            verbose=self.options.verbosity is Verbosity.VERBOSE,
+            quiet=self.options.verbosity is Verbosity.QUIET,
+            state_dir=state.path,
         )
         state.faults.warn = self.console.warning  # between the progress line's redraws
         self.events = EventLog(state.events, state.faults)
-        self.launcher = LauncherKind.LOCAL  # until the allocation is resolved
+        self.launcher = prepared.allocation.launcher
         self.control: ControlAddress | None = None  # where the control channel listens
         self.nodes: dict[Host, RunNode] = {}  # the local node, and each connected agent
         self.ending = trio.Event()
-        self._run: RunState | None = None
-        self._early_outcome: Outcome | None = None  # an error before the run had a plan
+        self.run = RunState(prepared.units, prepared.plan)
         self._changed = trio.Event()  # set (and replaced) after every input
         self._preflight_done = trio.Event()
         self._fleet: AgentFleet | None = None
         self._local: NodeRunner | None = None
-        self._lanes: LanePublisher | None = None
+        self._lanes = LanePublisher(prepared.endpoint)
+        self._tasks: trio.Nursery | None = None  # for tasks a decision starts (drain waits)
+        self._tickets = itertools.count(1)
         self._containment: Containment | None = None  # ddsup start's no-orphan layers
-        self.job_end = JobEnd(None)  # a Slurm job's end time, once the launcher is known
-
-    @property
-    def run(self) -> RunState:
-        assert self._run is not None, "the run has no plan yet"
-        return self._run
+        slurm = self.launcher is LauncherKind.SLURM
+        self.job_end = JobEnd(os.environ.get("SLURM_JOB_ID") if slurm else None)
 
     # --- top level ------------------------------------------------------------------
     async def main(self) -> int:
         self._write_run_json()
         self._record(RunStarting(invocation_id=self.invocation_id))
+        self.console.lanes(self.run.lane_models())
+        if self.options.rehearse:
+            self.console.rehearsal(self.prepared.rehearsed, self.prepared.allocation)
+        self.state.save(self.state.plan, self.prepared.plan.to_json())
         try:
-            units = self._load_units()
-            allocation = resolve_allocation(self.options.allocation, os.environ)
-            self.launcher = allocation.launcher
-            if self.launcher is LauncherKind.SLURM:
-                self.job_end = JobEnd(os.environ.get("SLURM_JOB_ID"))
-            self._lanes = LanePublisher(endpoint_setup(units))
-            plan = plan_for(units, allocation)
-            self._run = RunState(units, plan)
-            self.console.lanes(self.run.lane_models())
-            self.state.save(self.state.plan, plan.to_json())
-            await self._supervise(units, allocation, self._lanes)
+            await self._supervise(self.prepared.units, self.prepared.allocation, self._lanes)
         except DdsupError as err:
-            self._fail(err)
-            self.console.error(str(err))
-        outcome = self._outcome() or Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
+            self.feed(StartupFailed(err))
+        outcome = self.run.outcome or NO_CAUSE
         if outcome.status is ResultStatus.REQUEUED:  # everything has stopped: now, or never
             outcome = await settle_requeue(outcome, os.environ.get("SLURM_JOB_ID"))
         self._write_result(outcome)
         self._record(RunFinished(outcome=outcome))
         self.events.close()
-        self.console.result(outcome, self.state.path, planned=self._run is not None)
+        self.console.result(outcome, self.state.path, planned=True)
         return outcome.exit_code
-
-    def _load_units(self) -> UnitSet:
-        directory = self.options.directory
-        if not directory.is_dir():
-            raise UsageError(f"{printable(str(directory))} is not a directory of unit files")
-        try:
-            return load_unit_set(directory.resolve())
-        except UnitFileError as err:
-            for problem in err.problems:
-                print(problem, file=sys.stderr)
-            raise UnitFileError(err.problems) from None
-
-    def _fail(self, error: DdsupError) -> None:
-        if self._run is not None:
-            self.feed(StartupFailed(error))
-        elif self._early_outcome is None:
-            self._early_outcome = Outcome.of(error)
-            self._record(RunEnding(outcome=self._early_outcome))
-
-    def _outcome(self) -> Outcome | None:
-        return self._run.outcome if self._run is not None else self._early_outcome
 
     def _write_result(self, outcome: Outcome) -> None:
         """``result.json``; on stderr, one JSON line, when it cannot be written."""
@@ -207,6 +183,7 @@ class Controller:
         ) as containment:
             self._contained(containment)
             async with trio.open_nursery() as nursery:
+                self._tasks = nursery
                 nursery.start_soon(self._watch_signals, units)
                 nursery.start_soon(self.console.run)
                 nursery.start_soon(self.job_end.watch, early_stops(units), self.feed)
@@ -254,6 +231,7 @@ class Controller:
             lanes=lanes,
             agent_instances=self.run.agent_instances,
             agent_timeout=self.options.agent_timeout,
+            restart=self._serve_restart,
         )
         serve = partial(serve_channel, server.serve, self.secret, host=host)
         self.control = ControlAddress(host, await nursery.start(serve))
@@ -308,7 +286,7 @@ class Controller:
         self._changed = trio.Event()
 
     def _carry_out(self, decision: Decision) -> None:
-        if isinstance(decision, StartOn | StopOn | SignalOn):
+        if isinstance(decision, StartOn | StopOn | RestartOn | SignalOn):
             node = self.nodes.get(decision.host)
             if node is None:
                 return  # an agent that is not connected: there is nothing to ask
@@ -316,8 +294,13 @@ class Controller:
                 node.start(decision.instances)
             elif isinstance(decision, StopOn):
                 node.stop(decision.instances, decision.reason)
+            elif isinstance(decision, RestartOn):
+                node.restart(decision.instances, decision.reason)
             else:
                 node.signal(decision.instances, decision.signum)
+        elif isinstance(decision, AwaitDrain) and self._tasks is not None:
+            drained = self._lanes.expect_drain(decision.instance)
+            self._tasks.start_soon(self._await_drain, decision, drained)
         elif isinstance(decision, KillEverything):
             for node in list(self.nodes.values()):
                 node.kill()
@@ -333,6 +316,15 @@ class Controller:
             self.state.save(self.state.plan, decision.plan.to_json())
             if self._local is not None:
                 self._local.plan = decision.plan
+
+    async def _serve_restart(self, request: RestartRequest, channel: Channel) -> None:
+        ticket = next(self._tickets)
+        await serve_restart(request, channel, self.run, self.feed, lambda: self._changed, ticket)
+
+    async def _await_drain(self, decision: AwaitDrain, drained: trio.Event) -> None:
+        with trio.move_on_after(decision.limit) as waited:
+            await drained.wait()
+        self.feed(Drained(decision.instance, timed_out=waited.cancelled_caught))
 
     def _record(self, event: RecordedEvent) -> None:
         self.events.write(event)
@@ -392,6 +384,7 @@ class Controller:
             control=self.control,
             agent_timeout=self.options.agent_timeout,
             attempt=attempt_of(os.environ),
+            rehearse=self.options.rehearse,
             secret=self.secret,
         )
 

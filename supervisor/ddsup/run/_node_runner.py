@@ -118,6 +118,15 @@ class NodeRunner:
             if service is not None:
                 service.request_stop(reason)
 
+    def restart(self, instances: Iterable[str], reason: str) -> None:
+        """Stop each instance and start it again at once; one that is over starts anew."""
+        for name in instances:
+            service = self.services.get(name)
+            if service is None or service.finished.is_set():
+                self.start(name)
+            else:
+                service.request_restart(reason)
+
     def kill_all(self) -> None:
         for service in self.services.values():
             service.kill_now()

@@ -20,7 +20,15 @@ from typing import Protocol
 import trio
 
 from ddsup.channel._channel import Channel
-from ddsup.channel._messages import Kill, Message, Shutdown, SignalInstances, Start, Stop
+from ddsup.channel._messages import (
+    Kill,
+    Message,
+    Restart,
+    Shutdown,
+    SignalInstances,
+    Start,
+    Stop,
+)
 from ddsup.run._node_runner import NodeRunner
 
 
@@ -30,6 +38,8 @@ class RunNode(Protocol):
     def start(self, instances: Sequence[str]) -> None: ...
 
     def stop(self, instances: Sequence[str], reason: str) -> None: ...
+
+    def restart(self, instances: Sequence[str], reason: str) -> None: ...
 
     def signal(self, instances: Sequence[str], signum: int) -> None: ...
 
@@ -50,6 +60,9 @@ class LocalNode:
 
     def stop(self, instances: Sequence[str], reason: str) -> None:
         self.runner.request_stop(instances, reason)
+
+    def restart(self, instances: Sequence[str], reason: str) -> None:
+        self.runner.restart(instances, reason)
 
     def signal(self, instances: Sequence[str], signum: int) -> None:
         self.runner.signal(instances, signum)
@@ -73,6 +86,9 @@ class RemoteNode:
 
     def stop(self, instances: Sequence[str], reason: str) -> None:
         self.put(Stop(tuple(instances), reason))
+
+    def restart(self, instances: Sequence[str], reason: str) -> None:
+        self.put(Restart(tuple(instances), reason))
 
     def signal(self, instances: Sequence[str], signum: int) -> None:
         self.put(SignalInstances(tuple(instances), signum))

@@ -30,6 +30,7 @@ class RunFacts:
     control: ControlAddress
     agent_timeout: float  # how long an agent's silence is tolerated (--agent-timeout)
     attempt: int  # the Slurm job's attempt (``SLURM_RESTART_COUNT``)
+    rehearse: bool  # lanes run fake-vllm (``ddsup start --rehearse``)
     secret: str = field(repr=False)
 
 
@@ -64,6 +65,7 @@ def agent_setup(facts: RunFacts, units: UnitSet, plan: Plan) -> Setup:
         endpoint_url=run.endpoint_url,
         agent_timeout=facts.agent_timeout,
         attempt=run.attempt,
+        rehearse=facts.rehearse,
     )
 
 

@@ -114,6 +114,25 @@ class StopBegins:
     """The run has ended; the stop sequence begins."""
 
 
+@dataclass(frozen=True)
+class RestartRequested:
+    """``ddsup restart``: these instances (checked by :meth:`RunState.restart_targets`),
+    one at a time when ``rolling``; ``ticket`` names the request for its progress."""
+
+    ticket: int
+    instances: tuple[str, ...]
+    rolling: bool = False
+
+
+@dataclass(frozen=True)
+class Drained:
+    """A lane out of the rotation has nothing in flight at the endpoint (every endpoint
+    process said so), or the wait for that ran out (``timed_out``)."""
+
+    instance: str
+    timed_out: bool = False
+
+
 Input = (
     Observed
     | PreflightReported
@@ -127,6 +146,8 @@ Input = (
     | EndNear
     | StartupFailed
     | StopBegins
+    | RestartRequested
+    | Drained
 )
 
 
@@ -142,6 +163,24 @@ class StopOn:
     host: Host
     instances: tuple[str, ...]
     reason: str = "stop requested"
+
+
+@dataclass(frozen=True)
+class RestartOn:
+    """Stop these instances and start them again at once (or start them again, if over)."""
+
+    host: Host
+    instances: tuple[str, ...]
+    reason: str = "restart requested"
+
+
+@dataclass(frozen=True)
+class AwaitDrain:
+    """Tell the run when the endpoint has nothing in flight to ``instance`` (it just left
+    the rotation), or after ``limit`` seconds: :class:`Drained` either way."""
+
+    instance: str
+    limit: float
 
 
 @dataclass(frozen=True)
@@ -184,5 +223,14 @@ class PlanPorted:
 
 
 Decision = (
-    StartOn | StopOn | SignalOn | KillEverything | EndRun | PublishLanes | Record | PlanPorted
+    StartOn
+    | StopOn
+    | RestartOn
+    | AwaitDrain
+    | SignalOn
+    | KillEverything
+    | EndRun
+    | PublishLanes
+    | Record
+    | PlanPorted
 )

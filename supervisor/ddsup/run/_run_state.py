@@ -19,7 +19,8 @@
   ``ddsup stop`` ends it as stopped (128+N). **The first cause wins.**
 - **Replica peers**: ``_replicas`` (a multi-node replica lives and dies as one).
 - **Ready lanes** for the endpoint: rank 0 of every ready lane replica, republished
-  whenever the set changes.
+  whenever the set changes; a lane being restarted (``ddsup restart``) is left out from
+  the moment its drain begins until it is ready again (``_restarts``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import signal
 from collections.abc import Iterable, Sequence
 
 from ddsup._errors import PreflightError
-from ddsup.channel._messages import LanesUpdate, PreflightReport, ReadyLane
+from ddsup.channel._messages import LanesUpdate, PreflightReport, ReadyLane, RestartStep
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.record._events import (
     KillingEverything,
@@ -45,12 +46,16 @@ from ddsup.record._states import InstanceState
 from ddsup.record._status import InstanceStatus
 from ddsup.run._node_loss import agent_instances, lanes_short, lost_transitions, survivable
 from ddsup.run._ordering import lanes_by_model, runs_on_agent, start_after, stop_levels
+from ddsup.run._preflight import preflight_verdict
 from ddsup.run._replicas import take_down_peers
+from ddsup.run._restarts import RestartRefused, Restarts, restart_targets
 from ddsup.run._run_inputs import (
     AgentGone,
     AgentProcessExited,
     AgentSignalled,
+    AwaitDrain,
     Decision,
+    Drained,
     EndNear,
     EndRun,
     Host,
@@ -62,6 +67,8 @@ from ddsup.run._run_inputs import (
     PreflightReported,
     PublishLanes,
     Record,
+    RestartOn,
+    RestartRequested,
     SignalOn,
     SignalToForward,
     StartOn,
@@ -74,6 +81,7 @@ from ddsup.run._run_inputs import (
 from ddsup.units._model import EndpointSection, OnFailure, UnitSet, UnitType
 
 REQUIRED_FAILED = "a required unit failed"
+RESTART_REASON = "restart requested (ddsup restart)"
 
 
 class RunState:
@@ -98,9 +106,11 @@ class RunState:
         self._model_of = {i: m for m, names in self._lane_models.items() for i in names}
         self._lane_keys = {u.name: u.lane.api_key_env for u in units.lanes if u.lane is not None}
         self._by_name = {p.instance: p for p in plan.instances}
+        self._served_names = plan.served_names()
         # what each instance waits for, worked out once: an event only re-checks these
         self._after = {p.instance: tuple(start_after(units, plan, p)) for p in plan.instances}
         self._not_started = list(plan.instances)
+        self.restarts = Restarts()
 
     # --- queries --------------------------------------------------------------------
     def host_of(self, planned: PlannedInstance) -> Host:
@@ -137,9 +147,19 @@ class RunState:
         rows = []
         for p in self.plan.instances:
             model = self._model_of.get(p.instance)
-            row = InstanceStatus(p.instance, p.unit, p.type, p.node, p.gpus, p.port, model)
+            names = p.served_names if model else ()
+            row = InstanceStatus(
+                p.instance, p.unit, p.type, p.node, p.gpus, p.port, model, served_names=names
+            )
             rows.append(row.with_record(self.records.get(p.instance, InstanceRecord())))
         return tuple(rows)
+
+    def restart_targets(self, names: Sequence[str]) -> tuple[str, ...]:
+        """The instances a ``ddsup restart`` of ``names`` covers (RestartRefused: why not)."""
+        if self.stopping or self.outcome is not None:
+            raise RestartRefused("the run is stopping")
+        states = {i: self._record(i).state for i in self._started}
+        return restart_targets(names, self.plan, self.units, states, self.restarts)
 
     def stop_levels(self) -> list[list[PlannedInstance]]:
         """Instances by start depth, deepest first: the order in which to stop them."""
@@ -181,7 +201,10 @@ class RunState:
             return self._preflight_over(event.waited)
         if isinstance(event, StopBegins):
             self.stopping = True
+            self.restarts.abandon()
             return [Record(RunStopping())]
+        if isinstance(event, RestartRequested | Drained):
+            return [] if self.stopping else self._restart(event)
         if isinstance(event, SignalToForward):
             return self._forward(event.signum)
         if isinstance(event, EndNear):
@@ -236,9 +259,8 @@ class RunState:
         self.records[event.instance] = self._record(event.instance).apply(event)
         decisions: list[Decision] = []
         if not self.stopping:
-            records = self.records
             decisions += take_down_peers(
-                self.units, self.plan, records, event.instance, event.to_state
+                self.units, self.plan, self.records, event.instance, event.to_state
             )
         if event.to_state is InstanceState.READY or event.completed:
             self._ready_once.add(event.instance)
@@ -247,7 +269,11 @@ class RunState:
             decisions += self._on_final(event)
             if not self.stopping:
                 decisions += self._end(lanes_short(self.units, self._lane_models, self._final))
-        decisions += self._publish()
+        begun: list[Decision] = []
+        if not self.stopping:
+            for instance in self.restarts.observe(event.instance, event.to_state):
+                begun += self._begin_restart(instance)
+        decisions += self._publish() + begun
         decisions += self._due_starts()
         return decisions
 
@@ -256,7 +282,7 @@ class RunState:
 
     def _on_final(self, event: UnitTransition) -> list[Decision]:
         """The worker's end ends the run; a unit failed for good ends it or its requirers."""
-        planned = self._planned(event.instance)
+        planned = self._by_name.get(event.instance)
         if self.stopping or planned is None:
             return []
         unit = self.units.by_name(planned.unit)
@@ -274,16 +300,10 @@ class RunState:
     def _preflight_over(self, waited: float) -> list[Decision]:
         if self.outcome is not None:
             return []
-        missing = ", ".join(sorted(set(self.agent_nodes()) - set(self._preflight)))
-        if missing:
-            return self._end(
-                PreflightError(f"no agent reported from node(s) {missing} within {waited:g}s")
-            )
-        reports = sorted(self._preflight.items())
-        problems = [f"{node}: {p}" for node, report in reports for p in report.problems]
-        if problems:
-            return self._end(PreflightError("preflight failed: " + "; ".join(problems)))
-        ports = {k: v for _node, report in reports for k, v in report.ports.items()}
+        verdict = preflight_verdict(self.agent_nodes(), self._preflight, waited)
+        if isinstance(verdict, PreflightError):
+            return self._end(verdict)
+        ports = verdict
         decisions: list[Decision] = []
         if ports:
             self.plan = self.plan.with_ports(ports)
@@ -326,20 +346,56 @@ class RunState:
             ReadyLane(
                 p.instance,
                 names[p.instance],
-                f"http://{self._address(p)}:{p.port}",
-                self._lane_keys.get(p.unit),
+                f"http://{self.plan.node(p.node).address}:{p.port}",
+                api_key_env=self._lane_keys.get(p.unit),
+                served_names=p.served_names or (names[p.instance],),
             )
             for p in self.plan.instances
-            if p.instance in names and self._record(p.instance).state is InstanceState.READY
+            if p.instance in names and self._in_rotation(p.instance)
         )
-        update = LanesUpdate(lanes, models)
+        update = LanesUpdate(lanes, models, self._served_names)
         if update == self._lanes:
             return []
         self._lanes = update
         return [PublishLanes(update)]
 
-    def _address(self, planned: PlannedInstance) -> str:
-        return self.plan.node(planned.node).address
+    def _in_rotation(self, instance: str) -> bool:
+        """Ready, and not being drained for a restart: the endpoint may send it requests."""
+        ready = self._record(instance).state is InstanceState.READY
+        return ready and not self.restarts.holds_out(instance)
+
+    # --- ddsup restart --------------------------------------------------------------
+    def _restart(self, event: RestartRequested | Drained) -> list[Decision]:
+        """A request begins (its first instance, or all); a drained lane restarts."""
+        if isinstance(event, Drained):
+            if self.restarts.step_of(event.instance) is not RestartStep.DRAINING:
+                return []
+            return self._restart_now(event.instance)
+        begun: list[Decision] = []
+        for instance in self.restarts.add(event.ticket, event.instances, event.rolling):
+            begun += self._begin_restart(instance)
+        return self._publish() + begun
+
+    def _begin_restart(self, instance: str) -> list[Decision]:
+        """A lane in the rotation drains first (the caller publishes the set without it)."""
+        if self._in_rotation(instance) and instance in self._model_of and self._endpoint_up():
+            self.restarts.set_step(instance, RestartStep.DRAINING)
+            unit = self.units.by_name(self._by_name[instance].unit)
+            return [AwaitDrain(instance, unit.service.timeout_stop)]
+        return self._restart_now(instance)
+
+    def _restart_now(self, instance: str) -> list[Decision]:
+        self.restarts.set_step(instance, RestartStep.RESTARTING)
+        self._final.discard(instance)  # a failed instance starts again
+        host = self.host_of(self._by_name[instance])
+        return [RestartOn(host, (instance,), RESTART_REASON)]
+
+    def _endpoint_up(self) -> bool:
+        """The endpoint runs (it has lanes in its rotation that a drain could concern)."""
+        endpoint = self.units.endpoint
+        if endpoint is None:
+            return False
+        return endpoint.name in self._started and endpoint.name not in self._final
 
     def _forward(self, signum: int) -> list[Decision]:
         targets = [
@@ -375,9 +431,6 @@ class RunState:
             return []
         self.outcome = Outcome.of(cause)
         return [Record(RunEnding(outcome=self.outcome)), EndRun(self.outcome)]
-
-    def _planned(self, instance: str) -> PlannedInstance | None:
-        return self._by_name.get(instance)
 
 
 def _by_host(

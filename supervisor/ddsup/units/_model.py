@@ -71,6 +71,8 @@ class ServiceSection:
     kill_signal: signal.Signals = signal.SIGTERM
     forward_signals: tuple[signal.Signals, ...] = ()
     on_failure: OnFailure = OnFailure.STOP_ALL
+    log_max_size: int = 64 << 20  # bytes of logs/<instance>.log before it is rotated
+    log_max_files: int = 2  # rotated files kept (<instance>.log.1 …)
 
 
 class ProbeKind(str, enum.Enum):
@@ -110,6 +112,7 @@ class LaneSection:
     stagger: float = 5.0
     lead_standoff: float = 0.0
     api_key_env: str | None = None  # the variable holding this lane's own API key
+    served_model_names: tuple[str, ...] | None = None  # None: read from exec's vllm flags
 
 
 @dataclass(frozen=True)

@@ -173,6 +173,20 @@ SERVICE = SectionSpec(
             "stop-all",
             "continue",
         ),
+        KeySpec(
+            "log_max_size",
+            k.size(64 << 10),
+            "Size of logs/<instance>.log at which it is rotated (renamed .log.1, …).",
+            "64M",
+            "1G",
+        ),
+        KeySpec(
+            "log_max_files",
+            k.integer(0, 100),
+            "Rotated log files kept per instance; the oldest beyond them is deleted.",
+            2,
+            5,
+        ),
     ),
     required_for=_NOT_BUILT_IN,
 )
@@ -270,6 +284,13 @@ LANE = SectionSpec(
             "lane; only the lane and the endpoint get the variable.",
             example="VLLM_API_KEY",
         ),
+        KeySpec(
+            "served_model_names",
+            k.STRINGS,
+            "Other names the lane answers to (aliases, LoRA adapters); absent: read from "
+            "exec's --served-model-name and --lora-modules.",
+            example=["llama", "sql-lora"],
+        ),
     ),
     only=_LANE,
     required_for=_LANE,
@@ -294,8 +315,10 @@ SECTIONS: tuple[SectionSpec, ...] = (UNIT, SERVICE, READY, LANE, SLURM, ENDPOINT
 SECTION_NAMES: tuple[str, ...] = tuple(section.name for section in SECTIONS)
 READY_PROBES: tuple[str, ...] = ("http", "tcp", "exec")
 
-# Every specifier a unit file may use: the runtime ones plus each key of [lane].
-SPECIFIERS: frozenset[str] = BASE_SPECIFIERS | {key.name for key in LANE.keys}
+# Every specifier a unit file may use: the runtime ones plus each scalar key of [lane].
+SPECIFIERS: frozenset[str] = BASE_SPECIFIERS | {
+    key.name for key in LANE.keys if key.kind is not k.STRINGS
+}
 
 
 def section(name: str) -> SectionSpec | None:
