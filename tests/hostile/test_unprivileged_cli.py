@@ -74,7 +74,14 @@ def test_an_unprivileged_user_gets_typed_errors_from_a_root_run(shared: Path) ->
             _one_error_line(done, 77, "belongs to uid 0, not to you")
         _one_error_line(ddsup("status", cwd=shared, as_nobody=True), 1, "no ddsup run of yours")
         for target in (state, shared / "new"):
-            done = ddsup("start", str(units), "--state-dir", str(target), as_nobody=True)
+            done = ddsup(
+                "start",
+                str(units.path),
+                *simulated(2, 1),
+                "--state-dir",
+                str(target),
+                as_nobody=True,
+            )
             _one_error_line(done, 73, "state directory" if target != state else "not to you")
         (shared / "release").touch()
         assert process.wait(timeout=60) == WORKER_STATUS

@@ -27,7 +27,7 @@ from ddsup.run._run_inputs import (
     StopBegins,
 )
 from ddsup.run._run_state import RunState
-from ddsup.units._model import OnFailure
+from ddsup.units._model import MinReady, OnFailure
 from support import units as u
 
 LANES = Host("n1", agent=True)
@@ -40,11 +40,12 @@ def _to(instance: str, to: S) -> Observed:
 
 
 def _serving() -> RunState:
-    """Three lanes of model m on n1 ready, the endpoint and the worker running."""
+    """Three lanes of model m on n1 ready, the endpoint and the worker running; the run
+    goes on with one lane failed for good (``min_ready`` 2)."""
     units = u.unit_set(
         u.lane("m@", replicas=3, service={"timeout_stop": 7.0, "on_failure": OnFailure.CONTINUE}),
         u.service("helper"),
-        u.endpoint(),
+        u.endpoint(min_ready=MinReady(count=2)),
         u.worker(),
     )
     run = RunState(units, u.plan(units, count=1, gpus=4))

@@ -200,8 +200,8 @@ class ReadyLane:
     instance: str
     model: str
     url: str
-    api_key_env: str | None = None
     served_names: tuple[str, ...] = ()
+    api_key_env: str | None = None
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from ddsup.channel._messages import (
 )
 from ddsup.record._events import (
     Contained,
+    LivenessFailed,
     ProcessExited,
     ProcessStarted,
     RecordedEvent,
@@ -60,7 +61,8 @@ from ddsup.run._run_inputs import (
     StopRequested,
 )
 
-_INSTANCE_EVENTS = (UnitTransition, ProcessStarted, ProcessExited)  # what an agent's services emit
+# what an agent's services emit: each names one of its instances
+_INSTANCE_EVENTS = (UnitTransition, ProcessStarted, ProcessExited, LivenessFailed)
 
 
 def _of_node(event: RecordedEvent, node: str, instances: Set[str]) -> bool:
