@@ -10,6 +10,7 @@ environment (and its parent's, for a lane: its node agent) to a file; the run en
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -124,3 +125,54 @@ def test_the_lane_feed_names_a_lane_s_key_variable_never_its_value() -> None:
     keys = {lane.instance: lane.api_key_env for lane in published[-1].lanes}
     assert keys == {"a@0": "LANE_KEY", "b@0": None}
     assert decode(encode(published[-1])) == published[-1]
+
+
+# The worker: one completion through the endpoint with the client's key; exit 0 on 200.
+ASK_PY = """\
+import json, os, sys, urllib.request
+body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 2}).encode()
+request = urllib.request.Request(
+    os.environ["OPENAI_BASE_URL"] + "/completions",
+    data=body,
+    headers={"Content-Type": "application/json", "Authorization": "Bearer " + sys.argv[1]},
+)
+try:
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        sys.exit(0 if answer.status == 200 else 1)
+except urllib.error.HTTPError as err:
+    print("HTTP", err.code, err.read()[:200], file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+async def test_the_endpoint_authenticates_to_a_lane_with_the_lanes_own_key(
+    tmp_path: Path,
+) -> None:
+    """A lane that requires its own key (vLLM's ``VLLM_API_KEY``) answers the endpoint,
+    which sends that key, never the client's: the worker's request through it succeeds."""
+    units = UnitDir(tmp_path / "units")
+    (units.path / "ask.py").write_text(ASK_PY)
+    fake = ["ddsup", "fake-vllm", "--port", "{port}", "--model", "{model}"]
+    lane = {"model": "m", "gpus": 1, "replicas": 1, "port": "auto", "stagger": "0s"}
+    units.add(
+        "lane@",
+        "lane",
+        fake,
+        ready={"http": "http://{host}:{port}/health", "interval": "50ms"},
+        lane={**lane, "api_key_env": "VLLM_API_KEY"},
+    )
+    with socket.socket() as sock:  # a free port for the endpoint
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    endpoint = {"api_key_env": "CLIENT_KEY", "port": port}
+    units.add("endpoint", "endpoint", ["ddsup", "endpoint"], endpoint=endpoint)
+    units.add("worker", "worker", [PY, units.script("ask.py"), CLIENT_KEY])
+    run = await run_start(
+        units,
+        tmp_path / "state",
+        *simulated(1, 1),
+        env={"CLIENT_KEY": CLIENT_KEY, "VLLM_API_KEY": LANE_KEY},
+    )
+    assert run.returncode == 0, run.describe()
+    logs = "".join(p.read_text() for p in (tmp_path / "state" / "logs").glob("*.log*"))
+    assert LANE_KEY not in logs and CLIENT_KEY not in logs
