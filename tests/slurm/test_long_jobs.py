@@ -148,7 +148,14 @@ def test_stop_before_end_stops_the_worker_ahead_of_the_time_limit(
 
 
 def _release_when_requeued(cluster: SlurmCluster, job_id: str) -> None:
-    """A requeued job waits two minutes before it may start again: start it now."""
+    """A requeued job waits two minutes before it may start again: start it sooner.
+
+    Not at once: each node revoked the first attempt's credential when it ended it, and
+    slurmd refuses a credential created in the same second as (or before) that
+    revocation ("Killing non-startable batch job: Job credential revoked", the job
+    FAILED with exit 1). Credentials have one-second resolution, so the job may start
+    two seconds on; that wait is Slurm's scheduler's, not a sleep here.
+    """
 
     def requeued() -> bool:
         info = cluster.job_info(job_id)
@@ -159,7 +166,7 @@ def _release_when_requeued(cluster: SlurmCluster, job_id: str) -> None:
         60,
         lambda: f"job {job_id} was not requeued: {cluster.job_info(job_id)}",
     )
-    cluster.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"])
+    cluster.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now+2"])
 
 
 def test_a_worker_asks_for_a_requeue_and_the_next_attempt_knows_it(
