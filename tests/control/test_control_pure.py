@@ -172,6 +172,7 @@ def test_status_text_of_a_run_that_did_not_answer() -> None:
         "0,1",
         "8000",
         "-",
+        "-",
     ]
 
 

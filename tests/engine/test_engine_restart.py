@@ -18,7 +18,7 @@ import trio
 
 from ddsup.record._events import RecordedEvent, UnitTransition
 from ddsup.record._states import InstanceState
-from ddsup.service import _service
+from ddsup.service import _restart_policy
 from ddsup.service._service import Service, ServiceSpec
 from ddsup.units._model import Restart, ServiceSection, SourceLocation, Unit, UnitType
 from support.runs import run_start
@@ -131,7 +131,7 @@ async def test_backoff_doubles_and_caps_exactly(
     pick: Callable[[float, float], float],
     factor: float,
 ) -> None:
-    monkeypatch.setattr(_service, "random", _pinned(pick))
+    monkeypatch.setattr(_restart_policy, "random", _pinned(pick))
     gaps = await _delays(tmp_path, _unit(**BACKOFF))
     expected = [min(base * factor, CAP) for base in BASES]
     assert gaps == pytest.approx(expected, abs=1e-9)

@@ -13,18 +13,22 @@ import pytest
 import trio
 
 from ddsup.channel import Channel, connect_channel, serve_channel
+from ddsup.channel._codec import decode, encode
 from ddsup.channel._messages import (
     MESSAGES,
     AgentStopped,
     ChannelError,
     EndpointSetup,
     EventReport,
+    FailHeld,
     Hello,
+    Inventory,
     Kill,
     LanesUpdate,
     Message,
     PreflightReport,
     ReadyLane,
+    Resume,
     Role,
     Setup,
     Shutdown,
@@ -36,8 +40,7 @@ from ddsup.channel._messages import (
     Stop,
     StopAnswer,
     StopRequest,
-    decode,
-    encode,
+    TakeDown,
 )
 from ddsup.plan import Node, Plan, PlannedInstance
 from ddsup.process import ExitStatus
@@ -68,13 +71,19 @@ ROW = InstanceStatus(
 SAMPLES: list[Message] = [
     Hello(Role.AGENT, "s3cret", node="n1", pid=42),
     Hello(Role.CONTROL, "s3cret"),
+    Inventory(("4", "GPU-8f2c", "MIG-1d3e"), "CUDA_VISIBLE_DEVICES"),
     Setup(PLAN, "inv", "/state", "/units", "1234", "http://127.0.0.1:9000"),
     Start(("m@0", "m@1")),
     Stop(("m@0",), "a required unit failed"),
     SignalInstances(("m@0",), 10),
+    TakeDown(("m@0", "m@0:1"), "m@0:2 went down (exit status 1)"),
+    Resume(("m@0",), 0.25, 2),
+    Resume(("m@0:1", "m@0:2"), 0.0, 2, 31234),
+    FailHeld(("m@0",), "start limit hit: …", readiness_timeout=True),
     Kill(),
     Shutdown(),
     PreflightReport("n1", ("port 8000 planned for m@0 is already in use",), {"m@1": 41234}),
+    PreflightReport("n2", warnings=("GPU 4 of m@2 is in use by another process",)),
     EventReport(EVENT),
     Signalled(15),
     AgentStopped("n1"),

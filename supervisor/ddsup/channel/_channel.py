@@ -5,7 +5,7 @@ talk to the controller through it. The first line a client sends is a :class:`He
 carrying the secret; the server compares it in constant time and drops the connection on
 mismatch, so nobody else on the cluster can drive or read the run. The secret lives in
 the 0600 state directory and in the environment of the processes that need it, never in
-argv. Lines carry the typed messages of ``_messages``; a line that does not decode ends
+argv. Lines carry the typed messages of ``_messages`` (``_codec``); a line that does not decode ends
 its connection (:class:`ChannelError`).
 """
 
@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from ddsup.channel._messages import ChannelError, Hello, Message, decode, encode
+from ddsup.channel._codec import decode, encode
+from ddsup.channel._messages import ChannelError, Hello, Message
 
 MAX_LINE = 16 * 1024 * 1024
 HELLO_TIMEOUT = 10.0

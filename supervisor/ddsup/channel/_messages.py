@@ -1,12 +1,14 @@
 """Every message that crosses the control channel, and the one encode/decode pair.
 
-One frozen dataclass per message; on the wire each is one JSON object with an ``op``.
-:func:`decode` checks every field's type and raises :class:`ChannelError` on anything
-malformed or unknown, and the receiving side then drops that connection: no other
-module handles the protocol as dictionaries. Who sends what::
+One frozen dataclass per message; on the wire each is one JSON object with an ``op``
+(``_codec``: :func:`~ddsup.channel._codec.decode` checks every field's type and raises
+:class:`ChannelError` on anything malformed or unknown, and the receiving side then drops
+that connection: no other module handles the protocol as dictionaries). Who sends what::
 
     any peer → controller   Hello (the first line: role, secret)
-    controller → agent      Setup, Start, Stop, SignalInstances, Kill, Shutdown
+    agent → controller      Inventory (right after its hello: the node's GPUs)
+    controller → agent      Setup, Start, Stop, SignalInstances, Kill, Shutdown,
+                            TakeDown, Resume, FailHeld (a multi-node replica's restart)
     agent → controller      PreflightReport, EventReport, Signalled, AgentStopped
     controller → endpoint   EndpointSetup (first), then LanesUpdate on every change
     operator ⇄ controller   StatusRequest → StatusReply; StopRequest → StopAnswer
@@ -14,18 +16,14 @@ module handles the protocol as dictionaries. Who sends what::
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import json
-import types
-import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ddsup._errors import DdsupError
 from ddsup.plan._model import Plan
-from ddsup.record._events import RecordedEvent, parse_event
+from ddsup.record._events import RecordedEvent
 from ddsup.record._status import RunSnapshot
 from ddsup.units._model import EndpointSection
 
@@ -51,6 +49,19 @@ class Hello:
     secret: str = field(repr=False)
     node: str | None = None  # agents: the node they run on
     pid: int | None = None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What an agent found on its node, sent right after its hello, before any plan.
+
+    ``gpus`` are the entries the job was given there (``CUDA_VISIBLE_DEVICES`` entries),
+    ``source`` where they were found; the plan is made from every node's inventory.
+    """
+
+    op: ClassVar[str] = "inventory"
+    gpus: tuple[str, ...]
+    source: str
 
 
 @dataclass(frozen=True)
@@ -101,13 +112,48 @@ class Shutdown:
 
 
 @dataclass(frozen=True)
+class TakeDown:
+    """End these ranks' processes and hold them: a peer's ended, the replica restarts."""
+
+    op: ClassVar[str] = "take_down"
+    instances: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Start these held ranks again after ``delay`` seconds, as attempt ``attempt``.
+
+    ``master_port`` None: the replica's rank 0 rendezvous on its planned port if that is
+    free, else on one its node picks (and says so in its ``starting`` transition).
+    """
+
+    op: ClassVar[str] = "resume"
+    instances: tuple[str, ...]
+    delay: float
+    attempt: int
+    master_port: int | None = None
+
+
+@dataclass(frozen=True)
+class FailHeld:
+    """These held ranks' replica has failed for good (its start limit)."""
+
+    op: ClassVar[str] = "fail_held"
+    instances: tuple[str, ...]
+    reason: str
+    readiness_timeout: bool = False
+
+
+@dataclass(frozen=True)
 class PreflightReport:
-    """What one node found: problems (none: passed) and the ports it picked."""
+    """What one node found: problems (none: passed), warnings, and the ports it picked."""
 
     op: ClassVar[str] = "preflight"
     node: str
     problems: tuple[str, ...] = ()
     ports: Mapping[str, int] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -181,10 +227,14 @@ class StopAnswer:
 
 Message = (
     Hello
+    | Inventory
     | Setup
     | Start
     | Stop
     | SignalInstances
+    | TakeDown
+    | Resume
+    | FailHeld
     | Kill
     | Shutdown
     | PreflightReport
@@ -200,108 +250,16 @@ Message = (
 )
 
 
-# --- encode -------------------------------------------------------------------------------
-def encode(message: Message) -> bytes:
-    """One message as a JSON line's bytes (without the newline)."""
-    return json.dumps({"op": message.op, **_fields(message)}, separators=(",", ":")).encode()
-
-
-def _fields(message: Message) -> dict[str, Any]:
-    if isinstance(message, Setup):
-        facts = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
-        return {**facts, "plan": message.plan.to_dict()}
-    if isinstance(message, EventReport):
-        return {"event": message.event.to_json()}
-    if isinstance(message, StatusReply):
-        return {"snapshot": message.snapshot.to_json()}
-    if isinstance(message, EndpointSetup):
-        return {"section": dataclasses.asdict(message.section)}
-    if isinstance(message, LanesUpdate):
-        lanes = [dataclasses.asdict(lane) for lane in message.lanes]
-        return {"lanes": lanes, "models": list(message.models)}
-    if isinstance(message, Hello):
-        return {k: v for k, v in dataclasses.asdict(message).items() if v is not None}
-    return {k: _plain(v) for k, v in dataclasses.asdict(message).items()}
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    return value
-
-
-# --- decode -------------------------------------------------------------------------------
-def decode(line: bytes) -> Message:
-    """The message on one line; ChannelError for anything malformed or unknown."""
-    try:
-        data = json.loads(line)
-    except ValueError as err:
-        raise ChannelError(f"malformed message: {err}") from err
-    if not isinstance(data, dict):
-        raise ChannelError("malformed message: not an object")
-    op = data.pop("op", None)
-    kind = _BY_OP.get(op) if isinstance(op, str) else None
-    if kind is None:
-        raise ChannelError(f"unknown message {op!r}")
-    try:
-        return _decode(kind, data)
-    except ChannelError:
-        raise
-    except (AttributeError, KeyError, TypeError, ValueError) as err:
-        raise ChannelError(f"malformed {op!r} message: {err}") from err
-
-
-def _decode(kind: type[Message], data: dict[str, Any]) -> Message:
-    special = _SPECIAL.get(kind)
-    if special is not None:
-        return special(data)
-    return _dataclass(kind, data)  # type: ignore[no-any-return]
-
-
-def _setup(data: dict[str, Any]) -> Setup:
-    plan = data.get("plan")
-    if not isinstance(plan, dict):
-        raise ChannelError("malformed 'setup' message: plan must be an object")
-    setup: Setup = _dataclass(Setup, data, parsers={"plan": Plan.from_dict})
-    return setup
-
-
-def _endpoint_setup(data: dict[str, Any]) -> EndpointSetup:
-    section = data.get("section")
-    if set(data) != {"section"} or not isinstance(section, dict):
-        raise ChannelError("malformed 'endpoint' message: it carries one section object")
-    return EndpointSetup(_dataclass(EndpointSection, section))
-
-
-def _object_parser(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``parse`` for a field that must hold a JSON object (a nested record's own format)."""
-
-    def read(value: Any) -> Any:
-        if not isinstance(value, dict):
-            raise ChannelError(f"expected an object, not {value!r}")
-        return parse(value)
-
-    return read
-
-
-_SPECIAL: dict[type[Any], Callable[[dict[str, Any]], Message]] = {
-    Setup: _setup,
-    EndpointSetup: _endpoint_setup,
-    EventReport: lambda data: _dataclass(
-        EventReport, data, parsers={"event": _object_parser(parse_event)}
-    ),
-    StatusReply: lambda data: _dataclass(
-        StatusReply, data, parsers={"snapshot": _object_parser(RunSnapshot.from_json)}
-    ),
-}
 MESSAGES: tuple[type[Any], ...] = (
     Hello,
+    Inventory,
     Setup,
     Start,
     Stop,
     SignalInstances,
+    TakeDown,
+    Resume,
+    FailHeld,
     Kill,
     Shutdown,
     PreflightReport,
@@ -315,59 +273,3 @@ MESSAGES: tuple[type[Any], ...] = (
     StopRequest,
     StopAnswer,
 )
-_BY_OP: dict[str, type[Any]] = {kind.op: kind for kind in MESSAGES}
-
-
-def _dataclass(
-    kind: type[Any],
-    data: Mapping[str, Any],
-    parsers: Mapping[str, Callable[[Any], Any]] | None = None,
-) -> Any:
-    """A frozen dataclass from ``data``: every field checked against its annotation.
-
-    ``parsers`` read fields that have a format of their own (the plan, an event). Missing
-    fields take their defaults (a peer of an older version); unknown ones are an error,
-    so a typo or a newer peer's field never passes silently.
-    """
-    hints = typing.get_type_hints(kind)
-    fields = {f.name: f for f in dataclasses.fields(kind)}
-    unknown = set(data) - set(fields)
-    if unknown:
-        raise ChannelError(f"unknown fields {sorted(unknown)}")
-    values = {}
-    for name, spec in fields.items():
-        if name in data:
-            parse = (parsers or {}).get(name)
-            values[name] = parse(data[name]) if parse else _typed(name, hints[name], data[name])
-        elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
-            raise ChannelError(f"missing field {name!r}")
-    return kind(**values)
-
-
-def _typed(name: str, hint: Any, value: Any) -> Any:
-    """``value`` as ``hint`` (str, int, float, bool, enums, ``X | None``, tuples, mappings)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _typed(name, inner[0], value)
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise ChannelError(f"{name!r} must be a list")
-        return tuple(_typed(name, args[0], item) for item in value)
-    if origin in (Mapping, dict) or hint is Mapping:
-        if not isinstance(value, dict):
-            raise ChannelError(f"{name!r} must be an object")
-        return {str(k): _typed(name, args[1], v) for k, v in value.items()}
-    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
-        if not isinstance(value, dict):
-            raise ChannelError(f"{name!r} must be an object")
-        return _dataclass(hint, value)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return hint(value)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint in (str, int, float, bool) and type(value) is hint:
-        return value
-    raise ChannelError(f"{name!r} must be {getattr(hint, '__name__', hint)}, not {value!r}")

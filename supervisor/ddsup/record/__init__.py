@@ -4,7 +4,7 @@ Everything that writes what a run did (the service, the controller) and everythi
 reads it back (``status``, ``logs``, metrics, the console) shares these: ``_states`` (the
 one enum of instance states and its named sets), ``_outcome`` (the typed causes that end
 a run, ``result.json``), ``_events`` (one frozen dataclass per kind of event,
-``events.jsonl``), ``_instance`` (an instance's record, the fold of its events),
+``events.jsonl``; ``_fields`` reads their fields back), ``_instance`` (an instance's record, the fold of its events),
 ``_status`` (``status`` rows and the live snapshot), ``_state_dir`` (where it all lives)
 and ``_display`` (how states and durations look to a person). Reading a whole run back:
 ``_series`` (the endpoint's time series format), ``_run_files`` (every file of a run,

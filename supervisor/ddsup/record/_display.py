@@ -48,3 +48,22 @@ def duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def span(seconds: float) -> str:
+    """``100ms``, ``1.5s``, ``42s``, ``1m58s``, ``4m``, ``1h05m``: a duration as a person
+    writes it, in the reasons ddsup gives (restart delays, ``timeout_start``)."""
+    if seconds <= 0:
+        return "0s"
+    if seconds < 1:
+        return f"{max(1, round(seconds * 1000))}ms"
+    if seconds < 10:
+        return f"{seconds:.1f}".rstrip("0").rstrip(".") + "s"
+    total = round(seconds)
+    if total < 60:
+        return f"{total}s"
+    if total < 3600:
+        minutes, rest = divmod(total, 60)
+        return f"{minutes}m{rest:02d}s" if rest else f"{minutes}m"
+    hours, rest = divmod(total, 3600)
+    return f"{hours}h{rest // 60:02d}m" if rest // 60 else f"{hours}h"

@@ -6,9 +6,11 @@ added). Every event has ``time`` (Unix seconds) and ``event``:
 
 - ``unit``: :class:`UnitTransition`, an instance's state change;
 - ``process``: :class:`ProcessStarted`; ``exit``: :class:`ProcessExited`, as seen;
+- ``probe``: :class:`ProbeAnswered`, a readiness probe's answer changed while starting;
 - ``run``: the run's own lifecycle, told apart by ``reason`` (:class:`RunStarting`,
-  :class:`RunEnding`, :class:`RunStopping`, :class:`SignalForwarded`,
-  :class:`KillingEverything`, :class:`SweepLeftSurvivors`, :class:`RunFinished`).
+  :class:`PreflightWarning`, :class:`RunEnding`, :class:`RunStopping`,
+  :class:`SignalForwarded`, :class:`KillingEverything`, :class:`SweepLeftSurvivors`,
+  :class:`RunFinished`).
 
 ``to_json`` writes a line's object, :func:`parse_event` reads one back (ValueError for
 anything else) and :func:`read_events` reads a file, skipping lines it cannot parse (the
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ddsup.process import ExitStatus
+from ddsup.record._fields import FieldReader
 from ddsup.record._outcome import Outcome, exit_from_json
 from ddsup.record._states import InstanceState
 
@@ -45,7 +48,9 @@ class UnitTransition:
     ``probe`` is its readiness probe's last answer (``ok`` once it passed, ``HTTP 503`` …
     when it timed out) in the current start; ``readiness_timeout`` marks the verdict of a
     start that was not ready within ``timeout_start`` (``restarting``, or ``failed``:
-    then the run ends 75).
+    then the run ends 75). ``attempt`` is which attempt at becoming ready the current
+    start is, of ``attempt_limit`` (``start_limit_burst``); ``master_port`` the
+    rendezvous port of a multi-node lane's rank in this start.
     """
 
     instance: str
@@ -58,6 +63,9 @@ class UnitTransition:
     exit: ExitStatus | None = None
     readiness_timeout: bool = False
     probe: str | None = None
+    attempt: int | None = None
+    attempt_limit: int | None = None
+    master_port: int | None = None
     time: float = field(default_factory=_now)
 
     @property
@@ -77,7 +85,27 @@ class UnitTransition:
             out["readiness_timeout"] = True
         if self.probe is not None:
             out["probe"] = self.probe
+        for key in ("attempt", "attempt_limit", "master_port"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeAnswered:
+    """An instance's readiness probe answered differently than before, while it starts.
+
+    Written only when the answer changes (``connection refused`` → ``HTTP 503`` → …), so
+    a lane that loads for twenty minutes adds a handful of lines, not one per probe.
+    """
+
+    instance: str
+    node: str | None
+    answer: str
+    time: float = field(default_factory=_now)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**_head(self.time, "probe", self.instance, self.node), "answer": self.answer}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,6 +154,19 @@ class RunStarting:
 
     def to_json(self) -> dict[str, Any]:
         return {**_run(self.time, self.reason), "invocation_id": self.invocation_id}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreflightWarning:
+    """Preflight on ``node`` found something to say that does not stop the run."""
+
+    node: str
+    warning: str
+    time: float = field(default_factory=_now)
+    reason = "preflight warning"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**_run(self.time, self.reason), "node": self.node, "warning": self.warning}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,6 +244,7 @@ class RunFinished:
 
 RunLifecycle = (
     RunStarting
+    | PreflightWarning
     | RunEnding
     | RunStopping
     | SignalForwarded
@@ -210,7 +252,7 @@ RunLifecycle = (
     | SweepLeftSurvivors
     | RunFinished
 )
-RecordedEvent = UnitTransition | ProcessStarted | ProcessExited | RunLifecycle
+RecordedEvent = UnitTransition | ProbeAnswered | ProcessStarted | ProcessExited | RunLifecycle
 
 
 def _head(at: float, kind: str, instance: str, node: str | None) -> dict[str, Any]:
@@ -229,7 +271,7 @@ def parse_event(data: object) -> RecordedEvent:
     """One line's object back into its event; ValueError (or TypeError) when it is not one."""
     if not isinstance(data, Mapping):
         raise ValueError("an event is a JSON object")
-    read = _Reader(data)
+    read = FieldReader(data)
     kind = read.text("event")
     if kind == "unit":
         return _unit(read)
@@ -249,12 +291,19 @@ def parse_event(data: object) -> RecordedEvent:
             exit=exit_from_json(data.get("exit")),
             time=read.time(),
         )
+    if kind == "probe":
+        return ProbeAnswered(
+            instance=read.text("instance"),
+            node=read.optional_text("node"),
+            answer=read.text("answer"),
+            time=read.time(),
+        )
     if kind == "run":
         return _run_event(read)
     raise ValueError(f"unknown event {kind!r}")
 
 
-def _unit(read: _Reader) -> UnitTransition:
+def _unit(read: FieldReader) -> UnitTransition:
     exit_json = read.data.get("exit")
     return UnitTransition(
         instance=read.text("instance"),
@@ -267,12 +316,18 @@ def _unit(read: _Reader) -> UnitTransition:
         exit=None if exit_json is None else exit_from_json(exit_json),
         readiness_timeout=read.data.get("readiness_timeout") is True,
         probe=read.optional_text("probe"),
+        attempt=read.optional_integer("attempt"),
+        attempt_limit=read.optional_integer("attempt_limit"),
+        master_port=read.optional_integer("master_port"),
         time=read.time(),
     )
 
 
-_SIMPLE_RUN: dict[str, Callable[[_Reader], RunLifecycle]] = {
+_SIMPLE_RUN: dict[str, Callable[[FieldReader], RunLifecycle]] = {
     "starting": lambda r: RunStarting(invocation_id=r.text("invocation_id"), time=r.time()),
+    PreflightWarning.reason: lambda r: PreflightWarning(
+        node=r.text("node"), warning=r.text("warning"), time=r.time()
+    ),
     "ending": lambda r: RunEnding(outcome=Outcome.from_dict(r.data), time=r.time()),
     "stopping": lambda r: RunStopping(time=r.time()),
     KillingEverything.reason: lambda r: KillingEverything(time=r.time()),
@@ -283,7 +338,7 @@ _SIMPLE_RUN: dict[str, Callable[[_Reader], RunLifecycle]] = {
 }
 
 
-def _run_event(read: _Reader) -> RunLifecycle:
+def _run_event(read: FieldReader) -> RunLifecycle:
     reason = read.text("reason")
     if reason.startswith("forwarding "):
         name = reason.removeprefix("forwarding ")
@@ -291,37 +346,6 @@ def _run_event(read: _Reader) -> RunLifecycle:
     if reason not in _SIMPLE_RUN:
         raise ValueError(f"unknown run event {reason!r}")
     return _SIMPLE_RUN[reason](read)
-
-
-class _Reader:
-    """Typed access to one event object's fields (ValueError naming the field)."""
-
-    def __init__(self, data: Mapping[str, Any]) -> None:
-        self.data: Mapping[str, Any] = data
-
-    def time(self) -> float:
-        value = self.data.get("time")
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise ValueError("an event needs a numeric time")
-        return float(value)
-
-    def text(self, key: str) -> str:
-        value = self.data.get(key)
-        if not isinstance(value, str):
-            raise ValueError(f"{key!r} must be a string")
-        return value
-
-    def optional_text(self, key: str) -> str | None:
-        return None if self.data.get(key) is None else self.text(key)
-
-    def integer(self, key: str) -> int:
-        value = self.data.get(key)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ValueError(f"{key!r} must be an integer")
-        return value
-
-    def optional_integer(self, key: str) -> int | None:
-        return None if self.data.get(key) is None else self.integer(key)
 
 
 # --- the file -----------------------------------------------------------------------------

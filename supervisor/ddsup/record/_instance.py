@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ddsup.process import ExitStatus
-from ddsup.record._events import ProcessStarted, RecordedEvent, UnitTransition
+from ddsup.record._events import ProbeAnswered, ProcessStarted, RecordedEvent, UnitTransition
 from ddsup.record._states import InstanceState
 
 
@@ -20,8 +20,10 @@ class InstanceRecord:
 
     ``pid`` is its live process (from the latest transition, or the ``process`` event that
     followed a ``starting``); ``last_exit`` the latest exit any transition recorded;
-    ``probe`` and ``readiness_timeout`` those of the latest transition; ``ready_seconds``
-    the time from its latest ``starting`` to the ``ready`` that followed.
+    ``probe`` and ``readiness_timeout`` those of the latest transition; ``probe_answer``
+    the probe's latest answer in the current start (``probe`` events); ``attempt`` and
+    ``attempt_limit`` those of the latest start; ``ready_seconds`` the time from its
+    latest ``starting`` to the ``ready`` that followed.
     """
 
     state: InstanceState = InstanceState.INACTIVE
@@ -34,14 +36,20 @@ class InstanceRecord:
     readiness_timeout: bool = False
     started_at: float | None = None
     ready_seconds: float | None = None
+    probe_answer: str | None = None
+    attempt: int | None = None
+    attempt_limit: int | None = None
 
     def apply(self, event: RecordedEvent) -> InstanceRecord:
         """The record after ``event`` (events of other kinds leave it as it is)."""
         if isinstance(event, ProcessStarted):
             return replace(self, pid=event.pid)
+        if isinstance(event, ProbeAnswered):
+            return replace(self, probe_answer=event.answer)
         if not isinstance(event, UnitTransition):
             return self
-        started_at = event.time if event.to_state is InstanceState.STARTING else self.started_at
+        starting = event.to_state is InstanceState.STARTING
+        started_at = event.time if starting else self.started_at
         ready_seconds = self.ready_seconds
         if event.to_state is InstanceState.READY and started_at is not None:
             ready_seconds = round(event.time - started_at, 3)
@@ -56,15 +64,19 @@ class InstanceRecord:
             readiness_timeout=event.readiness_timeout,
             started_at=started_at,
             ready_seconds=ready_seconds,
+            probe_answer=event.probe or (None if starting else self.probe_answer),
+            attempt=event.attempt if event.attempt is not None else self.attempt,
+            attempt_limit=event.attempt_limit or self.attempt_limit,
         )
 
     @property
     def probe_verdict(self) -> str | None:
-        """``status``'s PROBE: ``ok``, ``none`` (no probe), ``pending``, ``timed out (…)``."""
+        """``status``'s PROBE: ``ok``, ``none`` (no probe), ``timed out (…)``; while starting
+        the probe's latest answer (``HTTP 503``, ``Connection refused``) or ``pending``."""
         if self.state is InstanceState.READY:
             return "ok" if self.probe is not None else "none"
         if self.state is InstanceState.STARTING:
-            return "pending"
+            return self.probe_answer or "pending"
         if self.readiness_timeout:
             return f"timed out ({self.probe})" if self.probe else "timed out"
         return None
@@ -74,6 +86,6 @@ def fold(events: list[RecordedEvent]) -> dict[str, InstanceRecord]:
     """Every instance's record after ``events`` (oldest first)."""
     records: dict[str, InstanceRecord] = {}
     for event in events:
-        if isinstance(event, UnitTransition | ProcessStarted):
+        if isinstance(event, UnitTransition | ProcessStarted | ProbeAnswered):
             records[event.instance] = records.get(event.instance, InstanceRecord()).apply(event)
     return records

@@ -1,11 +1,13 @@
 """The node agent: supervises the lanes (and each-node services) of one node.
 
-``ddsup start`` launches one agent per lane node (through ``srun`` under Slurm, as a local
+``ddsup start`` launches one agent per node (through ``srun`` under Slurm, as a local
 process for ``--nodes N`` rehearsals). The agent connects back to the controller over the
-authenticated control channel, receives the plan, runs preflight, then starts, restarts,
-probes and stops its instances on command, reporting every transition. If the controller
-vanishes, the agent stops everything it runs and exits: a node never keeps lanes for a
-run that no longer exists.
+authenticated control channel, says what GPUs the job was given on its node
+(``ddsup.plan._gpus``; ``--gpus-per-node`` simulates them), receives the plan, runs
+preflight, then starts, restarts, probes and stops its instances on command (a
+multi-node replica's ranks are taken down and resumed as one), reporting every
+transition. If the controller vanishes, the agent stops everything it runs and exits: a
+node never keeps lanes for a run that no longer exists.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ from ddsup.channel._messages import (
     AgentStopped,
     ChannelError,
     EventReport,
+    FailHeld,
     Hello,
+    Inventory,
     Kill,
     Message,
+    Resume,
     Role,
     Setup,
     Shutdown,
@@ -34,7 +39,9 @@ from ddsup.channel._messages import (
     Signalled,
     Start,
     Stop,
+    TakeDown,
 )
+from ddsup.plan._gpus import GpuList, detect_gpu_list
 from ddsup.plan._model import Plan
 from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel
 from ddsup.record._events import RecordedEvent
@@ -47,8 +54,12 @@ from ddsup.units import UnitSet, load_unit_set
 
 
 def configure_agent(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node", help="node name in the plan (default: $SLURMD_NODENAME)")
-    parser.add_argument("--gpus", type=int, default=None, help="GPUs on this node, if known")
+    parser.add_argument(
+        "--node", help="simulated node: its name in the plan (default: $SLURMD_NODENAME)"
+    )
+    parser.add_argument(
+        "--gpus-per-node", type=int, default=None, help="simulated GPUs (default: detected)"
+    )
 
 
 def run_agent(args: argparse.Namespace) -> int:
@@ -57,19 +68,28 @@ def run_agent(args: argparse.Namespace) -> int:
     node = args.node or os.environ.get("SLURMD_NODENAME")
     if not secret or not address or not node:
         raise UsageError("ddsup agent is started by ddsup start, not by hand")
-    return trio.run(_agent_main, node, address, secret, args.gpus)
+    return trio.run(_agent_main, node, address, secret, _node_gpus(args.gpus_per_node))
 
 
-async def _agent_main(node: str, address: str, secret: str, gpus: int | None) -> int:
+def _node_gpus(simulated: int | None) -> GpuList:
+    """The GPUs this node gave the job (``ddsup.plan._gpus``), or the simulated ones."""
+    if simulated is not None:
+        return GpuList.simulated(simulated)
+    found = detect_gpu_list(os.environ)
+    return found or GpuList((), "no CUDA_VISIBLE_DEVICES, Slurm GPU variables or nvidia-smi")
+
+
+async def _agent_main(node: str, address: str, secret: str, gpus: GpuList) -> int:
     # Until the signal watcher runs, a stop signal (scancel) must not kill the agent
     # half-way: nothing runs yet, and the controller will tell it to shut down.
     ignore_stop_signals()
     become_subreaper()
     hello = Hello(Role.AGENT, secret, node=node, pid=os.getpid())
     channel = await connect_channel(address, hello)
+    await channel.send(Inventory(gpus.devices, gpus.source))
     setup = await channel.receive()
     if not isinstance(setup, Setup):
-        return 1
+        return 0  # the run ended before it had a plan (Shutdown), or the controller went
     run = RunContext(
         invocation_id=setup.invocation_id,
         state_dir=setup.state_dir,
@@ -92,11 +112,14 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
 
 
 async def _serve_controller(
-    channel: Channel, node: str, units: UnitSet, plan: Plan, run: RunContext, gpus: int | None
+    channel: Channel,
+    node: str,
+    units: UnitSet,
+    plan: Plan,
+    run: RunContext,
+    gpus: GpuList,
 ) -> None:
-    report = run_preflight(
-        node, units, plan, gpus_available=gpus, slurm_node=os.environ.get("SLURMD_NODENAME")
-    )
+    report = run_preflight(node, units, plan, gpus=gpus)
     plan = plan.with_ports(dict(report.ports))
     await channel.send(report)
     outbox_send, outbox_receive = trio.open_memory_channel[Message](math.inf)
@@ -169,5 +192,12 @@ async def _command_loop(channel: Channel, runner: NodeRunner, nursery: trio.Nurs
             runner.kill_all()
         elif isinstance(message, SignalInstances):
             runner.signal(message.instances, message.signum)
+        elif isinstance(message, TakeDown):
+            runner.take_down(message.instances, message.reason)
+        elif isinstance(message, Resume):
+            for instance in message.instances:
+                runner.resume(instance, message.delay, message.attempt, message.master_port)
+        elif isinstance(message, FailHeld):
+            runner.fail_held(message.instances, message.reason, message.readiness_timeout)
         else:
             raise ChannelError(f"unexpected {message.op!r} message from the controller")

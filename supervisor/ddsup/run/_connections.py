@@ -1,7 +1,9 @@
 """Every connection to ``ddsup start``, by the role its hello names.
 
-- an **agent** gets :class:`Setup`, becomes a :class:`RemoteNode` for as long as its
-  connection lasts, and its reports become the run's inputs (preflight, events, a stop
+- an **agent** first reports what its node has (:class:`Inventory`) and is admitted or
+  refused (``_inventory``); admitted, it becomes a :class:`RemoteNode` for as long as its
+  connection lasts, gets :class:`Setup` once the run has a plan (which may wait for every
+  node's inventory), and its reports become the run's inputs (preflight, events, a stop
   signal it received); when the connection ends, :class:`AgentGone` says how;
 - the endpoint's **lane feed** is served by the :class:`LanePublisher`;
 - an **operator** (``ddsup status``, ``ddsup stop``) asks for a snapshot or a stop.
@@ -11,7 +13,7 @@ A message a peer may not send ends its connection, like one that does not decode
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import trio
@@ -22,6 +24,7 @@ from ddsup.channel._messages import (
     ChannelError,
     EventReport,
     Hello,
+    Inventory,
     PreflightReport,
     Role,
     Setup,
@@ -50,7 +53,8 @@ class ControlServer:
     """What the controller lends its connections: inputs in, nodes and answers out."""
 
     feed: Callable[[Input], None]
-    setup: Callable[[], Setup]
+    admit: Callable[[str, Inventory], str | None]  # why an agent is refused (None: admitted)
+    setup: Callable[[], Awaitable[Setup | None]]  # once there is a plan (None: the run ended)
     snapshot: Callable[[], RunSnapshot]
     stopping: Callable[[], bool]
     nodes: dict[Host, RunNode]
@@ -66,14 +70,18 @@ class ControlServer:
             await self._operator(channel)
 
     async def _agent(self, channel: Channel, node: str) -> None:
-        await channel.send(self.setup())
+        report = await channel.receive()
+        if not isinstance(report, Inventory):
+            raise ChannelError(f"the agent on {node} sent no inventory after its hello")
+        if self.admit(node, report) is not None:
+            return  # refused: the run ends saying why; nothing is sent, nothing is asked
         host, remote = Host(node, agent=True), RemoteNode(node)
         self.nodes[host] = remote
         if self.stopping():  # connected after the stop began: nothing for it to run
             remote.shutdown()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(remote.send_all, channel)
+                nursery.start_soon(self._send_to_agent, remote, channel)
                 try:
                     reason = await self._agent_reports(channel, node)
                 except ChannelError as err:  # caught in here: a nursery would wrap it
@@ -83,6 +91,16 @@ class ControlServer:
             if self.nodes.get(host) is remote:
                 del self.nodes[host]
         self.feed(AgentGone(node, reason))
+
+    async def _send_to_agent(self, remote: RemoteNode, channel: Channel) -> None:
+        """Setup once the run has a plan, then whatever the run asks of the node, in order."""
+        setup = await self.setup()
+        if setup is not None:
+            try:
+                await channel.send(setup)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return  # the agent is gone: its connection's reader says so
+        await remote.send_all(channel)
 
     async def _agent_reports(self, channel: Channel, node: str) -> str:
         """An agent's reports until it stops; how it went away (ChannelError: broken)."""

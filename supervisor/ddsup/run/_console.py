@@ -28,6 +28,8 @@ import trio
 
 from ddsup.record._display import duration, paint, symbol
 from ddsup.record._events import (
+    PreflightWarning,
+    ProbeAnswered,
     ProcessExited,
     ProcessStarted,
     RecordedEvent,
@@ -133,6 +135,11 @@ class Console:
         if isinstance(event, ProcessExited):
             where = f"{event.instance}{_where(event.node)}"
             return f"{where}: pid {event.pid} ended ({event.reason})" if self.verbose else None
+        if isinstance(event, ProbeAnswered):
+            where = f"{event.instance}{_where(event.node)}"
+            return f"{where}: probe answers {event.answer}" if self.verbose else None
+        if isinstance(event, PreflightWarning):
+            return f"warning: {event.node}: {event.warning}"
         if self.verbose or isinstance(event, RunStopping | RunEnding):
             return f"run {event.reason}"
         return None

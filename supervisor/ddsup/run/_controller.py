@@ -1,7 +1,11 @@
 """``ddsup start``: the controller of one run, a thin trio shell around :class:`RunState`.
 
 Order: plan → state dir → agents (preflight on every node) → lanes (staggered per node) →
-endpoint once ``min_ready`` lanes of each model are ready → worker. Everything that
+endpoint once ``min_ready`` lanes of each model are ready → worker. When the nodes' GPUs
+are theirs to say (``Allocation.gpus_from_agents``: Slurm, or this machine's GPUs shared
+out among simulated nodes), the agents come first, on every node, and the plan is made
+from what each one reports (``_inventory``); until then the run's state has an empty
+plan, so a signal or a lost agent ends it as at any other time. Everything that
 decides (what starts when, what a failure means, which cause ends the run) is in
 ``RunState``; the controller feeds it inputs (events of its own services and of the
 agents, preflight reports, signals, operators) and carries its decisions out on the
@@ -18,12 +22,14 @@ import sys
 import time
 import uuid
 from functools import partial
+from pathlib import Path
 
 import trio
 
-from ddsup._errors import DdsupError, ResultStatus, UnitFileError, UsageError
+from ddsup._errors import DdsupError, PreflightError, ResultStatus, UnitFileError, UsageError
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret, serve_channel
-from ddsup.channel._messages import Setup
+from ddsup.channel._messages import Inventory, Setup
+from ddsup.plan._model import Plan
 from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
 from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
 from ddsup.record._events import (
@@ -43,8 +49,9 @@ from ddsup.run._console import Console
 from ddsup.run._lane_feed import LanePublisher, endpoint_setup
 from ddsup.run._launcher import launcher_for
 from ddsup.run._node_runner import NodeRunner
-from ddsup.run._nodes import LocalNode, RunNode
+from ddsup.run._nodes import NODE_DECISIONS, LocalNode, RunNode, deliver
 from ddsup.run._options import RunOptions, Verbosity
+from ddsup.run._run_facts import agent_env, agent_setup, run_context
 from ddsup.run._run_inputs import (
     Decision,
     EndRun,
@@ -57,17 +64,14 @@ from ddsup.run._run_inputs import (
     PreflightReported,
     PublishLanes,
     Record,
-    SignalOn,
     SignalToForward,
-    StartOn,
     StartupFailed,
     StopBegins,
-    StopOn,
     StopSignalled,
 )
 from ddsup.run._run_state import RunState
 from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
-from ddsup.service._environment import INVOCATION_ENV, RunContext
+from ddsup.service._environment import RunContext
 from ddsup.units import load_unit_set, printable
 from ddsup.units._model import UnitSet, UnitType
 
@@ -101,6 +105,8 @@ class Controller:
         self._fleet: AgentFleet | None = None
         self._local: NodeRunner | None = None
         self._lanes: LanePublisher | None = None
+        self._planned = trio.Event()  # the run has its plan, or ended without one
+        self._has_plan = False
 
     @property
     def run(self) -> RunState:
@@ -112,14 +118,13 @@ class Controller:
         self._write_run_json()
         self._record(RunStarting(invocation_id=self.invocation_id))
         try:
-            units = self._load_units()
+            units = _load_units(self.options.directory)
             allocation = resolve_allocation(self.options.allocation, os.environ)
             self.launcher = allocation.launcher
             self._lanes = LanePublisher(endpoint_setup(units))
-            plan = plan_for(units, allocation)
-            self._run = RunState(units, plan)
-            self.console.lanes(self.run.lane_models())
-            write_private(self.state.plan, plan.to_json())
+            self._run = RunState(units, Plan(allocation.nodes, allocation.client, ()))
+            if not (allocation.gpus_from_agents and units.lanes):  # else: agents report GPUs
+                self._adopt(units, plan_for(units, allocation))
             await self._supervise(units, allocation, self._lanes)
         except DdsupError as err:
             self._fail(err)
@@ -131,16 +136,14 @@ class Controller:
         self.console.result(outcome, self.state.path)
         return outcome.exit_code
 
-    def _load_units(self) -> UnitSet:
-        directory = self.options.directory
-        if not directory.is_dir():
-            raise UsageError(f"{printable(str(directory))} is not a directory of unit files")
-        try:
-            return load_unit_set(directory.resolve())
-        except UnitFileError as err:
-            for problem in err.problems:
-                print(problem, file=sys.stderr)
-            raise UnitFileError(err.problems) from None
+    def _adopt(self, units: UnitSet, plan: Plan) -> None:
+        """The run has its plan: the run's state from now on, plan.json, the console."""
+        if self.run.outcome is None and not self.run.stopping:
+            self._run = RunState(units, plan)
+        write_private(self.state.plan, plan.to_json())
+        self.console.lanes(self.run.lane_models())
+        self._has_plan = True
+        self._planned.set()
 
     def _fail(self, error: DdsupError) -> None:
         if self._run is not None:
@@ -177,10 +180,8 @@ class Controller:
                 nursery.start_soon(self.console.run)
                 await self._open_control(nursery, lanes)
                 async with trio.open_nursery() as services:
-                    self._local = self._local_runner(units, services)
-                    self.nodes[Host(self.run.plan.client, agent=False)] = LocalNode(self._local)
                     try:
-                        await self._until_ended(units, allocation)
+                        await self._until_ended(units, allocation, services)
                     finally:
                         with trio.CancelScope(shield=True):
                             await self._stop_everything()
@@ -197,6 +198,7 @@ class Controller:
         """Listen for agents, the endpoint's feed and operators; say where in run.json."""
         server = ControlServer(
             feed=self.feed,
+            admit=self._admit,
             setup=self._setup,
             snapshot=self._snapshot,
             stopping=lambda: self.run.stopping,
@@ -209,24 +211,42 @@ class Controller:
         write_private(self.state.secret, self.secret + "\n")
         self._write_run_json()
 
-    async def _until_ended(self, units: UnitSet, allocation: Allocation) -> None:
+    async def _until_ended(
+        self, units: UnitSet, allocation: Allocation, services: trio.Nursery
+    ) -> None:
         """Start everything in order, then wait until something ends the run."""
         async with trio.open_nursery() as starters:
-            starters.start_soon(self._start, units, allocation, starters)
+            starters.start_soon(self._start, units, allocation, starters, services)
             await self.ending.wait()
             starters.cancel_scope.cancel()
 
-    async def _start(self, units: UnitSet, allocation: Allocation, nursery: trio.Nursery) -> None:
+    async def _start(
+        self, units: UnitSet, allocation: Allocation, nursery: trio.Nursery, services: trio.Nursery
+    ) -> None:
         """Agents first (each runs preflight), then whatever the run's state says is due."""
-        nodes = self.run.agent_nodes()
-        if nodes:
-            launcher = launcher_for(allocation, units, self.options.srun_args)
-            self._fleet = AgentFleet(launcher, self.state)
-            try:
-                await self._fleet.launch(nodes, self._agent_env(allocation), nursery, self.feed)
-            except DdsupError as err:
-                self.feed(StartupFailed(err))
-                return
+        launcher = launcher_for(allocation, units, self.options.srun_args)
+        self._fleet = AgentFleet(launcher, self.state)
+        env = agent_env(
+            allocation,
+            invocation_id=self.invocation_id,
+            control_port=self.control_port,
+            secret=self.secret,
+        )
+        try:
+            if not self._has_plan:  # every node's agent first: they say what GPUs there are
+                await self._fleet.launch(
+                    [n.name for n in allocation.nodes], env, nursery, self.feed
+                )
+                gpus = await self._fleet.gpus(PREFLIGHT_TIMEOUT)
+                self._adopt(units, plan_for(units, allocation.with_gpus(gpus)))
+            elif self.run.agent_nodes():
+                await self._fleet.launch(self.run.agent_nodes(), env, nursery, self.feed)
+        except DdsupError as err:
+            self.feed(StartupFailed(err))
+            return
+        self._local = self._local_runner(units, services)
+        self.nodes[Host(self.run.plan.client, agent=False)] = LocalNode(self._local)
+        if self.run.agent_nodes():
             with trio.move_on_after(PREFLIGHT_TIMEOUT):
                 await self._preflight_done.wait()
         self.feed(PreflightOver(PREFLIGHT_TIMEOUT))
@@ -254,16 +274,10 @@ class Controller:
         self._changed = trio.Event()
 
     def _carry_out(self, decision: Decision) -> None:
-        if isinstance(decision, StartOn | StopOn | SignalOn):
+        if isinstance(decision, NODE_DECISIONS):
             node = self.nodes.get(decision.host)
-            if node is None:
-                return  # an agent that is not connected: there is nothing to ask
-            if isinstance(decision, StartOn):
-                node.start(decision.instances)
-            elif isinstance(decision, StopOn):
-                node.stop(decision.instances, decision.reason)
-            else:
-                node.signal(decision.instances, decision.signum)
+            if node is not None:  # else an agent that is not connected: nothing to ask
+                deliver(node, decision)
         elif isinstance(decision, KillEverything):
             for node in list(self.nodes.values()):
                 node.kill()
@@ -271,6 +285,7 @@ class Controller:
                 self._fleet.kill_unconnected(self._connected())
         elif isinstance(decision, EndRun):
             self.ending.set()
+            self._planned.set()  # agents waiting for a plan are told to shut down instead
         elif isinstance(decision, PublishLanes) and self._lanes is not None:
             self._lanes.publish(decision.update)
         elif isinstance(decision, Record):
@@ -329,44 +344,32 @@ class Controller:
         )
 
     def _run_context(self, *, with_key: bool) -> RunContext:
-        """Facts of the run for specifiers and environments; the key for the worker only."""
-        units = self.run.units
-        api_key = None
-        section = units.endpoint.endpoint if units.endpoint else None
-        if with_key and section is not None and section.api_key_env:
-            api_key = os.environ.get(section.api_key_env)
-        return RunContext(
+        return run_context(
+            self.run.units,
+            self.run.plan,
             invocation_id=self.invocation_id,
             state_dir=str(self.state.path),
             unit_dir=str(self.options.directory.resolve()),
-            job_id=os.environ.get("SLURM_JOB_ID", self.invocation_id[:12]),
-            endpoint_url=self.run.plan.endpoint_url,
-            api_key=api_key,
+            with_key=with_key,
         )
 
-    def _setup(self) -> Setup:
-        """What an agent that said hello is told (the run's facts, never a secret)."""
-        run = self._run_context(with_key=False)
-        return Setup(
-            plan=self.run.plan,
-            invocation_id=run.invocation_id,
-            state_dir=run.state_dir,
-            unit_dir=run.unit_dir,
-            job_id=run.job_id,
-            endpoint_url=run.endpoint_url,
+    def _admit(self, node: str, report: Inventory) -> str | None:
+        """An agent's inventory; a refused agent ends the run (69) saying why."""
+        fleet = self._fleet
+        refused = (
+            "no agents were launched" if fleet is None else fleet.inventory.admit(node, report)
         )
+        if refused is not None:
+            self.feed(StartupFailed(PreflightError(f"preflight failed: {refused}")))
+        return refused
 
-    def _agent_env(self, allocation: Allocation) -> dict[str, str]:
-        """The agents' environment: ddsup start's, their run's id and where to connect."""
-        host = "127.0.0.1"
-        if allocation.launcher is LauncherKind.SLURM:
-            host = os.environ.get("DDSUP_CONTROL_HOST") or allocation.client_address
-        return {
-            **os.environ,
-            INVOCATION_ENV: self.invocation_id,
-            ADDRESS_ENV: f"{host}:{self.control_port}",
-            SECRET_ENV: self.secret,
-        }
+    async def _setup(self) -> Setup | None:
+        """What an agent that said hello is told once the run has its plan (never a
+        secret); None when the run ended before it had one."""
+        await self._planned.wait()
+        if not self._has_plan:
+            return None
+        return agent_setup(self.run.plan, self._run_context(with_key=False))
 
     def _snapshot(self) -> RunSnapshot:
         return RunSnapshot(
@@ -378,3 +381,14 @@ class Controller:
             stopping=self.run.stopping,
             instances=self.run.status_rows(),
         )
+
+
+def _load_units(directory: Path) -> UnitSet:
+    if not directory.is_dir():
+        raise UsageError(f"{printable(str(directory))} is not a directory of unit files")
+    try:
+        return load_unit_set(directory.resolve())
+    except UnitFileError as err:
+        for problem in err.problems:
+            print(problem, file=sys.stderr)
+        raise UnitFileError(err.problems) from None

@@ -15,7 +15,9 @@
   with ``continue``, the instances of the units that ``require`` it are stopped.
   A lost agent, or its process ending, ends the run (70); a stop signal, an agent's stop
   signal or ``ddsup stop`` ends it as stopped (128+N). **The first cause wins.**
-- **Replica peers**: ``_replicas`` (a multi-node replica lives and dies as one).
+- **Replicas**: ``_replicas`` (a multi-node replica lives and dies as one: any rank's end
+  takes them all down, and it restarts whole, counted once, or fails as one).
+- **Loading**: ``_loading`` (``[lane] max_loading``: lanes of a unit loading at once).
 - **Ready lanes** for the endpoint: rank 0 of every ready lane replica, republished
   whenever the set changes.
 """
@@ -24,12 +26,15 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from ddsup._errors import PreflightError
 from ddsup.channel._messages import LanesUpdate, PreflightReport, ReadyLane
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.record._events import (
     KillingEverything,
+    PreflightWarning,
+    ProbeAnswered,
     ProcessStarted,
     RunEnding,
     RunStopping,
@@ -39,9 +44,10 @@ from ddsup.record._events import (
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import Cause, Outcome, Stopped, UnitFailure, WorkerEnded
 from ddsup.record._states import InstanceState
-from ddsup.record._status import InstanceStatus
+from ddsup.record._status import InstanceStatus, planned_facts
+from ddsup.run._loading import LoadingGate
 from ddsup.run._ordering import lanes_by_model, runs_on_agent, start_after, stop_levels
-from ddsup.run._replicas import take_down_peers
+from ddsup.run._replicas import ReplicaPolicy
 from ddsup.run._run_inputs import (
     AgentGone,
     AgentProcessExited,
@@ -94,6 +100,8 @@ class RunState:
         # what each instance waits for, worked out once: an event only re-checks these
         self._after = {p.instance: tuple(start_after(units, plan, p)) for p in plan.instances}
         self._not_started = list(plan.instances)
+        self._replicas = ReplicaPolicy(units, plan)
+        self._gate = LoadingGate(units, plan)
 
     # --- queries --------------------------------------------------------------------
     def host_of(self, planned: PlannedInstance) -> Host:
@@ -121,6 +129,8 @@ class RunState:
         for p in self.plan.instances:
             model = self._model_of.get(p.instance)
             row = InstanceStatus(p.instance, p.unit, p.type, p.node, p.gpus, p.port, model)
+            devices = self.plan.node(p.node).devices
+            row = replace(row, **planned_facts(p.instance, p.rank, p.nnodes, p.gpus, devices))
             rows.append(row.with_record(self.records.get(p.instance, InstanceRecord())))
         return tuple(rows)
 
@@ -195,17 +205,17 @@ class RunState:
 
     def _observed(self, observed: Observed) -> list[Decision]:
         event = observed.event
-        if isinstance(event, ProcessStarted):
+        if isinstance(event, ProcessStarted | ProbeAnswered):
             self.records[event.instance] = self._record(event.instance).apply(event)
         if not isinstance(event, UnitTransition):
             return []
         self.records[event.instance] = self._record(event.instance).apply(event)
         decisions: list[Decision] = []
         if not self.stopping:
-            records = self.records
-            decisions += take_down_peers(
-                self.units, self.plan, records, event.instance, event.to_state
-            )
+            verdict = self._replicas.observe(event, self.records)
+            decisions += verdict.decisions
+            if verdict.failure is not None:
+                decisions += self._failed(verdict.failure)
         if event.to_state is InstanceState.READY or event.completed:
             self._ready_once.add(event.instance)
         if event.to_state.final:
@@ -228,9 +238,17 @@ class RunState:
             return self._end(WorkerEnded(event.instance, event.exit, event.reason))
         if event.to_state is not InstanceState.FAILED:
             return []
+        return self._failed(
+            UnitFailure(event.instance, event.reason, event.exit, event.readiness_timeout)
+        )
+
+    def _failed(self, failure: UnitFailure) -> list[Decision]:
+        """An instance (or a replica) failed for good: the run ends, or its requirers stop."""
+        planned = self._planned(failure.instance)
+        assert planned is not None
+        unit = self.units.by_name(planned.unit)
         if unit.service.on_failure is OnFailure.STOP_ALL:
-            cause = UnitFailure(event.instance, event.reason, event.exit, event.readiness_timeout)
-            return self._end(cause)
+            return self._end(failure)
         requirers = {u.name for u in self.units.units if unit.base_name in u.requires}
         level = [p for p in self.plan.instances if p.unit in requirers]
         return [StopOn(host, names, REQUIRED_FAILED) for host, names in _by_host(self, level)]
@@ -248,11 +266,16 @@ class RunState:
         if problems:
             return self._end(PreflightError("preflight failed: " + "; ".join(problems)))
         ports = {k: v for _node, report in reports for k, v in report.ports.items()}
-        decisions: list[Decision] = []
+        decisions: list[Decision] = [
+            Record(PreflightWarning(node=node, warning=warning))
+            for node, report in reports
+            for warning in report.warnings
+        ]
         if ports:
             self.plan = self.plan.with_ports(ports)
             self._by_name = {p.instance: p for p in self.plan.instances}
             self._not_started = list(self.plan.instances)
+            self._replicas = ReplicaPolicy(self.units, self.plan)
             decisions.append(PlanPorted(self.plan))
         self._may_start = True
         return decisions + self._due_starts()
@@ -262,6 +285,7 @@ class RunState:
         if not self._may_start or self.outcome is not None or self.stopping:
             return []
         due = [p for p in self._not_started if self._due(p)]
+        due = self._gate.admit(due, self._started, self.records)
         if not due:
             return []
         self._started.update(p.instance for p in due)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ddsup.units import _kinds as k
 from ddsup.units import _kinds_env as ke
 from ddsup.units._durations import parse_duration
-from ddsup.units._model import OnFailure, Placement, Restart, UnitType
+from ddsup.units._model import BusyGpus, OnFailure, Placement, Restart, UnitType
 from ddsup.units._specifiers import BASE_SPECIFIERS
 
 _ALL_TYPES = frozenset(UnitType)
@@ -275,6 +275,19 @@ LANE = SectionSpec(
         _duration_key("stagger", "Wait between successive lane starts on a node.", "5s", "200ms"),
         _duration_key(
             "lead_standoff", "Extra wait before any lane but the first starts.", "0s", "30s"
+        ),
+        KeySpec(
+            "max_loading",
+            k.integer(1),
+            "Most lanes of this unit loading at once across the allocation (absent: no bound).",
+            example=8,
+        ),
+        KeySpec(
+            "busy_gpus",
+            k.choice(BusyGpus),
+            "Preflight finds other processes holding memory on a lane's GPUs: fail (69) or warn.",
+            "fail",
+            "warn",
         ),
     ),
     only=_LANE,
