@@ -28,11 +28,12 @@ TEST_NET = "192.0.2.7"  # RFC 5737: never an address of this machine
 def _plan(
     address: str, devices: tuple[str, ...], busy: BusyGpus = BusyGpus.FAIL
 ) -> tuple[UnitSet, Plan]:
-    """Two one-GPU lanes on node n1 at ``address``, whose GPUs are ``devices``."""
+    """Two one-GPU lanes on node n1 at ``address``, whose GPUs are ``devices`` (none:
+    two simulated GPUs)."""
     lane = u.lane("lane@", replicas=2)
     assert lane.lane is not None
     units = u.unit_set(replace(lane, lane=replace(lane.lane, busy_gpus=busy)))
-    node = Node("n1", address, tuple(range(len(devices))), devices)
+    node = Node("n1", address, tuple(range(len(devices) or 2)), devices)
     return units, make_plan(units, [node], client="n1")
 
 
@@ -71,3 +72,14 @@ def test_gpus_held_by_other_processes(
     other = report.warnings if busy is BusyGpus.FAIL else report.problems
     assert len(found) == 1 and found[0].startswith(said), found
     assert not other
+
+
+def test_simulated_gpus_are_not_checked_for_holders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--gpus-per-node: indices that need not be this machine's GPUs at all."""
+    smi = FakeSmi([FakeGpu("GPU-a0"), FakeGpu("GPU-b1")], [FakeApp(1, 4242, 20480)])
+    monkeypatch.setenv("PATH", f"{smi.install(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    units, plan = _plan("127.0.0.1", ())
+    report = run_preflight("n1", units, plan, gpus=GpuList.simulated(2))
+    assert (report.problems, report.warnings) == ((), ())

@@ -7,7 +7,8 @@ Each node agent checks, against the plan:
   the agent said hello as a node of the plan (``SLURMD_NODENAME`` under Slurm), once;
 - **the GPUs**: the plan's entries for this node are the ones the agent finds here
   (``ddsup.plan._gpus``), and, where ``nvidia-smi`` exists, no other process holds memory
-  on a lane's GPUs (``[lane] busy_gpus``: a problem, or a warning);
+  on a lane's GPUs (``[lane] busy_gpus``: a problem, or a warning; simulated GPUs are not
+  checked);
 - **the ports** planned here are free; lanes with ``port = "auto"`` get theirs here (the
   agent binds port 0 to let the kernel pick: on a shared node this avoids other jobs'
   ports);
@@ -96,8 +97,12 @@ def _busy_gpus(
     problems: list[str],
     warnings: list[str],
 ) -> None:
-    """GPUs of lanes here that other processes hold memory on (nvidia-smi's word)."""
-    lanes = [i for i in mine if i.type is UnitType.LANE and i.gpus]
+    """GPUs of lanes here that other processes hold memory on (nvidia-smi's word).
+
+    Simulated GPUs (``--gpus-per-node``, no device entries) are not checked: their
+    indices need not be GPUs of this machine at all.
+    """
+    lanes = [i for i in mine if i.type is UnitType.LANE and i.gpus and node.devices]
     owner = {node.device(g): lane for lane in lanes for g in lane.gpus}
     if not owner:
         return
