@@ -107,6 +107,7 @@ class Controller:
         self._lanes: LanePublisher | None = None
         self._planned = trio.Event()  # the run has its plan, or ended without one
         self._has_plan = False
+        self._starting = True  # until preflight is over
 
     @property
     def run(self) -> RunState:
@@ -249,6 +250,7 @@ class Controller:
         if self.run.agent_nodes():
             with trio.move_on_after(PREFLIGHT_TIMEOUT):
                 await self._preflight_done.wait()
+        self._starting = False  # an agent refused from now on does not end the run
         self.feed(PreflightOver(PREFLIGHT_TIMEOUT))
 
     async def _watch_signals(self, units: UnitSet) -> None:
@@ -354,13 +356,15 @@ class Controller:
         )
 
     def _admit(self, node: str, report: Inventory) -> str | None:
-        """An agent's inventory; a refused agent ends the run (69) saying why."""
+        """An agent's inventory; a refused agent ends a starting run (69) saying why."""
         fleet = self._fleet
         refused = (
             "no agents were launched" if fleet is None else fleet.inventory.admit(node, report)
         )
-        if refused is not None:
+        if refused is not None and self._starting:  # later, a stray: no reason to stop
             self.feed(StartupFailed(PreflightError(f"preflight failed: {refused}")))
+        elif refused is not None:
+            self.console.error(f"refused: {refused}")
         return refused
 
     async def _setup(self) -> Setup | None:
