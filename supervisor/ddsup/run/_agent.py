@@ -43,8 +43,8 @@ from ddsup.channel._messages import (
 )
 from ddsup.plan._gpus import GpuList, detect_gpu_list
 from ddsup.plan._model import Plan
-from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel
-from ddsup.record._events import RecordedEvent
+from ddsup.process import open_containment
+from ddsup.record._events import Contained, RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._preflight import run_preflight
@@ -83,7 +83,6 @@ async def _agent_main(node: str, address: str, secret: str, gpus: GpuList) -> in
     # Until the signal watcher runs, a stop signal (scancel) must not kill the agent
     # half-way: nothing runs yet, and the controller will tell it to shut down.
     ignore_stop_signals()
-    become_subreaper()
     hello = Hello(Role.AGENT, secret, node=node, pid=os.getpid())
     channel = await connect_channel(address, hello)
     await channel.send(Inventory(gpus.devices, gpus.source))
@@ -99,14 +98,22 @@ async def _agent_main(node: str, address: str, secret: str, gpus: GpuList) -> in
     )
     plan = setup.plan
     units = load_unit_set(run.unit_dir)
-    sentinel = start_sentinel(run.invocation_id)
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(reap_adopted_children)
+        # every no-orphan layer of this node (docs/no-orphans.md), opened once
+        async with open_containment(
+            run.invocation_id, state_dir=run.state_dir, name=f"agent-{node}", root=False
+        ) as containment:
+            layers = containment.layers  # the controller records them (status shows them)
+            assert layers is not None
+            contained = Contained(
+                node=node,
+                supervisor=layers.supervisor,
+                summary=layers.summary(),
+                details=layers.to_json(),
+            )
+            await channel.send(EventReport(contained))
             await _serve_controller(channel, node, units, plan, run, gpus)
-            nursery.cancel_scope.cancel()
     finally:
-        sentinel.close()
         await channel.aclose()
     return 0
 

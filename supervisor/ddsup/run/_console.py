@@ -28,6 +28,7 @@ import trio
 
 from ddsup.record._display import duration, paint, symbol
 from ddsup.record._events import (
+    Contained,
     PreflightWarning,
     ProbeAnswered,
     ProcessExited,
@@ -109,6 +110,10 @@ class Console:
         status = outcome.status.value
         self._print(f"finished: {status}, exit {outcome.exit_code}{cause}; state in {state_dir}")
 
+    def efficiency(self, line: str) -> None:
+        """The run's GPU time by category: part of the result, so printed even with ``-q``."""
+        self._print(line)
+
     async def run(self) -> None:
         """Redraw the progress line every second, so its elapsed time moves (TTY only).
 
@@ -140,6 +145,9 @@ class Console:
             return f"{where}: probe answers {event.answer}" if self.verbose else None
         if isinstance(event, PreflightWarning):
             return f"warning: {event.node}: {event.warning}"
+        if isinstance(event, Contained):
+            who = f"{event.supervisor}{_where(event.node)}"
+            return f"{who}: no-orphan layers: {event.summary}" if self.verbose else None
         if self.verbose or isinstance(event, RunStopping | RunEnding):
             return f"run {event.reason}"
         return None

@@ -249,7 +249,9 @@ class Service:
         spec = self.spec
         log_offset = _size(spec.log_path)
         try:
-            child = await spawn(spec.argv, env=spec.env, cwd=spec.cwd, log_path=spec.log_path)
+            child = await spawn(  # ddsup:containment: unit= puts it in its unit's cgroup
+                spec.argv, env=spec.env, cwd=spec.cwd, log_path=spec.log_path, unit=spec.instance
+            )
         except SpawnError as err:
             self._fail(str(err))
             return None, 0.0
