@@ -11,8 +11,8 @@ import pytest
 
 from ddsup._errors import ResultStatus
 from ddsup.process import ExitStatus
+from ddsup.record._event_file import EventLog, read_events
 from ddsup.record._events import (
-    EventLog,
     KillingEverything,
     ProcessExited,
     ProcessStarted,
@@ -25,7 +25,6 @@ from ddsup.record._events import (
     SweepLeftSurvivors,
     UnitTransition,
     parse_event,
-    read_events,
 )
 from ddsup.record._instance import InstanceRecord, fold
 from ddsup.record._outcome import Outcome

@@ -20,7 +20,8 @@ import trio
 from ddsup._errors import RunStateError
 from ddsup.channel._channel import Channel, connect_channel
 from ddsup.channel._messages import ChannelError, Hello, Message, Role
-from ddsup.record._events import RecordedEvent, read_events
+from ddsup.record._event_file import read_events
+from ddsup.record._events import RecordedEvent
 from ddsup.record._outcome import Outcome
 from ddsup.record._state_dir import StateDir, newest_state_dir
 

@@ -18,13 +18,13 @@ from ddsup.record._efficiency import Efficiency as Efficiency
 from ddsup.record._efficiency import efficiency as efficiency
 from ddsup.record._efficiency import efficiency_json as efficiency_json
 from ddsup.record._efficiency import efficiency_line as efficiency_line
-from ddsup.record._events import EventLog as EventLog
+from ddsup.record._event_file import EventLog as EventLog
+from ddsup.record._event_file import read_events as read_events
 from ddsup.record._events import ProcessExited as ProcessExited
 from ddsup.record._events import ProcessStarted as ProcessStarted
 from ddsup.record._events import RecordedEvent as RecordedEvent
 from ddsup.record._events import UnitTransition as UnitTransition
 from ddsup.record._events import parse_event as parse_event
-from ddsup.record._events import read_events as read_events
 from ddsup.record._instance import InstanceRecord as InstanceRecord
 from ddsup.record._outcome import Outcome as Outcome
 from ddsup.record._run_files import RunFiles as RunFiles

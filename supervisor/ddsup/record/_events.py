@@ -14,21 +14,17 @@ added). Every event has ``time`` (Unix seconds) and ``event``:
   :class:`RunFinished`).
 
 ``to_json`` writes a line's object, :func:`parse_event` reads one back (ValueError for
-anything else) and :func:`read_events` reads a file, skipping lines it cannot parse (the
-torn last line of a killed run). Values of environment variables never appear here: no
+anything else); ``ddsup.record._event_file`` writes and reads the file. Values of environment variables never appear here: no
 event has a field for them.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from ddsup.process import ExitStatus
 from ddsup.record._fields import FieldReader
@@ -379,38 +375,3 @@ def _run_event(read: FieldReader) -> RunLifecycle:
     if reason not in _SIMPLE_RUN:
         raise ValueError(f"unknown run event {reason!r}")
     return _SIMPLE_RUN[reason](read)
-
-
-# --- the file -----------------------------------------------------------------------------
-class EventLog:
-    """Appends events to ``events.jsonl``; each line is flushed so a crash loses nothing."""
-
-    def __init__(self, path: Path) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self._file: TextIO = os.fdopen(fd, "a", encoding="utf-8")
-
-    def write(self, event: RecordedEvent) -> None:
-        if self._file.closed:
-            return
-        self._file.write(json.dumps(event.to_json(), sort_keys=True) + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def read_events(path: Path) -> list[RecordedEvent]:
-    """All events of a run, oldest first; lines that are not an event are skipped.
-
-    The last line of a run that was killed mid-write is torn, and a newer ddsup may have
-    written kinds this one does not know: neither may stop ``status`` from reading the rest.
-    FileNotFoundError when there is no such file.
-    """
-    events = []
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            try:
-                events.append(parse_event(json.loads(line)))
-            except (ValueError, TypeError, KeyError):
-                continue
-    return events

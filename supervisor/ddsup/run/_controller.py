@@ -18,25 +18,21 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 import uuid
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import trio
 
-from ddsup._errors import DdsupError, PreflightError, ResultStatus, UnitFileError, UsageError
+from ddsup._errors import DdsupError, PreflightError, ResultStatus
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret, serve_channel
 from ddsup.channel._messages import Inventory, Setup
 from ddsup.plan._model import Plan
 from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
 from ddsup.process import Containment, open_containment
-from ddsup.record._efficiency import efficiency_line
+from ddsup.record._event_file import EventLog
 from ddsup.record._events import (
-    Contained,
-    EventLog,
     RecordedEvent,
     RunEnding,
     RunFinished,
@@ -72,10 +68,10 @@ from ddsup.run._run_inputs import (
     StopBegins,
     StopSignalled,
 )
+from ddsup.run._run_io import contained_event, efficiency_report, load_units
 from ddsup.run._run_state import RunState
 from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
 from ddsup.service._environment import RunContext
-from ddsup.units import load_unit_set, printable
 from ddsup.units._model import UnitSet, UnitType
 
 PREFLIGHT_TIMEOUT = 120.0
@@ -122,7 +118,7 @@ class Controller:
         self._write_run_json()
         self._record(RunStarting(invocation_id=self.invocation_id))
         try:
-            units = _load_units(self.options.directory)
+            units = load_units(self.options.directory)
             allocation = resolve_allocation(self.options.allocation, os.environ)
             self.launcher = allocation.launcher
             self._lanes = LanePublisher(endpoint_setup(units))
@@ -139,7 +135,7 @@ class Controller:
         self.events.close()
         self.console.result(outcome, self.state.path)
         if self._run is not None:
-            self.console.efficiency(self._efficiency_line())
+            self.console.efficiency(efficiency_report(self.state.path))
         return outcome.exit_code
 
     def _adopt(self, units: UnitSet, plan: Plan) -> None:
@@ -150,13 +146,6 @@ class Controller:
         self.console.lanes(self.run.lane_models())
         self._has_plan = True
         self._planned.set()
-
-    def _efficiency_line(self) -> str:
-        """Where the allocation's GPU time went (docs/operating.md), from the run's files."""
-        try:
-            return efficiency_line(self.state.path)
-        except (DdsupError, OSError, ValueError) as err:  # a report, never the run's end
-            return f"GPU time: not known ({err})"
 
     def _fail(self, error: DdsupError) -> None:
         if self._run is not None:
@@ -213,16 +202,7 @@ class Controller:
         """Say which no-orphan layers hold here: in run.json (for status) and an event."""
         self._containment = containment
         self._write_run_json()
-        layers = containment.layers
-        assert layers is not None
-        self._record(
-            Contained(
-                node=None,
-                supervisor=layers.supervisor,
-                summary=layers.summary(),
-                details=layers.to_json(),
-            )
-        )
+        self._record(contained_event(containment))
 
     async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher) -> None:
         """Listen for agents, the endpoint's feed and operators; say where in run.json."""
@@ -414,14 +394,3 @@ class Controller:
             stopping=self.run.stopping,
             instances=self.run.status_rows(),
         )
-
-
-def _load_units(directory: Path) -> UnitSet:
-    if not directory.is_dir():
-        raise UsageError(f"{printable(str(directory))} is not a directory of unit files")
-    try:
-        return load_unit_set(directory.resolve())
-    except UnitFileError as err:
-        for problem in err.problems:
-            print(problem, file=sys.stderr)
-        raise UnitFileError(err.problems) from None
