@@ -26,7 +26,9 @@ from typing import TextIO
 
 import trio
 
+from ddsup._errors import DdsupError
 from ddsup.record._display import duration, paint, symbol
+from ddsup.record._efficiency import efficiency_line
 from ddsup.record._events import (
     Contained,
     PreflightWarning,
@@ -104,14 +106,25 @@ class Console:
     def error(self, text: str) -> None:
         self._print(f"error: {text}")
 
-    def result(self, outcome: Outcome, state_dir: Path) -> None:
+    def result(self, outcome: Outcome, state_dir: Path, *, planned: bool) -> None:
+        """The run's last words; with the GPU time line once the run had a plan."""
         self._done = True
         cause = f" ({outcome.unit}: {outcome.reason})" if outcome.unit else f" ({outcome.reason})"
         status = outcome.status.value
         self._print(f"finished: {status}, exit {outcome.exit_code}{cause}; state in {state_dir}")
+        if planned:
+            self.efficiency(state_dir)
 
-    def efficiency(self, line: str) -> None:
-        """The run's GPU time by category: part of the result, so printed even with ``-q``."""
+    def efficiency(self, run_dir: Path) -> None:
+        """The run's GPU time by category (docs/operating.md), read from the run's files.
+
+        Part of the result, so printed even with ``-q``; a report, never the run's end, so
+        a file it cannot read makes the line say so instead of failing the run.
+        """
+        try:
+            line = efficiency_line(run_dir)
+        except (DdsupError, OSError, ValueError) as err:
+            line = f"GPU time: not known ({err})"
         self._print(line)
 
     async def run(self) -> None:

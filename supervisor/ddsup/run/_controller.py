@@ -68,7 +68,7 @@ from ddsup.run._run_inputs import (
     StopBegins,
     StopSignalled,
 )
-from ddsup.run._run_io import contained_event, efficiency_report, load_units
+from ddsup.run._run_io import contained_event, load_units
 from ddsup.run._run_state import RunState
 from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
 from ddsup.service._environment import RunContext
@@ -133,9 +133,7 @@ class Controller:
         self.state.write_json(self.state.result, outcome.to_dict())
         self._record(RunFinished(outcome=outcome))
         self.events.close()
-        self.console.result(outcome, self.state.path)
-        if self._run is not None:
-            self.console.efficiency(efficiency_report(self.state.path))
+        self.console.result(outcome, self.state.path, planned=self._has_plan)
         return outcome.exit_code
 
     def _adopt(self, units: UnitSet, plan: Plan) -> None:
