@@ -79,7 +79,9 @@ def test_console_draws_a_progress_line_on_a_terminal() -> None:
     assert "\r\x1b[K" in out and "\x1b[32m● ready\x1b[0m — ready\n" in out
     console.event(_unit("lane@0", "ready", 100.0))
     assert console.progress() == ""
-    console.result(Outcome(ResultStatus.OK, 0, "worker", "exit status 0"), Path("/s"))
+    console.result(
+        Outcome(ResultStatus.OK, 0, "worker", "exit status 0"), Path("/s"), planned=False
+    )
     assert (
         stream.getvalue()
         .rstrip("\n")
