@@ -1,7 +1,8 @@
 """Restart policy: the start limit, and backoff delays (doubling, capped, ±10 % jitter).
 
 The start count comes from lines the unit appends to a file each time it starts. Exact
-backoff values are checked in-process on :class:`ddsup.service._service.Service` under the
+backoff values are checked in-process on :class:`ddsup.service._service.Service` (its
+:class:`~ddsup.service._restart_policy.RestartPolicy`) under the
 autojump clock (the jitter pinned to its extremes); the subprocess run checks the same
 rule end to end from ``events.jsonl`` timestamps, with scheduling slack.
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 import trio
 
 from ddsup.channel import Channel, connect_channel, serve_channel
-from ddsup.channel._messages import Hello, Inventory, Role, Setup
+from ddsup.channel._messages import Hello, Inventory, RestartRequest, Role, Setup
 from ddsup.plan._gpus import GpuList
 from ddsup.record._status import RunSnapshot
 from ddsup.run._connections import ControlServer
@@ -53,6 +53,9 @@ async def test_a_refused_agent_gets_no_setup_and_is_no_node_of_the_run() -> None
     async def setup() -> Setup:
         return Setup(plan, "inv", "/state", "/units", "job")
 
+    async def no_restart(request: RestartRequest, channel: Channel) -> None:
+        raise AssertionError("no operator here")
+
     server = ControlServer(
         feed=fed.append,
         admit=inventory.admit,
@@ -61,6 +64,9 @@ async def test_a_refused_agent_gets_no_setup_and_is_no_node_of_the_run() -> None
         stopping=lambda: False,
         nodes=nodes,
         lanes=LanePublisher(None),
+        agent_instances=lambda node: frozenset(),
+        agent_timeout=30.0,
+        restart=no_restart,
     )
 
     async def agent(node: str) -> tuple[Channel, object]:

@@ -110,7 +110,7 @@ def test_counted_once_against_the_start_limit_then_failed_as_one() -> None:
     timeout = "not ready within timeout_start = 1m (last probe: HTTP 503)"
     run.to("lane@0", S.RESTARTING, timeout + HELD, readiness_timeout=True)
     verdict = run.to("lane@0:1", S.RESTARTING, "taken down" + HELD)
-    reason = f"start limit hit: 2 starts within 1h (start_limit_burst = 2, start_limit_interval = 1h); last: lane@0: {timeout}"
+    reason = f"start limit hit: 2 starts within 1h (start_limit_burst = 2); last: lane@0: {timeout}"
     assert verdict.decisions == [
         FailOn(_on("n1"), ("lane@0",), reason, True),
         FailOn(_on("n2"), ("lane@0:1",), reason, True),

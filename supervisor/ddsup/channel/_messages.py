@@ -1,22 +1,26 @@
-"""Every message that crosses the control channel, and the one encode/decode pair.
+"""Every message that crosses the control channel (``_codec`` puts them on the wire).
 
-One frozen dataclass per message; on the wire each is one JSON object with an ``op``
-(``_codec``: :func:`~ddsup.channel._codec.decode` checks every field's type and raises
+One frozen dataclass per message; on the wire each is one JSON object with an ``op``.
+:func:`~ddsup.channel._codec.decode` checks every field's type and raises
 :class:`ChannelError` on anything malformed or unknown, and the receiving side then drops
-that connection: no other module handles the protocol as dictionaries). Who sends what::
+that connection: no other module handles the protocol as dictionaries. Who sends what::
 
     any peer → controller   Hello (the first line: role, secret)
     agent → controller      Inventory (right after its hello: the node's GPUs)
-    controller → agent      Setup, Start, Stop, SignalInstances, Kill, Shutdown,
+    controller → agent      Setup, Start, Stop, Restart, SignalInstances, Kill, Shutdown,
                             TakeDown, Resume, FailHeld (a multi-node replica's restart)
     agent → controller      PreflightReport, EventReport, Signalled, AgentStopped
+    controller ⇄ agent      Heartbeat (every agent_timeout / 5, so that silence means loss)
     controller → endpoint   EndpointSetup (first), then LanesUpdate on every change
-    operator ⇄ controller   StatusRequest → StatusReply; StopRequest → StopAnswer
+    endpoint → controller   LaneDrained (a lane out of the rotation has nothing in flight)
+    operator ⇄ controller   StatusRequest → StatusReply; StopRequest → StopAnswer;
+                            RestartRequest → RestartAnswer, RestartProgress…, RestartOver
 """
 
 from __future__ import annotations
 
 import enum
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -40,6 +44,22 @@ class Role(str, enum.Enum):
     CONTROL = "control"  # an operator command (status, stop)
 
 
+MAX_NAME = 255  # a node name (a hostname) in a hello or a report
+
+
+def _check_signal(signum: int) -> None:
+    if signum not in _SIGNALS:
+        raise ValueError(f"{signum} is not a signal number")
+
+
+def _check_name(what: str, name: str) -> None:
+    if not name or len(name) > MAX_NAME or not name.isprintable():
+        raise ValueError(f"{what} must be 1 to {MAX_NAME} printable characters")
+
+
+_SIGNALS = frozenset(int(s) for s in signal.valid_signals())
+
+
 @dataclass(frozen=True)
 class Hello:
     """The first line of every connection; ``secret`` authenticates it."""
@@ -49,6 +69,10 @@ class Hello:
     secret: str = field(repr=False)
     node: str | None = None  # agents: the node they run on
     pid: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.node is not None:
+            _check_name("node", self.node)
 
 
 @dataclass(frozen=True)
@@ -63,6 +87,10 @@ class Inventory:
     gpus: tuple[str, ...]
     source: str
 
+    def __post_init__(self) -> None:
+        for gpu in self.gpus:
+            _check_name("a GPU", gpu)
+
 
 @dataclass(frozen=True)
 class Setup:
@@ -75,6 +103,16 @@ class Setup:
     unit_dir: str
     job_id: str
     endpoint_url: str | None = None
+    agent_timeout: float = 30.0  # silence (no message, not even a heartbeat) that means loss
+    attempt: int = 0  # the job's attempt (Slurm's SLURM_RESTART_COUNT), for the units
+    rehearse: bool = False  # lanes run fake-vllm (ddsup start --rehearse)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Nothing to say but "still here": both sides of an agent's connection send it."""
+
+    op: ClassVar[str] = "heartbeat"
 
 
 @dataclass(frozen=True)
@@ -91,10 +129,22 @@ class Stop:
 
 
 @dataclass(frozen=True)
+class Restart:
+    """Stop these instances and start them again at once (``ddsup restart``)."""
+
+    op: ClassVar[str] = "restart_instances"
+    instances: tuple[str, ...]
+    reason: str = "restart requested"
+
+
+@dataclass(frozen=True)
 class SignalInstances:
     op: ClassVar[str] = "signal"
     instances: tuple[str, ...]
     signum: int
+
+    def __post_init__(self) -> None:
+        _check_signal(self.signum)
 
 
 @dataclass(frozen=True)
@@ -134,6 +184,12 @@ class Resume:
     attempt: int
     master_port: int | None = None
 
+    def __post_init__(self) -> None:
+        if not self.delay >= 0 or self.attempt < 0:
+            raise ValueError("delay and attempt must not be negative")
+        if self.master_port is not None and not 0 < self.master_port < 65536:
+            raise ValueError("master_port must be from 1 to 65535")
+
 
 @dataclass(frozen=True)
 class FailHeld:
@@ -155,6 +211,11 @@ class PreflightReport:
     ports: Mapping[str, int] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        _check_name("node", self.node)
+        if not all(0 < port < 65536 for port in self.ports.values()):
+            raise ValueError("ports must be from 1 to 65535")
+
 
 @dataclass(frozen=True)
 class EventReport:
@@ -168,6 +229,9 @@ class Signalled:
 
     op: ClassVar[str] = "signalled"
     signum: int
+
+    def __post_init__(self) -> None:
+        _check_signal(self.signum)
 
 
 @dataclass(frozen=True)
@@ -188,18 +252,83 @@ class EndpointSetup:
 
 @dataclass(frozen=True)
 class ReadyLane:
+    """One lane in the rotation. ``served_names``: every model name it answers to (its
+    ``model`` first, then vLLM aliases and LoRA adapters), for routing by any of them;
+    ``api_key_env`` names the variable holding the key to send it (its ``[lane]
+    api_key_env``; the endpoint's environment has it)."""
+
     instance: str
     model: str
     url: str
+    api_key_env: str | None = None
+    served_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class LanesUpdate:
-    """The full set of ready lanes, and every model the run serves."""
+    """The full set of ready lanes, every model the run serves (``[lane] model``), and
+    every name any lane answers to (``served_names``: models, aliases, adapters)."""
 
     op: ClassVar[str] = "lanes"
     lanes: tuple[ReadyLane, ...] = ()
     models: tuple[str, ...] = ()
+    served_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LaneDrained:
+    """The endpoint has ``instance`` out of its rotation and no request in flight to it."""
+
+    op: ClassVar[str] = "drained"
+    instance: str
+
+
+class RestartStep(str, enum.Enum):
+    """Where one instance of a ``ddsup restart`` is."""
+
+    QUEUED = "queued"  # --rolling: waiting for the one before it
+    DRAINING = "draining"  # out of the endpoint's rotation, its requests finishing
+    RESTARTING = "restarting"  # stopped and started again, not ready yet
+    READY = "ready"  # ready again (back in the rotation)
+    FAILED = "failed"  # it did not come back (it failed, or the run stopped)
+    SKIPPED = "skipped"  # --rolling: not restarted, since one before it failed
+
+    @property
+    def over(self) -> bool:
+        return self in (RestartStep.READY, RestartStep.FAILED, RestartStep.SKIPPED)
+
+
+@dataclass(frozen=True)
+class RestartRequest:
+    """``ddsup restart``: instances or units (``lane``: all its instances)."""
+
+    op: ClassVar[str] = "restart"
+    names: tuple[str, ...]
+    rolling: bool = False
+
+
+@dataclass(frozen=True)
+class RestartAnswer:
+    """The instances the restart covers, in order; or why it was refused (``error``)."""
+
+    op: ClassVar[str] = "restart_answer"
+    instances: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RestartProgress:
+    op: ClassVar[str] = "restart_progress"
+    instance: str
+    step: RestartStep
+
+
+@dataclass(frozen=True)
+class RestartOver:
+    """Every instance of the restart is ready again (``ok``), or some are not."""
+
+    op: ClassVar[str] = "restart_over"
+    ok: bool
 
 
 @dataclass(frozen=True)
@@ -229,8 +358,10 @@ Message = (
     Hello
     | Inventory
     | Setup
+    | Heartbeat
     | Start
     | Stop
+    | Restart
     | SignalInstances
     | TakeDown
     | Resume
@@ -247,29 +378,18 @@ Message = (
     | StatusReply
     | StopRequest
     | StopAnswer
+    | LaneDrained
+    | RestartRequest
+    | RestartAnswer
+    | RestartProgress
+    | RestartOver
 )
 
 
 MESSAGES: tuple[type[Any], ...] = (
-    Hello,
-    Inventory,
-    Setup,
-    Start,
-    Stop,
-    SignalInstances,
-    TakeDown,
-    Resume,
-    FailHeld,
-    Kill,
-    Shutdown,
-    PreflightReport,
-    EventReport,
-    Signalled,
-    AgentStopped,
-    EndpointSetup,
-    LanesUpdate,
-    StatusRequest,
-    StatusReply,
-    StopRequest,
-    StopAnswer,
-)
+    Hello, Inventory, Setup, Heartbeat, Start, Stop, SignalInstances, TakeDown, Resume,
+    FailHeld, Kill, Shutdown, PreflightReport, EventReport, Signalled, AgentStopped,
+    EndpointSetup, LanesUpdate, StatusRequest, StatusReply, StopRequest, StopAnswer,
+    Restart, LaneDrained, RestartRequest, RestartAnswer, RestartProgress, RestartOver,
+)  # fmt: skip
+"""Every kind of message, each with a unique ``op`` (``tests/run/test_channel_messages.py``)."""

@@ -21,8 +21,10 @@ and make the plan from it with :func:`plan_for`; a test holds the two to the sam
   with different GPUs are planned as they are. ``ddsup plan`` cannot ask them: it
   assumes every node has what this one has, and says so (``assumed``). The client node
   (endpoint, worker) is the one ``ddsup start`` runs on (``SLURMD_NODENAME``; the first
-  host of a ``--nodelist``), and it must be in the allocation. Hosts that share one
-  address (several ``slurmd`` on one machine) get ports unique across them.
+  host of a ``--nodelist``). In a heterogeneous job it is on component 0 and the lanes on
+  component 1; run outside the allocation (``salloc`` on a login node) it is this host;
+  either way the plan holds it as a node without GPUs (``_slurm_client``). Hosts that
+  share one address (several ``slurmd`` on one machine) get ports unique across them.
 - The endpoint is reached at 127.0.0.1 in both: the worker runs on the client node
   beside it.
 """
@@ -45,6 +47,7 @@ from ddsup.plan._allocation import (
 from ddsup.plan._gpus import GpuList, detect_gpu_list
 from ddsup.plan._model import Node, Plan
 from ddsup.plan._placement import make_plan
+from ddsup.plan._slurm_client import HetJob, address_towards, het_job, outside_allocation
 from ddsup.units._model import UnitSet
 
 
@@ -101,6 +104,8 @@ class Allocation:
     gpus_known: bool  # False: nobody said and nothing was found (0 GPUs assumed)
     gpus_from_agents: bool = False  # each node's agent reports its GPUs before placement
     assumed: str | None = None  # what ddsup plan assumed about nodes it cannot ask
+    het_group: int | None = None  # a heterogeneous job: the lanes' component (srun --het-group)
+    client_apart: bool = False  # the client holds no lanes (het job, outside the allocation)
 
     def with_gpus(self, found: Mapping[str, GpuList]) -> Allocation:
         """The allocation with the GPUs each node's agent found (nodes not in ``found``
@@ -112,7 +117,7 @@ class Allocation:
 
 def resolve_allocation(request: AllocationRequest, environ: Mapping[str, str]) -> Allocation:
     """The allocation ``request`` means in ``environ``; raises UsageError when it cannot."""
-    launcher = _launcher(request, environ)
+    launcher = launcher_kind(request, environ)
     if launcher is LauncherKind.LOCAL:
         return _local(request, environ)
     return _slurm(request, environ)
@@ -137,7 +142,8 @@ def plan_for(units: UnitSet, allocation: Allocation) -> Plan:
         ) from err
 
 
-def _launcher(request: AllocationRequest, environ: Mapping[str, str]) -> LauncherKind:
+def launcher_kind(request: AllocationRequest, environ: Mapping[str, str]) -> LauncherKind:
+    """What ``--launcher`` (``auto`` by the environment) resolves to."""
     if request.nodelist is not None or request.launcher is LauncherChoice.SLURM:
         return LauncherKind.SLURM
     if request.launcher is LauncherChoice.LOCAL:
@@ -164,24 +170,70 @@ def _local(request: AllocationRequest, environ: Mapping[str, str]) -> Allocation
 
 
 def _slurm(request: AllocationRequest, environ: Mapping[str, str]) -> Allocation:
+    outside = None
     if request.nodelist is not None:
         hosts = expand_nodelist(request.nodelist)
         addresses = {host: host for host in hosts}
         client = hosts[0]
     else:
+        het = het_job(environ)
+        if het is not None:
+            return _het(request, environ, het)
         nodelist = environ.get("SLURM_JOB_NODELIST", "").strip()
         if not nodelist:
             raise UsageError("--launcher slurm needs a Slurm allocation (SLURM_JOB_NODELIST unset)")
         hosts = slurm_hostnames(nodelist)[: request.nodes]
         addresses = slurm_node_addresses(hosts)
-        client = environ.get("SLURMD_NODENAME") or hosts[0]
-        if client not in addresses:
+        outside = outside_allocation(environ, hosts)
+        client = outside or environ.get("SLURMD_NODENAME") or hosts[0]
+        if client not in addresses and outside is None:
             raise UsageError(f"ddsup start runs on {client}, which is not in the allocation")
+    here = _slurm_gpus(request, environ)
+    nodes = [_provisional(Node(h, addresses[h], ()), here) for h in hosts]
+    if outside is not None:  # the client's host, beside the allocation: no lanes there
+        nodes.append(Node(outside, address_towards(addresses[hosts[0]], environ), ()))
+    return _slurm_allocation(nodes, client, request.gpus_per_node, here, apart=outside is not None)
+
+
+def _het(request: AllocationRequest, environ: Mapping[str, str], het: HetJob) -> Allocation:
+    """Client on component 0 (this node), lanes on component 1 (``_slurm_client``)."""
+    client = environ.get("SLURMD_NODENAME") or het.client_hosts[0]
+    if client not in het.client_hosts:
+        raise UsageError(
+            f"ddsup start runs on {client}, not on the job's component 0 "
+            f"({', '.join(het.client_hosts)}): run it in the batch script"
+        )
+    hosts = het.lane_hosts[: request.nodes]
+    addresses = slurm_node_addresses([client, *hosts])
     simulated = request.gpus_per_node
-    here = GpuList.simulated(simulated) if simulated is not None else detect_gpu_list(environ)
-    nodes = tuple(
-        node_with(Node(h, addresses[h], ()), here or GpuList((), "nothing found")) for h in hosts
-    )
+    # What Slurm says of component 1, until each of its agents reports its own GPUs.
+    here = GpuList.simulated(simulated) if simulated is not None else None
+    if here is None and het.gpus_per_node is not None:
+        here = GpuList.simulated(het.gpus_per_node)
+    nodes = [Node(name=client, address=addresses[client], gpus=())]
+    nodes += [_provisional(Node(h, addresses[h], ()), here) for h in hosts]
+    return _slurm_allocation(nodes, client, simulated, here, het_group=het.lane_group, apart=True)
+
+
+def _slurm_gpus(request: AllocationRequest, environ: Mapping[str, str]) -> GpuList | None:
+    simulated = request.gpus_per_node
+    return GpuList.simulated(simulated) if simulated is not None else detect_gpu_list(environ)
+
+
+def _provisional(node: Node, here: GpuList | None) -> Node:
+    return node_with(node, here or GpuList((), "nothing found"))
+
+
+def _slurm_allocation(
+    nodes: list[Node],
+    client: str,
+    simulated: int | None,
+    here: GpuList | None,
+    het_group: int | None = None,
+    *,
+    apart: bool = False,
+) -> Allocation:
+    addresses = {node.name: node.address for node in nodes}
     assumed = None
     if simulated is None:
         what = here.describe() if here is not None else "no GPUs that ddsup can detect"
@@ -191,7 +243,7 @@ def _slurm(request: AllocationRequest, environ: Mapping[str, str]) -> Allocation
         )
     return Allocation(
         launcher=LauncherKind.SLURM,
-        nodes=nodes,
+        nodes=tuple(nodes),
         client=client,
         client_address=addresses[client],
         shared_address=len(set(addresses.values())) < len(addresses),
@@ -199,4 +251,6 @@ def _slurm(request: AllocationRequest, environ: Mapping[str, str]) -> Allocation
         gpus_known=here is not None,
         gpus_from_agents=simulated is None,
         assumed=assumed,
+        het_group=het_group,
+        client_apart=apart,
     )

@@ -7,8 +7,9 @@ groups), ``_registry`` (the (PID, start time) records of what a run had), ``_swe
 read once for concurrent stops), ``_managed`` (children whose owner reaps them),
 ``_subreaper`` (orphans of our units become ours), ``_final_sweep`` (the end-of-run
 sweep), ``_unit_scope`` (one unit's cgroup and records), ``_containment`` (all layers of
-one supervisor, opened once: the entry point), ``_child`` (spawn, wait, stop a tree).
-``docs/no-orphans.md`` tells which layer catches what.
+one supervisor, opened once: the entry point), ``_output_log`` (a unit's output into its
+rotating log file), ``_child`` (spawn, wait, stop a tree). ``docs/no-orphans.md`` tells
+which layer catches what.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from ddsup.process._cgroup import find_run_cgroups as find_run_cgroups
 from ddsup.process._child import ChildProcess as ChildProcess
 from ddsup.process._child import ExitStatus as ExitStatus
+from ddsup.process._child import LogError as LogError
 from ddsup.process._child import SpawnError as SpawnError
 from ddsup.process._child import identity_of as identity_of
 from ddsup.process._child import spawn as spawn
@@ -29,12 +31,17 @@ from ddsup.process._ending import end_on_this_node as end_on_this_node
 from ddsup.process._final_sweep import sweep_until_gone as sweep_until_gone
 from ddsup.process._managed import ManagedChildren as ManagedChildren
 from ddsup.process._managed import managed_children as managed_children
+from ddsup.process._output_log import CopyTask as CopyTask
+from ddsup.process._output_log import OutputLog as OutputLog
+from ddsup.process._output_log import output_pipe as output_pipe
+from ddsup.process._output_log import rotated_log as rotated_log
 from ddsup.process._proc import read_environ as read_environ
 from ddsup.process._sentinel import Sentinel as Sentinel
 from ddsup.process._sentinel import start_sentinel as start_sentinel
 from ddsup.process._subreaper import become_subreaper as become_subreaper
 from ddsup.process._subreaper import is_subreaper as is_subreaper
 from ddsup.process._subreaper import reap_adopted_children as reap_adopted_children
+from ddsup.process._sweep import AGENT_ENV as AGENT_ENV
 from ddsup.process._sweep import find_run_processes as find_run_processes
 from ddsup.process._sweep import sweep as sweep
 from ddsup.process._sweep import sweep_until_gone_sync as sweep_until_gone_sync

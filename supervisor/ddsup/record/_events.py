@@ -7,28 +7,29 @@ added). Every event has ``time`` (Unix seconds) and ``event``:
 - ``unit``: :class:`UnitTransition`, an instance's state change;
 - ``process``: :class:`ProcessStarted`; ``exit``: :class:`ProcessExited`, as seen;
 - ``probe``: :class:`ProbeAnswered`, a readiness probe's answer changed while starting;
+- ``liveness``: :class:`LivenessFailed`, a ready lane's liveness probe failed;
 - ``containment``: :class:`Contained`, the no-orphan layers a supervisor holds on its node;
 - ``run``: the run's own lifecycle, told apart by ``reason`` (:class:`RunStarting`,
   :class:`PreflightWarning`, :class:`RunEnding`, :class:`RunStopping`,
   :class:`SignalForwarded`, :class:`KillingEverything`, :class:`SweepLeftSurvivors`,
   :class:`RunFinished`).
 
-``to_json`` writes a line's object, :func:`parse_event` reads one back (ValueError for
-anything else); ``ddsup.record._event_file`` writes and reads the file. Values of environment variables never appear here: no
-event has a field for them.
+``to_json`` writes a line's object; ``_event_parse`` reads one back (ValueError for
+anything else); ``_event_log`` writes and reads the file, skipping lines it cannot parse
+(the torn last line of a killed run). Values of environment variables never appear
+here: no event has a field for them.
 """
 
 from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ddsup.process import ExitStatus
-from ddsup.record._fields import FieldReader
-from ddsup.record._outcome import Outcome, exit_from_json
+from ddsup.record._outcome import Outcome
 from ddsup.record._states import InstanceState
 
 COMPLETED = "completed"  # the reason of a oneshot's exited transition when it succeeded
@@ -139,6 +140,32 @@ class ProcessExited:
     def to_json(self) -> dict[str, Any]:
         out = _head(self.time, "exit", self.instance, self.node)
         return {**out, "reason": self.reason, "pid": self.pid, "exit": self.exit.to_json()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LivenessFailed:
+    """A ready lane did not pass its liveness probe: ``failures`` in a row of ``limit``.
+
+    The first takes it out of the rotation (``ready`` → ``unresponsive``); the
+    ``limit``-th restarts it (``unresponsive`` → ``restarting``), by its restart policy.
+    ``probe`` is the probe's answer (``no answer within 5s``, ``HTTP 500``, …).
+    """
+
+    instance: str
+    node: str | None
+    failures: int
+    limit: int
+    probe: str
+    time: float = field(default_factory=_now)
+
+    @property
+    def reason(self) -> str:
+        return f"liveness probe failed ({self.failures} of {self.limit} in a row): {self.probe}"
+
+    def to_json(self) -> dict[str, Any]:
+        out = _head(self.time, "liveness", self.instance, self.node)
+        out.update({"failures": self.failures, "limit": self.limit, "probe": self.probe})
+        return {**out, "reason": self.reason}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,7 +298,13 @@ RunLifecycle = (
     | RunFinished
 )
 RecordedEvent = (
-    UnitTransition | ProbeAnswered | ProcessStarted | ProcessExited | Contained | RunLifecycle
+    UnitTransition
+    | ProbeAnswered
+    | ProcessStarted
+    | ProcessExited
+    | LivenessFailed
+    | Contained
+    | RunLifecycle
 )
 
 
@@ -284,94 +317,3 @@ def _head(at: float, kind: str, instance: str, node: str | None) -> dict[str, An
 
 def _run(at: float, reason: str) -> dict[str, Any]:
     return {"time": round(at, 6), "event": "run", "reason": reason}
-
-
-# --- reading back -------------------------------------------------------------------------
-def parse_event(data: object) -> RecordedEvent:
-    """One line's object back into its event; ValueError (or TypeError) when it is not one."""
-    if not isinstance(data, Mapping):
-        raise ValueError("an event is a JSON object")
-    read = FieldReader(data)
-    kind = read.text("event")
-    if kind == "unit":
-        return _unit(read)
-    if kind == "process":
-        return ProcessStarted(
-            instance=read.text("instance"),
-            node=read.optional_text("node"),
-            pid=read.integer("pid"),
-            log_offset=read.optional_integer("log_offset"),
-            time=read.time(),
-        )
-    if kind == "exit":
-        return ProcessExited(
-            instance=read.text("instance"),
-            node=read.optional_text("node"),
-            pid=read.integer("pid"),
-            exit=exit_from_json(data.get("exit")),
-            time=read.time(),
-        )
-    if kind == "probe":
-        return ProbeAnswered(
-            instance=read.text("instance"),
-            node=read.optional_text("node"),
-            answer=read.text("answer"),
-            time=read.time(),
-        )
-    if kind == "containment":
-        known = {"time", "event", "node", "supervisor", "reason"}
-        return Contained(
-            node=read.optional_text("node"),
-            supervisor=read.text("supervisor"),
-            summary=read.text("reason"),
-            details={k: v for k, v in data.items() if k not in known},
-            time=read.time(),
-        )
-    if kind == "run":
-        return _run_event(read)
-    raise ValueError(f"unknown event {kind!r}")
-
-
-def _unit(read: FieldReader) -> UnitTransition:
-    exit_json = read.data.get("exit")
-    return UnitTransition(
-        instance=read.text("instance"),
-        node=read.optional_text("node"),
-        from_state=InstanceState(read.data.get("from", InstanceState.INACTIVE.value)),
-        to_state=InstanceState(read.data.get("to")),
-        reason=read.optional_text("reason") or "",
-        restarts=read.optional_integer("restarts") or 0,
-        pid=read.optional_integer("pid"),
-        exit=None if exit_json is None else exit_from_json(exit_json),
-        readiness_timeout=read.data.get("readiness_timeout") is True,
-        probe=read.optional_text("probe"),
-        attempt=read.optional_integer("attempt"),
-        attempt_limit=read.optional_integer("attempt_limit"),
-        master_port=read.optional_integer("master_port"),
-        time=read.time(),
-    )
-
-
-_SIMPLE_RUN: dict[str, Callable[[FieldReader], RunLifecycle]] = {
-    "starting": lambda r: RunStarting(invocation_id=r.text("invocation_id"), time=r.time()),
-    PreflightWarning.reason: lambda r: PreflightWarning(
-        node=r.text("node"), warning=r.text("warning"), time=r.time()
-    ),
-    "ending": lambda r: RunEnding(outcome=Outcome.from_dict(r.data), time=r.time()),
-    "stopping": lambda r: RunStopping(time=r.time()),
-    KillingEverything.reason: lambda r: KillingEverything(time=r.time()),
-    "sweep left survivors": lambda r: SweepLeftSurvivors(
-        pids=tuple(int(p) for p in r.data.get("pids", ())), time=r.time()
-    ),
-    "finished": lambda r: RunFinished(outcome=Outcome.from_dict(r.data), time=r.time()),
-}
-
-
-def _run_event(read: FieldReader) -> RunLifecycle:
-    reason = read.text("reason")
-    if reason.startswith("forwarding "):
-        name = reason.removeprefix("forwarding ")
-        return SignalForwarded(signum=int(signal.Signals[name]), time=read.time())
-    if reason not in _SIMPLE_RUN:
-        raise ValueError(f"unknown run event {reason!r}")
-    return _SIMPLE_RUN[reason](read)

@@ -47,6 +47,8 @@ class InstanceStatus:
     rank: int | None = None
     nnodes: int = 1
     devices: tuple[str, ...] = ()  # the GPUs as the lane sees them (empty: simulated)
+    liveness_failures: int = 0  # liveness probes failed in a row (unresponsive lanes)
+    served_names: tuple[str, ...] = ()  # lane replicas: every model name it answers to
 
     def with_record(self, record: InstanceRecord) -> InstanceStatus:
         """This row with the state ``record`` (the fold of its events) gives it."""
@@ -62,6 +64,7 @@ class InstanceStatus:
             ready_seconds=record.ready_seconds,
             attempt=record.attempt,
             attempt_limit=record.attempt_limit,
+            liveness_failures=record.liveness_failures,
         )
 
     @property
@@ -79,6 +82,7 @@ class InstanceStatus:
             "type": self.type.value,
             "node": self.node,
             "model": self.model,
+            "served_names": list(self.served_names),
             "gpus": list(self.gpus),
             "port": self.port,
             "state": self.state.value,
@@ -95,6 +99,7 @@ class InstanceStatus:
             "rank": self.rank,
             "nnodes": self.nnodes,
             "devices": list(self.devices),
+            "liveness_failures": self.liveness_failures,
         }
 
     @classmethod
@@ -123,6 +128,8 @@ class InstanceStatus:
             rank=_optional(data, "rank", int),
             nnodes=int(data.get("nnodes") or 1),
             devices=tuple(str(d) for d in data.get("devices") or ()),
+            liveness_failures=int(data.get("liveness_failures") or 0),
+            served_names=tuple(str(n) for n in data.get("served_names") or ()),
         )
 
 
@@ -149,9 +156,11 @@ class RunSnapshot:
     state_dir: str
     stopping: bool
     instances: tuple[InstanceStatus, ...]
+    ends_at: float | None = None  # the Slurm job's end time (its time limit), when known
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "ends_at": self.ends_at,
             "invocation_id": self.invocation_id,
             "launcher": self.launcher,
             "started_at": self.started_at,
@@ -174,6 +183,7 @@ class RunSnapshot:
             state_dir=str(data["state_dir"]),
             stopping=data.get("stopping") is True,
             instances=tuple(InstanceStatus.from_json(i) for i in instances),
+            ends_at=_optional(data, "ends_at", float),
         )
 
 

@@ -16,12 +16,14 @@ import argparse
 import contextlib
 import math
 import os
+import reprlib
 from pathlib import Path
 
 import trio
 
 from ddsup._errors import UsageError
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, connect_channel
+from ddsup.channel._heartbeat import receive_within, send_heartbeats
 from ddsup.channel._messages import (
     AgentStopped,
     ChannelError,
@@ -31,6 +33,7 @@ from ddsup.channel._messages import (
     Inventory,
     Kill,
     Message,
+    Restart,
     Resume,
     Role,
     Setup,
@@ -43,11 +46,12 @@ from ddsup.channel._messages import (
 )
 from ddsup.plan._gpus import GpuList, detect_gpu_list
 from ddsup.plan._model import Plan
-from ddsup.process import open_containment
+from ddsup.process import AGENT_ENV, open_containment
 from ddsup.record._events import Contained, RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._preflight import run_preflight
+from ddsup.run._rehearsal import rehearsal_units
 from ddsup.run._signals import ignore_stop_signals, stop_signal_receiver
 from ddsup.service._environment import RunContext
 from ddsup.units import UnitSet, load_unit_set
@@ -95,13 +99,18 @@ async def _agent_main(node: str, address: str, secret: str, gpus: GpuList) -> in
         unit_dir=setup.unit_dir,
         job_id=setup.job_id,
         endpoint_url=setup.endpoint_url,
+        attempt=setup.attempt,
     )
     plan = setup.plan
     units = load_unit_set(run.unit_dir)
+    supervisor = f"agent-{node}"
+    os.environ[AGENT_ENV] = supervisor  # every unit it starts inherits it: its sentinel's mark
+    if setup.rehearse:  # the same units the controller planned: fake-vllm lanes
+        units = rehearsal_units(units)
     try:
         # every no-orphan layer of this node (docs/no-orphans.md), opened once
         async with open_containment(
-            run.invocation_id, state_dir=run.state_dir, name=f"agent-{node}", root=False
+            run.invocation_id, state_dir=run.state_dir, name=supervisor, root=False
         ) as containment:
             layers = containment.layers  # the controller records them (status shows them)
             assert layers is not None
@@ -112,7 +121,9 @@ async def _agent_main(node: str, address: str, secret: str, gpus: GpuList) -> in
                 details=layers.to_json(),
             )
             await channel.send(EventReport(contained))
-            await _serve_controller(channel, node, units, plan, run, gpus)
+            await _serve_controller(
+                channel, node, units, plan, run, gpus, setup.agent_timeout, rehearse=setup.rehearse
+            )
     finally:
         await channel.aclose()
     return 0
@@ -125,8 +136,11 @@ async def _serve_controller(
     plan: Plan,
     run: RunContext,
     gpus: GpuList,
+    silence: float,
+    *,
+    rehearse: bool,
 ) -> None:
-    report = run_preflight(node, units, plan, gpus=gpus)
+    report = run_preflight(node, units, plan, gpus=gpus, check_model_path=not rehearse)
     plan = plan.with_ports(dict(report.ports))
     await channel.send(report)
     outbox_send, outbox_receive = trio.open_memory_channel[Message](math.inf)
@@ -155,9 +169,14 @@ async def _serve_controller(
         with trio.CancelScope() as loop_scope:
             services.start_soon(_watch_signals, channel, runner, loop_scope)
             try:
-                await _command_loop(channel, runner, services)
-            except ChannelError:
-                pass  # the controller is gone: stop everything below
+                mine = frozenset(p.instance for p in plan.on_node(node))
+                async with trio.open_nursery() as beats:
+                    beats.start_soon(send_heartbeats, outbox_send.send_nowait, silence)
+                    # ChannelError: the controller is gone (or broke the protocol): stop
+                    # everything below
+                    with contextlib.suppress(ChannelError):
+                        await _command_loop(channel, runner, services, silence, mine)
+                    beats.cancel_scope.cancel()
             finally:
                 with trio.CancelScope(shield=True):
                     await runner.stop()
@@ -184,17 +203,37 @@ async def _watch_signals(channel: Channel, runner: NodeRunner, loop: trio.Cancel
             loop.cancel()
 
 
-async def _command_loop(channel: Channel, runner: NodeRunner, nursery: trio.Nursery) -> None:
-    """The controller's commands until it says shutdown (or goes away)."""
+_NAMING = (Start, Stop, Restart, SignalInstances, TakeDown, Resume, FailHeld)
+
+
+async def _command_loop(
+    channel: Channel,
+    runner: NodeRunner,
+    nursery: trio.Nursery,
+    silence: float,
+    mine: frozenset[str],
+) -> None:
+    """The controller's commands until it says shutdown (or goes away, or is silent for
+    ``silence`` seconds: ChannelError).
+
+    A command that names an instance this node does not run breaks the protocol like a
+    line that does not decode (ChannelError): the agent then stops what it runs.
+    """
     while True:
-        message = await channel.receive()
+        message = await receive_within(channel, silence, "the controller")
         if message is None or isinstance(message, Shutdown):
             return
+        named = message.instances if isinstance(message, _NAMING) else ()
+        if not set(named) <= mine:
+            strange = reprlib.repr(sorted(set(named) - mine))
+            raise ChannelError(f"the controller named instances not on this node: {strange}")
         if isinstance(message, Start):
             for instance in message.instances:
                 runner.start(instance)
         elif isinstance(message, Stop):
             nursery.start_soon(runner.stop, message.instances, message.reason)
+        elif isinstance(message, Restart):
+            runner.restart(message.instances, message.reason)
         elif isinstance(message, Kill):
             runner.kill_all()
         elif isinstance(message, SignalInstances):

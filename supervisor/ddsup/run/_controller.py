@@ -11,13 +11,18 @@ decides (what starts when, what a failure means, which cause ends the run) is in
 agents, preflight reports, signals, operators) and carries its decisions out on the
 nodes (``_nodes``). Once the run ends, everything stops in reverse dependency order
 (instances of one level in parallel), the agents shut down, and a sweep by invocation id
-removes whatever escaped. ``result.json`` is written on every path.
+removes whatever escaped. ``result.json`` is written on every path; when the state
+directory cannot be written (a full or read-only disk) the run goes on, one warning says
+so (``record._faults``) and the result is printed on stderr instead.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import signal
+import socket
 import time
 import uuid
 from functools import partial
@@ -26,33 +31,47 @@ from typing import Any
 import trio
 
 from ddsup._errors import DdsupError, PreflightError, ResultStatus
-from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret, serve_channel
-from ddsup.channel._messages import Inventory, Setup
+from ddsup.channel._channel import Channel, new_secret
+from ddsup.channel._messages import Inventory, RestartRequest, Setup
+from ddsup.channel._server import serve_channel
 from ddsup.plan._model import Plan
-from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
+from ddsup.plan._resolve import Allocation, LauncherKind, plan_for
 from ddsup.process import Containment, open_containment
-from ddsup.record._event_file import EventLog
+from ddsup.process._proc import read_stat
+from ddsup.record._event_log import EventLog
 from ddsup.record._events import (
+    Contained,
     RecordedEvent,
-    RunEnding,
     RunFinished,
     RunStarting,
     SweepLeftSurvivors,
 )
+from ddsup.record._faults import say
 from ddsup.record._outcome import Outcome
-from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir, write_private
+from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir
 from ddsup.record._status import RunSnapshot
 from ddsup.run._agents import AgentFleet
 from ddsup.run._connections import ControlServer
 from ddsup.run._console import Console
-from ddsup.run._lane_feed import LanePublisher, endpoint_setup
+from ddsup.run._control_host import control_host
+from ddsup.run._lane_feed import LanePublisher
 from ddsup.run._launcher import launcher_for
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import NODE_DECISIONS, LocalNode, RunNode, deliver
-from ddsup.run._options import RunOptions, Verbosity
-from ddsup.run._run_facts import agent_env, agent_setup, run_context
+from ddsup.run._options import Verbosity
+from ddsup.run._prepare import PreparedRun
+from ddsup.run._restart_requests import serve_restart
+from ddsup.run._run_facts import (
+    RunFacts,
+    agent_environment,
+    agent_setup,
+    feed_environment,
+    run_context,
+)
 from ddsup.run._run_inputs import (
+    AwaitDrain,
     Decision,
+    Drained,
     EndRun,
     Host,
     Input,
@@ -68,122 +87,131 @@ from ddsup.run._run_inputs import (
     StopBegins,
     StopSignalled,
 )
-from ddsup.run._run_io import contained_event, load_units
 from ddsup.run._run_state import RunState
 from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
-from ddsup.service._environment import RunContext
+from ddsup.run._slurm_job import attempt_of, settle_requeue
+from ddsup.run._walltime import JobEnd, early_stops
 from ddsup.units._model import UnitSet, UnitType
 
 PREFLIGHT_TIMEOUT = 120.0
+NO_CAUSE = Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
 STOP_GRACE = 10.0  # beyond a level's longest timeout_stop, for reports to come back
 
 
 class Controller:
     """Owns one run from plan to result."""
 
-    def __init__(self, options: RunOptions, state: StateDir) -> None:
-        self.options = options
+    def __init__(self, prepared: PreparedRun, state: StateDir) -> None:
+        self.prepared = prepared
+        self.options = prepared.options
         self.state = state
         self.invocation_id = uuid.uuid4().hex
         self.secret = new_secret()
         self.started = time.time()
-        self.events = EventLog(state.events)
         self.console = Console(
-            verbose=options.verbosity is Verbosity.VERBOSE,
-            quiet=options.verbosity is Verbosity.QUIET,
+            verbose=self.options.verbosity is Verbosity.VERBOSE,
+            quiet=self.options.verbosity is Verbosity.QUIET,
+            state_dir=state.path,
         )
-        self.launcher = LauncherKind.LOCAL  # until the allocation is resolved
-        self.control_port: int | None = None
+        state.faults.warn = self.console.warning  # between the progress line's redraws
+        self.events = EventLog(state.events, state.faults)
+        self.launcher = prepared.allocation.launcher
+        self.control: ControlAddress | None = None  # where the control channel listens
         self.nodes: dict[Host, RunNode] = {}  # the local node, and each connected agent
         self.ending = trio.Event()
-        self._run: RunState | None = None
-        self._early_outcome: Outcome | None = None  # an error before the run had a plan
+        allocation = prepared.allocation
+        empty = Plan(allocation.nodes, allocation.client, ())  # until the agents report
+        self.run = RunState(prepared.units, prepared.plan or empty)
+        self._planned = trio.Event()  # the run has its plan, or ended without one
+        self._has_plan = False
+        self._starting = True  # until preflight is over
+        self._services: trio.Nursery | None = None
         self._changed = trio.Event()  # set (and replaced) after every input
         self._preflight_done = trio.Event()
         self._fleet: AgentFleet | None = None
         self._local: NodeRunner | None = None
-        self._lanes: LanePublisher | None = None
-        self._planned = trio.Event()  # the run has its plan, or ended without one
-        self._has_plan = False
-        self._starting = True  # until preflight is over
+        self._lanes = LanePublisher(prepared.endpoint)
+        self._tasks: trio.Nursery | None = None  # for tasks a decision starts (drain waits)
+        self._tickets = itertools.count(1)
         self._containment: Containment | None = None  # ddsup start's no-orphan layers
-
-    @property
-    def run(self) -> RunState:
-        assert self._run is not None, "the run has no plan yet"
-        return self._run
+        slurm = self.launcher is LauncherKind.SLURM
+        self.job_end = JobEnd(os.environ.get("SLURM_JOB_ID") if slurm else None)
 
     # --- top level ------------------------------------------------------------------
     async def main(self) -> int:
         self._write_run_json()
         self._record(RunStarting(invocation_id=self.invocation_id))
+        if self.options.rehearse:
+            self.console.rehearsal(self.prepared.rehearsed, self.prepared.allocation)
+        if self.prepared.plan is not None:
+            self._adopt(self.prepared.plan)
         try:
-            units = load_units(self.options.directory)
-            allocation = resolve_allocation(self.options.allocation, os.environ)
-            self.launcher = allocation.launcher
-            self._lanes = LanePublisher(endpoint_setup(units))
-            self._run = RunState(units, Plan(allocation.nodes, allocation.client, ()))
-            if not (allocation.gpus_from_agents and units.lanes):  # else: agents report GPUs
-                self._adopt(units, plan_for(units, allocation))
-            await self._supervise(units, allocation, self._lanes)
+            await self._supervise(self.prepared.units, self.prepared.allocation, self._lanes)
         except DdsupError as err:
-            self._fail(err)
-            self.console.error(str(err))
-        outcome = self._outcome() or Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
-        self.state.write_json(self.state.result, outcome.to_dict())
+            self.feed(StartupFailed(err))
+        outcome = self.run.outcome or NO_CAUSE
+        if outcome.status is ResultStatus.REQUEUED:  # everything has stopped: now, or never
+            outcome = await settle_requeue(outcome, os.environ.get("SLURM_JOB_ID"))
+        self._write_result(outcome)
         self._record(RunFinished(outcome=outcome))
         self.events.close()
         self.console.result(outcome, self.state.path, planned=self._has_plan)
         return outcome.exit_code
 
-    def _adopt(self, units: UnitSet, plan: Plan) -> None:
+    def _adopt(self, plan: Plan) -> None:
         """The run has its plan: the run's state from now on, plan.json, the console."""
-        if self.run.outcome is None and not self.run.stopping:
-            self._run = RunState(units, plan)
-        write_private(self.state.plan, plan.to_json())
+        if plan is not self.run.plan and self.run.outcome is None and not self.run.stopping:
+            self.run = RunState(self.prepared.units, plan)
+        self.state.save(self.state.plan, plan.to_json())
         self.console.lanes(self.run.lane_models())
         self._has_plan = True
         self._planned.set()
+        if self._services is not None:
+            self._local_node(self._services)
 
-    def _fail(self, error: DdsupError) -> None:
-        if self._run is not None:
-            self.feed(StartupFailed(error))
-        elif self._early_outcome is None:
-            self._early_outcome = Outcome.of(error)
-            self._record(RunEnding(outcome=self._early_outcome))
-
-    def _outcome(self) -> Outcome | None:
-        return self._run.outcome if self._run is not None else self._early_outcome
+    def _write_result(self, outcome: Outcome) -> None:
+        """``result.json``; on stderr, one JSON line, when it cannot be written."""
+        result = outcome.to_dict()
+        if not self.state.save_json(self.state.result, result):
+            say(f"ddsup: result.json: {json.dumps(result, sort_keys=True)}\n")
 
     def _write_run_json(self) -> None:
-        port = self.control_port
+        me = read_stat(os.getpid())
         info = RunInfo(
             invocation_id=self.invocation_id,
+            host=socket.gethostname(),
             pid=os.getpid(),
+            pid_start=None if me is None else me.start_time,
             launcher=self.launcher.value,
             unit_dir=str(self.options.directory.resolve()),
             started_at=self.started,
-            control=None if port is None else ControlAddress("127.0.0.1", port),
+            control=self.control,
             containment=self._layers_json(),
         )
-        self.state.write_json(self.state.run, info.to_json())
+        self.state.save_json(self.state.run, info.to_json())
 
     # --- supervision ----------------------------------------------------------------
     async def _supervise(
         self, units: UnitSet, allocation: Allocation, lanes: LanePublisher
     ) -> None:
+        host = await control_host(allocation, os.environ)
         # every no-orphan layer (docs/no-orphans.md), opened once, closed at the very end
         async with open_containment(
             self.invocation_id, state_dir=self.state.path, name="controller", root=True
         ) as containment:
             self._contained(containment)
             async with trio.open_nursery() as nursery:
+                self._tasks = nursery
                 nursery.start_soon(self._watch_signals, units)
                 nursery.start_soon(self.console.run)
-                await self._open_control(nursery, lanes)
+                nursery.start_soon(self.job_end.watch, early_stops(units), self.feed)
+                await self._open_control(nursery, lanes, host)
                 async with trio.open_nursery() as services:
+                    self._services = services
+                    if self._has_plan:
+                        self._local_node(services)
                     try:
-                        await self._until_ended(units, allocation, services)
+                        await self._until_ended(units, allocation)
                     finally:
                         with trio.CancelScope(shield=True):
                             await self._stop_everything()
@@ -200,9 +228,18 @@ class Controller:
         """Say which no-orphan layers hold here: in run.json (for status) and an event."""
         self._containment = containment
         self._write_run_json()
-        self._record(contained_event(containment))
+        layers = containment.layers
+        assert layers is not None
+        self._record(
+            Contained(
+                node=None,
+                supervisor=layers.supervisor,
+                summary=layers.summary(),
+                details=layers.to_json(),
+            )
+        )
 
-    async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher) -> None:
+    async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher, host: str) -> None:
         """Listen for agents, the endpoint's feed and operators; say where in run.json."""
         server = ControlServer(
             feed=self.feed,
@@ -212,51 +249,46 @@ class Controller:
             stopping=lambda: self.run.stopping,
             nodes=self.nodes,
             lanes=lanes,
+            agent_instances=lambda node: self.run.agent_instances(node),
+            agent_timeout=self.options.agent_timeout,
+            restart=self._serve_restart,
         )
-        host = "127.0.0.1" if self.launcher is LauncherKind.LOCAL else "0.0.0.0"
         serve = partial(serve_channel, server.serve, self.secret, host=host)
-        self.control_port = await nursery.start(serve)
-        write_private(self.state.secret, self.secret + "\n")
+        self.control = ControlAddress(host, await nursery.start(serve))
+        self.state.save(self.state.secret, self.secret + "\n")
         self._write_run_json()
 
-    async def _until_ended(
-        self, units: UnitSet, allocation: Allocation, services: trio.Nursery
-    ) -> None:
+    async def _until_ended(self, units: UnitSet, allocation: Allocation) -> None:
         """Start everything in order, then wait until something ends the run."""
         async with trio.open_nursery() as starters:
-            starters.start_soon(self._start, units, allocation, starters, services)
+            starters.start_soon(self._start, units, allocation, starters)
             await self.ending.wait()
             starters.cancel_scope.cancel()
 
-    async def _start(
-        self, units: UnitSet, allocation: Allocation, nursery: trio.Nursery, services: trio.Nursery
-    ) -> None:
-        """Agents first (each runs preflight), then whatever the run's state says is due."""
-        launcher = launcher_for(allocation, units, self.options.srun_args)
-        self._fleet = AgentFleet(launcher, self.state)
-        env = agent_env(
-            allocation,
-            invocation_id=self.invocation_id,
-            control_port=self.control_port,
-            secret=self.secret,
-        )
-        try:
-            if not self._has_plan:  # every node's agent first: they say what GPUs there are
-                await self._fleet.launch(
-                    [n.name for n in allocation.nodes], env, nursery, self.feed
-                )
-                gpus = await self._fleet.gpus(PREFLIGHT_TIMEOUT)
-                self._adopt(units, plan_for(units, allocation.with_gpus(gpus)))
-            elif self.run.agent_nodes():
-                await self._fleet.launch(self.run.agent_nodes(), env, nursery, self.feed)
-        except DdsupError as err:
-            self.feed(StartupFailed(err))
-            return
-        self._local = self._local_runner(units, services)
-        self.nodes[Host(self.run.plan.client, agent=False)] = LocalNode(self._local)
-        if self.run.agent_nodes():
-            with trio.move_on_after(PREFLIGHT_TIMEOUT):
-                await self._preflight_done.wait()
+    async def _start(self, units: UnitSet, allocation: Allocation, nursery: trio.Nursery) -> None:
+        """Agents first (each runs preflight), then whatever the run's state says is due.
+
+        Without a plan yet, agents start on every node that may hold lanes and the plan
+        is made from the GPUs they report (the launcher's fail-fast is then Slurm's
+        default: whether a node may be lost is the plan's to say)."""
+        nodes = self.run.agent_nodes() if self._has_plan else _lane_nodes(allocation)
+        if nodes:
+            launcher = launcher_for(
+                allocation, units, self.options.srun_args, survivable=self.run.survives_node_loss()
+            )
+            self._fleet = AgentFleet(launcher, self.state)
+            try:
+                env = agent_environment(self._facts(), units, os.environ)
+                await self._fleet.launch(nodes, env, nursery, self.feed)
+                if not self._has_plan:
+                    gpus = await self._fleet.gpus(PREFLIGHT_TIMEOUT)
+                    self._adopt(plan_for(units, allocation.with_gpus(gpus)))
+            except DdsupError as err:
+                self.feed(StartupFailed(err))
+                return
+            if self.run.agent_nodes():
+                with trio.move_on_after(PREFLIGHT_TIMEOUT):
+                    await self._preflight_done.wait()
         self._starting = False  # an agent refused from now on does not end the run
         self.feed(PreflightOver(PREFLIGHT_TIMEOUT))
 
@@ -287,6 +319,9 @@ class Controller:
             node = self.nodes.get(decision.host)
             if node is not None:  # else an agent that is not connected: nothing to ask
                 deliver(node, decision)
+        elif isinstance(decision, AwaitDrain) and self._tasks is not None:
+            drained = self._lanes.expect_drain(decision.instance)
+            self._tasks.start_soon(self._await_drain, decision, drained)
         elif isinstance(decision, KillEverything):
             for node in list(self.nodes.values()):
                 node.kill()
@@ -300,9 +335,18 @@ class Controller:
         elif isinstance(decision, Record):
             self._record(decision.event)
         elif isinstance(decision, PlanPorted):
-            write_private(self.state.plan, decision.plan.to_json())
+            self.state.save(self.state.plan, decision.plan.to_json())
             if self._local is not None:
                 self._local.plan = decision.plan
+
+    async def _serve_restart(self, request: RestartRequest, channel: Channel) -> None:
+        ticket = next(self._tickets)
+        await serve_restart(request, channel, self.run, self.feed, lambda: self._changed, ticket)
+
+    async def _await_drain(self, decision: AwaitDrain, drained: trio.Event) -> None:
+        with trio.move_on_after(decision.limit) as waited:
+            await drained.wait()
+        self.feed(Drained(decision.instance, timed_out=waited.cancelled_caught))
 
     def _record(self, event: RecordedEvent) -> None:
         self.events.write(event)
@@ -336,31 +380,9 @@ class Controller:
             await changed.wait()
 
     # --- what the run lends its processes -------------------------------------------
-    def _local_runner(self, units: UnitSet, nursery: trio.Nursery) -> NodeRunner:
-        """The services of the controller's own node; the endpoint gets its feed's address."""
-        plan = self.run.plan
-        endpoints = [i.instance for i in plan.instances if i.type is UnitType.ENDPOINT]
-        feed = {ADDRESS_ENV: f"127.0.0.1:{self.control_port}", SECRET_ENV: self.secret}
-        return NodeRunner(
-            units=units,
-            plan=plan,
-            run=self._run_context(with_key=True),
-            state=self.state,
-            nursery=nursery,
-            emit=lambda event: self.feed(Observed(event)),
-            extra_args={name: ("--lanes-from-controller",) for name in endpoints},
-            extra_env={name: feed for name in endpoints},
-        )
-
-    def _run_context(self, *, with_key: bool) -> RunContext:
-        return run_context(
-            self.run.units,
-            self.run.plan,
-            invocation_id=self.invocation_id,
-            state_dir=str(self.state.path),
-            unit_dir=str(self.options.directory.resolve()),
-            with_key=with_key,
-        )
+    def _local_node(self, services: trio.Nursery) -> None:
+        self._local = self._local_runner(self.prepared.units, services)
+        self.nodes[Host(self.run.plan.client, agent=False)] = LocalNode(self._local)
 
     def _admit(self, node: str, report: Inventory) -> str | None:
         """An agent's inventory; a refused agent ends a starting run (69) saying why."""
@@ -375,12 +397,42 @@ class Controller:
         return refused
 
     async def _setup(self) -> Setup | None:
-        """What an agent that said hello is told once the run has its plan (never a
-        secret); None when the run ended before it had one."""
+        """What an admitted agent is told once the run has its plan (never a secret);
+        None when the run ended before it had one."""
         await self._planned.wait()
         if not self._has_plan:
             return None
-        return agent_setup(self.run.plan, self._run_context(with_key=False))
+        return agent_setup(self._facts(), self.run.units, self.run.plan)
+
+    def _local_runner(self, units: UnitSet, nursery: trio.Nursery) -> NodeRunner:
+        """The services of the controller's own node; the endpoint gets its feed's address."""
+        plan = self.run.plan
+        endpoints = [i.instance for i in plan.instances if i.type is UnitType.ENDPOINT]
+        feed = feed_environment(self._facts())
+        return NodeRunner(
+            units=units,
+            plan=plan,
+            run=run_context(self._facts(), units, plan, os.environ, with_key=True),
+            state=self.state,
+            nursery=nursery,
+            emit=lambda event: self.feed(Observed(event)),
+            extra_args={name: ("--lanes-from-controller",) for name in endpoints},
+            extra_env={name: feed for name in endpoints},
+        )
+
+    def _facts(self) -> RunFacts:
+        assert self.control is not None, "the control channel is not open yet"
+        unit_dir = str(self.options.directory.resolve())
+        return RunFacts(
+            invocation_id=self.invocation_id,
+            state_dir=str(self.state.path),
+            unit_dir=unit_dir,
+            control=self.control,
+            agent_timeout=self.options.agent_timeout,
+            attempt=attempt_of(os.environ),
+            rehearse=self.options.rehearse,
+            secret=self.secret,
+        )
 
     def _snapshot(self) -> RunSnapshot:
         return RunSnapshot(
@@ -391,4 +443,12 @@ class Controller:
             state_dir=str(self.state.path),
             stopping=self.run.stopping,
             instances=self.run.status_rows(),
+            ends_at=self.job_end.at,
         )
+
+
+def _lane_nodes(allocation: Allocation) -> list[str]:
+    """The nodes that may hold lanes: all, but a client that has no GPUs of its own (a
+    heterogeneous job's component 0, a host outside the allocation)."""
+    apart = allocation.client if allocation.client_apart else None
+    return [n.name for n in allocation.nodes if n.name != apart]

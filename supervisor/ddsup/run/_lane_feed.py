@@ -4,12 +4,15 @@ When ``ddsup start`` runs the endpoint it passes the control address and secret 
 endpoint's environment (never argv). The endpoint subscribes once; the controller sends
 the ``[endpoint]`` section first (:class:`EndpointSetup`: the endpoint's settings as
 data, not as a command line), then the full set of ready lanes on every change, so a lane
-that stops being ready leaves the rotation at once. When the controller goes away the
+that stops being ready leaves the rotation at once. The endpoint answers on the same
+connection when a lane that left its rotation has no request in flight any more
+(:class:`LaneDrained`), which a restart waits for. When the controller goes away the
 feed ends and so does the endpoint.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 
@@ -17,12 +20,22 @@ import trio
 
 from ddsup._errors import UsageError
 from ddsup.channel._channel import Channel
-from ddsup.channel._messages import EndpointSetup, LanesUpdate
+from ddsup.channel._messages import ChannelError, EndpointSetup, LaneDrained, LanesUpdate
 from ddsup.units._model import UnitSet
+
+log = logging.getLogger(__name__)
 
 
 def endpoint_setup(units: UnitSet) -> EndpointSetup | None:
-    """The endpoint's section, checked first: its ``api_key_env`` must name a set variable."""
+    """The endpoint's section, checked first: each ``api_key_env`` must name a set variable.
+
+    The endpoint's own, and every lane's (the key the endpoint sends that lane, which
+    the lane checks): a run that would answer 401 to every request fails at once.
+    """
+    for lane in units.lanes:
+        name = lane.lane.api_key_env if lane.lane is not None else None
+        if name and not os.environ.get(name):
+            raise UsageError(f"{lane.source.path}: api_key_env names {name}, which is not set")
     endpoint = units.endpoint
     if endpoint is None or endpoint.endpoint is None:
         return None
@@ -37,14 +50,18 @@ def endpoint_setup(units: UnitSet) -> EndpointSetup | None:
 class LanePublisher:
     """The controller's side of the feed: every subscriber gets each new ready-lane set.
 
-    Each subscriber has its own unbounded queue drained by its connection's task, so a
-    slow endpoint never delays the controller; unchanged sets are not sent again.
+    Each subscriber (one per endpoint process) has its own unbounded queue drained by its
+    connection's task, so a slow endpoint never delays the controller; unchanged sets are
+    not sent again. A subscriber answers :class:`LaneDrained` once a lane that left its
+    rotation has nothing in flight; :meth:`expect_drain` turns "every subscriber said so"
+    (or went away) into one event, for a restart that drains a lane first.
     """
 
     def __init__(self, setup: EndpointSetup | None) -> None:
         self._setup = setup
         self._subscribers: list[trio.MemorySendChannel[LanesUpdate]] = []
         self._current = LanesUpdate()
+        self._draining: dict[str, tuple[set[object], trio.Event]] = {}
 
     def publish(self, update: LanesUpdate) -> None:
         if update == self._current:
@@ -56,17 +73,60 @@ class LanePublisher:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._subscribers.remove(subscriber)
 
+    def expect_drain(self, instance: str) -> trio.Event:
+        """An event set once every current subscriber reports ``instance`` drained.
+
+        Call it right after publishing the set without ``instance``: subscribers answer
+        only after they have applied it.
+        """
+        waiting: set[object] = set(self._subscribers)
+        event = trio.Event()
+        if waiting:
+            self._draining[instance] = (waiting, event)
+        else:
+            event.set()
+        return event
+
     async def serve(self, channel: Channel) -> None:
-        """Send the settings and the current set, then every change, until it goes away."""
+        """Send the settings and the current set, then every change, until it goes away;
+        meanwhile read what the endpoint reports (lanes drained)."""
         send, receive = trio.open_memory_channel[LanesUpdate](math.inf)
         self._subscribers.append(send)
         try:
             if self._setup is not None:
                 await channel.send(self._setup)
             await channel.send(self._current)
-            async with receive:
-                async for update in receive:
-                    await channel.send(update)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_reports, channel, send, nursery.cancel_scope)
+                async with receive:
+                    async for update in receive:
+                        await channel.send(update)
         finally:
             if send in self._subscribers:
                 self._subscribers.remove(send)
+            for instance in list(self._draining):
+                self._drained(send, instance)  # gone: it has nothing in flight either
+
+    async def _read_reports(
+        self, channel: Channel, subscriber: object, scope: trio.CancelScope
+    ) -> None:
+        """The endpoint's reports until it goes away (then the subscription ends)."""
+        try:
+            while (message := await channel.receive()) is not None:
+                if not isinstance(message, LaneDrained):
+                    raise ChannelError(f"unexpected {message.op!r} message on the lane feed")
+                self._drained(subscriber, message.instance)
+        except ChannelError as err:
+            log.warning("the endpoint's lane feed broke: %s", err)
+        finally:
+            scope.cancel()
+
+    def _drained(self, subscriber: object, instance: str) -> None:
+        entry = self._draining.get(instance)
+        if entry is None:
+            return  # a lane nobody waits for (it left the rotation on its own)
+        waiting, event = entry
+        waiting.discard(subscriber)
+        if not waiting:
+            del self._draining[instance]
+            event.set()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -25,7 +26,12 @@ from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.record._events import RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._ports import pick_ports, port_free
-from ddsup.service._environment import RunContext, specifier_context, unit_environment
+from ddsup.service._environment import (
+    RunContext,
+    specifier_context,
+    unit_environment,
+    withheld_variables,
+)
 from ddsup.service._service import Service, ServiceSpec
 from ddsup.units import resolve_argv
 from ddsup.units._model import UnitSet
@@ -76,9 +82,13 @@ class NodeRunner:
         )
         argv = resolve_argv(template, context) + self._extra_args.get(planned.instance, ())
         node = self.plan.node(planned.node)
-        env = unit_environment(self._base_env, unit, planned, context, self.run, node=node)
+        withheld = withheld_variables(self.units, unit)
+        env = unit_environment(
+            self._base_env, unit, planned, context, self.run, withheld, node=node
+        )
         env.update(self._extra_env.get(planned.instance, {}))
         cwd = Path(self.run.unit_dir, unit.service.working_directory)
+        log_path = self.state.log(planned.instance)
         return ServiceSpec(
             instance=planned.instance,
             node=planned.node,
@@ -86,12 +96,13 @@ class NodeRunner:
             argv=argv,
             env=env,
             cwd=str(cwd),
-            log_path=self.state.log(planned.instance),
+            log_path=log_path,
             context=context,
             start_delay=self._stagger_left(planned) if unit.lane is not None else 0.0,
             probe=not follower,
             replica=planned.nnodes > 1,
             master_port=planned.master_port if planned.nnodes > 1 else None,
+            log_error=partial(self.state.faults.failed, log_path),
         )
 
     def _stagger_left(self, planned: PlannedInstance) -> float:
@@ -154,6 +165,15 @@ class NodeRunner:
             service = self.services.get(name)
             if service is not None:
                 service.fail_held(reason, readiness_timeout)
+
+    def restart(self, instances: Iterable[str], reason: str) -> None:
+        """Stop each instance and start it again at once; one that is over starts anew."""
+        for name in instances:
+            service = self.services.get(name)
+            if service is None or service.finished.is_set():
+                self.start(name)
+            else:
+                service.request_restart(reason)
 
     def kill_all(self) -> None:
         for service in self.services.values():

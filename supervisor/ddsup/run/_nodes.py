@@ -24,6 +24,7 @@ from ddsup.channel._messages import (
     FailHeld,
     Kill,
     Message,
+    Restart,
     Resume,
     Shutdown,
     SignalInstances,
@@ -35,6 +36,7 @@ from ddsup.run._node_runner import NodeRunner
 from ddsup.run._run_inputs import (
     FailOn,
     NodeDecision,
+    RestartOn,
     ResumeOn,
     SignalOn,
     StartOn,
@@ -49,6 +51,8 @@ class RunNode(Protocol):
     def start(self, instances: Sequence[str]) -> None: ...
 
     def stop(self, instances: Sequence[str], reason: str) -> None: ...
+
+    def restart(self, instances: Sequence[str], reason: str) -> None: ...
 
     def signal(self, instances: Sequence[str], signum: int) -> None: ...
 
@@ -65,7 +69,7 @@ class RunNode(Protocol):
     def shutdown(self) -> None: ...
 
 
-NODE_DECISIONS = (StartOn, StopOn, SignalOn, TakeDownOn, ResumeOn, FailOn)
+NODE_DECISIONS = (StartOn, StopOn, RestartOn, SignalOn, TakeDownOn, ResumeOn, FailOn)
 
 
 def deliver(node: RunNode, decision: NodeDecision) -> None:
@@ -75,6 +79,8 @@ def deliver(node: RunNode, decision: NodeDecision) -> None:
         node.start(names)
     elif isinstance(decision, StopOn):
         node.stop(names, decision.reason)
+    elif isinstance(decision, RestartOn):
+        node.restart(names, decision.reason)
     elif isinstance(decision, SignalOn):
         node.signal(names, decision.signum)
     elif isinstance(decision, TakeDownOn):
@@ -97,6 +103,9 @@ class LocalNode:
 
     def stop(self, instances: Sequence[str], reason: str) -> None:
         self.runner.request_stop(instances, reason)
+
+    def restart(self, instances: Sequence[str], reason: str) -> None:
+        self.runner.restart(instances, reason)
 
     def signal(self, instances: Sequence[str], signum: int) -> None:
         self.runner.signal(instances, signum)
@@ -128,32 +137,36 @@ class RemoteNode:
         self._send, self._outbox = trio.open_memory_channel[Message](math.inf)
 
     def start(self, instances: Sequence[str]) -> None:
-        self._put(Start(tuple(instances)))
+        self.put(Start(tuple(instances)))
 
     def stop(self, instances: Sequence[str], reason: str) -> None:
-        self._put(Stop(tuple(instances), reason))
+        self.put(Stop(tuple(instances), reason))
+
+    def restart(self, instances: Sequence[str], reason: str) -> None:
+        self.put(Restart(tuple(instances), reason))
 
     def signal(self, instances: Sequence[str], signum: int) -> None:
-        self._put(SignalInstances(tuple(instances), signum))
+        self.put(SignalInstances(tuple(instances), signum))
 
     def take_down(self, instances: Sequence[str], reason: str) -> None:
-        self._put(TakeDown(tuple(instances), reason))
+        self.put(TakeDown(tuple(instances), reason))
 
     def resume(
         self, instances: Sequence[str], delay: float, attempt: int, master_port: int | None
     ) -> None:
-        self._put(Resume(tuple(instances), delay, attempt, master_port))
+        self.put(Resume(tuple(instances), delay, attempt, master_port))
 
     def fail_held(self, instances: Sequence[str], reason: str, readiness_timeout: bool) -> None:
-        self._put(FailHeld(tuple(instances), reason, readiness_timeout))
+        self.put(FailHeld(tuple(instances), reason, readiness_timeout))
 
     def kill(self) -> None:
-        self._put(Kill())
+        self.put(Kill())
 
     def shutdown(self) -> None:
-        self._put(Shutdown())
+        self.put(Shutdown())
 
-    def _put(self, message: Message) -> None:
+    def put(self, message: Message) -> None:
+        """Queue ``message`` for the agent (dropped once its connection is gone)."""
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             self._send.send_nowait(message)
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from ddsup._errors import PreflightError
 from ddsup.channel._messages import PreflightReport
 from ddsup.plan._gpus import GpuList, gpu_holders
 from ddsup.plan._model import Node, Plan, PlannedInstance
@@ -54,8 +55,13 @@ def address_problem(node: Node) -> str | None:
     )
 
 
-def run_preflight(node: str, units: UnitSet, plan: Plan, *, gpus: GpuList) -> PreflightReport:
-    """Check this node against the plan; never raises for a failed check."""
+def run_preflight(
+    node: str, units: UnitSet, plan: Plan, *, gpus: GpuList, check_model_path: bool = True
+) -> PreflightReport:
+    """Check this node against the plan; never raises for a failed check.
+
+    ``check_model_path``: False for a rehearsal, whose fake-vllm lanes read no weights.
+    """
     planned_node = plan.node(node)
     problems: list[str] = []
     warnings: list[str] = []
@@ -73,7 +79,7 @@ def run_preflight(node: str, units: UnitSet, plan: Plan, *, gpus: GpuList) -> Pr
                 problems.append(f"port {port} planned for {planned.instance} is already in use")
         unit = units.by_name(planned.unit)
         path = unit.lane.model_path if unit.lane else None
-        if path and not os.access(path, os.R_OK):
+        if check_model_path and path and not os.access(path, os.R_OK):
             problems.append(f"model_path {path!r} of {planned.instance} is not readable")
     return PreflightReport(
         node=node, problems=tuple(problems), ports=ports, warnings=tuple(warnings)
@@ -118,3 +124,18 @@ def _busy_gpus(
             warnings.append(text + ' (busy_gpus = "warn")')
         else:
             problems.append(text + ' (set busy_gpus = "warn" in [lane] to start anyway)')
+
+
+def preflight_verdict(
+    nodes: Sequence[str], reports: Mapping[str, PreflightReport], waited: float
+) -> PreflightError | dict[str, int]:
+    """The run's verdict on every node's report: the error that ends it (a node that did
+    not report within ``waited`` seconds, a problem on any node), or the ports picked."""
+    missing = ", ".join(sorted(set(nodes) - set(reports)))
+    if missing:
+        return PreflightError(f"no agent reported from node(s) {missing} within {waited:g}s")
+    ordered = sorted(reports.items())
+    problems = [f"{node}: {p}" for node, report in ordered for p in report.problems]
+    if problems:
+        return PreflightError("preflight failed: " + "; ".join(problems))
+    return {k: v for _node, report in ordered for k, v in report.ports.items()}

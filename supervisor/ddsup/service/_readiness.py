@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from ddsup.process import SpawnError, spawn
+from ddsup.process import LogError, SpawnError, spawn
 from ddsup.units import resolve_argv, resolve_specifiers
 from ddsup.units._model import ProbeKind, ReadySection
 
@@ -38,12 +38,14 @@ class Probe:
         cwd: str,
         log_path: Path,
         on_answer: Callable[[str], None] | None = None,
+        log_error: LogError | None = None,
     ) -> None:
         self.section = section
         self._on_answer = on_answer  # told each new answer (not each repeat of one)
         self._env = env
         self._cwd = cwd
         self._log_path = log_path
+        self._log_error = log_error
         if isinstance(section.target, str):
             self.target: str | tuple[str, ...] = resolve_specifiers(section.target, context)
         else:
@@ -67,6 +69,13 @@ class Probe:
                 self._on_answer(told)
             await trio.sleep(self.section.interval)
 
+    async def check(self, within: float) -> bool:
+        """One attempt that must pass ``within`` seconds (the liveness probes after ready)."""
+        with trio.move_on_after(within):
+            return await self._attempt()
+        self.last_result = f"no answer within {within:g}s"
+        return False
+
     async def _attempt(self) -> bool:
         kind = self.section.kind
         if kind is ProbeKind.HTTP:
@@ -87,7 +96,13 @@ class Probe:
             return True
         assert isinstance(self.target, tuple)
         try:
-            child = await spawn(self.target, env=self._env, cwd=self._cwd, log_path=self._log_path)
+            child = await spawn(
+                self.target,
+                env=self._env,
+                cwd=self._cwd,
+                log_path=self._log_path,
+                on_log_error=self._log_error,
+            )
         except SpawnError as err:
             self.last_result = str(err)
             return False

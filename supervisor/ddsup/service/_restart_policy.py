@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from ddsup.record._display import span
+from ddsup.record._display import human_duration
 from ddsup.units._model import ServiceSection
 
 
@@ -53,8 +53,8 @@ class RestartPolicy:
             )
         if len(self._starts) >= burst:
             return (
-                f"{len(self._starts)} starts within {span(window)} "
-                f"(start_limit_burst = {burst}, start_limit_interval = {span(window)})"
+                f"{len(self._starts)} starts within {human_duration(window)} "
+                f"(start_limit_burst = {burst})"
             )
         self._starts.append(now)
         self._unready += 1

@@ -1,9 +1,19 @@
 """One unit instance's lifecycle: start, probe, restart by policy, stop.
 
 A :class:`Service` is owned by exactly one task (``run``), which always reaps its process.
-Its states are ``ddsup.record._states``; when it may start again, and after how long, its
-:class:`RestartPolicy` (docs/units.md). A readiness timeout stops the process and is a
-failed attempt; when that finally fails the unit, the run exits 75.
+Its states and the transitions allowed between them are ``ddsup.record._states``.
+
+Restart rule (docs/units.md; the arithmetic is ``_restart_policy``): after an unclean
+exit (or any exit with ``restart = "always"``) the next start waits a backoff; too many
+starts (or ``start_limit_burst`` attempts in a row that never became ready) fail the
+unit. A readiness timeout stops the
+process and counts as a failure; when it fails the unit, the run exits 75. A ready
+lane that fails its liveness probes (``_liveness``) is SIGKILLed, and that counts as a
+failure too.
+
+A requested restart (``ddsup restart``, :meth:`Service.request_restart`) stops the
+process (``kill_signal``, ``timeout_stop``) and starts it again at once; it neither
+counts against ``start_limit_burst`` nor as a failure for the backoff.
 
 A rank of a multi-node replica (``ServiceSpec.replica``) lives and dies with its replica
 (``ddsup.run._replicas``): when its process ends (any exit, 0 included, or a readiness
@@ -14,17 +24,25 @@ or fails it (:meth:`fail_held`). With ``restart = "no"`` any exit of a rank fail
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import trio
 
-from ddsup.process import ChildProcess, ExitStatus, SpawnError, spawn
-from ddsup.record._display import span
+from ddsup.process import (
+    ChildProcess,
+    ExitStatus,
+    OutputLog,
+    SpawnError,
+    output_pipe,
+    spawn,
+)
+from ddsup.record._display import human_duration
 from ddsup.record._events import (
     COMPLETED,
+    LivenessFailed,
     ProbeAnswered,
     ProcessExited,
     ProcessStarted,
@@ -34,19 +52,17 @@ from ddsup.record._events import (
 from ddsup.record._states import ALLOWED as _ALLOWED
 from ddsup.record._states import LIVE as _LIVE
 from ddsup.record._states import IllegalTransition, InstanceState
+from ddsup.service._liveness import Liveness, watch_liveness
 from ddsup.service._readiness import Probe
 from ddsup.service._restart_policy import RestartPolicy
 from ddsup.service._spec import REPLICA_RESTARTS, Resume, Watch
 from ddsup.service._spec import ServiceSpec as ServiceSpec
 from ddsup.service._spec import ServiceStatus as ServiceStatus
+from ddsup.units._durations import format_duration
 from ddsup.units._model import Restart, UnitType
 
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
+OUTPUT_GRACE = 1.0  # seconds the output of a service's processes may drain after its end
+RESTART_REQUESTED = "restart requested"
 
 
 class Service:
@@ -65,10 +81,22 @@ class Service:
         self._policy = RestartPolicy(spec.unit.service)
         self._started_once = False
         self._timeout_reason = ""
+        self._unresponsive: str | None = None  # the latest start failed its liveness probes
         self._stopped_exit: ExitStatus | None = None  # how the last process ended
+        self._restart_requested = False
+        self._process_scope: trio.CancelScope | None = None  # the running process's
+        self._delay_scope: trio.CancelScope | None = None  # a restart delay's
+        self._copiers: trio.Nursery | None = None  # the tasks copying output into the log
         self._down_reason: str | None = None  # the run took this rank down, and why
         self._held: trio.Event | None = None  # set when a held rank may go on
         self._resume = Resume()
+        service = spec.unit.service
+        self.output = OutputLog(
+            spec.log_path,
+            max_size=service.log_max_size,
+            max_files=service.log_max_files,
+            on_error=spec.log_error,
+        )
 
     # --- control from outside -------------------------------------------------------
     def request_stop(self, reason: str = "stop requested") -> None:
@@ -85,6 +113,26 @@ class Service:
         self.request_stop("killed")
         if self._child is not None:
             self._child.signal_group(signal.SIGKILL)
+
+    def request_restart(self, reason: str = RESTART_REQUESTED) -> bool:
+        """Stop the process and start it again at once; False when there is none to restart.
+
+        A process that runs (starting or ready) is stopped as for a stop; one waiting out a
+        restart delay starts now.
+        """
+        if self._stop_requested or self._restart_requested:
+            return False
+        state = self.status.state
+        if state in (InstanceState.STARTING, InstanceState.READY) and self._process_scope:
+            self._restart_requested = True
+            self._transition(InstanceState.RESTARTING, reason)
+            self._process_scope.cancel()
+            return True
+        if state is InstanceState.RESTARTING and self._delay_scope is not None:
+            self._restart_requested = True
+            self._delay_scope.cancel()
+            return True
+        return False
 
     def send_signal(self, sig: int) -> None:
         if self._child is not None and self._child.status is None:
@@ -118,29 +166,37 @@ class Service:
     # --- the owning task ------------------------------------------------------------
     async def run(self) -> None:
         try:
-            with self._scope:
-                await self._run()
+            async with trio.open_nursery() as copiers:
+                self._copiers = copiers
+                try:
+                    with self._scope:
+                        await self._run()
+                finally:  # over: what its processes wrote drains a moment more, then ends
+                    self.output.end_copies(trio.current_time() + OUTPUT_GRACE)
         finally:
             if not self.status.state.final:
                 self._finish_stopped()
+            self.output.close()
             self.finished.set()
 
     def _finish_stopped(self) -> None:
         if self.status.state is InstanceState.INACTIVE:
             self._transition(InstanceState.EXITED, "stopped before start")
-            return
-        if self.status.state is not InstanceState.STOPPING:
+        elif self.status.state not in (InstanceState.STOPPING,):
             self._transition(InstanceState.STOPPING, "stop requested")
-        self._transition(InstanceState.EXITED, "stopped", exit=self._stopped_exit)
+            self._transition(InstanceState.EXITED, "stopped", exit=self._stopped_exit)
+        else:
+            self._transition(InstanceState.EXITED, "stopped", exit=self._stopped_exit)
 
     async def _run(self) -> None:
         delay = self.spec.start_delay
         if delay > 0:
-            self._transition(InstanceState.WAITING, f"stagger {span(delay)}")
-        resumed = False
+            self._transition(InstanceState.WAITING, f"stagger {human_duration(delay)}")
+        resumed = requested = False
+        next_delay: float | None
         while True:
-            await self._wait_before_start(delay)
-            if not resumed and not self._may_start():
+            requested = await self._wait_before_start(delay) or requested
+            if not (resumed or requested) and not self._may_start():
                 return
             if self._started_once:
                 self.status.restarts += 1
@@ -150,21 +206,30 @@ class Service:
                 return  # failed for good inside _run_once (the process could not start)
             if self._stop_requested:
                 return  # stopped while it exited: run() records the stop, not a restart
-            if self.spec.replica and self.spec.unit.service.restart is not Restart.NO:
-                next_delay = await self._hold(status)
-                resumed = True
+            requested, self._restart_requested = self._restart_requested, False
+            if requested:  # ddsup restart: at once, not counted
+                resumed, next_delay = False, 0.0
+            elif self.spec.replica and self.spec.unit.service.restart is not Restart.NO:
+                resumed, next_delay = True, await self._hold(status)
             else:
                 assert status is not None
-                next_delay = self._verdict(status, ready_for)
+                resumed, next_delay = False, self._verdict(status, ready_for)
             if next_delay is None:
                 return
             delay = next_delay
 
-    async def _wait_before_start(self, delay: float) -> None:
-        """The stagger or restart delay; a replica rank taken down meanwhile ends it early."""
+    async def _wait_before_start(self, delay: float) -> bool:
+        """The stagger or restart delay; True when a requested restart cut it short. A
+        replica rank taken down meanwhile ends it early too."""
         self._start_scope = trio.CancelScope()
         with self._start_scope:
+            self._delay_scope = self._start_scope
             await trio.sleep(delay)
+        self._delay_scope = None
+        if self._restart_requested:
+            self._restart_requested = False
+            return True
+        return False
 
     def _may_start(self) -> bool:
         """Count this start against the start limit; past it, the unit has failed."""
@@ -173,8 +238,14 @@ class Service:
             self.status.attempt = self._policy.attempt
             return True
         timed_out = self.status.readiness_timeout
-        last = f"; last: {self._timeout_reason}" if timed_out else ""
-        self._fail(f"start limit hit: {refused}{last}", timed_out=timed_out)
+        last_exit = None if timed_out else self.status.last_exit
+        if timed_out:
+            last = f"; last: {self._timeout_reason}"
+        elif last_exit is not None:
+            last = f"; last exit: {last_exit.describe()}"
+        else:
+            last = ""
+        self._fail(f"start limit hit: {refused}{last}", exit=last_exit, timed_out=timed_out)
         return False
 
     def _verdict(self, status: ExitStatus, ready_for: float) -> float | None:
@@ -186,11 +257,11 @@ class Service:
             self._transition(InstanceState.EXITED, COMPLETED, exit=status)
             return None
         timed_out = self.status.readiness_timeout
-        clean = not timed_out and success and not self.spec.replica
+        clean = not timed_out and not self._unresponsive and success and not self.spec.replica
         restart = service.restart is Restart.ALWAYS or (
             service.restart is Restart.ON_FAILURE and not clean
         )
-        why = self._timeout_reason if timed_out else status.describe()
+        why = self._timeout_reason if timed_out else self._unresponsive or status.describe()
         exit = None if timed_out else status
         exhausted = self._policy.exhausted() if restart else None
         if exhausted is not None:  # no start can follow: fail now, not after a backoff
@@ -203,8 +274,12 @@ class Service:
                 self._fail(why, exit=exit, timed_out=timed_out)
             return None
         delay = self._policy.delay(ready_for)
-        why = f"{why}; restart in {span(delay)}"
-        self._transition(InstanceState.RESTARTING, why, exit=exit, timed_out=timed_out)
+        self._transition(
+            InstanceState.RESTARTING,
+            f"{why}; restart in {human_duration(delay)}",
+            exit=exit,
+            timed_out=timed_out,
+        )
         return delay
 
     async def _hold(self, status: ExitStatus | None) -> float | None:
@@ -214,6 +289,8 @@ class Service:
             why, exit = self._down_reason, None
         elif timed_out:
             why, exit = self._timeout_reason, None
+        elif self._unresponsive:
+            why, exit = self._unresponsive, status
         else:
             why, exit = (status.describe() if status else "ended"), status
         self._down_reason, self._held = None, trio.Event()
@@ -245,16 +322,25 @@ class Service:
         return self._stopped_exit, 0.0
 
     async def _run_once(self) -> tuple[ExitStatus | None, float]:
-        """Run the process once; its exit and how long it was ready (None: it never ran)."""
+        """One start of the process; returns its exit and how long it was ready.
+
+        Its output is copied into the log by a task of its own, which outlives the process
+        until the pipe's last writer is gone (at most :data:`OUTPUT_GRACE` after the
+        service's end).
+        """
         spec = self.spec
-        log_offset = _size(spec.log_path)
+        log_offset = self.output.size
+        read_end, write_end = output_pipe()
         try:
             child = await spawn(  # ddsup:containment: unit= puts it in its unit's cgroup
-                spec.argv, env=spec.env, cwd=spec.cwd, log_path=spec.log_path, unit=spec.instance
+                spec.argv, env=spec.env, cwd=spec.cwd, output=write_end, unit=spec.instance
             )
         except SpawnError as err:
+            os.close(read_end)
             self._fail(str(err))
             return None, 0.0
+        finally:
+            os.close(write_end)
         self._child = child
         self.status.pid = child.pid
         # log_offset: where this process's output begins in the log (``logs --since``)
@@ -264,25 +350,10 @@ class Service:
             )
         )
         watch = Watch()
+        assert self._copiers is not None  # an engine may outlive it: the next start never waits
+        self.output.copy_in(self._copiers, read_end, name=f"output of {spec.instance}")
         try:
-            async with trio.open_nursery() as nursery:
-                oneshot = spec.unit.type is UnitType.ONESHOT
-                probe = None if oneshot else self._make_probe()
-                if probe is None and not oneshot:
-                    # Ready once started, decided here and now: a separate task could run
-                    # after the exit below was seen (the order of one scheduler batch is
-                    # random), and report a process that has already ended as ready.
-                    self._become_ready(watch, "started")
-                else:
-                    nursery.start_soon(self._watch_readiness, probe, watch, nursery.cancel_scope)
-                ended = await child.wait()
-                watch.exited = True
-                # recorded now, as seen: the stop below (the sweep for escaped
-                # descendants) and the restart decision come after
-                self._emit(
-                    ProcessExited(instance=spec.instance, node=spec.node, pid=child.pid, exit=ended)
-                )
-                nursery.cancel_scope.cancel()
+            await self._watch_process(child, watch)
         finally:
             with trio.CancelScope(shield=True):
                 final = await child.stop(
@@ -293,7 +364,36 @@ class Service:
             self.status.last_exit = final
             self.status.pid = None
             self._child = None
+            if self._restart_requested and not watch.exited:
+                self._emit(
+                    ProcessExited(instance=spec.instance, node=spec.node, pid=child.pid, exit=final)
+                )
         return final, self._ready_for(watch)
+
+    async def _watch_process(self, child: ChildProcess, watch: Watch) -> None:
+        """Until the process exits (or its scope is cancelled: a readiness timeout, a
+        requested restart), with its readiness watched beside it."""
+        spec = self.spec
+        async with trio.open_nursery() as nursery:
+            self._process_scope = nursery.cancel_scope
+            oneshot = spec.unit.type is UnitType.ONESHOT
+            probe = None if oneshot else self._make_probe()
+            if probe is None and not oneshot:
+                # Ready once started, decided here and now: a separate task could run
+                # after the exit below was seen (the order of one scheduler batch is
+                # random), and report a process that has already ended as ready.
+                self._become_ready(watch, "started")
+            else:
+                nursery.start_soon(self._watch_readiness, probe, watch, nursery.cancel_scope)
+            ended = await child.wait()
+            watch.exited = True
+            # recorded now, as seen: the stop below (the sweep for escaped
+            # descendants) and the restart decision come after
+            self._emit(
+                ProcessExited(instance=spec.instance, node=spec.node, pid=child.pid, exit=ended)
+            )
+            nursery.cancel_scope.cancel()
+        self._process_scope = None
 
     async def _watch_readiness(
         self, probe: Probe | None, watch: Watch, process_scope: trio.CancelScope
@@ -312,6 +412,39 @@ class Service:
             process_scope.cancel()
             return
         self._become_ready(watch, "probe passed")
+        liveness = Liveness.of(self.spec.unit)
+        if probe is not None and liveness is not None and watch.ready_at is not None:
+            await self._watch_liveness(probe, liveness, watch)
+
+    async def _watch_liveness(self, probe: Probe, liveness: Liveness, watch: Watch) -> None:
+        """Until ``liveness.limit`` probes in a row failed: then SIGKILL (see ``_liveness``)."""
+
+        def failed(failures: int, answer: str) -> None:
+            if self._stop_requested or watch.exited:
+                return
+            self.status.probe = answer
+            instance, node, limit = self.spec.instance, self.spec.node, liveness.limit
+            self._emit(
+                LivenessFailed(
+                    instance=instance, node=node, failures=failures, limit=limit, probe=answer
+                )
+            )
+            if self.status.state is InstanceState.READY:
+                self._transition(InstanceState.UNRESPONSIVE, f"liveness probe failed: {answer}")
+
+        def passed() -> None:
+            if self.status.state is InstanceState.UNRESPONSIVE and not self._stop_requested:
+                self.status.probe = probe.last_result
+                self.ready.set()
+                self._transition(InstanceState.READY, "liveness probe passed again")
+
+        last = await watch_liveness(probe, liveness, failed=failed, passed=passed)
+        watch.unresponsive = (
+            f"not answering: {liveness.limit} liveness probes failed in a row "
+            f"(last: {last}); killed"
+        )
+        if self._child is not None:
+            self._child.signal_group(signal.SIGKILL)
 
     def _become_ready(self, watch: Watch, reason: str) -> None:
         if self._stop_requested or watch.exited:
@@ -324,9 +457,11 @@ class Service:
     def _ready_for(self, watch: Watch) -> float:
         """How long the process was ready; records a readiness timeout for the verdict."""
         self.status.readiness_timeout = watch.timed_out
+        self._unresponsive = watch.unresponsive
         if watch.timed_out:
             timeout_start = self.spec.unit.service.timeout_start
-            self._timeout_reason = f"not ready within timeout_start = {span(timeout_start)}" + (
+            limit = format_duration(timeout_start)
+            self._timeout_reason = f"not ready within timeout_start = {limit}" + (
                 f" (last probe: {self.status.probe})" if self.status.probe else ""
             )
             return 0.0
@@ -342,6 +477,7 @@ class Service:
             env=spec.env,
             cwd=spec.cwd,
             log_path=spec.log_path,
+            log_error=spec.log_error,
             on_answer=self._probe_answered,
         )
 

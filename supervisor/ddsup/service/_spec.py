@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddsup.process import ExitStatus
+from ddsup.process import ExitStatus, LogError
 from ddsup.record._states import InstanceState
 from ddsup.units._model import Unit
 
@@ -35,6 +35,7 @@ class ServiceSpec:
     probe: bool = True  # False for ranks > 0 of a multi-node lane: rank 0 serves HTTP
     replica: bool = False  # a rank of a multi-node replica: the run restarts it, not itself
     master_port: int | None = None  # such a rank's rendezvous port in this start
+    log_error: LogError | None = None  # a log that cannot be written: said once, run goes on
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Watch:
     ready_at: float | None = None
     timed_out: bool = False
     exited: bool = False
+    unresponsive: str | None = None  # why the liveness probes ended it (None: they did not)
 
 
 @dataclass
