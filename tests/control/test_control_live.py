@@ -17,8 +17,8 @@ ANSI = re.compile(rb"\x1b\[")
 
 INSTANCE_KEYS = {
     "instance", "unit", "type", "node", "model", "gpus", "port", "state", "since", "pid",
-    "restarts", "last_exit", "reason", "probe", "ready_seconds", "liveness_failures",
-    "served_names",
+    "restarts", "last_exit", "reason", "probe", "ready_seconds", "attempt", "attempt_limit",
+    "replica", "rank", "nnodes", "devices", "liveness_failures", "served_names",
 }  # fmt: skip
 TOP_KEYS = {
     "format", "invocation_id", "launcher", "state_dir", "unit_dir", "pid", "started_at",

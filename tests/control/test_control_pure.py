@@ -188,6 +188,7 @@ def test_status_text_of_a_run_that_did_not_answer() -> None:
         "8000",
         "m,alias,sql-lora",
         "-",
+        "-",
     ]
     assert text.splitlines()[-1].split()[-2:] == ["-", "-"]  # a rank > 0 serves no name
 
@@ -228,3 +229,37 @@ async def test_console_run_redraws_the_elapsed_time_every_second(autojump_clock:
         await trio.sleep(3.5)
         assert stream.getvalue().endswith("stopping · 1 left · waiting on lane@0 (n3) 3s")
         nursery.cancel_scope.cancel()
+
+
+def test_status_shows_a_replicas_ranks_the_attempt_and_the_gpus_a_lane_sees() -> None:
+    view = StatusView(
+        invocation_id="abc",
+        launcher="slurm",
+        state_dir="/s",
+        unit_dir=None,
+        pid=None,
+        started_at=None,
+        ended_at=None,
+        uptime=None,
+        live=False,
+        stopping=False,
+        result=None,
+        instances=(
+            _lane(
+                "lane@0", "starting", gpus=(0,), port=8000, since=90.0, attempt=2,
+                attempt_limit=5, probe="HTTP 503", replica="lane@0", rank=0, nnodes=2,
+                devices=("GPU-8f2c1b0e-0000-1111",),
+            ),
+            _lane("lane@0:1", "restarting", gpus=(0,), since=95.0, attempt=2,
+                  attempt_limit=5, replica="lane@0", rank=1, nnodes=2, devices=("3",)),
+        ),
+    )  # fmt: skip
+    rows = [line.split() for line in render_status(view, colour=False, now=100.0).splitlines()]
+    header = rows.index(["INSTANCE", "NODE", "RANK", "STATE", "SINCE", "PID", "RESTARTS",
+                         "LAST", "EXIT", "GPUS", "PORT", "MODEL", "ATTEMPT", "PROBE"])  # fmt: skip
+    assert rows[header + 1] == [
+        "lane@0", "n1", "0/2", "starting", "10s", "-", "0", "-", "GPU-8f2c1b0e…", "8000", "-",
+        "2", "of", "5", "HTTP", "503",
+    ]  # fmt: skip
+    assert rows[header + 2][:4] == ["lane@0:1", "n1", "1/2", "restarting"]
+    assert rows[header + 2][8:] == ["3", "-", "-", "2", "of", "5", "-"]

@@ -27,6 +27,7 @@ from ddsup.channel._messages import (
     EventReport,
     Heartbeat,
     Hello,
+    Inventory,
     Message,
     PreflightReport,
     Setup,
@@ -115,6 +116,7 @@ def _drive(
     """Set the agent up, start its lane, send ``junk`` and a shutdown; the lane's pid."""
     hello = controller.receive()
     assert isinstance(hello, Hello) and hello.secret == SECRET
+    assert isinstance(controller.receive(), Inventory)  # its node's GPUs, before any plan
     setup = Setup(plan, "fuzz0invocation", str(state), str(units), "fuzz", None)
     controller.send(encode(setup) + b"\n")
     while isinstance(reply := controller.receive(), EventReport):

@@ -235,3 +235,24 @@ def test_placement_error_in_process(
     _patch_units(monkeypatch, unit_set(lane("a@", gpus=4, replicas=1)))
     assert main(["plan", str(tmp_path), "--gpus-per-node", "2"]) == 69
     assert "only 0 fit" in capsys.readouterr().err
+
+
+@needs_loader
+def test_a_slurm_plan_says_what_it_assumed_of_the_other_nodes(tmp_path: Path) -> None:
+    """It cannot ask the other nodes: it plans every one like this one, and says so; the
+    GPU map shows which GPU each position is; plan.json lists each node's devices."""
+    units = _units_dir(tmp_path, replicas='"auto"')
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[7-8]", "SLURMD_NODENAME": "n7"}
+    env["CUDA_VISIBLE_DEVICES"] = "4,5"
+    table = _ddsup(tmp_path, "plan", str(units), env=env)
+    assert table.returncode == 0, table.stderr
+    assert table.stderr == (
+        "ddsup: note: every node is assumed to have what n7 has: 2 GPUs "
+        "(CUDA_VISIBLE_DEVICES=4,5); ddsup start plans with the GPUs each node's agent "
+        "finds there\n"
+    )
+    assert "n7  [0 1]=llama@0  (CUDA_VISIBLE_DEVICES 4,5)" in table.stdout
+    done = _ddsup(tmp_path, "plan", str(units), "--json", env=env)
+    assert [n["devices"] for n in json.loads(done.stdout)["nodes"]] == [["4", "5"]] * 2
+    simulated = _ddsup(tmp_path, "plan", str(units), "--gpus-per-node", "2", env=env)
+    assert simulated.stderr == "" and "CUDA_VISIBLE_DEVICES" not in simulated.stdout

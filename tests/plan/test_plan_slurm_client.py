@@ -49,10 +49,11 @@ def test_a_het_job_keeps_the_client_on_component_0_and_the_lanes_on_component_1(
     }
 
 
-def test_a_het_job_needs_its_gpu_count_and_two_components() -> None:
-    with pytest.raises(UsageError, match="SLURM_GPUS_PER_NODE_HET_GROUP_1"):
-        resolve_allocation(AllocationRequest(), HET)
-    assert resolve_allocation(AllocationRequest(gpus_per_node=4), HET).gpus_per_node == 4
+def test_a_het_job_asks_its_agents_for_gpus_and_needs_two_components() -> None:
+    # no SLURM_GPUS_PER_NODE_HET_GROUP_1: component 1's agents say what each node has
+    unknown = resolve_allocation(AllocationRequest(), HET)
+    assert unknown.gpus_from_agents and unknown.client_apart
+    assert resolve_allocation(AllocationRequest(gpus_per_node=4), HET).simulated_gpus == 4
     with pytest.raises(UsageError, match="has 3 components"):
         resolve_allocation(AllocationRequest(gpus_per_node=1), {**HET, "SLURM_HET_SIZE": "3"})
     elsewhere = {**HET, "SLURMD_NODENAME": "gpu1"}

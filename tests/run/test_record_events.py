@@ -12,6 +12,7 @@ import pytest
 from ddsup._errors import ResultStatus
 from ddsup.process import ExitStatus
 from ddsup.record._event_log import EventLog, read_events
+from ddsup.record._event_parse import parse_event
 from ddsup.record._events import (
     KillingEverything,
     LivenessFailed,
@@ -25,7 +26,6 @@ from ddsup.record._events import (
     SignalForwarded,
     SweepLeftSurvivors,
     UnitTransition,
-    parse_event,
 )
 from ddsup.record._instance import InstanceRecord, fold
 from ddsup.record._outcome import Outcome

@@ -29,6 +29,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,8 @@ DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("srun", "sbatch", "scontrol", "sinfo", "squeue", "scancel")
 SBIN_DIRS = ("/usr/sbin", "/sbin", "/usr/local/sbin")
 KILL_WAIT_S = 5
+GPUS_PER_NODE = 4
+"""Fake GRES GPUs per node (``fake_gpus``): jobs that ask for GPUs get them per node."""
 """Slurm's ``KillWait``: seconds between the SIGTERM and the SIGKILL of a cancelled job."""
 
 TERMINAL_STATES = frozenset(
@@ -146,10 +149,15 @@ def render_conf(
     node_ports: Mapping[str, int],
     cpus: int,
     user: str,
+    gpus: int = 0,
 ) -> str:
-    """slurm.conf for a one-host cluster: every node is a ``slurmd -N`` on 127.0.0.1."""
+    """slurm.conf for a one-host cluster: every node is a ``slurmd -N`` on 127.0.0.1.
+
+    With ``gpus``, every node has that many GRES GPUs (``gres.conf``: :func:`fake_gpus`).
+    """
     lines = [
         "ClusterName=ddsuptest",
+        *(["GresTypes=gpu"] if gpus else []),
         f"SlurmctldHost={hostname}(127.0.0.1)",
         f"SlurmctldPort={ctld_port}",
         "AuthType=auth/munge",
@@ -192,6 +200,7 @@ def render_conf(
         lines.append(
             f"NodeName={node} NodeHostname={hostname} NodeAddr=127.0.0.1 Port={port} "
             f"CPUs={cpus} RealMemory=1000 Features=fake State=UNKNOWN"
+            + (f" Gres=gpu:{gpus}" if gpus else "")
         )
     lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
@@ -207,17 +216,26 @@ class SlurmCluster:
         self.pids: dict[str, int] = {}
         self._keeper: _Keeper | None = None
         self.startup_seconds = 0.0
+        self.gpus_per_node = 0
         self.env = _client_env(layout, binaries)
 
     # -- lifecycle -----------------------------------------------------------------
 
     @classmethod
     def start(
-        cls, tmp_dir: Path, nodes: int = 3, *, cpus: int = 2, timeout: float = 60.0
+        cls,
+        tmp_dir: Path,
+        nodes: int = 3,
+        *,
+        cpus: int = 2,
+        gpus: int = GPUS_PER_NODE,
+        timeout: float = 60.0,
     ) -> SlurmCluster:
         """Write the config, start munged, slurmctld and ``nodes`` slurmd; wait for idle.
 
-        On any failure every daemon already started is stopped before the error rises.
+        Each node gets ``gpus`` fake GRES GPUs where device files can be made (root);
+        ``gpus_per_node`` says how many it got. On any failure every daemon already
+        started is stopped before the error rises.
         """
         if nodes < 1:
             raise ValueError(f"a cluster needs at least one node, not nodes={nodes}")
@@ -231,7 +249,7 @@ class SlurmCluster:
             _make_layout(Path(tmp_dir)), [f"n{i}" for i in range(1, nodes + 1)], find_binaries()
         )
         try:
-            cluster._write_files(cpus)
+            cluster._write_files(cpus, gpus)
             cluster._start_daemons(timeout)
         except BaseException:
             cluster.stop()
@@ -338,7 +356,7 @@ class SlurmCluster:
 
     # -- internals -----------------------------------------------------------------
 
-    def _write_files(self, cpus: int) -> None:
+    def _write_files(self, cpus: int, gpus: int) -> None:
         layout = self.layout
         for directory in (layout.logs, layout.jobs, layout.run / "ctld", layout.munge_key.parent):
             directory.mkdir(parents=True, exist_ok=True)
@@ -346,6 +364,7 @@ class SlurmCluster:
             layout.node_spool(node).mkdir(parents=True, exist_ok=True)
         layout.munge_key.parent.chmod(0o755)  # munged refuses a socket dir others can write
         _write_munge_key(layout.munge_key)
+        self.gpus_per_node = fake_gpus(layout, gpus)
         conf = render_conf(
             layout,
             hostname=socket.gethostname(),
@@ -353,6 +372,7 @@ class SlurmCluster:
             node_ports={node: free_port() for node in self.node_names},
             cpus=cpus,
             user=getpass.getuser(),
+            gpus=self.gpus_per_node,
         )
         layout.conf.write_text(conf)
 
@@ -433,6 +453,31 @@ class SlurmCluster:
             except psutil.NoSuchProcess:
                 continue
         return found - spared
+
+
+def fake_gpus(layout: _Layout, count: int) -> int:
+    """``gres.conf`` for ``count`` GPUs per node whose device files are fake; the count
+    made (0 where device files cannot be made: not root).
+
+    Slurm takes a GPU's device file only if it is a character device; these are copies
+    of ``/dev/null`` (1:3) under the cluster's directory, named ``nvidia0`` … as Slurm
+    expects, so a job or step given GPUs gets its own ``CUDA_VISIBLE_DEVICES``,
+    ``SLURM_STEP_GPUS`` and ``SLURM_JOB_GPUS`` per node, as on a real GPU cluster.
+    No process ever opens them.
+    """
+    if count < 1:
+        return 0
+    devices = layout.root / "dev"
+    devices.mkdir(exist_ok=True)
+    try:
+        for index in range(count):
+            path = devices / f"nvidia{index}"
+            if not path.exists():
+                os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        return 0
+    (layout.root / "gres.conf").write_text(f"Name=gpu File={devices}/nvidia[0-{count - 1}]\n")
+    return count
 
 
 def _make_layout(root: Path) -> _Layout:

@@ -61,6 +61,7 @@ def lane(args: argparse.Namespace) -> int:
     if args.record:
         record = {"argv": args.spec, "rank_env": os.environ.get("DDSUP_LANE_RANK")}
         record["node"] = os.environ.get("DDSUP_NODE")
+        record["cuda"] = os.environ.get("CUDA_VISIBLE_DEVICES")
         path = _state_dir() / args.record
         path.with_suffix(".tmp").write_text(json.dumps(record))
         path.with_suffix(".tmp").rename(path)

@@ -377,7 +377,12 @@ def test_two_node_lane_gets_its_specifiers_and_fails_as_a_unit(
     for rank, instance in enumerate(("lane@0", "lane@0:1")):
         seen = json.loads((job.state / f"rank{rank}.json").read_text())
         expected = [str(rank), "2", master["master_addr"], str(master["master_port"])]
-        assert seen == {"argv": expected, "rank_env": str(rank), "node": planned[instance]["node"]}
+        assert seen == {
+            "argv": expected,
+            "rank_env": str(rank),
+            "node": planned[instance]["node"],
+            "cuda": "0",  # simulated GPUs (--gpus-per-node): index 0 on each node
+        }
     outcome = job.result()
     assert (outcome["status"], outcome["cause"]["unit"]) == ("unit_failed", "lane@0:1"), outcome
     assert outcome["cause"]["exit"] == {"code": 7}

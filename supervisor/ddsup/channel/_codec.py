@@ -27,7 +27,7 @@ from ddsup.channel._messages import (
 )
 from ddsup.channel._typed import from_json
 from ddsup.plan._model import Plan
-from ddsup.record._events import parse_event
+from ddsup.record._event_parse import parse_event
 from ddsup.record._status import RunSnapshot
 from ddsup.units._model import EndpointSection
 

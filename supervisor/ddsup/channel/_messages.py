@@ -6,7 +6,9 @@ One frozen dataclass per message; on the wire each is one JSON object with an ``
 that connection: no other module handles the protocol as dictionaries. Who sends what::
 
     any peer → controller   Hello (the first line: role, secret)
-    controller → agent      Setup, Start, Stop, Restart, SignalInstances, Kill, Shutdown
+    agent → controller      Inventory (right after its hello: the node's GPUs)
+    controller → agent      Setup, Start, Stop, Restart, SignalInstances, Kill, Shutdown,
+                            TakeDown, Resume, FailHeld (a multi-node replica's restart)
     agent → controller      PreflightReport, EventReport, Signalled, AgentStopped
     controller ⇄ agent      Heartbeat (every agent_timeout / 5, so that silence means loss)
     controller → endpoint   EndpointSetup (first), then LanesUpdate on every change
@@ -71,6 +73,23 @@ class Hello:
     def __post_init__(self) -> None:
         if self.node is not None:
             _check_name("node", self.node)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What an agent found on its node, sent right after its hello, before any plan.
+
+    ``gpus`` are the entries the job was given there (``CUDA_VISIBLE_DEVICES`` entries),
+    ``source`` where they were found; the plan is made from every node's inventory.
+    """
+
+    op: ClassVar[str] = "inventory"
+    gpus: tuple[str, ...]
+    source: str
+
+    def __post_init__(self) -> None:
+        for gpu in self.gpus:
+            _check_name("a GPU", gpu)
 
 
 @dataclass(frozen=True)
@@ -143,13 +162,54 @@ class Shutdown:
 
 
 @dataclass(frozen=True)
+class TakeDown:
+    """End these ranks' processes and hold them: a peer's ended, the replica restarts."""
+
+    op: ClassVar[str] = "take_down"
+    instances: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Start these held ranks again after ``delay`` seconds, as attempt ``attempt``.
+
+    ``master_port`` None: the replica's rank 0 rendezvous on its planned port if that is
+    free, else on one its node picks (and says so in its ``starting`` transition).
+    """
+
+    op: ClassVar[str] = "resume"
+    instances: tuple[str, ...]
+    delay: float
+    attempt: int
+    master_port: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.delay >= 0 or self.attempt < 0:
+            raise ValueError("delay and attempt must not be negative")
+        if self.master_port is not None and not 0 < self.master_port < 65536:
+            raise ValueError("master_port must be from 1 to 65535")
+
+
+@dataclass(frozen=True)
+class FailHeld:
+    """These held ranks' replica has failed for good (its start limit)."""
+
+    op: ClassVar[str] = "fail_held"
+    instances: tuple[str, ...]
+    reason: str
+    readiness_timeout: bool = False
+
+
+@dataclass(frozen=True)
 class PreflightReport:
-    """What one node found: problems (none: passed) and the ports it picked."""
+    """What one node found: problems (none: passed), warnings, and the ports it picked."""
 
     op: ClassVar[str] = "preflight"
     node: str
     problems: tuple[str, ...] = ()
     ports: Mapping[str, int] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_name("node", self.node)
@@ -296,12 +356,16 @@ class StopAnswer:
 
 Message = (
     Hello
+    | Inventory
     | Setup
     | Heartbeat
     | Start
     | Stop
     | Restart
     | SignalInstances
+    | TakeDown
+    | Resume
+    | FailHeld
     | Kill
     | Shutdown
     | PreflightReport
@@ -323,29 +387,9 @@ Message = (
 
 
 MESSAGES: tuple[type[Any], ...] = (
-    Hello,
-    Setup,
-    Heartbeat,
-    Start,
-    Stop,
-    SignalInstances,
-    Kill,
-    Shutdown,
-    PreflightReport,
-    EventReport,
-    Signalled,
-    AgentStopped,
-    EndpointSetup,
-    LanesUpdate,
-    StatusRequest,
-    StatusReply,
-    StopRequest,
-    StopAnswer,
-    Restart,
-    LaneDrained,
-    RestartRequest,
-    RestartAnswer,
-    RestartProgress,
-    RestartOver,
-)
+    Hello, Inventory, Setup, Heartbeat, Start, Stop, SignalInstances, TakeDown, Resume,
+    FailHeld, Kill, Shutdown, PreflightReport, EventReport, Signalled, AgentStopped,
+    EndpointSetup, LanesUpdate, StatusRequest, StatusReply, StopRequest, StopAnswer,
+    Restart, LaneDrained, RestartRequest, RestartAnswer, RestartProgress, RestartOver,
+)  # fmt: skip
 """Every kind of message, each with a unique ``op`` (``tests/run/test_channel_messages.py``)."""

@@ -136,31 +136,29 @@ def _run_state(view: StatusView, now: float) -> str:
 
 
 _COLUMNS = (
-    "INSTANCE",
-    "NODE",
-    "STATE",
-    "SINCE",
-    "PID",
-    "RESTARTS",
-    "LAST EXIT",
-    "GPUS",
-    "PORT",
-    "MODEL",
-)
+    "INSTANCE", "NODE", "RANK", "STATE", "SINCE", "PID", "RESTARTS", "LAST EXIT", "GPUS",
+    "PORT", "MODEL", "ATTEMPT", "PROBE",
+)  # fmt: skip
+_RANK = _COLUMNS.index("RANK")
+_UUID_SHOWN = 12  # characters of a GPU or MIG UUID shown in the table (--json has all)
 
 
 def _table(instances: tuple[InstanceStatus, ...], *, colour: bool, now: float) -> list[str]:
-    header = (*_COLUMNS, "PROBE")
-    rows = [header, *(_row(item, now) for item in instances)]
-    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
+    """The rows; the RANK column only when a lane spans nodes (its replica's ranks)."""
+    ranks = any(item.nnodes > 1 for item in instances)
+    rows = [_COLUMNS, *(_row(item, now) for item in instances)]
+    if not ranks:
+        rows = [row[:_RANK] + row[_RANK + 1 :] for row in rows]
+    state_column = _COLUMNS.index("STATE") - (0 if ranks else 1)
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     lines = []
     for index, row in enumerate(rows):
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
         if colour and index:
             state = instances[index - 1].state
-            cells[2] = paint(state, f"{symbol(state)} {cells[2]}")
+            cells[state_column] = paint(state, f"{symbol(state)} {cells[state_column]}")
         elif colour:  # the header starts where the column does: at the rows' symbol
-            cells[2] = f"{cells[2]}  "
+            cells[state_column] = f"{cells[state_column]}  "
         lines.append("  ".join(cells).rstrip())
     return lines
 
@@ -170,16 +168,25 @@ def _row(item: InstanceStatus, now: float) -> tuple[str, ...]:
     return (
         item.instance,
         item.node or "-",
+        f"{item.rank}/{item.nnodes}" if item.nnodes > 1 else "-",
         item.state.value,
         since,
         str(item.pid or "-"),
         str(item.restarts),
         describe_exit(item.last_exit),
-        ",".join(map(str, item.gpus)) or "-",
+        _gpus(item),
         str(item.port or "-"),
         ",".join(item.served_names) or item.model or "-",
+        item.attempt_text or "-",
         item.probe or "-",
     )
+
+
+def _gpus(item: InstanceStatus) -> str:
+    """The GPUs as the lane sees them (its CUDA_VISIBLE_DEVICES), UUIDs shortened."""
+    if not item.devices:
+        return ",".join(map(str, item.gpus)) or "-"
+    return ",".join(d if len(d) <= _UUID_SHOWN else d[:_UUID_SHOWN] + "…" for d in item.devices)
 
 
 def describe_exit(last: ExitStatus | None) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ddsup._errors import RunStateError
@@ -23,7 +23,7 @@ from ddsup.record._events import Contained, RecordedEvent, RunFinished
 from ddsup.record._instance import fold
 from ddsup.record._outcome import Outcome
 from ddsup.record._state_dir import StateDir
-from ddsup.record._status import InstanceStatus, RunSnapshot
+from ddsup.record._status import InstanceStatus, RunSnapshot, planned_facts
 from ddsup.units._model import UnitType
 
 STATUS_FORMAT = 1
@@ -163,24 +163,32 @@ def _planned(state: StateDir) -> list[tuple[InstanceStatus, int | None]]:
         return []
     data = state.read_json(state.plan)
     try:
-        return [_planned_row(item) for item in data.get("instances", [])]
+        nodes = data.get("nodes") or []
+        devices = {n["name"]: [str(d) for d in n.get("devices", ())] for n in nodes}
+        return [_planned_row(item, devices) for item in data.get("instances", [])]
     except (AttributeError, KeyError, TypeError, ValueError) as err:
         raise RunStateError(f"cannot read {state.plan}: {err}") from err
 
 
-def _planned_row(item: Mapping[str, Any]) -> tuple[InstanceStatus, int | None]:
+def _planned_row(
+    item: Mapping[str, Any], devices: Mapping[str, list[str]]
+) -> tuple[InstanceStatus, int | None]:
     port, rank = item.get("port"), item.get("rank")
+    instance, gpus = str(item["instance"]), tuple(int(g) for g in item.get("gpus") or ())
+    rank = None if rank is None else int(rank)
+    nnodes = int(item.get("nnodes") or 1)
     row = InstanceStatus(
-        instance=str(item["instance"]),
+        instance=instance,
         unit=str(item["unit"]),
         type=UnitType(item["type"]),
         node=str(item["node"]),
-        gpus=tuple(int(g) for g in item.get("gpus") or ()),
+        gpus=gpus,
         port=None if port is None else int(port),
         model=_served_model(item, rank),
         served_names=tuple(str(n) for n in item.get("served_names") or ()) if not rank else (),
     )
-    return row, None if rank is None else int(rank)
+    on_node = devices.get(row.node, [])
+    return replace(row, **planned_facts(instance, rank, nnodes, gpus, on_node)), rank
 
 
 def _served_model(item: Mapping[str, Any], rank: object) -> str | None:

@@ -1,11 +1,9 @@
 """The allocation: which hosts ddsup may use, and how many GPUs each has.
 
 Hosts come from a Slurm nodelist expression (``gpu[01-04]``), or are simulated on this
-machine for the local launcher. GPUs per node come from the command line or are detected
-here, in the order a user would expect to override them: ``CUDA_VISIBLE_DEVICES``
-(what CUDA will let our children see), Slurm's GPU variables, then ``nvidia-smi -L``.
-GPU indices in a :class:`Node` are always ``0..G-1``: they count the GPUs visible to
-ddsup, the same way ``CUDA_VISIBLE_DEVICES`` of a child counts them.
+machine for the local launcher. GPUs per node come from the command line (simulated) or
+are detected (``ddsup.plan._gpus``). GPU positions in a :class:`Node` are always
+``0..G-1``; its ``devices`` say which GPU each position is.
 """
 
 from __future__ import annotations
@@ -18,11 +16,11 @@ from collections.abc import Mapping
 import hostlist
 
 from ddsup._errors import UsageError
+from ddsup.plan._gpus import GpuList, detect_gpu_list
 from ddsup.plan._model import Node
 from ddsup.units import printable
 
 LOCAL_ADDRESS = "127.0.0.1"
-_NVIDIA_SMI_TIMEOUT = 10.0
 _SCONTROL_TIMEOUT = 30.0
 
 
@@ -87,56 +85,8 @@ def slurm_hostnames(expr: str) -> list[str]:
 
 def detect_gpus(environ: Mapping[str, str] | None = None, *, nvidia_smi: bool = True) -> int | None:
     """GPUs usable on this node, or None when nothing says (then ask for --gpus-per-node)."""
-    env = os.environ if environ is None else environ
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return _count_visible(visible)
-    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
-        value = env.get(name, "").strip()
-        if value:
-            return _count_gpu_list(value)
-    on_node = env.get("SLURM_GPUS_ON_NODE", "").strip()
-    if on_node.isdigit():
-        return int(on_node)
-    return _nvidia_smi_count() if nvidia_smi else None
-
-
-def _count_visible(value: str) -> int:
-    """CUDA stops at the first invalid entry ("-1" hides everything); "" shows nothing."""
-    count = 0
-    for entry in value.split(","):
-        entry = entry.strip()
-        if not entry or entry.startswith("-") or entry == "NoDevFiles":
-            break
-        count += 1
-    return count
-
-
-def _count_gpu_list(value: str) -> int:
-    """Slurm's GPU index lists: ``0,1,2`` and ranges ``0-3``; ``(null)`` means none."""
-    count = 0
-    for entry in value.split(","):
-        low, _, high = entry.strip().partition("-")
-        if low.isdigit() and high.isdigit():
-            count += max(0, int(high) - int(low) + 1)
-        elif low.isdigit() and not high:
-            count += 1
-    return count
-
-
-def _nvidia_smi_count() -> int | None:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        done = subprocess.run(
-            [smi, "-L"], capture_output=True, text=True, timeout=_NVIDIA_SMI_TIMEOUT, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
+    found = detect_gpu_list(os.environ if environ is None else environ, nvidia_smi=nvidia_smi)
+    return None if found is None else len(found.devices)
 
 
 def _nodes(hosts: list[str], gpus_per_node: int, *, address: str | None = None) -> list[Node]:
@@ -144,6 +94,13 @@ def _nodes(hosts: list[str], gpus_per_node: int, *, address: str | None = None) 
         raise UsageError(f"--gpus-per-node must be 0 or more (got {gpus_per_node})")
     gpus = tuple(range(gpus_per_node))
     return [Node(name=h, address=address or h, gpus=gpus) for h in hosts]
+
+
+def node_with(node: Node, found: GpuList) -> Node:
+    """``node`` with the GPUs ``found`` there (simulated ones keep no device entries)."""
+    simulated = found == GpuList.simulated(len(found.devices))
+    devices = () if simulated else found.devices
+    return Node(node.name, node.address, tuple(range(len(found.devices))), devices)
 
 
 def slurm_node_addresses(hosts: list[str]) -> dict[str, str]:

@@ -65,10 +65,18 @@ def run_plan(args: argparse.Namespace) -> int:
         nodelist=args.nodelist,
     )
     allocation = resolve_allocation(request, os.environ)
+    if allocation.gpus_from_agents and not allocation.gpus_known:
+        raise UsageError(
+            "cannot tell how many GPUs the nodes have from here (no CUDA_VISIBLE_DEVICES, "
+            "Slurm GPU variables or nvidia-smi): pass --gpus-per-node G (ddsup start asks "
+            "each node's agent instead)"
+        )
     directory = Path(args.directory)
     if not directory.is_dir():
         raise UsageError(f"{printable(args.directory)}: not a directory of unit files")
     plan = plan_for(_load_units(directory), allocation)
+    if allocation.assumed:  # a Slurm plan made away from the nodes it describes
+        print(f"ddsup: note: {allocation.assumed}", file=sys.stderr)
     sys.stdout.write(plan.to_json() if args.json else render_plan(plan))
     return 0
 

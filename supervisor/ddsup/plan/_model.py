@@ -19,11 +19,22 @@ PLAN_FORMAT = 1
 
 @dataclass(frozen=True)
 class Node:
-    """One node of the allocation. ``address`` is what other nodes connect to."""
+    """One node of the allocation. ``address`` is what other nodes connect to.
+
+    ``gpus`` are positions 0..G-1, what placement counts; ``devices`` the entries the job
+    was given on the node (``CUDA_VISIBLE_DEVICES`` entries: ``4``, ``GPU-…``, ``MIG-…``),
+    position ``i`` being ``devices[i]``. Simulated GPUs (``--gpus-per-node``) have none:
+    position ``i`` is then index ``i``.
+    """
 
     name: str
     address: str
-    gpus: tuple[int, ...]  # GPU indices usable on this node, as CUDA_VISIBLE_DEVICES counts
+    gpus: tuple[int, ...]
+    devices: tuple[str, ...] = ()
+
+    def device(self, position: int) -> str:
+        """What a lane's ``CUDA_VISIBLE_DEVICES`` holds for GPU position ``position``."""
+        return self.devices[position] if self.devices else str(position)
 
 
 @dataclass(frozen=True)
@@ -93,7 +104,13 @@ class Plan:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         nodes = tuple(
-            Node(name=n["name"], address=n["address"], gpus=tuple(n["gpus"])) for n in data["nodes"]
+            Node(
+                name=n["name"],
+                address=n["address"],
+                gpus=tuple(n["gpus"]),
+                devices=tuple(str(d) for d in n.get("devices", ())),
+            )
+            for n in data["nodes"]
         )
         instances = tuple(
             PlannedInstance(

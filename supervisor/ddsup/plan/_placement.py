@@ -283,7 +283,7 @@ def _place_unit(unit: Unit, alloc: _Allocation, before: list[str]) -> list[Plann
         replica += 1
     short = replica == 0 if lane.replicas is None else replica < lane.replicas
     if short:
-        gpus = [len(s.node.gpus) for s in alloc.nodes]
+        gpus = [(s.node.name, len(s.node.gpus)) for s in alloc.nodes]
         raise PlacementError(shortage(unit, lane, replica, gpus, free_before, before))
     return out
 

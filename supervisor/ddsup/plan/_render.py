@@ -12,6 +12,9 @@ Example::
     ...
 
     node0  [0 1]=llama@0 [2 3]=llama@1 [4-7] free
+
+Positions are what placement counts; a node whose GPUs were detected shows, at the end
+of its line, which GPU each position is: ``(CUDA_VISIBLE_DEVICES 4,5,6,7)``.
 """
 
 from __future__ import annotations
@@ -93,7 +96,17 @@ def _gpu_map(plan: Plan) -> list[str]:
             owners[(inst.node, gpu)] = inst.instance
     names = {n.name: printable(n.name) for n in plan.nodes}
     width = max((len(shown) for shown in names.values()), default=0)
-    return [f"{names[n.name].ljust(width)}  {_node_map(n, owners)}".rstrip() for n in plan.nodes]
+    return [
+        f"{names[n.name].ljust(width)}  {_node_map(n, owners)}{_devices(n)}".rstrip()
+        for n in plan.nodes
+    ]
+
+
+def _devices(node: Node) -> str:
+    """Which GPU each position is, when the job was given particular ones (not simulated)."""
+    if not node.devices:
+        return ""
+    return f"  (CUDA_VISIBLE_DEVICES {printable(','.join(node.devices))})"
 
 
 def _node_map(node: Node, owners: dict[tuple[str, int], str]) -> str:

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ddsup.units import printable
 from ddsup.units._model import LaneSection, Unit
+
+_NAMED = 6  # nodes named when their GPU counts differ (fewest first)
 
 # How to plan or run without GPUs; both `ddsup plan` and `ddsup start` take it.
 SIMULATE_GPUS = "--gpus-per-node G"
@@ -25,7 +28,7 @@ def shortage(
     unit: Unit,
     lane: LaneSection,
     fit: int,
-    gpus_per_node: Sequence[int],
+    gpus_per_node: Sequence[tuple[str, int]],
     free: int,
     before: Sequence[str],
 ) -> str:
@@ -39,7 +42,7 @@ def shortage(
     if lane.nodes > 1:
         shape += f" on each of {lane.nodes} consecutive nodes"
     has = _describe(gpus_per_node)
-    if not any(gpus_per_node):
+    if not any(count for _node, count in gpus_per_node):
         return (
             f"lane unit {unit.name!r} asks for {asked} of {shape}, but the allocation has "
             f"{has}. Without GPUs (a laptop, CI, a CPU node), simulate them with "
@@ -63,10 +66,15 @@ def _either(fixes: list[str]) -> str:
     return text[0].upper() + text[1:]
 
 
-def _describe(gpus_per_node: Sequence[int]) -> str:
-    counts = sorted(set(gpus_per_node))
+def _describe(gpus_per_node: Sequence[tuple[str, int]]) -> str:
+    """``2 nodes x 4 GPUs = 8 GPUs``; nodes that differ are named, fewest GPUs first."""
+    counts = sorted({count for _node, count in gpus_per_node})
     n = len(gpus_per_node)
+    total = sum(count for _node, count in gpus_per_node)
     nodes = f"{n} node{'s' if n != 1 else ''}"
     if len(counts) == 1:
-        return f"{nodes} x {counts[0]} GPUs = {sum(gpus_per_node)} GPUs"
-    return f"{nodes} with {counts[0]}-{counts[-1]} GPUs each, {sum(gpus_per_node)} GPUs"
+        return f"{nodes} x {counts[0]} GPUs = {total} GPUs"
+    fewest = sorted(gpus_per_node, key=lambda item: item[1])
+    shown = ", ".join(f"{printable(name)}: {count}" for name, count in fewest[:_NAMED])
+    more = ", …" if n > _NAMED else ""
+    return f"{nodes} with {counts[0]}-{counts[-1]} GPUs each ({shown}{more}), {total} GPUs"

@@ -11,7 +11,8 @@ import json
 import os
 from pathlib import Path
 
-from ddsup.record._events import RecordedEvent, parse_event
+from ddsup.record._event_parse import parse_event
+from ddsup.record._events import RecordedEvent
 from ddsup.record._faults import WriteFaults
 from ddsup.record._private import open_append
 

@@ -6,13 +6,15 @@ added). Every event has ``time`` (Unix seconds) and ``event``:
 
 - ``unit``: :class:`UnitTransition`, an instance's state change;
 - ``process``: :class:`ProcessStarted`; ``exit``: :class:`ProcessExited`, as seen;
+- ``probe``: :class:`ProbeAnswered`, a readiness probe's answer changed while starting;
 - ``liveness``: :class:`LivenessFailed`, a ready lane's liveness probe failed;
 - ``containment``: :class:`Contained`, the no-orphan layers a supervisor holds on its node;
 - ``run``: the run's own lifecycle, told apart by ``reason`` (:class:`RunStarting`,
-  :class:`RunEnding`, :class:`RunStopping`, :class:`SignalForwarded`,
-  :class:`KillingEverything`, :class:`SweepLeftSurvivors`, :class:`RunFinished`).
+  :class:`PreflightWarning`, :class:`RunEnding`, :class:`RunStopping`,
+  :class:`SignalForwarded`, :class:`KillingEverything`, :class:`SweepLeftSurvivors`,
+  :class:`RunFinished`).
 
-``to_json`` writes a line's object, :func:`parse_event` reads one back (ValueError for
+``to_json`` writes a line's object; ``_event_parse`` reads one back (ValueError for
 anything else); ``_event_log`` writes and reads the file, skipping lines it cannot parse
 (the torn last line of a killed run). Values of environment variables never appear
 here: no event has a field for them.
@@ -22,12 +24,12 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ddsup.process import ExitStatus
-from ddsup.record._outcome import Outcome, exit_from_json
+from ddsup.record._outcome import Outcome
 from ddsup.record._states import InstanceState
 
 COMPLETED = "completed"  # the reason of a oneshot's exited transition when it succeeded
@@ -44,7 +46,9 @@ class UnitTransition:
     ``probe`` is its readiness probe's last answer (``ok`` once it passed, ``HTTP 503`` …
     when it timed out) in the current start; ``readiness_timeout`` marks the verdict of a
     start that was not ready within ``timeout_start`` (``restarting``, or ``failed``:
-    then the run ends 75).
+    then the run ends 75). ``attempt`` is which attempt at becoming ready the current
+    start is, of ``attempt_limit`` (``start_limit_burst``); ``master_port`` the
+    rendezvous port of a multi-node lane's rank in this start.
     """
 
     instance: str
@@ -57,6 +61,9 @@ class UnitTransition:
     exit: ExitStatus | None = None
     readiness_timeout: bool = False
     probe: str | None = None
+    attempt: int | None = None
+    attempt_limit: int | None = None
+    master_port: int | None = None
     time: float = field(default_factory=_now)
 
     @property
@@ -76,7 +83,27 @@ class UnitTransition:
             out["readiness_timeout"] = True
         if self.probe is not None:
             out["probe"] = self.probe
+        for key in ("attempt", "attempt_limit", "master_port"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeAnswered:
+    """An instance's readiness probe answered differently than before, while it starts.
+
+    Written only when the answer changes (``connection refused`` → ``HTTP 503`` → …), so
+    a lane that loads for twenty minutes adds a handful of lines, not one per probe.
+    """
+
+    instance: str
+    node: str | None
+    answer: str
+    time: float = field(default_factory=_now)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**_head(self.time, "probe", self.instance, self.node), "answer": self.answer}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,6 +178,19 @@ class RunStarting:
 
     def to_json(self) -> dict[str, Any]:
         return {**_run(self.time, self.reason), "invocation_id": self.invocation_id}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreflightWarning:
+    """Preflight on ``node`` found something to say that does not stop the run."""
+
+    node: str
+    warning: str
+    time: float = field(default_factory=_now)
+    reason = "preflight warning"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**_run(self.time, self.reason), "node": self.node, "warning": self.warning}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,6 +289,7 @@ class Contained:
 
 RunLifecycle = (
     RunStarting
+    | PreflightWarning
     | RunEnding
     | RunStopping
     | SignalForwarded
@@ -257,7 +298,13 @@ RunLifecycle = (
     | RunFinished
 )
 RecordedEvent = (
-    UnitTransition | ProcessStarted | ProcessExited | LivenessFailed | Contained | RunLifecycle
+    UnitTransition
+    | ProbeAnswered
+    | ProcessStarted
+    | ProcessExited
+    | LivenessFailed
+    | Contained
+    | RunLifecycle
 )
 
 
@@ -270,121 +317,3 @@ def _head(at: float, kind: str, instance: str, node: str | None) -> dict[str, An
 
 def _run(at: float, reason: str) -> dict[str, Any]:
     return {"time": round(at, 6), "event": "run", "reason": reason}
-
-
-# --- reading back -------------------------------------------------------------------------
-def parse_event(data: object) -> RecordedEvent:
-    """One line's object back into its event; ValueError (or TypeError) when it is not one."""
-    if not isinstance(data, Mapping):
-        raise ValueError("an event is a JSON object")
-    read = _Reader(data)
-    kind = read.text("event")
-    if kind == "unit":
-        return _unit(read)
-    if kind == "process":
-        return ProcessStarted(
-            instance=read.text("instance"),
-            node=read.optional_text("node"),
-            pid=read.integer("pid"),
-            log_offset=read.optional_integer("log_offset"),
-            time=read.time(),
-        )
-    if kind == "exit":
-        return ProcessExited(
-            instance=read.text("instance"),
-            node=read.optional_text("node"),
-            pid=read.integer("pid"),
-            exit=exit_from_json(data.get("exit")),
-            time=read.time(),
-        )
-    if kind == "liveness":
-        return LivenessFailed(
-            instance=read.text("instance"),
-            node=read.optional_text("node"),
-            failures=read.integer("failures"),
-            limit=read.integer("limit"),
-            probe=read.text("probe"),
-            time=read.time(),
-        )
-    if kind == "containment":
-        known = {"time", "event", "node", "supervisor", "reason"}
-        return Contained(
-            node=read.optional_text("node"),
-            supervisor=read.text("supervisor"),
-            summary=read.text("reason"),
-            details={k: v for k, v in data.items() if k not in known},
-            time=read.time(),
-        )
-    if kind == "run":
-        return _run_event(read)
-    raise ValueError(f"unknown event {kind!r}")
-
-
-def _unit(read: _Reader) -> UnitTransition:
-    exit_json = read.data.get("exit")
-    return UnitTransition(
-        instance=read.text("instance"),
-        node=read.optional_text("node"),
-        from_state=InstanceState(read.data.get("from", InstanceState.INACTIVE.value)),
-        to_state=InstanceState(read.data.get("to")),
-        reason=read.optional_text("reason") or "",
-        restarts=read.optional_integer("restarts") or 0,
-        pid=read.optional_integer("pid"),
-        exit=None if exit_json is None else exit_from_json(exit_json),
-        readiness_timeout=read.data.get("readiness_timeout") is True,
-        probe=read.optional_text("probe"),
-        time=read.time(),
-    )
-
-
-_SIMPLE_RUN: dict[str, Callable[[_Reader], RunLifecycle]] = {
-    "starting": lambda r: RunStarting(invocation_id=r.text("invocation_id"), time=r.time()),
-    "ending": lambda r: RunEnding(outcome=Outcome.from_dict(r.data), time=r.time()),
-    "stopping": lambda r: RunStopping(time=r.time()),
-    KillingEverything.reason: lambda r: KillingEverything(time=r.time()),
-    "sweep left survivors": lambda r: SweepLeftSurvivors(
-        pids=tuple(int(p) for p in r.data.get("pids", ())), time=r.time()
-    ),
-    "finished": lambda r: RunFinished(outcome=Outcome.from_dict(r.data), time=r.time()),
-}
-
-
-def _run_event(read: _Reader) -> RunLifecycle:
-    reason = read.text("reason")
-    if reason.startswith("forwarding "):
-        name = reason.removeprefix("forwarding ")
-        return SignalForwarded(signum=int(signal.Signals[name]), time=read.time())
-    if reason not in _SIMPLE_RUN:
-        raise ValueError(f"unknown run event {reason!r}")
-    return _SIMPLE_RUN[reason](read)
-
-
-class _Reader:
-    """Typed access to one event object's fields (ValueError naming the field)."""
-
-    def __init__(self, data: Mapping[str, Any]) -> None:
-        self.data: Mapping[str, Any] = data
-
-    def time(self) -> float:
-        value = self.data.get("time")
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise ValueError("an event needs a numeric time")
-        return float(value)
-
-    def text(self, key: str) -> str:
-        value = self.data.get(key)
-        if not isinstance(value, str):
-            raise ValueError(f"{key!r} must be a string")
-        return value
-
-    def optional_text(self, key: str) -> str | None:
-        return None if self.data.get(key) is None else self.text(key)
-
-    def integer(self, key: str) -> int:
-        value = self.data.get(key)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ValueError(f"{key!r} must be an integer")
-        return value
-
-    def optional_integer(self, key: str) -> int | None:
-        return None if self.data.get(key) is None else self.integer(key)

@@ -10,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ddsup.process import ExitStatus
-from ddsup.record._events import LivenessFailed, ProcessStarted, RecordedEvent, UnitTransition
+from ddsup.record._events import (
+    LivenessFailed,
+    ProbeAnswered,
+    ProcessStarted,
+    RecordedEvent,
+    UnitTransition,
+)
 from ddsup.record._states import InstanceState
 
 
@@ -20,10 +26,12 @@ class InstanceRecord:
 
     ``pid`` is its live process (from the latest transition, or the ``process`` event that
     followed a ``starting``); ``last_exit`` the latest exit any transition recorded;
-    ``probe`` and ``readiness_timeout`` those of the latest transition; ``ready_seconds``
-    the time from its latest ``starting`` to the ``ready`` that followed;
-    ``liveness_failures`` the liveness probes it failed in a row while ``unresponsive``
-    (of ``liveness_limit``; 0 in any other state).
+    ``probe`` and ``readiness_timeout`` those of the latest transition; ``probe_answer``
+    the probe's latest answer in the current start (``probe`` events); ``attempt`` and
+    ``attempt_limit`` those of the latest start; ``ready_seconds`` the time from its
+    latest ``starting`` to the ``ready`` that followed; ``liveness_failures`` the
+    liveness probes it failed in a row while ``unresponsive`` (of ``liveness_limit``; 0
+    in any other state).
     """
 
     state: InstanceState = InstanceState.INACTIVE
@@ -36,6 +44,9 @@ class InstanceRecord:
     readiness_timeout: bool = False
     started_at: float | None = None
     ready_seconds: float | None = None
+    probe_answer: str | None = None
+    attempt: int | None = None
+    attempt_limit: int | None = None
     liveness_failures: int = 0
     liveness_limit: int = 0
 
@@ -43,6 +54,8 @@ class InstanceRecord:
         """The record after ``event`` (events of other kinds leave it as it is)."""
         if isinstance(event, ProcessStarted):
             return replace(self, pid=event.pid)
+        if isinstance(event, ProbeAnswered):
+            return replace(self, probe_answer=event.answer)
         if isinstance(event, LivenessFailed):
             return replace(
                 self,
@@ -52,7 +65,8 @@ class InstanceRecord:
             )
         if not isinstance(event, UnitTransition):
             return self
-        started_at = event.time if event.to_state is InstanceState.STARTING else self.started_at
+        starting = event.to_state is InstanceState.STARTING
+        started_at = event.time if starting else self.started_at
         ready_seconds = self.ready_seconds
         unresponsive = event.to_state is InstanceState.UNRESPONSIVE
         if event.to_state is InstanceState.READY and started_at is not None:
@@ -68,17 +82,21 @@ class InstanceRecord:
             readiness_timeout=event.readiness_timeout,
             started_at=started_at,
             ready_seconds=ready_seconds,
+            probe_answer=event.probe or (None if starting else self.probe_answer),
+            attempt=event.attempt if event.attempt is not None else self.attempt,
+            attempt_limit=event.attempt_limit or self.attempt_limit,
             liveness_failures=self.liveness_failures if unresponsive else 0,
             liveness_limit=self.liveness_limit if unresponsive else 0,
         )
 
     @property
     def probe_verdict(self) -> str | None:
-        """``status``'s PROBE: ``ok``, ``none`` (no probe), ``pending``, ``timed out (…)``."""
+        """``status``'s PROBE: ``ok``, ``none`` (no probe), ``timed out (…)``; while starting
+        the probe's latest answer (``HTTP 503``, ``Connection refused``) or ``pending``."""
         if self.state is InstanceState.READY:
             return "ok" if self.probe is not None else "none"
         if self.state is InstanceState.STARTING:
-            return "pending"
+            return self.probe_answer or "pending"
         if self.state is InstanceState.UNRESPONSIVE:
             return f"failing {self.liveness_failures}/{self.liveness_limit} ({self.probe})"
         if self.readiness_timeout:
@@ -90,6 +108,6 @@ def fold(events: list[RecordedEvent]) -> dict[str, InstanceRecord]:
     """Every instance's record after ``events`` (oldest first)."""
     records: dict[str, InstanceRecord] = {}
     for event in events:
-        if isinstance(event, UnitTransition | ProcessStarted | LivenessFailed):
+        if isinstance(event, UnitTransition | ProcessStarted | ProbeAnswered | LivenessFailed):
             records[event.instance] = records.get(event.instance, InstanceRecord()).apply(event)
     return records

@@ -8,7 +8,7 @@ builds the same :class:`InstanceStatus` rows for a finished run from ``plan.json
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,6 +17,9 @@ from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import exit_from_json
 from ddsup.record._states import InstanceState
 from ddsup.units._model import UnitType
+
+# states in which "attempt k of N" means something: making a start, or past a failed one
+_ATTEMPTING = frozenset({InstanceState.STARTING, InstanceState.RESTARTING, InstanceState.FAILED})
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,14 @@ class InstanceStatus:
     restarts: int = 0
     last_exit: ExitStatus | None = None
     reason: str | None = None
-    probe: str | None = None  # the verdict: ok, none, pending, timed out (…)
+    probe: str | None = None  # the verdict: ok, none, pending, timed out (…), an answer
     ready_seconds: float | None = None
+    attempt: int | None = None  # which attempt at becoming ready (while it starts)
+    attempt_limit: int | None = None  # of how many (start_limit_burst)
+    replica: str | None = None  # multi-node lane ranks: the replica (rank 0's instance)
+    rank: int | None = None
+    nnodes: int = 1
+    devices: tuple[str, ...] = ()  # the GPUs as the lane sees them (empty: simulated)
     liveness_failures: int = 0  # liveness probes failed in a row (unresponsive lanes)
     served_names: tuple[str, ...] = ()  # lane replicas: every model name it answers to
 
@@ -53,8 +62,18 @@ class InstanceStatus:
             reason=record.reason,
             probe=record.probe_verdict,
             ready_seconds=record.ready_seconds,
+            attempt=record.attempt,
+            attempt_limit=record.attempt_limit,
             liveness_failures=record.liveness_failures,
         )
+
+    @property
+    def attempt_text(self) -> str | None:
+        """``2 of 5`` while the instance is (re)starting, or failed doing so; else None."""
+        if self.attempt is None or self.state not in _ATTEMPTING:
+            return None
+        limit = f" of {self.attempt_limit}" if self.attempt_limit else ""
+        return f"{self.attempt}{limit}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +93,12 @@ class InstanceStatus:
             "reason": self.reason,
             "probe": self.probe,
             "ready_seconds": self.ready_seconds,
+            "attempt": self.attempt,
+            "attempt_limit": self.attempt_limit,
+            "replica": self.replica,
+            "rank": self.rank,
+            "nnodes": self.nnodes,
+            "devices": list(self.devices),
             "liveness_failures": self.liveness_failures,
         }
 
@@ -97,9 +122,27 @@ class InstanceStatus:
             reason=_optional(data, "reason", str),
             probe=_optional(data, "probe", str),
             ready_seconds=_optional(data, "ready_seconds", float),
+            attempt=_optional(data, "attempt", int),
+            attempt_limit=_optional(data, "attempt_limit", int),
+            replica=_optional(data, "replica", str),
+            rank=_optional(data, "rank", int),
+            nnodes=int(data.get("nnodes") or 1),
+            devices=tuple(str(d) for d in data.get("devices") or ()),
             liveness_failures=int(data.get("liveness_failures") or 0),
             served_names=tuple(str(n) for n in data.get("served_names") or ()),
         )
+
+
+def planned_facts(
+    instance: str, rank: int | None, nnodes: int, gpus: Sequence[int], node_devices: Sequence[str]
+) -> dict[str, Any]:
+    """The row fields that come from the plan: a rank's replica, the GPUs it sees."""
+    return {
+        "replica": instance.split(":", 1)[0] if nnodes > 1 else None,
+        "rank": rank,
+        "nnodes": nnodes,
+        "devices": tuple(node_devices[g] for g in gpus if g < len(node_devices)),
+    }
 
 
 @dataclass(frozen=True)

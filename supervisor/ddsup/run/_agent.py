@@ -1,11 +1,13 @@
 """The node agent: supervises the lanes (and each-node services) of one node.
 
-``ddsup start`` launches one agent per lane node (through ``srun`` under Slurm, as a local
+``ddsup start`` launches one agent per node (through ``srun`` under Slurm, as a local
 process for ``--nodes N`` rehearsals). The agent connects back to the controller over the
-authenticated control channel, receives the plan, runs preflight, then starts, restarts,
-probes and stops its instances on command, reporting every transition. If the controller
-vanishes, the agent stops everything it runs and exits: a node never keeps lanes for a
-run that no longer exists.
+authenticated control channel, says what GPUs the job was given on its node
+(``ddsup.plan._gpus``; ``--gpus-per-node`` simulates them), receives the plan, runs
+preflight, then starts, restarts, probes and stops its instances on command (a
+multi-node replica's ranks are taken down and resumed as one), reporting every
+transition. If the controller vanishes, the agent stops everything it runs and exits: a
+node never keeps lanes for a run that no longer exists.
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ from ddsup.channel._messages import (
     AgentStopped,
     ChannelError,
     EventReport,
+    FailHeld,
     Hello,
+    Inventory,
     Kill,
     Message,
     Restart,
+    Resume,
     Role,
     Setup,
     Shutdown,
@@ -37,7 +42,9 @@ from ddsup.channel._messages import (
     Signalled,
     Start,
     Stop,
+    TakeDown,
 )
+from ddsup.plan._gpus import GpuList, detect_gpu_list
 from ddsup.plan._model import Plan
 from ddsup.process import AGENT_ENV, open_containment
 from ddsup.record._events import Contained, RecordedEvent
@@ -51,8 +58,12 @@ from ddsup.units import UnitSet, load_unit_set
 
 
 def configure_agent(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node", help="node name in the plan (default: $SLURMD_NODENAME)")
-    parser.add_argument("--gpus", type=int, default=None, help="GPUs on this node, if known")
+    parser.add_argument(
+        "--node", help="simulated node: its name in the plan (default: $SLURMD_NODENAME)"
+    )
+    parser.add_argument(
+        "--gpus-per-node", type=int, default=None, help="simulated GPUs (default: detected)"
+    )
 
 
 def run_agent(args: argparse.Namespace) -> int:
@@ -61,18 +72,27 @@ def run_agent(args: argparse.Namespace) -> int:
     node = args.node or os.environ.get("SLURMD_NODENAME")
     if not secret or not address or not node:
         raise UsageError("ddsup agent is started by ddsup start, not by hand")
-    return trio.run(_agent_main, node, address, secret, args.gpus)
+    return trio.run(_agent_main, node, address, secret, _node_gpus(args.gpus_per_node))
 
 
-async def _agent_main(node: str, address: str, secret: str, gpus: int | None) -> int:
+def _node_gpus(simulated: int | None) -> GpuList:
+    """The GPUs this node gave the job (``ddsup.plan._gpus``), or the simulated ones."""
+    if simulated is not None:
+        return GpuList.simulated(simulated)
+    found = detect_gpu_list(os.environ)
+    return found or GpuList((), "no CUDA_VISIBLE_DEVICES, Slurm GPU variables or nvidia-smi")
+
+
+async def _agent_main(node: str, address: str, secret: str, gpus: GpuList) -> int:
     # Until the signal watcher runs, a stop signal (scancel) must not kill the agent
     # half-way: nothing runs yet, and the controller will tell it to shut down.
     ignore_stop_signals()
     hello = Hello(Role.AGENT, secret, node=node, pid=os.getpid())
     channel = await connect_channel(address, hello)
+    await channel.send(Inventory(gpus.devices, gpus.source))
     setup = await channel.receive()
     if not isinstance(setup, Setup):
-        return 1
+        return 0  # the run ended before it had a plan (Shutdown), or the controller went
     run = RunContext(
         invocation_id=setup.invocation_id,
         state_dir=setup.state_dir,
@@ -115,19 +135,12 @@ async def _serve_controller(
     units: UnitSet,
     plan: Plan,
     run: RunContext,
-    gpus: int | None,
+    gpus: GpuList,
     silence: float,
     *,
     rehearse: bool,
 ) -> None:
-    report = run_preflight(
-        node,
-        units,
-        plan,
-        gpus_available=gpus,
-        slurm_node=os.environ.get("SLURMD_NODENAME"),
-        check_model_path=not rehearse,
-    )
+    report = run_preflight(node, units, plan, gpus=gpus, check_model_path=not rehearse)
     plan = plan.with_ports(dict(report.ports))
     await channel.send(report)
     outbox_send, outbox_receive = trio.open_memory_channel[Message](math.inf)
@@ -190,6 +203,9 @@ async def _watch_signals(channel: Channel, runner: NodeRunner, loop: trio.Cancel
             loop.cancel()
 
 
+_NAMING = (Start, Stop, Restart, SignalInstances, TakeDown, Resume, FailHeld)
+
+
 async def _command_loop(
     channel: Channel,
     runner: NodeRunner,
@@ -207,7 +223,7 @@ async def _command_loop(
         message = await receive_within(channel, silence, "the controller")
         if message is None or isinstance(message, Shutdown):
             return
-        named = message.instances if isinstance(message, Start | Stop | SignalInstances) else ()
+        named = message.instances if isinstance(message, _NAMING) else ()
         if not set(named) <= mine:
             strange = reprlib.repr(sorted(set(named) - mine))
             raise ChannelError(f"the controller named instances not on this node: {strange}")
@@ -222,5 +238,12 @@ async def _command_loop(
             runner.kill_all()
         elif isinstance(message, SignalInstances):
             runner.signal(message.instances, message.signum)
+        elif isinstance(message, TakeDown):
+            runner.take_down(message.instances, message.reason)
+        elif isinstance(message, Resume):
+            for instance in message.instances:
+                runner.resume(instance, message.delay, message.attempt, message.master_port)
+        elif isinstance(message, FailHeld):
+            runner.fail_held(message.instances, message.reason, message.readiness_timeout)
         else:
             raise ChannelError(f"unexpected {message.op!r} message from the controller")

@@ -3,7 +3,8 @@
 A launcher starts them (one local process per simulated node, or one ``srun`` step for
 all); an agent then connects back and becomes a :class:`~ddsup.run._nodes.RemoteNode`.
 The processes themselves are owned here: one task waits for each, and its end while the
-run is not stopping ends the run.
+run is not stopping ends the run. Which agents are admitted, and what each reported of its
+node, is the fleet's :class:`~ddsup.run._inventory.NodeInventory`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 import trio
 
+from ddsup._errors import PreflightError
+from ddsup.plan._gpus import GpuList
 from ddsup.record._state_dir import StateDir
+from ddsup.run._inventory import NodeInventory
 from ddsup.run._launcher import AgentProcess, Launcher
 from ddsup.run._run_inputs import AgentProcessExited, Input
 
@@ -28,6 +32,7 @@ class AgentFleet:
         self.launcher = launcher
         self.state = state
         self.processes: list[AgentProcess] = []
+        self.inventory = NodeInventory()
 
     async def launch(
         self,
@@ -37,9 +42,22 @@ class AgentFleet:
         feed: Callable[[Input], None],
     ) -> None:
         """Start the agents of ``nodes``; a task in ``nursery`` waits for each process."""
+        self.inventory.expect(nodes)
         self.processes = await self.launcher.launch(nodes, env, self.state)
         for agent in self.processes:
             nursery.start_soon(self._watch, agent, feed)
+
+    async def gpus(self, limit: float) -> Mapping[str, GpuList]:
+        """Every node's GPUs as its agent reported them; PreflightError for nodes whose
+        agent did not report within ``limit`` seconds."""
+        with trio.move_on_after(limit):
+            await self.inventory.complete.wait()
+        missing = self.inventory.missing()
+        if missing:
+            raise PreflightError(
+                f"no agent reported from node(s) {', '.join(missing)} within {limit:g}s"
+            )
+        return self.inventory.found
 
     @staticmethod
     async def _watch(agent: AgentProcess, feed: Callable[[Input], None]) -> None:

@@ -1,7 +1,9 @@
 """Every connection to ``ddsup start``, by the role its hello names.
 
-- an **agent** gets :class:`Setup`, becomes a :class:`RemoteNode` for as long as its
-  connection lasts, and its reports become the run's inputs (preflight, events, a stop
+- an **agent** first reports what its node has (:class:`Inventory`) and is admitted or
+  refused (``_inventory``); admitted, it becomes a :class:`RemoteNode` for as long as its
+  connection lasts, gets :class:`Setup` once the run has a plan (which may wait for every
+  node's inventory), and its reports become the run's inputs (preflight, events, a stop
   signal it received); when the connection ends, or the agent says nothing (not even a
   heartbeat) for ``agent_timeout``, :class:`AgentGone` says how;
 - the endpoint's **lane feed** is served by the :class:`LanePublisher`;
@@ -30,6 +32,7 @@ from ddsup.channel._messages import (
     ChannelError,
     EventReport,
     Hello,
+    Inventory,
     PreflightReport,
     RestartRequest,
     Role,
@@ -43,6 +46,7 @@ from ddsup.channel._messages import (
 from ddsup.record._events import (
     Contained,
     LivenessFailed,
+    ProbeAnswered,
     ProcessExited,
     ProcessStarted,
     RecordedEvent,
@@ -62,7 +66,7 @@ from ddsup.run._run_inputs import (
 )
 
 # what an agent's services emit: each names one of its instances
-_INSTANCE_EVENTS = (UnitTransition, ProcessStarted, ProcessExited, LivenessFailed)
+_INSTANCE_EVENTS = (UnitTransition, ProcessStarted, ProcessExited, ProbeAnswered, LivenessFailed)
 
 
 def _of_node(event: RecordedEvent, node: str, instances: Set[str]) -> bool:
@@ -77,39 +81,42 @@ class ControlServer:
     """What the controller lends its connections: inputs in, nodes and answers out."""
 
     feed: Callable[[Input], None]
-    setup: Callable[[], Setup]
+    admit: Callable[[str, Inventory], str | None]  # why an agent is refused (None: admitted)
+    setup: Callable[[], Awaitable[Setup | None]]  # once there is a plan (None: the run ended)
     snapshot: Callable[[], RunSnapshot]
     stopping: Callable[[], bool]
     nodes: dict[Host, RunNode]
     lanes: LanePublisher
     agent_instances: Callable[[str], Set[str] | None]  # None: no agent belongs on the node
+    # admission (the node's inventory; why refused, None: admitted) is ``admit``'s
     agent_timeout: float  # an agent silent this long is lost (``_heartbeat``)
     restart: Callable[[RestartRequest, Channel], Awaitable[None]]
 
     async def serve(self, channel: Channel, hello: Hello) -> None:
         """One authenticated connection, until it ends (ChannelError: it broke the rules)."""
         if hello.role is Role.AGENT and hello.node is not None:
-            instances = self.agent_instances(hello.node)
-            if instances is None or Host(hello.node, agent=True) in self.nodes:
-                return  # not a node of this run's agents, or its agent is connected
-            await self._agent(channel, hello.node, instances)
+            await self._agent(channel, hello.node)
         elif hello.role is Role.LANES:
             await self.lanes.serve(channel)
         elif hello.role is Role.CONTROL:
             await self._operator(channel)
 
-    async def _agent(self, channel: Channel, node: str, instances: Set[str]) -> None:
-        await channel.send(self.setup())
+    async def _agent(self, channel: Channel, node: str) -> None:
+        report = await receive_within(channel, self.agent_timeout, f"the agent on {node}")
+        if not isinstance(report, Inventory):
+            raise ChannelError(f"the agent on {node} sent no inventory after its hello")
+        if self.admit(node, report) is not None:
+            return  # refused: the run ends saying why; nothing is sent, nothing is asked
         host, remote = Host(node, agent=True), RemoteNode(node)
         self.nodes[host] = remote
         if self.stopping():  # connected after the stop began: nothing for it to run
             remote.shutdown()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(remote.send_all, channel)
+                nursery.start_soon(self._send_to_agent, remote, channel)
                 nursery.start_soon(send_heartbeats, remote.put, self.agent_timeout)
                 try:
-                    reason = await self._agent_reports(channel, node, instances)
+                    reason = await self._agent_reports(channel, node)
                 except ChannelError as err:  # caught in here: a nursery would wrap it
                     reason = f"lost the agent on {node}: {err}"
                 nursery.cancel_scope.cancel()
@@ -118,7 +125,17 @@ class ControlServer:
                 del self.nodes[host]
         self.feed(AgentGone(node, reason))
 
-    async def _agent_reports(self, channel: Channel, node: str, instances: Set[str]) -> str:
+    async def _send_to_agent(self, remote: RemoteNode, channel: Channel) -> None:
+        """Setup once the run has a plan, then whatever the run asks of the node, in order."""
+        setup = await self.setup()
+        if setup is not None:
+            try:
+                await channel.send(setup)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return  # the agent is gone: its connection's reader says so
+        await remote.send_all(channel)
+
+    async def _agent_reports(self, channel: Channel, node: str) -> str:
         """An agent's reports until it stops; how it went away (ChannelError: broken)."""
         # Preflight blocks the agent (no heartbeats) and has its own bound in the
         # controller (PreflightOver): silence counts only once the agent has reported.
@@ -127,6 +144,7 @@ class ControlServer:
             message = await receive_within(channel, silence, f"the agent on {node}")
             if message is None or isinstance(message, AgentStopped):
                 return f"the agent on {node} went away"
+            instances = self.agent_instances(node) or frozenset()  # the plan's, once it has one
             if isinstance(message, PreflightReport):
                 if message.node != node or not set(message.ports) <= instances:
                     raise ChannelError(f"the agent on {node} reported for another node")

@@ -37,6 +37,8 @@ from ddsup.record._efficiency import efficiency_line
 from ddsup.record._events import (
     Contained,
     LivenessFailed,
+    PreflightWarning,
+    ProbeAnswered,
     ProcessExited,
     ProcessStarted,
     RecordedEvent,
@@ -106,7 +108,10 @@ class Console:
 
     def rehearsal(self, lanes: tuple[str, ...], allocation: Allocation) -> None:
         """Say what a rehearsal changed (``ddsup start --rehearse``)."""
-        nodes, gpus = len(allocation.nodes), allocation.gpus_per_node
+        nodes = len(allocation.nodes)
+        gpus = allocation.simulated_gpus
+        if gpus is None:
+            gpus = max((len(node.gpus) for node in allocation.nodes), default=0)
         what = ", ".join(lanes) if lanes else "no lane unit"
         self._print(
             f"rehearsal: {what} run{'s' * (len(lanes) < 2)} fake-vllm in place of vllm serve, "
@@ -199,6 +204,11 @@ class Console:
         if isinstance(event, ProcessExited):
             where = f"{event.instance}{_where(event.node)}"
             return f"{where}: pid {event.pid} ended ({event.reason})" if self.verbose else None
+        if isinstance(event, ProbeAnswered):
+            where = f"{event.instance}{_where(event.node)}"
+            return f"{where}: probe answers {event.answer}" if self.verbose else None
+        if isinstance(event, PreflightWarning):
+            return f"warning: {event.node}: {event.warning}"
         if isinstance(event, LivenessFailed):
             return f"{event.instance}{_where(event.node)}: {event.reason}"
         if isinstance(event, Contained):

@@ -1,7 +1,11 @@
 """``ddsup start``: the controller of one run, a thin trio shell around :class:`RunState`.
 
 Order: plan → state dir → agents (preflight on every node) → lanes (staggered per node) →
-endpoint once ``min_ready`` lanes of each model are ready → worker. Everything that
+endpoint once ``min_ready`` lanes of each model are ready → worker. When the nodes' GPUs
+are theirs to say (``Allocation.gpus_from_agents``: Slurm, or this machine's GPUs shared
+out among simulated nodes), the agents come first, on every node, and the plan is made
+from what each one reports (``_inventory``); until then the run's state has an empty
+plan, so a signal or a lost agent ends it as at any other time. Everything that
 decides (what starts when, what a failure means, which cause ends the run) is in
 ``RunState``; the controller feeds it inputs (events of its own services and of the
 agents, preflight reports, signals, operators) and carries its decisions out on the
@@ -26,11 +30,12 @@ from typing import Any
 
 import trio
 
-from ddsup._errors import DdsupError, ResultStatus
+from ddsup._errors import DdsupError, PreflightError, ResultStatus
 from ddsup.channel._channel import Channel, new_secret
-from ddsup.channel._messages import RestartRequest
+from ddsup.channel._messages import Inventory, RestartRequest, Setup
 from ddsup.channel._server import serve_channel
-from ddsup.plan._resolve import Allocation, LauncherKind
+from ddsup.plan._model import Plan
+from ddsup.plan._resolve import Allocation, LauncherKind, plan_for
 from ddsup.process import Containment, open_containment
 from ddsup.process._proc import read_stat
 from ddsup.record._event_log import EventLog
@@ -52,7 +57,7 @@ from ddsup.run._control_host import control_host
 from ddsup.run._lane_feed import LanePublisher
 from ddsup.run._launcher import launcher_for
 from ddsup.run._node_runner import NodeRunner
-from ddsup.run._nodes import LocalNode, RunNode
+from ddsup.run._nodes import NODE_DECISIONS, LocalNode, RunNode, deliver
 from ddsup.run._options import Verbosity
 from ddsup.run._prepare import PreparedRun
 from ddsup.run._restart_requests import serve_restart
@@ -77,13 +82,9 @@ from ddsup.run._run_inputs import (
     PreflightReported,
     PublishLanes,
     Record,
-    RestartOn,
-    SignalOn,
     SignalToForward,
-    StartOn,
     StartupFailed,
     StopBegins,
-    StopOn,
     StopSignalled,
 )
 from ddsup.run._run_state import RunState
@@ -118,7 +119,13 @@ class Controller:
         self.control: ControlAddress | None = None  # where the control channel listens
         self.nodes: dict[Host, RunNode] = {}  # the local node, and each connected agent
         self.ending = trio.Event()
-        self.run = RunState(prepared.units, prepared.plan)
+        allocation = prepared.allocation
+        empty = Plan(allocation.nodes, allocation.client, ())  # until the agents report
+        self.run = RunState(prepared.units, prepared.plan or empty)
+        self._planned = trio.Event()  # the run has its plan, or ended without one
+        self._has_plan = False
+        self._starting = True  # until preflight is over
+        self._services: trio.Nursery | None = None
         self._changed = trio.Event()  # set (and replaced) after every input
         self._preflight_done = trio.Event()
         self._fleet: AgentFleet | None = None
@@ -134,10 +141,10 @@ class Controller:
     async def main(self) -> int:
         self._write_run_json()
         self._record(RunStarting(invocation_id=self.invocation_id))
-        self.console.lanes(self.run.lane_models())
         if self.options.rehearse:
             self.console.rehearsal(self.prepared.rehearsed, self.prepared.allocation)
-        self.state.save(self.state.plan, self.prepared.plan.to_json())
+        if self.prepared.plan is not None:
+            self._adopt(self.prepared.plan)
         try:
             await self._supervise(self.prepared.units, self.prepared.allocation, self._lanes)
         except DdsupError as err:
@@ -148,8 +155,19 @@ class Controller:
         self._write_result(outcome)
         self._record(RunFinished(outcome=outcome))
         self.events.close()
-        self.console.result(outcome, self.state.path, planned=True)
+        self.console.result(outcome, self.state.path, planned=self._has_plan)
         return outcome.exit_code
+
+    def _adopt(self, plan: Plan) -> None:
+        """The run has its plan: the run's state from now on, plan.json, the console."""
+        if plan is not self.run.plan and self.run.outcome is None and not self.run.stopping:
+            self.run = RunState(self.prepared.units, plan)
+        self.state.save(self.state.plan, plan.to_json())
+        self.console.lanes(self.run.lane_models())
+        self._has_plan = True
+        self._planned.set()
+        if self._services is not None:
+            self._local_node(self._services)
 
     def _write_result(self, outcome: Outcome) -> None:
         """``result.json``; on stderr, one JSON line, when it cannot be written."""
@@ -189,8 +207,9 @@ class Controller:
                 nursery.start_soon(self.job_end.watch, early_stops(units), self.feed)
                 await self._open_control(nursery, lanes, host)
                 async with trio.open_nursery() as services:
-                    self._local = self._local_runner(units, services)
-                    self.nodes[Host(self.run.plan.client, agent=False)] = LocalNode(self._local)
+                    self._services = services
+                    if self._has_plan:
+                        self._local_node(services)
                     try:
                         await self._until_ended(units, allocation)
                     finally:
@@ -224,12 +243,13 @@ class Controller:
         """Listen for agents, the endpoint's feed and operators; say where in run.json."""
         server = ControlServer(
             feed=self.feed,
-            setup=lambda: agent_setup(self._facts(), self.run.units, self.run.plan),
+            admit=self._admit,
+            setup=self._setup,
             snapshot=self._snapshot,
             stopping=lambda: self.run.stopping,
             nodes=self.nodes,
             lanes=lanes,
-            agent_instances=self.run.agent_instances,
+            agent_instances=lambda node: self.run.agent_instances(node),
             agent_timeout=self.options.agent_timeout,
             restart=self._serve_restart,
         )
@@ -246,8 +266,12 @@ class Controller:
             starters.cancel_scope.cancel()
 
     async def _start(self, units: UnitSet, allocation: Allocation, nursery: trio.Nursery) -> None:
-        """Agents first (each runs preflight), then whatever the run's state says is due."""
-        nodes = self.run.agent_nodes()
+        """Agents first (each runs preflight), then whatever the run's state says is due.
+
+        Without a plan yet, agents start on every node that may hold lanes and the plan
+        is made from the GPUs they report (the launcher's fail-fast is then Slurm's
+        default: whether a node may be lost is the plan's to say)."""
+        nodes = self.run.agent_nodes() if self._has_plan else _lane_nodes(allocation)
         if nodes:
             launcher = launcher_for(
                 allocation, units, self.options.srun_args, survivable=self.run.survives_node_loss()
@@ -256,11 +280,16 @@ class Controller:
             try:
                 env = agent_environment(self._facts(), units, os.environ)
                 await self._fleet.launch(nodes, env, nursery, self.feed)
+                if not self._has_plan:
+                    gpus = await self._fleet.gpus(PREFLIGHT_TIMEOUT)
+                    self._adopt(plan_for(units, allocation.with_gpus(gpus)))
             except DdsupError as err:
                 self.feed(StartupFailed(err))
                 return
-            with trio.move_on_after(PREFLIGHT_TIMEOUT):
-                await self._preflight_done.wait()
+            if self.run.agent_nodes():
+                with trio.move_on_after(PREFLIGHT_TIMEOUT):
+                    await self._preflight_done.wait()
+        self._starting = False  # an agent refused from now on does not end the run
         self.feed(PreflightOver(PREFLIGHT_TIMEOUT))
 
     async def _watch_signals(self, units: UnitSet) -> None:
@@ -286,18 +315,10 @@ class Controller:
         self._changed = trio.Event()
 
     def _carry_out(self, decision: Decision) -> None:
-        if isinstance(decision, StartOn | StopOn | RestartOn | SignalOn):
+        if isinstance(decision, NODE_DECISIONS):
             node = self.nodes.get(decision.host)
-            if node is None:
-                return  # an agent that is not connected: there is nothing to ask
-            if isinstance(decision, StartOn):
-                node.start(decision.instances)
-            elif isinstance(decision, StopOn):
-                node.stop(decision.instances, decision.reason)
-            elif isinstance(decision, RestartOn):
-                node.restart(decision.instances, decision.reason)
-            else:
-                node.signal(decision.instances, decision.signum)
+            if node is not None:  # else an agent that is not connected: nothing to ask
+                deliver(node, decision)
         elif isinstance(decision, AwaitDrain) and self._tasks is not None:
             drained = self._lanes.expect_drain(decision.instance)
             self._tasks.start_soon(self._await_drain, decision, drained)
@@ -308,6 +329,7 @@ class Controller:
                 self._fleet.kill_unconnected(self._connected())
         elif isinstance(decision, EndRun):
             self.ending.set()
+            self._planned.set()  # agents waiting for a plan are told to shut down instead
         elif isinstance(decision, PublishLanes) and self._lanes is not None:
             self._lanes.publish(decision.update)
         elif isinstance(decision, Record):
@@ -358,6 +380,30 @@ class Controller:
             await changed.wait()
 
     # --- what the run lends its processes -------------------------------------------
+    def _local_node(self, services: trio.Nursery) -> None:
+        self._local = self._local_runner(self.prepared.units, services)
+        self.nodes[Host(self.run.plan.client, agent=False)] = LocalNode(self._local)
+
+    def _admit(self, node: str, report: Inventory) -> str | None:
+        """An agent's inventory; a refused agent ends a starting run (69) saying why."""
+        fleet = self._fleet
+        refused = (
+            "no agents were launched" if fleet is None else fleet.inventory.admit(node, report)
+        )
+        if refused is not None and self._starting:  # later, a stray: no reason to stop
+            self.feed(StartupFailed(PreflightError(f"preflight failed: {refused}")))
+        elif refused is not None:
+            self.console.error(f"refused: {refused}")
+        return refused
+
+    async def _setup(self) -> Setup | None:
+        """What an admitted agent is told once the run has its plan (never a secret);
+        None when the run ended before it had one."""
+        await self._planned.wait()
+        if not self._has_plan:
+            return None
+        return agent_setup(self._facts(), self.run.units, self.run.plan)
+
     def _local_runner(self, units: UnitSet, nursery: trio.Nursery) -> NodeRunner:
         """The services of the controller's own node; the endpoint gets its feed's address."""
         plan = self.run.plan
@@ -399,3 +445,10 @@ class Controller:
             instances=self.run.status_rows(),
             ends_at=self.job_end.at,
         )
+
+
+def _lane_nodes(allocation: Allocation) -> list[str]:
+    """The nodes that may hold lanes: all, but a client that has no GPUs of its own (a
+    heterogeneous job's component 0, a host outside the allocation)."""
+    apart = allocation.client if allocation.client_apart else None
+    return [n.name for n in allocation.nodes if n.name != apart]

@@ -3,7 +3,9 @@
 The interface is deliberately narrow — "start agents on these nodes, give me the
 processes to own" — so the controller is the same for a laptop rehearsal and a
 128-node allocation. Under Slurm, all agents form ONE job step (``--ntasks=K
---ntasks-per-node=1``): job steps stay O(lane units), never one per lane or probe.
+--ntasks-per-node=1``): job steps stay O(lane units), never one per lane or probe. The
+step asks for no GPUs of its own, so Slurm gives each node's task all the job's GPUs of
+that node (``CUDA_VISIBLE_DEVICES``, ``SLURM_STEP_GPUS``), which its agent reports.
 
 The step is fail-fast by default (``--kill-on-bad-exit=1``: one agent's death ends the
 others). When the run may survive losing a node (``_node_loss``: every unit there says
@@ -17,7 +19,7 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
@@ -50,9 +52,15 @@ class Launcher(Protocol):
 
 @dataclass
 class LocalLauncher:
-    """Simulated nodes on this machine: one ``ddsup agent`` process per node."""
+    """Simulated nodes on this machine: one ``ddsup agent`` process per node.
 
-    gpus_per_node: int
+    Each simulated node is handed its share of this machine's GPUs as
+    ``CUDA_VISIBLE_DEVICES`` (``shares``), as Slurm hands a node's step its own, and its
+    agent reports what it finds there; ``--gpus-per-node`` GPUs are simulated instead.
+    """
+
+    simulated_gpus: int | None
+    shares: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     name: str = "local"
     shared_address: bool = True
 
@@ -61,11 +69,14 @@ class LocalLauncher:
     ) -> list[AgentProcess]:
         agents = []
         for node in nodes:
-            argv = (*AGENT_ARGV, "--node", node, "--gpus", str(self.gpus_per_node))
+            argv = (*AGENT_ARGV, "--node", node, *_simulated(self.simulated_gpus))
+            node_env = {**env, "DDSUP_NODE": node}
+            if self.simulated_gpus is None and node in self.shares:
+                node_env["CUDA_VISIBLE_DEVICES"] = ",".join(self.shares[node])
             log = state.log(f"agent-{node}")
             child = await spawn(
                 argv,
-                env={**env, "DDSUP_NODE": node},
+                env=node_env,
                 cwd=".",
                 log_path=log,
                 on_log_error=partial(state.faults.failed, log),
@@ -74,11 +85,15 @@ class LocalLauncher:
         return agents
 
 
+def _simulated(gpus: int | None) -> tuple[str, ...]:
+    return () if gpus is None else ("--gpus-per-node", str(gpus))
+
+
 @dataclass
 class SlurmLauncher:
     """All agents as one ``srun --overlap`` step spanning the lane nodes."""
 
-    gpus_per_node: int | None
+    simulated_gpus: int | None
     srun_args: tuple[str, ...] = ()
     shared_address: bool = False
     name: str = "slurm"
@@ -104,9 +119,8 @@ class SlurmLauncher:
             "--job-name=ddsup-agents",
             *self.srun_args,
             *AGENT_ARGV,
+            *_simulated(self.simulated_gpus),
         ]
-        if self.gpus_per_node is not None:
-            argv += ["--gpus", str(self.gpus_per_node)]
         log = state.log("agents")
         child = await spawn(
             argv, env=env, cwd=".", log_path=log, on_log_error=partial(state.faults.failed, log)
@@ -125,10 +139,11 @@ def launcher_for(
 ) -> Launcher:
     """The launcher the allocation calls for; ``srun_args`` before the lane units' own."""
     if allocation.launcher is LauncherKind.LOCAL:
-        return LocalLauncher(gpus_per_node=allocation.gpus_per_node)
+        shares = {n.name: n.devices for n in allocation.nodes}
+        return LocalLauncher(simulated_gpus=allocation.simulated_gpus, shares=shares)
     extra = tuple(srun_args) + tuple(a for u in units.lanes for a in u.slurm.srun_args)
     return SlurmLauncher(
-        gpus_per_node=allocation.gpus_per_node,
+        simulated_gpus=allocation.simulated_gpus,
         srun_args=extra,
         shared_address=allocation.shared_address,
         survivable=survivable,

@@ -21,19 +21,32 @@ import trio
 
 from ddsup.channel._channel import Channel
 from ddsup.channel._messages import (
+    FailHeld,
     Kill,
     Message,
     Restart,
+    Resume,
     Shutdown,
     SignalInstances,
     Start,
     Stop,
+    TakeDown,
 )
 from ddsup.run._node_runner import NodeRunner
+from ddsup.run._run_inputs import (
+    FailOn,
+    NodeDecision,
+    RestartOn,
+    ResumeOn,
+    SignalOn,
+    StartOn,
+    StopOn,
+    TakeDownOn,
+)
 
 
 class RunNode(Protocol):
-    """Start, stop, signal and kill the instances of one node."""
+    """Start, stop, signal and kill the instances of one node; its replica ranks' restarts."""
 
     def start(self, instances: Sequence[str]) -> None: ...
 
@@ -43,9 +56,39 @@ class RunNode(Protocol):
 
     def signal(self, instances: Sequence[str], signum: int) -> None: ...
 
+    def take_down(self, instances: Sequence[str], reason: str) -> None: ...
+
+    def resume(
+        self, instances: Sequence[str], delay: float, attempt: int, master_port: int | None
+    ) -> None: ...
+
+    def fail_held(self, instances: Sequence[str], reason: str, readiness_timeout: bool) -> None: ...
+
     def kill(self) -> None: ...
 
     def shutdown(self) -> None: ...
+
+
+NODE_DECISIONS = (StartOn, StopOn, RestartOn, SignalOn, TakeDownOn, ResumeOn, FailOn)
+
+
+def deliver(node: RunNode, decision: NodeDecision) -> None:
+    """Carry out one decision for the instances of ``node``."""
+    names = decision.instances
+    if isinstance(decision, StartOn):
+        node.start(names)
+    elif isinstance(decision, StopOn):
+        node.stop(names, decision.reason)
+    elif isinstance(decision, RestartOn):
+        node.restart(names, decision.reason)
+    elif isinstance(decision, SignalOn):
+        node.signal(names, decision.signum)
+    elif isinstance(decision, TakeDownOn):
+        node.take_down(names, decision.reason)
+    elif isinstance(decision, ResumeOn):
+        node.resume(names, decision.delay, decision.attempt, decision.master_port)
+    else:
+        node.fail_held(names, decision.reason, decision.readiness_timeout)
 
 
 class LocalNode:
@@ -66,6 +109,18 @@ class LocalNode:
 
     def signal(self, instances: Sequence[str], signum: int) -> None:
         self.runner.signal(instances, signum)
+
+    def take_down(self, instances: Sequence[str], reason: str) -> None:
+        self.runner.take_down(instances, reason)
+
+    def resume(
+        self, instances: Sequence[str], delay: float, attempt: int, master_port: int | None
+    ) -> None:
+        for instance in instances:
+            self.runner.resume(instance, delay, attempt, master_port)
+
+    def fail_held(self, instances: Sequence[str], reason: str, readiness_timeout: bool) -> None:
+        self.runner.fail_held(instances, reason, readiness_timeout)
 
     def kill(self) -> None:
         self.runner.kill_all()
@@ -92,6 +147,17 @@ class RemoteNode:
 
     def signal(self, instances: Sequence[str], signum: int) -> None:
         self.put(SignalInstances(tuple(instances), signum))
+
+    def take_down(self, instances: Sequence[str], reason: str) -> None:
+        self.put(TakeDown(tuple(instances), reason))
+
+    def resume(
+        self, instances: Sequence[str], delay: float, attempt: int, master_port: int | None
+    ) -> None:
+        self.put(Resume(tuple(instances), delay, attempt, master_port))
+
+    def fail_held(self, instances: Sequence[str], reason: str, readiness_timeout: bool) -> None:
+        self.put(FailHeld(tuple(instances), reason, readiness_timeout))
 
     def kill(self) -> None:
         self.put(Kill())

@@ -1,10 +1,20 @@
 """Preflight: checks on a node before any lane starts there.
 
-Each node agent checks that it is the node the plan names, that the GPUs the plan gives
-its lanes exist, that the planned ports are free, and that ``model_path`` is readable.
-Lanes with ``port = "auto"`` get their ports here: the agent binds port 0 to let the
-kernel pick free ones (on a shared node this avoids other jobs' ports). Problems are
-collected, not raised, so the controller can report every node's problems at once.
+Each node agent checks, against the plan:
+
+- **the node**: the address the plan gives it (where lanes are reached and other ranks
+  connect) belongs to this machine. The controller has already checked the other half:
+  the agent said hello as a node of the plan (``SLURMD_NODENAME`` under Slurm), once;
+- **the GPUs**: the plan's entries for this node are the ones the agent finds here
+  (``ddsup.plan._gpus``), and, where ``nvidia-smi`` exists, no other process holds memory
+  on a lane's GPUs (``[lane] busy_gpus``: a problem, or a warning; simulated GPUs are not
+  checked);
+- **the ports** planned here are free; lanes with ``port = "auto"`` get theirs here (the
+  agent binds port 0 to let the kernel pick: on a shared node this avoids other jobs'
+  ports);
+- **``model_path``** is readable.
+
+Problems are collected, not raised, so the controller can report every node's at once.
 """
 
 from __future__ import annotations
@@ -15,67 +25,105 @@ from collections.abc import Mapping, Sequence
 
 from ddsup._errors import PreflightError
 from ddsup.channel._messages import PreflightReport
-from ddsup.plan._model import Plan, PlannedInstance
-from ddsup.units._model import UnitSet, UnitType
+from ddsup.plan._gpus import GpuList, gpu_holders
+from ddsup.plan._model import Node, Plan, PlannedInstance
+from ddsup.run._ports import pick_ports, port_free
+from ddsup.units import printable
+from ddsup.units._model import BusyGpus, UnitSet, UnitType
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
+def address_problem(node: Node) -> str | None:
+    """Why ``node.address`` is not this machine's (None: it is).
 
-
-def _pick_ports(count: int) -> list[int]:
-    """Free ports picked by the kernel, held open together so they are distinct."""
-    socks = []
+    An address is this machine's when a socket can be bound to it: the kernel allows that
+    only for addresses of its own interfaces (loopback included).
+    """
     try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("0.0.0.0", 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
+        infos = socket.getaddrinfo(node.address, None, type=socket.SOCK_STREAM)
+    except OSError as err:
+        return f"the plan's address of {node.name}, {node.address!r}, does not resolve: {err}"
+    for family, kind, proto, _name, sockaddr in infos:
+        with socket.socket(family, kind, proto) as sock:
+            try:
+                sock.bind((sockaddr[0], 0))
+            except OSError:
+                continue
+            return None
+    return (
+        f"this agent runs on {socket.gethostname()!r}, but the plan reaches {node.name} at "
+        f"{node.address!r}, which is not an address of this machine"
+    )
 
 
 def run_preflight(
-    node: str,
-    units: UnitSet,
-    plan: Plan,
-    *,
-    gpus_available: int | None,
-    slurm_node: str | None,
-    check_model_path: bool = True,
+    node: str, units: UnitSet, plan: Plan, *, gpus: GpuList, check_model_path: bool = True
 ) -> PreflightReport:
     """Check this node against the plan; never raises for a failed check.
 
     ``check_model_path``: False for a rehearsal, whose fake-vllm lanes read no weights.
     """
+    planned_node = plan.node(node)
     problems: list[str] = []
-    if slurm_node is not None and slurm_node != node:
-        problems.append(f"this agent runs on node {slurm_node!r}, the plan expected {node!r}")
+    warnings: list[str] = []
+    where = address_problem(planned_node)
+    if where is not None:
+        problems.append(where)
     mine: Sequence[PlannedInstance] = plan.on_node(node)
-    needed = max((g + 1 for i in mine for g in i.gpus), default=0)
-    if gpus_available is not None and needed > gpus_available:
-        problems.append(
-            f"the plan needs GPU indices up to {needed - 1}, this node has {gpus_available} GPUs"
-        )
+    problems += _gpu_problems(planned_node, mine, gpus)
+    _busy_gpus(units, planned_node, mine, problems, warnings)
     auto = [i for i in mine if i.type is UnitType.LANE and i.port is None and not i.rank]
-    ports = {i.instance: port for i, port in zip(auto, _pick_ports(len(auto)), strict=True)}
+    ports = {i.instance: port for i, port in zip(auto, pick_ports(len(auto)), strict=True)}
     for planned in mine:
         for port in (planned.port, planned.master_port if not planned.rank else None):
-            if port is not None and not _port_free(port):
+            if port is not None and not port_free(port):
                 problems.append(f"port {port} planned for {planned.instance} is already in use")
         unit = units.by_name(planned.unit)
         path = unit.lane.model_path if unit.lane else None
         if check_model_path and path and not os.access(path, os.R_OK):
             problems.append(f"model_path {path!r} of {planned.instance} is not readable")
-    return PreflightReport(node=node, problems=tuple(problems), ports=ports)
+    return PreflightReport(
+        node=node, problems=tuple(problems), ports=ports, warnings=tuple(warnings)
+    )
+
+
+def _gpu_problems(node: Node, mine: Sequence[PlannedInstance], gpus: GpuList) -> list[str]:
+    """The plan's GPUs for this node are ones the agent has here."""
+    planned = tuple(node.device(i) for i in range(len(node.gpus)))
+    needed = max((g + 1 for i in mine for g in i.gpus), default=0)
+    if needed == 0 or gpus.devices[: len(planned)] == planned:
+        return []
+    wanted = ",".join(node.device(g) for i in mine for g in i.gpus)
+    return [f"the plan gives lanes here GPUs {printable(wanted)}, this node has {gpus.describe()}"]
+
+
+def _busy_gpus(
+    units: UnitSet,
+    node: Node,
+    mine: Sequence[PlannedInstance],
+    problems: list[str],
+    warnings: list[str],
+) -> None:
+    """GPUs of lanes here that other processes hold memory on (nvidia-smi's word).
+
+    Simulated GPUs (``--gpus-per-node``, no device entries) are not checked: their
+    indices need not be GPUs of this machine at all.
+    """
+    lanes = [i for i in mine if i.type is UnitType.LANE and i.gpus and node.devices]
+    owner = {node.device(g): lane for lane in lanes for g in lane.gpus}
+    if not owner:
+        return
+    held = gpu_holders(tuple(owner))
+    for holder in held or ():
+        lane = owner[holder.entry]
+        section = units.by_name(lane.unit).lane
+        text = (
+            f"GPU {printable(holder.entry)} of {lane.instance} is in use by another process: "
+            f"{holder.describe()}"
+        )
+        if section is not None and section.busy_gpus is BusyGpus.WARN:
+            warnings.append(text + ' (busy_gpus = "warn")')
+        else:
+            problems.append(text + ' (set busy_gpus = "warn" in [lane] to start anyway)')
 
 
 def preflight_verdict(

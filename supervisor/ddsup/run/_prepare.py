@@ -2,7 +2,8 @@
 
 These are the checks ``ddsup verify`` and ``ddsup plan`` make, and nothing has been
 started or written when one fails: a bad command line (64), invalid unit files (65) or
-an allocation that cannot hold the plan (69) end ``ddsup start`` with its message
+an allocation that cannot hold the plan (69; unless the plan waits for the GPUs each
+node's agent reports, ``Allocation.gpus_from_agents``) end ``ddsup start`` with its message
 printed once and no state directory left behind (a failed attempt must not become "the
 newest run" that ``status`` and ``logs`` show). What can only fail once processes run
 (preflight on the nodes, a unit) is recorded in the run's state directory.
@@ -32,7 +33,7 @@ class PreparedRun:
     options: RunOptions
     units: UnitSet
     allocation: Allocation
-    plan: Plan
+    plan: Plan | None  # None: the nodes' agents report their GPUs first (gpus_from_agents)
     endpoint: EndpointSetup | None
     rehearsed: tuple[str, ...] = ()  # --rehearse: the lane units now running fake-vllm
 
@@ -49,7 +50,9 @@ def prepare_run(options: RunOptions, environ: Mapping[str, str] | None = None) -
         request = rehearsal_request(request, units, environ)
     allocation = resolve_allocation(request, environ)
     setup = endpoint_setup(units)
-    return PreparedRun(options, units, allocation, plan_for(units, allocation), setup, rehearsed)
+    agents_first = allocation.gpus_from_agents and bool(units.lanes)
+    plan = None if agents_first else plan_for(units, allocation)
+    return PreparedRun(options, units, allocation, plan, setup, rehearsed)
 
 
 def _load_units(directory: Path) -> UnitSet:

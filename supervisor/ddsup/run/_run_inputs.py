@@ -191,6 +191,40 @@ class SignalOn:
 
 
 @dataclass(frozen=True)
+class TakeDownOn:
+    """End these replica ranks' processes and hold them (a peer's ended)."""
+
+    host: Host
+    instances: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class ResumeOn:
+    """Start these held replica ranks again (``master_port`` None: rank 0 picks it)."""
+
+    host: Host
+    instances: tuple[str, ...]
+    delay: float
+    attempt: int
+    master_port: int | None = None
+
+
+@dataclass(frozen=True)
+class FailOn:
+    """These held replica ranks have failed for good with their replica."""
+
+    host: Host
+    instances: tuple[str, ...]
+    reason: str
+    readiness_timeout: bool = False
+
+
+NodeDecision = StartOn | StopOn | RestartOn | SignalOn | TakeDownOn | ResumeOn | FailOn
+"""A decision for the instances of one host; ``_nodes.deliver`` carries it out there."""
+
+
+@dataclass(frozen=True)
 class KillEverything:
     """SIGKILL every instance everywhere, and the agents nobody can ask."""
 
@@ -222,15 +256,4 @@ class PlanPorted:
     plan: Plan
 
 
-Decision = (
-    StartOn
-    | StopOn
-    | RestartOn
-    | AwaitDrain
-    | SignalOn
-    | KillEverything
-    | EndRun
-    | PublishLanes
-    | Record
-    | PlanPorted
-)
+Decision = NodeDecision | AwaitDrain | KillEverything | EndRun | PublishLanes | Record | PlanPorted

@@ -17,7 +17,9 @@
   says ``continue`` (``_node_loss``: then its instances fail and the run goes on while
   every model keeps ``min_ready`` lanes); a stop signal, an agent's stop signal or
   ``ddsup stop`` ends it as stopped (128+N). **The first cause wins.**
-- **Replica peers**: ``_replicas`` (a multi-node replica lives and dies as one).
+- **Replicas**: ``_replicas`` (a multi-node replica lives and dies as one: any rank's end
+  takes them all down, and it restarts whole, counted once, or fails as one).
+- **Loading**: ``_loading`` (``[lane] max_loading``: lanes of a unit loading at once).
 - **Ready lanes** for the endpoint: rank 0 of every ready lane replica, republished
   whenever the set changes; a lane being restarted (``ddsup restart``) is left out from
   the moment its drain begins until it is ready again (``_restarts``).
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from ddsup._errors import PreflightError
 from ddsup.channel._messages import LanesUpdate, PreflightReport, ReadyLane, RestartStep
@@ -34,6 +37,8 @@ from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.record._events import (
     KillingEverything,
     LivenessFailed,
+    PreflightWarning,
+    ProbeAnswered,
     ProcessStarted,
     RunEnding,
     RunStopping,
@@ -43,11 +48,12 @@ from ddsup.record._events import (
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import Cause, Outcome, Stopped, UnitFailure, WorkerEnded
 from ddsup.record._states import InstanceState
-from ddsup.record._status import InstanceStatus
+from ddsup.record._status import InstanceStatus, planned_facts
+from ddsup.run._loading import LoadingGate
 from ddsup.run._node_loss import agent_instances, lanes_short, lost_transitions, survivable
 from ddsup.run._ordering import lanes_by_model, runs_on_agent, start_after, stop_levels
 from ddsup.run._preflight import preflight_verdict
-from ddsup.run._replicas import take_down_peers
+from ddsup.run._replicas import ReplicaPolicy
 from ddsup.run._restarts import RestartRefused, Restarts, restart_targets
 from ddsup.run._run_inputs import (
     AgentGone,
@@ -110,6 +116,8 @@ class RunState:
         # what each instance waits for, worked out once: an event only re-checks these
         self._after = {p.instance: tuple(start_after(units, plan, p)) for p in plan.instances}
         self._not_started = list(plan.instances)
+        self._replicas = ReplicaPolicy(units, plan)
+        self._gate = LoadingGate(units, plan)
         self.restarts = Restarts()
 
     # --- queries --------------------------------------------------------------------
@@ -151,6 +159,8 @@ class RunState:
             row = InstanceStatus(
                 p.instance, p.unit, p.type, p.node, p.gpus, p.port, model, served_names=names
             )
+            devices = self.plan.node(p.node).devices
+            row = replace(row, **planned_facts(p.instance, p.rank, p.nnodes, p.gpus, devices))
             rows.append(row.with_record(self.records.get(p.instance, InstanceRecord())))
         return tuple(rows)
 
@@ -252,16 +262,17 @@ class RunState:
 
     def _observed(self, observed: Observed) -> list[Decision]:
         event = observed.event
-        if isinstance(event, ProcessStarted | LivenessFailed):
+        if isinstance(event, ProcessStarted | ProbeAnswered | LivenessFailed):
             self.records[event.instance] = self._record(event.instance).apply(event)
         if not isinstance(event, UnitTransition):
             return []
         self.records[event.instance] = self._record(event.instance).apply(event)
         decisions: list[Decision] = []
         if not self.stopping:
-            decisions += take_down_peers(
-                self.units, self.plan, self.records, event.instance, event.to_state
-            )
+            verdict = self._replicas.observe(event, self.records)
+            decisions += verdict.decisions
+            if verdict.failure is not None:
+                decisions += self._failed(verdict.failure)
         if event.to_state is InstanceState.READY or event.completed:
             self._ready_once.add(event.instance)
         if event.to_state.final:
@@ -290,9 +301,17 @@ class RunState:
             return self._end(WorkerEnded(event.instance, event.exit, event.reason))
         if event.to_state is not InstanceState.FAILED:
             return []
+        return self._failed(
+            UnitFailure(event.instance, event.reason, event.exit, event.readiness_timeout)
+        )
+
+    def _failed(self, failure: UnitFailure) -> list[Decision]:
+        """An instance (or a replica) failed for good: the run ends, or its requirers stop."""
+        planned = self._by_name.get(failure.instance)
+        assert planned is not None
+        unit = self.units.by_name(planned.unit)
         if unit.service.on_failure is OnFailure.STOP_ALL:
-            cause = UnitFailure(event.instance, event.reason, event.exit, event.readiness_timeout)
-            return self._end(cause)
+            return self._end(failure)
         requirers = {u.name for u in self.units.units if unit.base_name in u.requires}
         level = [p for p in self.plan.instances if p.unit in requirers]
         return [StopOn(host, names, REQUIRED_FAILED) for host, names in _by_host(self, level)]
@@ -304,11 +323,16 @@ class RunState:
         if isinstance(verdict, PreflightError):
             return self._end(verdict)
         ports = verdict
-        decisions: list[Decision] = []
+        decisions: list[Decision] = [
+            Record(PreflightWarning(node=node, warning=warning))
+            for node, report in sorted(self._preflight.items())
+            for warning in report.warnings
+        ]
         if ports:
             self.plan = self.plan.with_ports(ports)
             self._by_name = {p.instance: p for p in self.plan.instances}
             self._not_started = list(self.plan.instances)
+            self._replicas = ReplicaPolicy(self.units, self.plan)
             decisions.append(PlanPorted(self.plan))
         self._may_start = True
         return decisions + self._due_starts()
@@ -318,6 +342,7 @@ class RunState:
         if not self._may_start or self.outcome is not None or self.stopping:
             return []
         due = [p for p in self._not_started if self._due(p)]
+        due = self._gate.admit(due, self._started, self.records)
         if not due:
             return []
         self._started.update(p.instance for p in due)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ddsup._errors import EXIT_REQUEUE
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV
-from ddsup.plan._model import Plan, PlannedInstance
+from ddsup.plan._model import Node, Plan, PlannedInstance
 from ddsup.units import resolve_specifiers
 from ddsup.units._model import Unit, UnitSet, UnitType
 
@@ -108,8 +108,14 @@ def unit_environment(
     context: Mapping[str, str],
     run: RunContext,
     withheld: Collection[str] = (),
+    *,
+    node: Node | None = None,
 ) -> dict[str, str]:
-    """The full environment of one unit instance's process (without ``withheld``)."""
+    """The full environment of one unit instance's process (without ``withheld``).
+
+    A lane's ``CUDA_VISIBLE_DEVICES`` holds its GPUs as the job was given them on
+    ``node`` (its planned node): position ``i`` is the node's ``i``-th entry, verbatim.
+    """
     hidden = {*PRIVATE_VARIABLES, *withheld}
     env = {k: v for k, v in base.items() if k not in hidden}
     for key, value in unit.service.environment.items():
@@ -128,7 +134,8 @@ def unit_environment(
         }
     )
     if unit.type is UnitType.LANE:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in planned.gpus)
+        device = node.device if node is not None else str
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(device(g) for g in planned.gpus)
         env["DDSUP_LANE_REPLICA"] = str(planned.replica)
         env["DDSUP_LANE_RANK"] = str(planned.rank or 0)
         env["DDSUP_LANE_PORT"] = "" if planned.port is None else str(planned.port)

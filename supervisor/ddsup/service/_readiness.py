@@ -13,7 +13,7 @@ with :class:`ddsup._errors.ReadinessTimeout` (75).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -37,9 +37,11 @@ class Probe:
         env: Mapping[str, str],
         cwd: str,
         log_path: Path,
+        on_answer: Callable[[str], None] | None = None,
         log_error: LogError | None = None,
     ) -> None:
         self.section = section
+        self._on_answer = on_answer  # told each new answer (not each repeat of one)
         self._env = env
         self._cwd = cwd
         self._log_path = log_path
@@ -56,11 +58,15 @@ class Probe:
 
     async def wait_ready(self) -> None:
         """Return once the probe passes; cancel from outside to give up."""
+        told = None
         while True:
             with trio.move_on_after(ATTEMPT_TIMEOUT):
                 if await self._attempt():
                     self.last_result = "ok"
                     return
+            if self._on_answer is not None and self.last_result != told:
+                told = self.last_result
+                self._on_answer(told)
             await trio.sleep(self.section.interval)
 
     async def check(self, within: float) -> bool:
@@ -83,7 +89,7 @@ class Probe:
             try:
                 stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
             except OSError as err:
-                self.last_result = os.strerror(err.errno) if err.errno else str(err)
+                self.last_result = _why(err)
                 return False
             await stream.aclose()
             self.last_result = "connected"
@@ -138,7 +144,7 @@ async def http_status(url: str) -> int | str:
     try:
         stream = await trio.open_tcp_stream(host, parts.port or 80)
     except OSError as err:
-        return os.strerror(err.errno) if err.errno else str(err)
+        return _why(err)
     async with stream:
         try:
             await stream.send_all(request)
@@ -154,3 +160,17 @@ async def http_status(url: str) -> int | str:
     if len(fields) < 2 or not fields[0].startswith(b"HTTP/") or not fields[1].isdigit():
         return "not an HTTP response"
     return int(fields[1])
+
+
+def _why(err: OSError) -> str:
+    """``Connection refused``: the reason of a failed connection, as the system says it.
+
+    trio reports "all attempts to connect to … failed" with the attempts' own errors
+    grouped in ``__cause__``; the first one's reason is the one a person wants to read.
+    """
+    grouped = getattr(err.__cause__, "exceptions", ())  # an ExceptionGroup (3.10: backport)
+    if not err.errno and grouped:
+        first = grouped[0]
+        if isinstance(first, OSError) and first.errno:
+            return os.strerror(first.errno)
+    return os.strerror(err.errno) if err.errno else str(err)

@@ -5,7 +5,8 @@ Its states and the transitions allowed between them are ``ddsup.record._states``
 
 Restart rule (docs/units.md; the arithmetic is ``_restart_policy``): after an unclean
 exit (or any exit with ``restart = "always"``) the next start waits a backoff; too many
-starts inside ``start_limit_interval`` fail the unit. A readiness timeout stops the
+starts (or ``start_limit_burst`` attempts in a row that never became ready) fail the
+unit. A readiness timeout stops the
 process and counts as a failure; when it fails the unit, the run exits 75. A ready
 lane that fails its liveness probes (``_liveness``) is SIGKILLed, and that counts as a
 failure too.
@@ -13,6 +14,12 @@ failure too.
 A requested restart (``ddsup restart``, :meth:`Service.request_restart`) stops the
 process (``kill_signal``, ``timeout_stop``) and starts it again at once; it neither
 counts against ``start_limit_burst`` nor as a failure for the backoff.
+
+A rank of a multi-node replica (``ServiceSpec.replica``) lives and dies with its replica
+(``ddsup.run._replicas``): when its process ends (any exit, 0 included, or a readiness
+timeout), or the run takes it down because a peer's did, it is held in ``restarting``
+until the run resumes it (:meth:`resume`: after a delay, with a fresh rendezvous port)
+or fails it (:meth:`fail_held`). With ``restart = "no"`` any exit of a rank fails it.
 """
 
 from __future__ import annotations
@@ -21,7 +28,6 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import trio
 
@@ -37,6 +43,7 @@ from ddsup.record._display import human_duration
 from ddsup.record._events import (
     COMPLETED,
     LivenessFailed,
+    ProbeAnswered,
     ProcessExited,
     ProcessStarted,
     RecordedEvent,
@@ -48,23 +55,14 @@ from ddsup.record._states import IllegalTransition, InstanceState
 from ddsup.service._liveness import Liveness, watch_liveness
 from ddsup.service._readiness import Probe
 from ddsup.service._restart_policy import RestartPolicy
+from ddsup.service._spec import REPLICA_RESTARTS, Resume, Watch
 from ddsup.service._spec import ServiceSpec as ServiceSpec
-from ddsup.service._spec import ServiceStatus
+from ddsup.service._spec import ServiceStatus as ServiceStatus
 from ddsup.units._durations import format_duration
 from ddsup.units._model import Restart, UnitType
 
 OUTPUT_GRACE = 1.0  # seconds the output of a service's processes may drain after its end
 RESTART_REQUESTED = "restart requested"
-
-
-@dataclass
-class _Watch:
-    """What one start of the process has shown so far (shared by its two tasks)."""
-
-    ready_at: float | None = None
-    timed_out: bool = False
-    exited: bool = False
-    unresponsive: str | None = None  # why the liveness probes ended it (None: they did not)
 
 
 class Service:
@@ -77,6 +75,7 @@ class Service:
         self.ready = trio.Event()  # ready (oneshot: completed successfully)
         self.finished = trio.Event()
         self._scope = trio.CancelScope()
+        self._start_scope = trio.CancelScope()  # the current start (or the wait before it)
         self._stop_requested = False
         self._child: ChildProcess | None = None
         self._policy = RestartPolicy(spec.unit.service)
@@ -88,6 +87,9 @@ class Service:
         self._process_scope: trio.CancelScope | None = None  # the running process's
         self._delay_scope: trio.CancelScope | None = None  # a restart delay's
         self._copiers: trio.Nursery | None = None  # the tasks copying output into the log
+        self._down_reason: str | None = None  # the run took this rank down, and why
+        self._held: trio.Event | None = None  # set when a held rank may go on
+        self._resume = Resume()
         service = spec.unit.service
         self.output = OutputLog(
             spec.log_path,
@@ -136,6 +138,31 @@ class Service:
         if self._child is not None and self._child.status is None:
             self._child.signal_group(sig)
 
+    def take_down(self, reason: str) -> None:
+        """A replica peer went down: end this rank's process and hold it (replicas only).
+
+        A rank already held, with no resume pending, has nothing to take down.
+        """
+        if self._stop_requested or self.status.state.final or not self.spec.replica:
+            return
+        if self._held is not None and not self._held.is_set():
+            return
+        self._down_reason = reason
+        self._start_scope.cancel()
+
+    def resume(self, delay: float, attempt: int, respec: Callable[[], ServiceSpec]) -> None:
+        """The run restarts this held rank's replica: start again after ``delay``."""
+        self._go_on(Resume(delay, attempt, respec))
+
+    def fail_held(self, reason: str, readiness_timeout: bool) -> None:
+        """The run gives this held rank's replica up: it has failed for good."""
+        self._go_on(Resume(failure=(reason, readiness_timeout)))
+
+    def _go_on(self, order: Resume) -> None:
+        if self._held is not None and not self._held.is_set():
+            self._resume = order
+            self._held.set()
+
     # --- the owning task ------------------------------------------------------------
     async def run(self) -> None:
         try:
@@ -162,32 +189,41 @@ class Service:
             self._transition(InstanceState.EXITED, "stopped", exit=self._stopped_exit)
 
     async def _run(self) -> None:
-        if self.spec.start_delay > 0:
-            stagger = human_duration(self.spec.start_delay)
-            self._transition(InstanceState.WAITING, f"stagger {stagger}")
-            await trio.sleep(self.spec.start_delay)
-        requested = False
-        while requested or self._may_start():
+        delay = self.spec.start_delay
+        if delay > 0:
+            self._transition(InstanceState.WAITING, f"stagger {human_duration(delay)}")
+        resumed = requested = False
+        next_delay: float | None
+        while True:
+            requested = await self._wait_before_start(delay) or requested
+            if not (resumed or requested) and not self._may_start():
+                return
             if self._started_once:
                 self.status.restarts += 1
             self._started_once = True
-            status, ready_for = await self._run_once()
-            if status is None:
+            status, ready_for = await self._start_once()
+            if status is None and self.status.state.final:
                 return  # failed for good inside _run_once (the process could not start)
             if self._stop_requested:
                 return  # stopped while it exited: run() records the stop, not a restart
             requested, self._restart_requested = self._restart_requested, False
-            if requested:
-                continue  # ddsup restart: at once, not counted
-            delay = self._verdict(status, ready_for)
-            if delay is None:
+            if requested:  # ddsup restart: at once, not counted
+                resumed, next_delay = False, 0.0
+            elif self.spec.replica and self.spec.unit.service.restart is not Restart.NO:
+                resumed, next_delay = True, await self._hold(status)
+            else:
+                assert status is not None
+                resumed, next_delay = False, self._verdict(status, ready_for)
+            if next_delay is None:
                 return
-            requested = await self._wait_to_restart(delay)
+            delay = next_delay
 
-    async def _wait_to_restart(self, delay: float) -> bool:
-        """The restart delay; True when a requested restart cut it short."""
-        with trio.CancelScope() as scope:
-            self._delay_scope = scope
+    async def _wait_before_start(self, delay: float) -> bool:
+        """The stagger or restart delay; True when a requested restart cut it short. A
+        replica rank taken down meanwhile ends it early too."""
+        self._start_scope = trio.CancelScope()
+        with self._start_scope:
+            self._delay_scope = self._start_scope
             await trio.sleep(delay)
         self._delay_scope = None
         if self._restart_requested:
@@ -197,8 +233,9 @@ class Service:
 
     def _may_start(self) -> bool:
         """Count this start against the start limit; past it, the unit has failed."""
-        service = self.spec.unit.service
-        if self._policy.admit(trio.current_time()):
+        refused = self._policy.admit(trio.current_time())
+        if refused is None:
+            self.status.attempt = self._policy.attempt
             return True
         timed_out = self.status.readiness_timeout
         last_exit = None if timed_out else self.status.last_exit
@@ -208,13 +245,7 @@ class Service:
             last = f"; last exit: {last_exit.describe()}"
         else:
             last = ""
-        self._fail(
-            f"start limit hit: {self._policy.recent_starts} starts within "
-            f"{format_duration(service.start_limit_interval)} (start_limit_burst = "
-            f"{service.start_limit_burst}){last}",
-            exit=last_exit,
-            timed_out=timed_out,
-        )
+        self._fail(f"start limit hit: {refused}{last}", exit=last_exit, timed_out=timed_out)
         return False
 
     def _verdict(self, status: ExitStatus, ready_for: float) -> float | None:
@@ -226,19 +257,23 @@ class Service:
             self._transition(InstanceState.EXITED, COMPLETED, exit=status)
             return None
         timed_out = self.status.readiness_timeout
-        clean = not timed_out and not self._unresponsive and success
+        clean = not timed_out and not self._unresponsive and success and not self.spec.replica
         restart = service.restart is Restart.ALWAYS or (
             service.restart is Restart.ON_FAILURE and not clean
         )
         why = self._timeout_reason if timed_out else self._unresponsive or status.describe()
         exit = None if timed_out else status
+        exhausted = self._policy.exhausted() if restart else None
+        if exhausted is not None:  # no start can follow: fail now, not after a backoff
+            self._fail(f"start limit hit: {exhausted}; last: {why}", exit=exit, timed_out=timed_out)
+            return None
         if not restart:
             if clean:
                 self._transition(InstanceState.EXITED, why, exit=status)
             else:
                 self._fail(why, exit=exit, timed_out=timed_out)
             return None
-        delay = self._policy.next_delay(ready_for)
+        delay = self._policy.delay(ready_for)
         self._transition(
             InstanceState.RESTARTING,
             f"{why}; restart in {human_duration(delay)}",
@@ -246,6 +281,45 @@ class Service:
             timed_out=timed_out,
         )
         return delay
+
+    async def _hold(self, status: ExitStatus | None) -> float | None:
+        """A replica rank is down: held until the run resumes it (the delay) or fails it."""
+        timed_out = self.status.readiness_timeout and self._down_reason is None
+        if self._down_reason is not None:
+            why, exit = self._down_reason, None
+        elif timed_out:
+            why, exit = self._timeout_reason, None
+        elif self._unresponsive:
+            why, exit = self._unresponsive, status
+        else:
+            why, exit = (status.describe() if status else "ended"), status
+        self._down_reason, self._held = None, trio.Event()
+        held, why = self._held, f"{why}; {REPLICA_RESTARTS}"
+        self._transition(InstanceState.RESTARTING, why, exit=exit, timed_out=timed_out)
+        await held.wait()
+        order, self._held = self._resume, None
+        if order.failure is not None:
+            reason, readiness_timeout = order.failure
+            self._fail(reason, timed_out=readiness_timeout)
+            return None
+        if order.respec is not None:
+            self.spec = order.respec()
+        self.status.attempt = order.attempt
+        return order.delay
+
+    async def _start_once(self) -> tuple[ExitStatus | None, float]:
+        """One start: the process's exit and how long it was ready. A replica rank taken
+        down (before its process started, or while it ran) ends it early."""
+        self.status.probe = None
+        self.status.readiness_timeout = False
+        self._stopped_exit = None
+        self._transition(InstanceState.STARTING, "starting")
+        self._start_scope = trio.CancelScope()
+        with self._start_scope:
+            if self._down_reason is None:
+                return await self._run_once()
+        self.status.readiness_timeout = False
+        return self._stopped_exit, 0.0
 
     async def _run_once(self) -> tuple[ExitStatus | None, float]:
         """One start of the process; returns its exit and how long it was ready.
@@ -255,8 +329,6 @@ class Service:
         service's end).
         """
         spec = self.spec
-        self.status.probe = None
-        self._transition(InstanceState.STARTING, "starting")
         log_offset = self.output.size
         read_end, write_end = output_pipe()
         try:
@@ -277,7 +349,7 @@ class Service:
                 instance=spec.instance, node=spec.node, pid=child.pid, log_offset=log_offset
             )
         )
-        watch = _Watch()
+        watch = Watch()
         assert self._copiers is not None  # an engine may outlive it: the next start never waits
         self.output.copy_in(self._copiers, read_end, name=f"output of {spec.instance}")
         try:
@@ -298,7 +370,7 @@ class Service:
                 )
         return final, self._ready_for(watch)
 
-    async def _watch_process(self, child: ChildProcess, watch: _Watch) -> None:
+    async def _watch_process(self, child: ChildProcess, watch: Watch) -> None:
         """Until the process exits (or its scope is cancelled: a readiness timeout, a
         requested restart), with its readiness watched beside it."""
         spec = self.spec
@@ -324,7 +396,7 @@ class Service:
         self._process_scope = None
 
     async def _watch_readiness(
-        self, probe: Probe | None, watch: _Watch, process_scope: trio.CancelScope
+        self, probe: Probe | None, watch: Watch, process_scope: trio.CancelScope
     ) -> None:
         """Until the probe passes (or a oneshot's ``timeout_start``); a timeout ends the run."""
         timeout_start = self.spec.unit.service.timeout_start
@@ -344,7 +416,7 @@ class Service:
         if probe is not None and liveness is not None and watch.ready_at is not None:
             await self._watch_liveness(probe, liveness, watch)
 
-    async def _watch_liveness(self, probe: Probe, liveness: Liveness, watch: _Watch) -> None:
+    async def _watch_liveness(self, probe: Probe, liveness: Liveness, watch: Watch) -> None:
         """Until ``liveness.limit`` probes in a row failed: then SIGKILL (see ``_liveness``)."""
 
         def failed(failures: int, answer: str) -> None:
@@ -374,14 +446,15 @@ class Service:
         if self._child is not None:
             self._child.signal_group(signal.SIGKILL)
 
-    def _become_ready(self, watch: _Watch, reason: str) -> None:
+    def _become_ready(self, watch: Watch, reason: str) -> None:
         if self._stop_requested or watch.exited:
             return  # stopped while starting, or the probe's pass came after the exit
         watch.ready_at = trio.current_time()
+        self._policy.became_ready()
         self.ready.set()
         self._transition(InstanceState.READY, reason)
 
-    def _ready_for(self, watch: _Watch) -> float:
+    def _ready_for(self, watch: Watch) -> float:
         """How long the process was ready; records a readiness timeout for the verdict."""
         self.status.readiness_timeout = watch.timed_out
         self._unresponsive = watch.unresponsive
@@ -405,7 +478,12 @@ class Service:
             cwd=spec.cwd,
             log_path=spec.log_path,
             log_error=spec.log_error,
+            on_answer=self._probe_answered,
         )
+
+    def _probe_answered(self, answer: str) -> None:
+        """The probe answered differently than before in this start: say so (status)."""
+        self._emit(ProbeAnswered(instance=self.spec.instance, node=self.spec.node, answer=answer))
 
     # --- state machine --------------------------------------------------------------
     def _fail(
@@ -434,6 +512,7 @@ class Service:
             self.ready = trio.Event()  # no longer ready: waiters must wait for the next time
         if exit is not None:
             self.status.last_exit = exit
+        starting = to is InstanceState.STARTING
         self._emit(
             UnitTransition(
                 instance=self.spec.instance,
@@ -446,6 +525,9 @@ class Service:
                 exit=exit,
                 readiness_timeout=timed_out,
                 probe=self.status.probe,
+                attempt=self.status.attempt,
+                attempt_limit=self._policy.limit if self.status.attempt is not None else None,
+                master_port=self.spec.master_port if starting else None,
                 time=self.status.since,
             )
         )

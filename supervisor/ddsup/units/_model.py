@@ -40,6 +40,13 @@ class OnFailure(str, enum.Enum):
     CONTINUE = "continue"
 
 
+class BusyGpus(str, enum.Enum):
+    """``[lane] busy_gpus``: what preflight does about GPUs other processes hold memory on."""
+
+    FAIL = "fail"
+    WARN = "warn"
+
+
 class Placement(str, enum.Enum):
     """Where a service/oneshot unit runs (``[unit] on``)."""
 
@@ -111,6 +118,8 @@ class LaneSection:
     port: int | None = 8000  # None = "auto": the agent picks free ports at preflight
     stagger: float = 5.0
     lead_standoff: float = 0.0
+    max_loading: int | None = None  # None: no bound across the allocation
+    busy_gpus: BusyGpus = BusyGpus.FAIL
     api_key_env: str | None = None  # the variable holding this lane's own API key
     served_model_names: tuple[str, ...] | None = None  # None: read from exec's vllm flags
 

@@ -15,7 +15,7 @@ from ddsup.units._keyspec import ALL_TYPES as _ALL_TYPES
 from ddsup.units._keyspec import KeySpec as KeySpec
 from ddsup.units._keyspec import SectionSpec as SectionSpec
 from ddsup.units._keyspec import duration_key
-from ddsup.units._model import OnFailure, Placement, Restart, UnitType
+from ddsup.units._model import BusyGpus, OnFailure, Placement, Restart, UnitType
 from ddsup.units._schema_endpoint import ENDPOINT as ENDPOINT
 from ddsup.units._specifiers import BASE_SPECIFIERS
 
@@ -276,6 +276,19 @@ LANE = SectionSpec(
         _duration_key("stagger", "Wait between successive lane starts on a node.", "5s", "200ms"),
         _duration_key(
             "lead_standoff", "Extra wait before any lane but the first starts.", "0s", "30s"
+        ),
+        KeySpec(
+            "max_loading",
+            k.integer(1),
+            "Most lanes of this unit loading at once across the allocation (absent: no bound).",
+            example=8,
+        ),
+        KeySpec(
+            "busy_gpus",
+            k.choice(BusyGpus),
+            "Preflight finds other processes holding memory on a lane's GPUs: fail (69) or warn.",
+            "fail",
+            "warn",
         ),
         KeySpec(
             "api_key_env",

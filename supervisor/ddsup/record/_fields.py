@@ -1,0 +1,42 @@
+"""Typed access to the fields of one JSON object read back from a run's files.
+
+Readers of ``events.jsonl`` lines (and other records) ask for a field as the type they
+need; anything else is a ValueError that names the field, which the reader of a whole
+file turns into "skip this line".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class FieldReader:
+    """Typed access to one event object's fields (ValueError naming the field)."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.data: Mapping[str, Any] = data
+
+    def time(self) -> float:
+        value = self.data.get("time")
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ValueError("an event needs a numeric time")
+        return float(value)
+
+    def text(self, key: str) -> str:
+        value = self.data.get(key)
+        if not isinstance(value, str):
+            raise ValueError(f"{key!r} must be a string")
+        return value
+
+    def optional_text(self, key: str) -> str | None:
+        return None if self.data.get(key) is None else self.text(key)
+
+    def integer(self, key: str) -> int:
+        value = self.data.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"{key!r} must be an integer")
+        return value
+
+    def optional_integer(self, key: str) -> int | None:
+        return None if self.data.get(key) is None else self.integer(key)
