@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ddsup.plan._model import Plan
 from ddsup.process import ExitStatus
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import exit_from_json
@@ -196,3 +197,21 @@ def _optional(data: Mapping[str, Any], key: str, kind: type[Any]) -> Any:
     if not isinstance(value, kind) or isinstance(value, bool):
         raise ValueError(f"{key!r} must be {kind.__name__} or null")
     return value
+
+
+def status_rows(
+    plan: Plan, model_of: Mapping[str, str], records: Mapping[str, InstanceRecord]
+) -> tuple[InstanceStatus, ...]:
+    """One ``status`` row per planned instance, in plan order: the plan's facts, then its
+    record's (an instance never heard of is ``inactive``). ``model_of``: serving lanes."""
+    rows = []
+    for p in plan.instances:
+        model = model_of.get(p.instance)
+        names = p.served_names if model else ()
+        row = InstanceStatus(
+            p.instance, p.unit, p.type, p.node, p.gpus, p.port, model, served_names=names
+        )
+        devices = plan.node(p.node).devices
+        row = replace(row, **planned_facts(p.instance, p.rank, p.nnodes, p.gpus, devices))
+        rows.append(row.with_record(records.get(p.instance, InstanceRecord())))
+    return tuple(rows)

@@ -144,11 +144,10 @@ async def _serve_controller(
     plan = plan.with_ports(dict(report.ports))
     await channel.send(report)
     outbox_send, outbox_receive = trio.open_memory_channel[Message](math.inf)
+    forwarded = trio.Event()
 
     def emit(event: RecordedEvent) -> None:
         outbox_send.send_nowait(EventReport(event))
-
-    forwarded = trio.Event()
 
     async def forward() -> None:
         async for message in outbox_receive:
@@ -172,8 +171,7 @@ async def _serve_controller(
                 mine = frozenset(p.instance for p in plan.on_node(node))
                 async with trio.open_nursery() as beats:
                     beats.start_soon(send_heartbeats, outbox_send.send_nowait, silence)
-                    # ChannelError: the controller is gone (or broke the protocol): stop
-                    # everything below
+                    # ChannelError: the controller is gone (or broke the protocol)
                     with contextlib.suppress(ChannelError):
                         await _command_loop(channel, runner, services, silence, mine)
                     beats.cancel_scope.cancel()

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
 from ddsup._errors import PreflightError
-from ddsup.channel._messages import LanesUpdate, PreflightReport, ReadyLane, RestartStep
+from ddsup.channel._messages import LanesUpdate, PreflightReport, RestartStep
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.record._events import (
     KillingEverything,
@@ -48,7 +47,8 @@ from ddsup.record._events import (
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import Cause, Outcome, Stopped, UnitFailure, WorkerEnded
 from ddsup.record._states import InstanceState
-from ddsup.record._status import InstanceStatus, planned_facts
+from ddsup.record._status import InstanceStatus, status_rows
+from ddsup.run._lane_set import lanes_update, quorum
 from ddsup.run._loading import LoadingGate
 from ddsup.run._node_loss import agent_instances, lanes_short, lost_transitions, survivable
 from ddsup.run._ordering import lanes_by_model, runs_on_agent, start_after, stop_levels
@@ -84,7 +84,7 @@ from ddsup.run._run_inputs import (
     StopRequested,
     StopSignalled,
 )
-from ddsup.units._model import EndpointSection, OnFailure, UnitSet, UnitType
+from ddsup.units._model import OnFailure, UnitSet, UnitType
 
 REQUIRED_FAILED = "a required unit failed"
 RESTART_REASON = "restart requested (ddsup restart)"
@@ -152,17 +152,7 @@ class RunState:
 
     def status_rows(self) -> tuple[InstanceStatus, ...]:
         """One ``status`` row per planned instance, in plan order."""
-        rows = []
-        for p in self.plan.instances:
-            model = self._model_of.get(p.instance)
-            names = p.served_names if model else ()
-            row = InstanceStatus(
-                p.instance, p.unit, p.type, p.node, p.gpus, p.port, model, served_names=names
-            )
-            devices = self.plan.node(p.node).devices
-            row = replace(row, **planned_facts(p.instance, p.rank, p.nnodes, p.gpus, devices))
-            rows.append(row.with_record(self.records.get(p.instance, InstanceRecord())))
-        return tuple(rows)
+        return status_rows(self.plan, self._model_of, self.records)
 
     def restart_targets(self, names: Sequence[str]) -> tuple[str, ...]:
         """The instances a ``ddsup restart`` of ``names`` covers (RestartRefused: why not)."""
@@ -356,29 +346,22 @@ class RunState:
 
     def _quorum(self) -> bool:
         """``min_ready`` lanes of every model ready now (the endpoint's condition to start)."""
-        endpoint = self.units.endpoint
-        section = (endpoint.endpoint if endpoint else None) or EndpointSection()
-        for instances in self._lane_models.values():
-            ready = sum(1 for i in instances if self._record(i).state is InstanceState.READY)
-            if ready < section.min_ready.required(len(instances)):
-                return False
-        return True
+        return quorum(
+            self.units,
+            self._lane_models,
+            lambda i: self._record(i).state is InstanceState.READY,
+        )
 
     def _publish(self) -> list[Decision]:
         models = tuple(sorted(self._lane_models))
-        names = self._model_of
-        lanes = tuple(
-            ReadyLane(
-                p.instance,
-                names[p.instance],
-                f"http://{self.plan.node(p.node).address}:{p.port}",
-                api_key_env=self._lane_keys.get(p.unit),
-                served_names=p.served_names or (names[p.instance],),
-            )
-            for p in self.plan.instances
-            if p.instance in names and self._in_rotation(p.instance)
+        update = lanes_update(
+            self.plan,
+            models,
+            self._model_of,
+            self._lane_keys,
+            self._served_names,
+            self._in_rotation,
         )
-        update = LanesUpdate(lanes, models, self._served_names)
         if update == self._lanes:
             return []
         self._lanes = update
