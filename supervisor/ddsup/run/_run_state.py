@@ -28,7 +28,7 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from ddsup._errors import PreflightError
 from ddsup.channel._messages import LanesUpdate, PreflightReport, RestartStep
@@ -84,6 +84,7 @@ from ddsup.run._run_inputs import (
     StopRequested,
     StopSignalled,
 )
+from ddsup.run._stop_sequence import by_host, stop_level, stop_limit
 from ddsup.units._model import OnFailure, UnitSet, UnitType
 
 REQUIRED_FAILED = "a required unit failed"
@@ -166,28 +167,12 @@ class RunState:
         return stop_levels(self.units, self.plan)
 
     def stop_level(self, level: Sequence[PlannedInstance]) -> tuple[list[Decision], set[str]]:
-        """Stop one level: what to send where, and the instances to wait for.
-
-        Agents get a stop for every instance of theirs in the level (an agent that never
-        started one ignores it); the controller's own node for those it started. The wait
-        covers what can still report: started here, or heard of from an agent.
-        """
-        decisions: list[Decision] = []
-        for host, names in _by_host(self, level):
-            mine = [n for n in names if host.agent or n in self._started]
-            if mine:
-                decisions.append(StopOn(host, tuple(mine)))
-        awaited = {
-            p.instance
-            for p in level
-            if (p.instance in self._started and not self.host_of(p).agent)
-            or (p.instance in self.records and self.host_of(p).agent)
-        }
-        return decisions, awaited - self._final
+        """Stop one level (``_stop_sequence``): what to send where, what to wait for."""
+        return stop_level(level, self.host_of, self._started, self.records, self._final)
 
     def stop_limit(self, level: Sequence[PlannedInstance]) -> float:
         """The longest ``timeout_stop`` in a level."""
-        return max((self.units.by_name(p.unit).service.timeout_stop for p in level), default=0.0)
+        return stop_limit(self.units, level)
 
     # --- inputs ---------------------------------------------------------------------
     def handle(self, event: Input) -> list[Decision]:
@@ -304,7 +289,9 @@ class RunState:
             return self._end(failure)
         requirers = {u.name for u in self.units.units if unit.base_name in u.requires}
         level = [p for p in self.plan.instances if p.unit in requirers]
-        return [StopOn(host, names, REQUIRED_FAILED) for host, names in _by_host(self, level)]
+        return [
+            StopOn(host, names, REQUIRED_FAILED) for host, names in by_host(self.host_of, level)
+        ]
 
     def _preflight_over(self, waited: float) -> list[Decision]:
         if self.outcome is not None:
@@ -337,7 +324,7 @@ class RunState:
             return []
         self._started.update(p.instance for p in due)
         self._not_started = [p for p in self._not_started if p.instance not in self._started]
-        return [StartOn(host, names) for host, names in _by_host(self, due)]
+        return [StartOn(host, names) for host, names in by_host(self.host_of, due)]
 
     def _due(self, planned: PlannedInstance) -> bool:
         if not all(name in self._ready_once for name in self._after[planned.instance]):
@@ -412,7 +399,9 @@ class RunState:
             if signum in self.units.by_name(p.unit).service.forward_signals
         ]
         decisions: list[Decision] = [Record(SignalForwarded(signum=signum))]
-        return decisions + [SignalOn(h, names, signum) for h, names in _by_host(self, targets)]
+        return decisions + [
+            SignalOn(h, names, signum) for h, names in by_host(self.host_of, targets)
+        ]
 
     def _stop_unit(self, unit: str, reason: str) -> list[Decision]:
         """Stop every instance of ``unit`` (the job's end is near); none of them starts later."""
@@ -421,7 +410,7 @@ class RunState:
         level = [p for p in self.plan.instances if p.unit == unit]
         self._started.update(p.instance for p in level)
         self._not_started = [p for p in self._not_started if p.unit != unit]
-        return [StopOn(host, names, reason) for host, names in _by_host(self, level)]
+        return [StopOn(host, names, reason) for host, names in by_host(self.host_of, level)]
 
     def _stop_signal(self, signum: int) -> list[Decision]:
         """The first stop signal ends the run; any later one kills everything at once."""
@@ -439,13 +428,3 @@ class RunState:
             return []
         self.outcome = Outcome.of(cause)
         return [Record(RunEnding(outcome=self.outcome)), EndRun(self.outcome)]
-
-
-def _by_host(
-    state: RunState, instances: Iterable[PlannedInstance]
-) -> list[tuple[Host, tuple[str, ...]]]:
-    """``instances`` grouped by where they run, hosts and names in plan order."""
-    groups: dict[Host, list[str]] = {}
-    for planned in instances:
-        groups.setdefault(state.host_of(planned), []).append(planned.instance)
-    return [(host, tuple(names)) for host, names in groups.items()]
