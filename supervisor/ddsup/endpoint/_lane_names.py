@@ -57,7 +57,9 @@ async def learn_lane_names(
         if not started:
             task_status.started()
             started = True
-        next_due = min((asked[s.info] + REFRESH for s in lanes.states()), default=math.inf)
+        # a lane that joined while others were asked is due at once (never asked: -inf)
+        asked_at = (asked.get(s.info, -math.inf) for s in lanes.states())
+        next_due = min((at + REFRESH for at in asked_at), default=math.inf)
         with trio.move_on_at(trio.current_time() + max(0.0, next_due - time.monotonic())):
             await lanes.wait_changed()
 
