@@ -2,7 +2,10 @@
 
 ``_environment`` (what the process sees), ``_readiness`` (is it ready yet), ``_spec``
 (what a service is given and shows), ``_restart_policy`` (start limit and backoff),
-``_service`` (the state machine, owned by one task). Both the controller and every
+``_service`` (the state machine, owned by one task), with ``_one_start`` (one process
+and its watchers of exit, readiness, liveness), ``_verdict`` (restart, exit or fail after
+an end), ``_replica_hold`` (a replica rank held until the run resumes it) and
+``_transition`` (a checked move and its event). Both the controller and every
 node agent run their instances through these, so supervision behaves the same wherever
 a unit runs.
 """

@@ -3,13 +3,19 @@
 A :class:`Service` is owned by exactly one task (``run``), which always reaps its process.
 Its states and the transitions allowed between them are ``ddsup.record._states``.
 
-Restart rule (docs/units.md; the arithmetic is ``_restart_policy``): after an unclean
-exit (or any exit with ``restart = "always"``) the next start waits a backoff; too many
-starts (or ``start_limit_burst`` attempts in a row that never became ready) fail the
-unit. A readiness timeout stops the
-process and counts as a failure; when it fails the unit, the run exits 75. A ready
-lane that fails its liveness probes (``_liveness``) is SIGKILLed, and that counts as a
-failure too.
+This module is the state machine's loop and its controls from outside; the parts with a
+concept of their own live beside it, each a class or functions with explicit
+parameters: one start of the process and its watchers of exit, readiness and liveness
+(``_one_start``), what follows an end (``_verdict``, whose arithmetic is
+``_restart_policy``), the hold of a replica rank (``_replica_hold``), and a checked
+transition turned into its event (``_transition``).
+
+Restart rule (docs/units.md): after an unclean exit (or any exit with
+``restart = "always"``) the next start waits a backoff; too many starts (or
+``start_limit_burst`` attempts in a row that never became ready) fail the unit. A
+readiness timeout stops the process and counts as a failure; when it fails the unit,
+the run exits 75. A ready lane that fails its liveness probes (``_liveness``) is
+SIGKILLed, and that counts as a failure too.
 
 A requested restart (``ddsup restart``, :meth:`Service.request_restart`) stops the
 process (``kill_signal``, ``timeout_stop``) and starts it again at once; it neither
@@ -24,42 +30,27 @@ or fails it (:meth:`fail_held`). With ``restart = "no"`` any exit of a rank fail
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Callable
 
 import trio
 
-from ddsup.process import (
-    ChildProcess,
-    ExitStatus,
-    OutputLog,
-    SpawnError,
-    output_pipe,
-    spawn,
-)
+from ddsup.process import ChildProcess, ExitStatus, OutputLog, SpawnError
 from ddsup.record._display import human_duration
-from ddsup.record._events import (
-    COMPLETED,
-    LivenessFailed,
-    ProbeAnswered,
-    ProcessExited,
-    ProcessStarted,
-    RecordedEvent,
-    UnitTransition,
-)
-from ddsup.record._states import ALLOWED as _ALLOWED
+from ddsup.record._events import RecordedEvent
 from ddsup.record._states import LIVE as _LIVE
-from ddsup.record._states import IllegalTransition, InstanceState
-from ddsup.service._liveness import Liveness, watch_liveness
-from ddsup.service._readiness import Probe
+from ddsup.record._states import InstanceState
+from ddsup.service._one_start import OneStart, StartHooks
+from ddsup.service._replica_hold import ReplicaHold, held_reason
 from ddsup.service._restart_policy import RestartPolicy
-from ddsup.service._spec import REPLICA_RESTARTS, Resume, Watch
 from ddsup.service._spec import ServiceSpec as ServiceSpec
 from ddsup.service._spec import ServiceStatus as ServiceStatus
+from ddsup.service._spec import Watch
+from ddsup.service._transition import transition
+from ddsup.service._verdict import Ended, verdict
 from ddsup.units._durations import format_duration
-from ddsup.units._model import Restart, UnitType
+from ddsup.units._model import Restart
 
 OUTPUT_GRACE = 1.0  # seconds the output of a service's processes may drain after its end
 RESTART_REQUESTED = "restart requested"
@@ -77,19 +68,24 @@ class Service:
         self._scope = trio.CancelScope()
         self._start_scope = trio.CancelScope()  # the current start (or the wait before it)
         self._stop_requested = False
-        self._child: ChildProcess | None = None
+        self._start: OneStart | None = None  # the latest start of the process
         self._policy = RestartPolicy(spec.unit.service)
         self._started_once = False
         self._timeout_reason = ""
         self._unresponsive: str | None = None  # the latest start failed its liveness probes
         self._stopped_exit: ExitStatus | None = None  # how the last process ended
         self._restart_requested = False
-        self._process_scope: trio.CancelScope | None = None  # the running process's
         self._delay_scope: trio.CancelScope | None = None  # a restart delay's
         self._copiers: trio.Nursery | None = None  # the tasks copying output into the log
-        self._down_reason: str | None = None  # the run took this rank down, and why
-        self._held: trio.Event | None = None  # set when a held rank may go on
-        self._resume = Resume()
+        self._replica = ReplicaHold()  # replica ranks only: the run's orders
+        self._hooks = StartHooks(
+            emit=self._send,
+            stopping=self._stopping,
+            restarting=self._restarting,
+            became_ready=self._became_ready,
+            unresponsive=self._unresponsive_now,
+            responsive=self._responsive_again,
+        )
         service = spec.unit.service
         self.output = OutputLog(
             spec.log_path,
@@ -97,6 +93,16 @@ class Service:
             max_files=service.log_max_files,
             on_error=spec.log_error,
         )
+
+    @property
+    def _child(self) -> ChildProcess | None:
+        """The running process, if any (for signals from outside)."""
+        return None if self._start is None else self._start.child
+
+    @property
+    def _process_scope(self) -> trio.CancelScope | None:
+        """The running process's scope, which a requested restart cancels."""
+        return None if self._start is None else self._start.process_scope
 
     # --- control from outside -------------------------------------------------------
     def request_stop(self, reason: str = "stop requested") -> None:
@@ -111,8 +117,9 @@ class Service:
     def kill_now(self) -> None:
         """SIGKILL the process group at once (second signal while stopping)."""
         self.request_stop("killed")
-        if self._child is not None:
-            self._child.signal_group(signal.SIGKILL)
+        child = self._child
+        if child is not None:
+            child.signal_group(signal.SIGKILL)
 
     def request_restart(self, reason: str = RESTART_REQUESTED) -> bool:
         """Stop the process and start it again at once; False when there is none to restart.
@@ -123,10 +130,11 @@ class Service:
         if self._stop_requested or self._restart_requested:
             return False
         state = self.status.state
-        if state in (InstanceState.STARTING, InstanceState.READY) and self._process_scope:
+        process_scope = self._process_scope
+        if state in (InstanceState.STARTING, InstanceState.READY) and process_scope:
             self._restart_requested = True
             self._transition(InstanceState.RESTARTING, reason)
-            self._process_scope.cancel()
+            process_scope.cancel()
             return True
         if state is InstanceState.RESTARTING and self._delay_scope is not None:
             self._restart_requested = True
@@ -135,8 +143,9 @@ class Service:
         return False
 
     def send_signal(self, sig: int) -> None:
-        if self._child is not None and self._child.status is None:
-            self._child.signal_group(sig)
+        child = self._child
+        if child is not None and child.status is None:
+            child.signal_group(sig)
 
     def take_down(self, reason: str) -> None:
         """A replica peer went down: end this rank's process and hold it (replicas only).
@@ -145,23 +154,16 @@ class Service:
         """
         if self._stop_requested or self.status.state.final or not self.spec.replica:
             return
-        if self._held is not None and not self._held.is_set():
-            return
-        self._down_reason = reason
-        self._start_scope.cancel()
+        if self._replica.take_down(reason):
+            self._start_scope.cancel()
 
     def resume(self, delay: float, attempt: int, respec: Callable[[], ServiceSpec]) -> None:
         """The run restarts this held rank's replica: start again after ``delay``."""
-        self._go_on(Resume(delay, attempt, respec))
+        self._replica.resume(delay, attempt, respec)
 
     def fail_held(self, reason: str, readiness_timeout: bool) -> None:
         """The run gives this held rank's replica up: it has failed for good."""
-        self._go_on(Resume(failure=(reason, readiness_timeout)))
-
-    def _go_on(self, order: Resume) -> None:
-        if self._held is not None and not self._held.is_set():
-            self._resume = order
-            self._held.set()
+        self._replica.fail(reason, readiness_timeout)
 
     # --- the owning task ------------------------------------------------------------
     async def run(self) -> None:
@@ -249,55 +251,35 @@ class Service:
         return False
 
     def _verdict(self, status: ExitStatus, ready_for: float) -> float | None:
-        """After the process ended by itself: the restart delay, or None when it is over."""
-        service = self.spec.unit.service
-        success = status.is_success(service.success_exit_status)
-        if self.spec.unit.type is UnitType.ONESHOT and success:
+        """After the process ended by itself (``_verdict``): the restart delay, or None
+        when it is over."""
+        ended = Ended(
+            status,
+            ready_for,
+            timed_out=self.status.readiness_timeout,
+            timeout_reason=self._timeout_reason,
+            unresponsive=self._unresponsive,
+        )
+        decided = verdict(self.spec, self._policy, ended)
+        if decided.completed:
             self.ready.set()
-            self._transition(InstanceState.EXITED, COMPLETED, exit=status)
-            return None
-        timed_out = self.status.readiness_timeout
-        clean = not timed_out and not self._unresponsive and success and not self.spec.replica
-        restart = service.restart is Restart.ALWAYS or (
-            service.restart is Restart.ON_FAILURE and not clean
-        )
-        why = self._timeout_reason if timed_out else self._unresponsive or status.describe()
-        exit = None if timed_out else status
-        exhausted = self._policy.exhausted() if restart else None
-        if exhausted is not None:  # no start can follow: fail now, not after a backoff
-            self._fail(f"start limit hit: {exhausted}; last: {why}", exit=exit, timed_out=timed_out)
-            return None
-        if not restart:
-            if clean:
-                self._transition(InstanceState.EXITED, why, exit=status)
-            else:
-                self._fail(why, exit=exit, timed_out=timed_out)
-            return None
-        delay = self._policy.delay(ready_for)
-        self._transition(
-            InstanceState.RESTARTING,
-            f"{why}; restart in {human_duration(delay)}",
-            exit=exit,
-            timed_out=timed_out,
-        )
-        return delay
+        self._transition(decided.to, decided.reason, decided.exit, timed_out=decided.timed_out)
+        return decided.delay
 
     async def _hold(self, status: ExitStatus | None) -> float | None:
         """A replica rank is down: held until the run resumes it (the delay) or fails it."""
-        timed_out = self.status.readiness_timeout and self._down_reason is None
-        if self._down_reason is not None:
-            why, exit = self._down_reason, None
-        elif timed_out:
-            why, exit = self._timeout_reason, None
-        elif self._unresponsive:
-            why, exit = self._unresponsive, status
-        else:
-            why, exit = (status.describe() if status else "ended"), status
-        self._down_reason, self._held = None, trio.Event()
-        held, why = self._held, f"{why}; {REPLICA_RESTARTS}"
+        down_reason = self._replica.down_reason
+        timed_out = self.status.readiness_timeout and down_reason is None
+        why, exit = held_reason(
+            down_reason,
+            status,
+            timed_out=timed_out,
+            timeout_reason=self._timeout_reason,
+            unresponsive=self._unresponsive,
+        )
+        held = self._replica.hold()
         self._transition(InstanceState.RESTARTING, why, exit=exit, timed_out=timed_out)
-        await held.wait()
-        order, self._held = self._resume, None
+        order = await self._replica.wait(held)
         if order.failure is not None:
             reason, readiness_timeout = order.failure
             self._fail(reason, timed_out=readiness_timeout)
@@ -316,143 +298,25 @@ class Service:
         self._transition(InstanceState.STARTING, "starting")
         self._start_scope = trio.CancelScope()
         with self._start_scope:
-            if self._down_reason is None:
+            if self._replica.down_reason is None:
                 return await self._run_once()
         self.status.readiness_timeout = False
         return self._stopped_exit, 0.0
 
     async def _run_once(self) -> tuple[ExitStatus | None, float]:
-        """One start of the process; returns its exit and how long it was ready.
-
-        Its output is copied into the log by a task of its own, which outlives the process
-        until the pipe's last writer is gone (at most :data:`OUTPUT_GRACE` after the
-        service's end).
-        """
-        spec = self.spec
-        log_offset = self.output.size
-        read_end, write_end = output_pipe()
+        """One start of the process (``_one_start``); returns its exit and how long it was
+        ready, or None when it could not start (the unit has failed)."""
+        assert self._copiers is not None  # an engine may outlive it: the next start never waits
+        start = OneStart(self.spec, self.status, self.output, self._copiers, self._hooks)
+        self._start = start
         try:
-            child = await spawn(  # ddsup:containment: unit= puts it in its unit's cgroup
-                spec.argv, env=spec.env, cwd=spec.cwd, output=write_end, unit=spec.instance
-            )
+            final = await start.run()
         except SpawnError as err:
-            os.close(read_end)
             self._fail(str(err))
             return None, 0.0
         finally:
-            os.close(write_end)
-        self._child = child
-        self.status.pid = child.pid
-        # log_offset: where this process's output begins in the log (``logs --since``)
-        self._emit(
-            ProcessStarted(
-                instance=spec.instance, node=spec.node, pid=child.pid, log_offset=log_offset
-            )
-        )
-        watch = Watch()
-        assert self._copiers is not None  # an engine may outlive it: the next start never waits
-        self.output.copy_in(self._copiers, read_end, name=f"output of {spec.instance}")
-        try:
-            await self._watch_process(child, watch)
-        finally:
-            with trio.CancelScope(shield=True):
-                final = await child.stop(
-                    spec.unit.service.kill_signal, spec.unit.service.timeout_stop
-                )
-            # recorded here, so that a stop (which cancels us) reports the exit too
-            self._stopped_exit = final
-            self.status.last_exit = final
-            self.status.pid = None
-            self._child = None
-            if self._restart_requested and not watch.exited:
-                self._emit(
-                    ProcessExited(instance=spec.instance, node=spec.node, pid=child.pid, exit=final)
-                )
-        return final, self._ready_for(watch)
-
-    async def _watch_process(self, child: ChildProcess, watch: Watch) -> None:
-        """Until the process exits (or its scope is cancelled: a readiness timeout, a
-        requested restart), with its readiness watched beside it."""
-        spec = self.spec
-        async with trio.open_nursery() as nursery:
-            self._process_scope = nursery.cancel_scope
-            oneshot = spec.unit.type is UnitType.ONESHOT
-            probe = None if oneshot else self._make_probe()
-            if probe is None and not oneshot:
-                # Ready once started, decided here and now: a separate task could run
-                # after the exit below was seen (the order of one scheduler batch is
-                # random), and report a process that has already ended as ready.
-                self._become_ready(watch, "started")
-            else:
-                nursery.start_soon(self._watch_readiness, probe, watch, nursery.cancel_scope)
-            ended = await child.wait()
-            watch.exited = True
-            # recorded now, as seen: the stop below (the sweep for escaped
-            # descendants) and the restart decision come after
-            self._emit(
-                ProcessExited(instance=spec.instance, node=spec.node, pid=child.pid, exit=ended)
-            )
-            nursery.cancel_scope.cancel()
-        self._process_scope = None
-
-    async def _watch_readiness(
-        self, probe: Probe | None, watch: Watch, process_scope: trio.CancelScope
-    ) -> None:
-        """Until the probe passes (or a oneshot's ``timeout_start``); a timeout ends the run."""
-        timeout_start = self.spec.unit.service.timeout_start
-        with trio.move_on_after(timeout_start) as scope:
-            if probe is None:  # a oneshot: ready means completed, which the exit tells
-                await trio.sleep_forever()
-            else:
-                await probe.wait_ready()
-        if probe is not None:
-            self.status.probe = probe.last_result
-        if scope.cancelled_caught:
-            watch.timed_out = True
-            process_scope.cancel()
-            return
-        self._become_ready(watch, "probe passed")
-        liveness = Liveness.of(self.spec.unit)
-        if probe is not None and liveness is not None and watch.ready_at is not None:
-            await self._watch_liveness(probe, liveness, watch)
-
-    async def _watch_liveness(self, probe: Probe, liveness: Liveness, watch: Watch) -> None:
-        """Until ``liveness.limit`` probes in a row failed: then SIGKILL (see ``_liveness``)."""
-
-        def failed(failures: int, answer: str) -> None:
-            if self._stop_requested or watch.exited:
-                return
-            self.status.probe = answer
-            instance, node, limit = self.spec.instance, self.spec.node, liveness.limit
-            self._emit(
-                LivenessFailed(
-                    instance=instance, node=node, failures=failures, limit=limit, probe=answer
-                )
-            )
-            if self.status.state is InstanceState.READY:
-                self._transition(InstanceState.UNRESPONSIVE, f"liveness probe failed: {answer}")
-
-        def passed() -> None:
-            if self.status.state is InstanceState.UNRESPONSIVE and not self._stop_requested:
-                self.status.probe = probe.last_result
-                self.ready.set()
-                self._transition(InstanceState.READY, "liveness probe passed again")
-
-        last = await watch_liveness(probe, liveness, failed=failed, passed=passed)
-        watch.unresponsive = (
-            f"not answering: {liveness.limit} liveness probes failed in a row "
-            f"(last: {last}); killed"
-        )
-        if self._child is not None:
-            self._child.signal_group(signal.SIGKILL)
-
-    def _become_ready(self, watch: Watch, reason: str) -> None:
-        if self._stop_requested or watch.exited:
-            return  # stopped while starting, or the probe's pass came after the exit
-        watch.ready_at = trio.current_time()
-        self._policy.became_ready()
-        self.ready.set()
-        self._transition(InstanceState.READY, reason)
+            self._stopped_exit = start.final
+        return final, self._ready_for(start.watch)
 
     def _ready_for(self, watch: Watch) -> float:
         """How long the process was ready; records a readiness timeout for the verdict."""
@@ -467,23 +331,30 @@ class Service:
             return 0.0
         return 0.0 if watch.ready_at is None else trio.current_time() - watch.ready_at
 
-    def _make_probe(self) -> Probe | None:
-        spec = self.spec
-        if spec.unit.ready is None or not spec.probe:
-            return None
-        return Probe(
-            spec.unit.ready,
-            spec.context,
-            env=spec.env,
-            cwd=spec.cwd,
-            log_path=spec.log_path,
-            log_error=spec.log_error,
-            on_answer=self._probe_answered,
-        )
+    # --- what a start reports (its StartHooks) ----------------------------------------
+    def _send(self, event: RecordedEvent) -> None:
+        self._emit(event)  # looked up on each call: a test may replace it
 
-    def _probe_answered(self, answer: str) -> None:
-        """The probe answered differently than before in this start: say so (status)."""
-        self._emit(ProbeAnswered(instance=self.spec.instance, node=self.spec.node, answer=answer))
+    def _stopping(self) -> bool:
+        return self._stop_requested
+
+    def _restarting(self) -> bool:
+        return self._restart_requested
+
+    def _became_ready(self, reason: str) -> None:
+        self._policy.became_ready()
+        self.ready.set()
+        self._transition(InstanceState.READY, reason)
+
+    def _unresponsive_now(self, answer: str) -> None:
+        if self.status.state is InstanceState.READY:
+            self._transition(InstanceState.UNRESPONSIVE, f"liveness probe failed: {answer}")
+
+    def _responsive_again(self, answer: str | None) -> None:
+        if self.status.state is InstanceState.UNRESPONSIVE and not self._stop_requested:
+            self.status.probe = answer
+            self.ready.set()
+            self._transition(InstanceState.READY, "liveness probe passed again")
 
     # --- state machine --------------------------------------------------------------
     def _fail(
@@ -499,35 +370,11 @@ class Service:
         *,
         timed_out: bool = False,
     ) -> None:
-        """Move to ``to`` and report it; ``timed_out``: the verdict of a readiness timeout."""
-        current = self.status.state
-        if to not in _ALLOWED[current]:
-            raise IllegalTransition(
-                f"{self.spec.instance}: {current.value} → {to.value} ({reason})"
-            )
-        self.status.state = to
-        self.status.since = time.time()
-        self.status.reason = reason
-        if to is not InstanceState.READY and current is InstanceState.READY:
-            self.ready = trio.Event()  # no longer ready: waiters must wait for the next time
-        if exit is not None:
-            self.status.last_exit = exit
-        starting = to is InstanceState.STARTING
-        self._emit(
-            UnitTransition(
-                instance=self.spec.instance,
-                node=self.spec.node,
-                from_state=current,
-                to_state=to,
-                reason=reason,
-                restarts=self.status.restarts,
-                pid=self.status.pid,
-                exit=exit,
-                readiness_timeout=timed_out,
-                probe=self.status.probe,
-                attempt=self.status.attempt,
-                attempt_limit=self._policy.limit if self.status.attempt is not None else None,
-                master_port=self.spec.master_port if starting else None,
-                time=self.status.since,
-            )
+        """Move to ``to`` and report it (``_transition``); ``timed_out``: the verdict of a
+        readiness timeout."""
+        event = transition(
+            self.spec, self.status, self._policy.limit, to, reason, exit, timed_out=timed_out
         )
+        if to is not InstanceState.READY and event.from_state is InstanceState.READY:
+            self.ready = trio.Event()  # no longer ready: waiters must wait for the next time
+        self._emit(event)

@@ -1,0 +1,70 @@
+"""What follows a process's own end: start again (after a backoff), exit, or fail.
+
+Apart from :class:`~ddsup.service._service.Service` because it is the restart rule of
+docs/units.md in one place, decided as a value (:class:`Verdict`) from what the start
+showed; the service only applies it. The arithmetic (start limit, backoff) is
+``_restart_policy``'s. After an unclean exit (or any exit with ``restart = "always"``)
+the next start waits a backoff; a readiness timeout and a liveness kill are unclean; a
+start limit that no start can pass any more fails the unit now, not after a backoff.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddsup.process import ExitStatus
+from ddsup.record._display import human_duration
+from ddsup.record._events import COMPLETED
+from ddsup.record._states import InstanceState
+from ddsup.service._restart_policy import RestartPolicy
+from ddsup.service._spec import ServiceSpec
+from ddsup.units._model import Restart, UnitType
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How the latest start ended, as the verdict needs it."""
+
+    status: ExitStatus  # the process's exit
+    ready_for: float  # seconds it was ready
+    timed_out: bool  # not ready within timeout_start
+    timeout_reason: str  # why, when it timed out
+    unresponsive: str | None  # why the liveness probes killed it (None: they did not)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The transition that follows an end, and the delay before the next start."""
+
+    to: InstanceState  # EXITED, FAILED or RESTARTING
+    reason: str
+    exit: ExitStatus | None
+    timed_out: bool = False
+    delay: float | None = None  # RESTARTING: seconds before the next start; else None
+    completed: bool = False  # a oneshot that succeeded: it counts as ready
+
+
+def verdict(spec: ServiceSpec, policy: RestartPolicy, ended: Ended) -> Verdict:
+    """After the process ended by itself: restart (with its delay), exit, or fail."""
+    service = spec.unit.service
+    status, timed_out = ended.status, ended.timed_out
+    success = status.is_success(service.success_exit_status)
+    if spec.unit.type is UnitType.ONESHOT and success:
+        return Verdict(InstanceState.EXITED, COMPLETED, status, completed=True)
+    clean = not timed_out and not ended.unresponsive and success and not spec.replica
+    restart = service.restart is Restart.ALWAYS or (
+        service.restart is Restart.ON_FAILURE and not clean
+    )
+    why = ended.timeout_reason if timed_out else ended.unresponsive or status.describe()
+    exit = None if timed_out else status
+    exhausted = policy.exhausted() if restart else None
+    if exhausted is not None:  # no start can follow: fail now, not after a backoff
+        reason = f"start limit hit: {exhausted}; last: {why}"
+        return Verdict(InstanceState.FAILED, reason, exit, timed_out=timed_out)
+    if not restart:
+        if clean:
+            return Verdict(InstanceState.EXITED, why, status)
+        return Verdict(InstanceState.FAILED, why, exit, timed_out=timed_out)
+    delay = policy.delay(ended.ready_for)
+    reason = f"{why}; restart in {human_duration(delay)}"
+    return Verdict(InstanceState.RESTARTING, reason, exit, timed_out=timed_out, delay=delay)
