@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from support.polls import until
 from support.runs import PY, Running, running
 from support.unit_dirs import UnitDir
 
@@ -107,7 +108,15 @@ def _ready_twice(events: list[dict[str, Any]]) -> bool:
 async def _restart_on_cue(run: Running, state: Path, who: str) -> list[dict[str, Any]]:
     await run.wait_ready("lane@0", "lane@0:1", limit=30)
     (state / f"end-{who}").touch()
-    return await run.wait_for(_ready_twice, limit=30)
+    events = await run.wait_for(_ready_twice, limit=30)
+    await _both_started_again(state)
+    return events
+
+
+async def _both_started_again(state: Path) -> None:
+    """A rank > 0 has no probe: its ``ready`` can come before its own start stamp is
+    written, so the stamps of the second start are awaited (a file: bounded poll)."""
+    await until(lambda: len(_starts(state)) >= 4, "both ranks' second start stamps", limit=10)
 
 
 @pytest.mark.parametrize(
@@ -160,6 +169,7 @@ async def test_a_taken_master_port_gives_the_replica_a_fresh_one(tmp_path: Path)
             squatter.listen()
             (state / "end-lane@0:1").touch()
             events = await run.wait_for(_ready_twice, limit=30)
+            await _both_started_again(state)
 
     fresh = {name: port for name, port in _starts(state)[2:]}
     assert fresh["lane@0"] == fresh["lane@0:1"] != planned
