@@ -41,6 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/support, as ``support`` (as pytest has it)
 
 from tests.slurm.cluster import SlurmCluster, wait_until  # noqa: E402 (needs the path above)
 from tests.slurm.jobs import (  # noqa: E402
