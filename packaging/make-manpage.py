@@ -19,6 +19,8 @@ import re
 import sys
 from pathlib import Path
 
+from _generated import write_or_check
+
 OUTPUT = Path(__file__).with_name("ddsup.1")
 
 EXIT_STATUS = [
@@ -129,23 +131,7 @@ def _help_of(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
-    args = parser.parse_args()
-    text = render()
-    if args.check:
-        current = OUTPUT.read_text(encoding="utf-8") if OUTPUT.exists() else ""
-        if current != text:
-            print(
-                f"{OUTPUT} is stale: run `python {Path(__file__).name}` in packaging/",
-                file=sys.stderr,
-            )
-            return 1
-        print(f"{OUTPUT.name} is up to date", file=sys.stderr)
-        return 0
-    OUTPUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUTPUT}", file=sys.stderr)
-    return 0
+    return write_or_check(OUTPUT, render, __file__, __doc__.split("\n")[0])
 
 
 if __name__ == "__main__":
