@@ -40,7 +40,7 @@ from ddsup.process import become_subreaper, reap_adopted_children, start_sentine
 from ddsup.record._events import RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
-from ddsup.run._preflight import run_preflight
+from ddsup.run._preflight import HeldPorts, run_preflight
 from ddsup.run._signals import ignore_stop_signals, stop_signal_receiver
 from ddsup.service._environment import RunContext
 from ddsup.units import UnitSet, load_unit_set
@@ -94,7 +94,7 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
 async def _serve_controller(
     channel: Channel, node: str, units: UnitSet, plan: Plan, run: RunContext, gpus: int | None
 ) -> None:
-    report = run_preflight(
+    report, held = run_preflight(
         node, units, plan, gpus_available=gpus, slurm_node=os.environ.get("SLURMD_NODENAME")
     )
     plan = plan.with_ports(dict(report.ports))
@@ -125,10 +125,11 @@ async def _serve_controller(
         with trio.CancelScope() as loop_scope:
             services.start_soon(_watch_signals, channel, runner, loop_scope)
             try:
-                await _command_loop(channel, runner, services)
+                await _command_loop(channel, runner, services, held)
             except ChannelError:
                 pass  # the controller is gone: stop everything below
             finally:
+                held.release()
                 with trio.CancelScope(shield=True):
                     await runner.stop()
                     with trio.move_on_after(2):
@@ -154,13 +155,20 @@ async def _watch_signals(channel: Channel, runner: NodeRunner, loop: trio.Cancel
             loop.cancel()
 
 
-async def _command_loop(channel: Channel, runner: NodeRunner, nursery: trio.Nursery) -> None:
-    """The controller's commands until it says shutdown (or goes away)."""
+async def _command_loop(
+    channel: Channel, runner: NodeRunner, nursery: trio.Nursery, held: HeldPorts
+) -> None:
+    """The controller's commands until it says shutdown (or goes away).
+
+    The ports preflight picked are held until the first start: by then every agent has
+    picked its own (the controller starts lanes once all reported).
+    """
     while True:
         message = await channel.receive()
         if message is None or isinstance(message, Shutdown):
             return
         if isinstance(message, Start):
+            held.release()
             for instance in message.instances:
                 runner.start(instance)
         elif isinstance(message, Stop):

@@ -3,8 +3,13 @@
 Each node agent checks that it is the node the plan names, that the GPUs the plan gives
 its lanes exist, that the planned ports are free, and that ``model_path`` is readable.
 Lanes with ``port = "auto"`` get their ports here: the agent binds port 0 to let the
-kernel pick free ones (on a shared node this avoids other jobs' ports). Problems are
-collected, not raised, so the controller can report every node's problems at once.
+kernel pick free ones (on a shared node this avoids other jobs' ports), and holds them
+(:class:`HeldPorts`) until the controller starts its lanes. Released at once, the kernel
+handed the same ports to the next agent on the same host: 128 simulated nodes picking
+1,024 ports always had a few clashes (lanes failing "address already in use"); held,
+no agent can pick another's, since the controller starts lanes only once every agent
+has reported. Problems are collected, not raised, so the controller can report every
+node's problems at once.
 """
 
 from __future__ import annotations
@@ -28,24 +33,33 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _pick_ports(count: int) -> list[int]:
-    """Free ports picked by the kernel, held open together so they are distinct."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("0.0.0.0", 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
+class HeldPorts:
+    """Ports picked for ``port = "auto"`` lanes, bound (not listening) until released."""
+
+    def __init__(self, count: int) -> None:
+        self._sockets: list[socket.socket] = []
+        try:
+            for _ in range(count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                self._sockets.append(sock)
+                sock.bind(("0.0.0.0", 0))
+        except BaseException:
+            self.release()
+            raise
+        self.ports = [int(s.getsockname()[1]) for s in self._sockets]
+
+    def release(self) -> None:
+        """Let the lanes bind them (idempotent)."""
+        for sock in self._sockets:
             sock.close()
+        self._sockets.clear()
 
 
 def run_preflight(
     node: str, units: UnitSet, plan: Plan, *, gpus_available: int | None, slurm_node: str | None
-) -> PreflightReport:
-    """Check this node against the plan; never raises for a failed check."""
+) -> tuple[PreflightReport, HeldPorts]:
+    """Check this node against the plan (never raises for a failed check); the ports
+    picked are held until :meth:`HeldPorts.release`."""
     problems: list[str] = []
     if slurm_node is not None and slurm_node != node:
         problems.append(f"this agent runs on node {slurm_node!r}, the plan expected {node!r}")
@@ -56,7 +70,8 @@ def run_preflight(
             f"the plan needs GPU indices up to {needed - 1}, this node has {gpus_available} GPUs"
         )
     auto = [i for i in mine if i.type is UnitType.LANE and i.port is None and not i.rank]
-    ports = {i.instance: port for i, port in zip(auto, _pick_ports(len(auto)), strict=True)}
+    held = HeldPorts(len(auto))
+    ports = {i.instance: port for i, port in zip(auto, held.ports, strict=True)}
     for planned in mine:
         for port in (planned.port, planned.master_port if not planned.rank else None):
             if port is not None and not _port_free(port):
@@ -65,4 +80,4 @@ def run_preflight(
         path = unit.lane.model_path if unit.lane else None
         if path and not os.access(path, os.R_OK):
             problems.append(f"model_path {path!r} of {planned.instance} is not readable")
-    return PreflightReport(node=node, problems=tuple(problems), ports=ports)
+    return PreflightReport(node=node, problems=tuple(problems), ports=ports), held
