@@ -1,8 +1,8 @@
 """The endpoint's side of the live feed from ``ddsup start`` (``run._lane_feed``).
 
-The controller sends the endpoint's ``[endpoint]`` section first, then the full set of
-ready lanes on every change; the table follows it, so a lane that stops being ready
-leaves the rotation at once. When the controller goes away (or says something that is
+The controller sends the endpoint's ``[endpoint]`` section first, then the set of ready
+lanes, then each change of it (lanes that joined, lanes that left); the table follows
+it, so a lane that stops being ready leaves the rotation at once. When the controller goes away (or says something that is
 not a lane update) the feed ends, and so does the endpoint.
 """
 
@@ -14,7 +14,15 @@ from dataclasses import dataclass
 
 from ddsup._errors import UsageError
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, connect_channel
-from ddsup.channel._messages import ChannelError, EndpointSetup, Hello, LanesUpdate, Role
+from ddsup.channel._messages import (
+    ChannelError,
+    EndpointSetup,
+    Hello,
+    LanesChanged,
+    LanesUpdate,
+    ReadyLane,
+    Role,
+)
 from ddsup.endpoint._lanes import LaneInfo, LaneTable
 from ddsup.units._model import EndpointSection
 
@@ -41,17 +49,21 @@ class ControllerFeed:
         """Keep ``table`` equal to the controller's ready lanes until the feed ends."""
         try:
             while (message := await self.channel.receive()) is not None:
-                if not isinstance(message, LanesUpdate):
+                if isinstance(message, LanesChanged):
+                    table.change(map(_info, message.added), message.removed)
+                elif isinstance(message, LanesUpdate):
+                    table.declare_models(message.models)
+                    table.set_ready(map(_info, message.lanes))
+                else:
                     raise ChannelError(f"unexpected {message.op!r} message on the lane feed")
-                table.declare_models(message.models)
-                table.set_ready(
-                    LaneInfo(instance=lane.instance, model=lane.model, url=lane.url)
-                    for lane in message.lanes
-                )
         except ChannelError as err:
             log.warning("the lane feed from ddsup start ended: %s", err)
         finally:
             await self.channel.aclose()
+
+
+def _info(lane: ReadyLane) -> LaneInfo:
+    return LaneInfo(instance=lane.instance, model=lane.model, url=lane.url)
 
 
 async def open_controller_feed(address: str, secret: str) -> ControllerFeed:

@@ -1,8 +1,9 @@
 """Every connection to ``ddsup start``, by the role its hello names.
 
-- an **agent** gets :class:`Setup`, becomes a :class:`RemoteNode` for as long as its
-  connection lasts, and its reports become the run's inputs (preflight, events, a stop
-  signal it received); when the connection ends, :class:`AgentGone` says how;
+- an **agent** gets :class:`Setup` (its node's part of the plan), becomes a
+  :class:`RemoteNode` for as long as its connection lasts, and its reports become the
+  run's inputs (preflight, events, a stop signal it received); when the connection ends,
+  :class:`AgentGone` says how;
 - the endpoint's **lane feed** is served by the :class:`LanePublisher`;
 - an **operator** (``ddsup status``, ``ddsup stop``) asks for a snapshot or a stop.
 
@@ -50,7 +51,7 @@ class ControlServer:
     """What the controller lends its connections: inputs in, nodes and answers out."""
 
     feed: Callable[[Input], None]
-    setup: Callable[[], Setup]
+    setup: Callable[[str], Setup]  # what the agent of a node is told
     snapshot: Callable[[], RunSnapshot]
     stopping: Callable[[], bool]
     nodes: dict[Host, RunNode]
@@ -66,7 +67,7 @@ class ControlServer:
             await self._operator(channel)
 
     async def _agent(self, channel: Channel, node: str) -> None:
-        await channel.send(self.setup())
+        await channel.send(self.setup(node))
         host, remote = Host(node, agent=True), RemoteNode(node)
         self.nodes[host] = remote
         if self.stopping():  # connected after the stop began: nothing for it to run

@@ -118,6 +118,7 @@ class Controller:
             self._lanes = LanePublisher(endpoint_setup(units))
             plan = plan_for(units, allocation)
             self._run = RunState(units, plan)
+            self._lanes.snapshot = self._run.ready_lanes
             self.console.lanes(self.run.lane_models())
             write_private(self.state.plan, plan.to_json())
             await self._supervise(units, allocation, self._lanes)
@@ -272,7 +273,7 @@ class Controller:
         elif isinstance(decision, EndRun):
             self.ending.set()
         elif isinstance(decision, PublishLanes) and self._lanes is not None:
-            self._lanes.publish(decision.update)
+            self._lanes.publish(decision.changed)
         elif isinstance(decision, Record):
             self._record(decision.event)
         elif isinstance(decision, PlanPorted):
@@ -344,11 +345,12 @@ class Controller:
             api_key=api_key,
         )
 
-    def _setup(self) -> Setup:
-        """What an agent that said hello is told (the run's facts, never a secret)."""
+    def _setup(self, node: str) -> Setup:
+        """What the agent of ``node`` is told: the run's facts (never a secret) and its
+        node's part of the plan, so an agent's set-up costs the same at 8 nodes or 1,000."""
         run = self._run_context(with_key=False)
         return Setup(
-            plan=self.run.plan,
+            plan=self.run.node_plan(node),
             invocation_id=run.invocation_id,
             state_dir=run.state_dir,
             unit_dir=run.unit_dir,

@@ -3,21 +3,24 @@
 When ``ddsup start`` runs the endpoint it passes the control address and secret in the
 endpoint's environment (never argv). The endpoint subscribes once; the controller sends
 the ``[endpoint]`` section first (:class:`EndpointSetup`: the endpoint's settings as
-data, not as a command line), then the full set of ready lanes on every change, so a lane
-that stops being ready leaves the rotation at once. When the controller goes away the
-feed ends and so does the endpoint.
+data, not as a command line), then the set of ready lanes as it is at that moment
+(:class:`LanesUpdate`), then every change as it happens (:class:`LanesChanged`), so a
+lane that stops being ready leaves the rotation at once. Changes, not sets: each costs
+the same at 8 lanes or 1,024. When the controller goes away the feed ends and so does
+the endpoint.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 
 import trio
 
 from ddsup._errors import UsageError
 from ddsup.channel._channel import Channel
-from ddsup.channel._messages import EndpointSetup, LanesUpdate
+from ddsup.channel._messages import EndpointSetup, LanesChanged, LanesUpdate
 from ddsup.units._model import UnitSet
 
 
@@ -35,38 +38,39 @@ def endpoint_setup(units: UnitSet) -> EndpointSetup | None:
 
 
 class LanePublisher:
-    """The controller's side of the feed: every subscriber gets each new ready-lane set.
+    """The controller's side of the feed: every subscriber gets each change of the set.
 
-    Each subscriber has its own unbounded queue drained by its connection's task, so a
-    slow endpoint never delays the controller; unchanged sets are not sent again.
+    ``snapshot`` gives the whole set now (the run's state); a new subscriber gets it, then
+    the changes after it. Each subscriber has its own unbounded queue drained by its
+    connection's task, so a slow endpoint never delays the controller.
     """
 
-    def __init__(self, setup: EndpointSetup | None) -> None:
+    def __init__(
+        self, setup: EndpointSetup | None, snapshot: Callable[[], LanesUpdate] = LanesUpdate
+    ) -> None:
         self._setup = setup
-        self._subscribers: list[trio.MemorySendChannel[LanesUpdate]] = []
-        self._current = LanesUpdate()
+        self.snapshot = snapshot
+        self._subscribers: list[trio.MemorySendChannel[LanesChanged]] = []
 
-    def publish(self, update: LanesUpdate) -> None:
-        if update == self._current:
-            return
-        self._current = update
+    def publish(self, changed: LanesChanged) -> None:
         for subscriber in list(self._subscribers):
             try:
-                subscriber.send_nowait(update)
+                subscriber.send_nowait(changed)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._subscribers.remove(subscriber)
 
     async def serve(self, channel: Channel) -> None:
         """Send the settings and the current set, then every change, until it goes away."""
-        send, receive = trio.open_memory_channel[LanesUpdate](math.inf)
+        send, receive = trio.open_memory_channel[LanesChanged](math.inf)
+        current = self.snapshot()  # taken with the subscription: no change falls between
         self._subscribers.append(send)
         try:
             if self._setup is not None:
                 await channel.send(self._setup)
-            await channel.send(self._current)
+            await channel.send(current)
             async with receive:
-                async for update in receive:
-                    await channel.send(update)
+                async for changed in receive:
+                    await channel.send(changed)
         finally:
             if send in self._subscribers:
                 self._subscribers.remove(send)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddsup._errors import DdsupError
-from ddsup.channel._messages import LanesUpdate, PreflightReport
+from ddsup.channel._messages import LanesChanged, PreflightReport
 from ddsup.plan._model import Plan
 from ddsup.process import ExitStatus
 from ddsup.record._events import RecordedEvent, RunLifecycle
@@ -152,7 +152,9 @@ class EndRun:
 
 @dataclass(frozen=True)
 class PublishLanes:
-    update: LanesUpdate
+    """Serving lanes joined or left the ready set: tell the endpoint's feed."""
+
+    changed: LanesChanged
 
 
 @dataclass(frozen=True)

@@ -16,17 +16,20 @@
   A lost agent, or its process ending, ends the run (70); a stop signal, an agent's stop
   signal or ``ddsup stop`` ends it as stopped (128+N). **The first cause wins.**
 - **Replica peers**: ``_replicas`` (a multi-node replica lives and dies as one).
-- **Ready lanes** for the endpoint: rank 0 of every ready lane replica, republished
-  whenever the set changes.
+- **Ready lanes** for the endpoint: rank 0 of every ready lane replica, kept as events
+  arrive; each change is published as it happens (the lanes that came and went), and
+  the whole set is there for a new subscriber. An event costs the same with 8 lanes or
+  1,024: nothing here walks every instance per event.
 """
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from ddsup._errors import PreflightError
-from ddsup.channel._messages import LanesUpdate, PreflightReport, ReadyLane
+from ddsup.channel._messages import LanesChanged, LanesUpdate, PreflightReport, ReadyLane
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.record._events import (
     KillingEverything,
@@ -87,13 +90,18 @@ class RunState:
         self._may_start = False
         self._stop_signals = 0
         self._preflight: dict[str, PreflightReport] = {}
-        self._lanes = LanesUpdate()
         self._lane_models = lanes_by_model(units, plan)
         self._model_of = {i: m for m, names in self._lane_models.items() for i in names}
+        self._ready_lanes: dict[str, ReadyLane] = {}  # serving lanes ready now
+        self._ready_count = dict.fromkeys(self._lane_models, 0)  # … of each model
+        self._addresses = {node.name: node.address for node in plan.nodes}
         self._by_name = {p.instance: p for p in plan.instances}
         # what each instance waits for, worked out once: an event only re-checks these
         self._after = {p.instance: tuple(start_after(units, plan, p)) for p in plan.instances}
         self._not_started = list(plan.instances)
+        agents = {p.node for p in plan.instances if runs_on_agent(units, p)}
+        self._agent_nodes = tuple(n.name for n in plan.nodes if n.name in agents)
+        self._node_plans: dict[str, Plan] = {}
 
     # --- queries --------------------------------------------------------------------
     def host_of(self, planned: PlannedInstance) -> Host:
@@ -101,12 +109,26 @@ class RunState:
 
     def agent_nodes(self) -> tuple[str, ...]:
         """Nodes that need an agent, in plan order."""
-        nodes = {p.node for p in self.plan.instances if runs_on_agent(self.units, p)}
-        return tuple(n.name for n in self.plan.nodes if n.name in nodes)
+        return self._agent_nodes
+
+    def node_plan(self, node: str) -> Plan:
+        """What the agent of ``node`` needs of the plan: its node and its instances (which
+        carry all their specifiers need, rank 0's address included). Sent to each agent
+        instead of the whole plan, which at 1,000 nodes × 8 lanes is 2 MB per agent."""
+        if not self._node_plans:
+            nodes = {n.name: n for n in self.plan.nodes}
+            slices: dict[str, list[PlannedInstance]] = {}
+            for planned in self.plan.instances:
+                slices.setdefault(planned.node, []).append(planned)
+            self._node_plans = {
+                name: replace(self.plan, nodes=(n,), instances=tuple(slices.get(name, ())))
+                for name, n in nodes.items()
+            }
+        return self._node_plans[node]
 
     @property
     def preflight_complete(self) -> bool:
-        return set(self._preflight) >= set(self.agent_nodes())
+        return self._preflight.keys() >= set(self._agent_nodes)
 
     def is_final(self, instance: str) -> bool:
         return instance in self._final
@@ -114,6 +136,12 @@ class RunState:
     def lane_models(self) -> dict[str, str]:
         """Serving lane instance (rank 0 of a replica) → model."""
         return dict(self._model_of)
+
+    def ready_lanes(self) -> LanesUpdate:
+        """Every ready serving lane now, in plan order (what a new feed subscriber gets)."""
+        lanes = self._ready_lanes
+        ready = tuple(lanes[p.instance] for p in self.plan.instances if p.instance in lanes)
+        return LanesUpdate(ready, tuple(sorted(self._lane_models)))
 
     def status_rows(self) -> tuple[InstanceStatus, ...]:
         """One ``status`` row per planned instance, in plan order."""
@@ -211,7 +239,7 @@ class RunState:
         if event.to_state.final:
             self._final.add(event.instance)
             decisions += self._on_final(event)
-        decisions += self._publish()
+        decisions += self._publish(event.instance, event.to_state)
         decisions += self._due_starts()
         return decisions
 
@@ -238,7 +266,7 @@ class RunState:
     def _preflight_over(self, waited: float) -> list[Decision]:
         if self.outcome is not None:
             return []
-        missing = ", ".join(sorted(set(self.agent_nodes()) - set(self._preflight)))
+        missing = ", ".join(sorted(set(self._agent_nodes) - set(self._preflight)))
         if missing:
             return self._end(
                 PreflightError(f"no agent reported from node(s) {missing} within {waited:g}s")
@@ -251,6 +279,7 @@ class RunState:
         decisions: list[Decision] = []
         if ports:
             self.plan = self.plan.with_ports(ports)
+            self._node_plans = {}
             self._by_name = {p.instance: p for p in self.plan.instances}
             self._not_started = list(self.plan.instances)
             decisions.append(PlanPorted(self.plan))
@@ -277,28 +306,26 @@ class RunState:
         """``min_ready`` lanes of every model ready now (the endpoint's condition to start)."""
         endpoint = self.units.endpoint
         section = (endpoint.endpoint if endpoint else None) or EndpointSection()
-        for instances in self._lane_models.values():
-            ready = sum(1 for i in instances if self._record(i).state is InstanceState.READY)
-            if ready < section.min_ready.required(len(instances)):
+        for model, instances in self._lane_models.items():
+            if self._ready_count[model] < section.min_ready.required(len(instances)):
                 return False
         return True
 
-    def _publish(self) -> list[Decision]:
-        models = tuple(sorted(self._lane_models))
-        names = self._model_of
-        lanes = tuple(
-            ReadyLane(p.instance, names[p.instance], f"http://{self._address(p)}:{p.port}")
-            for p in self.plan.instances
-            if p.instance in names and self._record(p.instance).state is InstanceState.READY
-        )
-        update = LanesUpdate(lanes, models)
-        if update == self._lanes:
+    def _publish(self, instance: str, state: InstanceState) -> list[Decision]:
+        """A serving lane that joined or left the ready set: that change, for the feed."""
+        model = self._model_of.get(instance)
+        ready = state is InstanceState.READY
+        if model is None or ready == (instance in self._ready_lanes):
             return []
-        self._lanes = update
-        return [PublishLanes(update)]
-
-    def _address(self, planned: PlannedInstance) -> str:
-        return self.plan.node(planned.node).address
+        if not ready:
+            del self._ready_lanes[instance]
+            self._ready_count[model] -= 1
+            return [PublishLanes(LanesChanged(removed=(instance,)))]
+        planned = self._by_name[instance]
+        url = f"http://{self._addresses[planned.node]}:{planned.port}"
+        lane = self._ready_lanes[instance] = ReadyLane(instance, model, url)
+        self._ready_count[model] += 1
+        return [PublishLanes(LanesChanged(added=(lane,)))]
 
     def _forward(self, signum: int) -> list[Decision]:
         targets = [
