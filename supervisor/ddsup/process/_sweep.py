@@ -21,21 +21,31 @@ else:  # imported by the sentinel program, which put this folder on sys.path
     import _proc  # type: ignore[import-not-found,no-redef,unused-ignore]
 
 ENV_NAME = "DDSUP_INVOCATION_ID"
+NODE_ENV = "DDSUP_NODE"
 SWEEP_SECONDS = 10.0
 _POLL_SECONDS = 0.02
 
 
-def find_run_processes(invocation_id: str, *, exclude: Collection[int] = ()) -> list[int]:
-    """PIDs of live processes whose environment has ``DDSUP_INVOCATION_ID=<invocation_id>``.
+def find_run_processes(
+    invocation_id: str, *, exclude: Collection[int] = (), node: str | None = None
+) -> list[int]:
+    """PIDs of live processes whose environment has ``DDSUP_INVOCATION_ID=<invocation_id>``
+    (and ``DDSUP_NODE=<node>`` when ``node`` is given: one simulated node's processes).
 
     This process is never included. A process whose environment cannot be read (another
     user's) is not ours to end and is skipped.
     """
     wanted = invocation_id.encode()
+    wanted_node = None if node is None else node.encode()
     skip = {os.getpid(), *exclude}
     found = []
     for pid in _proc.pids():
-        if pid in skip or _proc.read_environ(pid).get(ENV_NAME.encode()) != wanted:
+        if pid in skip:
+            continue
+        environ = _proc.read_environ(pid)
+        if environ.get(ENV_NAME.encode()) != wanted:
+            continue
+        if wanted_node is not None and environ.get(NODE_ENV.encode()) != wanted_node:
             continue
         if not _proc.is_dead(pid):
             found.append(pid)
@@ -54,9 +64,12 @@ def kill_process_and_group(pid: int) -> None:
             os.killpg(pid, signal.SIGKILL)
 
 
-def sweep(invocation_id: str, *, exclude: Collection[int] = ()) -> list[int]:
-    """SIGKILL every live process of the run (and the groups they lead); the PIDs hit."""
-    hit = find_run_processes(invocation_id, exclude=exclude)
+def sweep(
+    invocation_id: str, *, exclude: Collection[int] = (), node: str | None = None
+) -> list[int]:
+    """SIGKILL every live process of the run (of its ``node`` only, when given) and the
+    groups they lead; the PIDs hit."""
+    hit = find_run_processes(invocation_id, exclude=exclude, node=node)
     for pid in hit:
         kill_process_and_group(pid)
     return hit

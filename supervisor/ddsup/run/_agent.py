@@ -5,7 +5,8 @@ process for ``--nodes N`` rehearsals). The agent connects back to the controller
 authenticated control channel, receives the plan, runs preflight, then starts, restarts,
 probes and stops its instances on command, reporting every transition. If the controller
 vanishes, the agent stops everything it runs and exits: a node never keeps lanes for a
-run that no longer exists.
+run that no longer exists. If the agent itself is SIGKILLed, its sentinel sweeps the node
+(under Slurm); a local agent has none, ``ddsup start`` sweeps for it (``_launcher``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ from ddsup.units import UnitSet, load_unit_set
 def configure_agent(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node", help="node name in the plan (default: $SLURMD_NODENAME)")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs on this node, if known")
+    parser.add_argument(
+        "--no-sentinel",
+        action="store_true",
+        help="ddsup start runs on this machine and sweeps for this agent (local launcher)",
+    )
 
 
 def run_agent(args: argparse.Namespace) -> int:
@@ -57,10 +63,12 @@ def run_agent(args: argparse.Namespace) -> int:
     node = args.node or os.environ.get("SLURMD_NODENAME")
     if not secret or not address or not node:
         raise UsageError("ddsup agent is started by ddsup start, not by hand")
-    return trio.run(_agent_main, node, address, secret, args.gpus)
+    return trio.run(_agent_main, node, address, secret, args.gpus, not args.no_sentinel)
 
 
-async def _agent_main(node: str, address: str, secret: str, gpus: int | None) -> int:
+async def _agent_main(
+    node: str, address: str, secret: str, gpus: int | None, with_sentinel: bool
+) -> int:
     # Until the signal watcher runs, a stop signal (scancel) must not kill the agent
     # half-way: nothing runs yet, and the controller will tell it to shut down.
     ignore_stop_signals()
@@ -79,14 +87,15 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
     )
     plan = setup.plan
     units = load_unit_set(run.unit_dir)
-    sentinel = start_sentinel(run.invocation_id)
+    sentinel = start_sentinel(run.invocation_id) if with_sentinel else None
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(reap_adopted_children)
             await _serve_controller(channel, node, units, plan, run, gpus)
             nursery.cancel_scope.cancel()
     finally:
-        sentinel.close()
+        if sentinel is not None:
+            sentinel.close()
         await channel.aclose()
     return 0
 

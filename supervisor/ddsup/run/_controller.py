@@ -222,7 +222,7 @@ class Controller:
         nodes = self.run.agent_nodes()
         if nodes:
             launcher = launcher_for(allocation, units, self.options.srun_args)
-            self._fleet = AgentFleet(launcher, self.state)
+            self._fleet = AgentFleet(launcher, self.state, self.invocation_id)
             try:
                 await self._fleet.launch(nodes, self._agent_env(allocation), nursery, self.feed)
             except DdsupError as err:
