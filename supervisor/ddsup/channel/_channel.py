@@ -17,9 +17,8 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from ddsup.channel._messages import ChannelError, Hello, Message, decode, encode
+from ddsup.channel._messages import MAX_LINE, ChannelError, Hello, Message, decode, encode
 
-MAX_LINE = 16 * 1024 * 1024
 HELLO_TIMEOUT = 10.0
 
 SECRET_ENV = "DDSUP_CONTROL_SECRET"

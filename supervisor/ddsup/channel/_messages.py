@@ -31,6 +31,8 @@ from ddsup.record._events import RecordedEvent, parse_event
 from ddsup.record._status import RunSnapshot
 from ddsup.units._model import EndpointSection
 
+MAX_LINE = 16 * 1024 * 1024  # the longest message a peer may send
+
 
 class ChannelError(DdsupError):
     """The peer broke the protocol, failed authentication, or vanished mid-message."""

@@ -15,10 +15,8 @@ import os
 import sys
 from pathlib import Path
 
-import trio
-
 from ddsup._errors import RunStateError
-from ddsup.channel._channel import Channel, connect_channel
+from ddsup.channel._client import request
 from ddsup.channel._messages import ChannelError, Hello, Message, Role
 from ddsup.record._events import RecordedEvent, read_events
 from ddsup.record._outcome import Outcome
@@ -56,33 +54,18 @@ def events_of(state: StateDir) -> list[RecordedEvent]:
 
 
 # --- the control channel ------------------------------------------------------------------
-async def connect(state: StateDir) -> Channel | None:
-    """An authenticated channel to the live run; None when nothing answers there."""
+def ask(state: StateDir, message: Message) -> Message | None:
+    """One request to the live run (a blocking exchange: no event loop to start); None
+    when the run is finished or does not answer (killed, or its channel is out of reach)."""
     control = state.read_run().control
     if control is None or state.result.exists():
         return None
     try:
         secret = state.secret.read_text().strip()
         hello = Hello(Role.CONTROL, secret)
-        return await connect_channel(f"{control.host}:{control.port}", hello)
+        return request((control.host, control.port), hello, message, ASK_TIMEOUT)
     except (OSError, ChannelError):
         return None
-
-
-async def ask(state: StateDir, message: Message) -> Message | None:
-    """Send one request to the live run; None when the run is no longer reachable."""
-    channel = await connect(state)
-    if channel is None:
-        return None
-    try:
-        await channel.send(message)
-        with trio.move_on_after(ASK_TIMEOUT):
-            return await channel.receive()
-        return None
-    except (ChannelError, trio.BrokenResourceError, OSError):
-        return None
-    finally:
-        await channel.aclose()
 
 
 def summary(result: Outcome) -> str:

@@ -9,9 +9,9 @@ import signal
 import trio
 
 from ddsup._errors import RunStateError
-from ddsup.channel._channel import Channel
-from ddsup.channel._messages import ChannelError, StopAnswer, StopRequest
-from ddsup.ops._run_handle import add_state_dir, connect, find_state, summary
+from ddsup.channel._channel import Channel, connect_channel
+from ddsup.channel._messages import ChannelError, Hello, Role, StopAnswer, StopRequest
+from ddsup.ops._run_handle import add_state_dir, find_state, summary
 from ddsup.record._state_dir import RunInfo, StateDir
 
 RESULT_WAIT = 30.0  # after the controller closed its channel: sweep (≤ 5 s) + result.json
@@ -54,6 +54,19 @@ async def _stop(state: StateDir, wait: bool) -> int:
     if wait:
         await _report_end(state, name)
     return 0
+
+
+async def connect(state: StateDir) -> Channel | None:
+    """An authenticated channel to the live run; None when nothing answers there."""
+    control = state.read_run().control
+    if control is None or state.result.exists():
+        return None
+    try:
+        secret = state.secret.read_text().strip()
+        hello = Hello(Role.CONTROL, secret)
+        return await connect_channel(f"{control.host}:{control.port}", hello)
+    except (OSError, ChannelError):
+        return None
 
 
 async def _stop_unreachable(state: StateDir, run: RunInfo, name: str, wait: bool) -> int:

@@ -10,8 +10,8 @@ what.
 
 from __future__ import annotations
 
+from ddsup._exit import ExitStatus as ExitStatus
 from ddsup.process._child import ChildProcess as ChildProcess
-from ddsup.process._child import ExitStatus as ExitStatus
 from ddsup.process._child import SpawnError as SpawnError
 from ddsup.process._child import identity_of as identity_of
 from ddsup.process._child import spawn as spawn

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from ddsup.process import ExitStatus
+from ddsup._exit import ExitStatus
 from ddsup.record._outcome import Outcome, exit_from_json
 from ddsup.record._states import InstanceState
 

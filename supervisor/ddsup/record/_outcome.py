@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddsup._errors import DdsupError, ReadinessTimeout, ResultStatus, UnitFailed
-from ddsup.process import ExitStatus
+from ddsup._exit import ExitStatus
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ddsup.process import ExitStatus
+from ddsup._exit import ExitStatus
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import exit_from_json
 from ddsup.record._states import InstanceState

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddsup._errors import DdsupError
+from ddsup._exit import ExitStatus
 from ddsup.channel._messages import LanesChanged, PreflightReport
 from ddsup.plan._model import Plan
-from ddsup.process import ExitStatus
 from ddsup.record._events import RecordedEvent, RunLifecycle
 from ddsup.record._outcome import Outcome
 
