@@ -14,7 +14,7 @@ import math
 import socket
 import ssl
 import struct
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 
@@ -22,7 +22,7 @@ import h11
 import httpx
 import trio
 
-from ddsup.endpoint import EndpointConfig, LaneInfo, LaneTable, serve_endpoint
+from ddsup.endpoint import EndpointConfig, LaneInfo, LaneTable, open_endpoint
 
 TEST_CONFIG = EndpointConfig(
     bind="127.0.0.1",
@@ -270,10 +270,16 @@ def closed_port() -> int:
 
 @dataclass
 class Running:
-    """An endpoint serving in the test's nursery, and its fake lanes."""
+    """An endpoint serving in the test's nursery, and its fake lanes.
+
+    After changing ``table`` (or waiting for a sample in it), ``await synced()`` before
+    sending: with several workers the change reaches them over their link.
+    """
 
     url: str
     table: LaneTable
+    synced: Callable[[], Awaitable[None]]
+    pids: tuple[int, ...]
     lanes: list[FakeLane] = field(default_factory=list)
 
 
@@ -282,14 +288,16 @@ async def running_endpoint(
     lanes: list[FakeLane],
     *,
     extra: Sequence[LaneInfo] = (),
+    workers: int = 1,
     **overrides: object,
 ) -> AsyncIterator[Running]:
     """Start ``lanes`` and an endpoint over them (plus ``extra`` lane infos); stop all after."""
-    config = replace(TEST_CONFIG, **overrides)  # type: ignore[arg-type]
+    config = replace(TEST_CONFIG, workers=workers, **overrides)  # type: ignore[arg-type]
     async with trio.open_nursery() as nursery:
         for lane in lanes:
             await nursery.start(lane.serve)
         table = LaneTable([*(lane.info for lane in lanes), *extra])
-        port = await nursery.start(serve_endpoint, config, table)
-        yield Running(f"http://127.0.0.1:{port}", table, lanes)
+        async with open_endpoint(config, table) as serving:
+            url = f"http://127.0.0.1:{serving.port}"
+            yield Running(url, table, serving.synced, serving.pids, lanes)
         nursery.cancel_scope.cancel()

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import trio
@@ -20,11 +21,13 @@ from ddsup.units._model import EndpointSection
 ENDPOINT = [sys.executable, "-m", "ddsup", "endpoint", "--bind", "127.0.0.1", "--port", "0"]
 
 
-async def test_cli_serves_a_static_lane_table_and_stops_on_sigterm() -> None:
+async def test_cli_serves_a_static_lane_table_and_stops_on_sigterm(workers: int) -> None:
     lane = FakeLane("a", "llama")
     env = {**os.environ, "TEST_ENDPOINT_KEY": "k3y"}
     argv = [
         *ENDPOINT,
+        "--workers",
+        str(workers),
         "--lane",
         "llama=http://127.0.0.1:{port}",
         "--api-key-env",
@@ -37,7 +40,7 @@ async def test_cli_serves_a_static_lane_table_and_stops_on_sigterm() -> None:
         try:
             assert proc.stdout is not None
             line = b""
-            with trio.fail_after(10):
+            with trio.fail_after(30):
                 while not line.endswith(b"\n"):
                     chunk = await proc.stdout.receive_some(1)
                     assert chunk, "the endpoint exited before printing its URL"
@@ -71,6 +74,8 @@ async def test_cli_serves_a_static_lane_table_and_stops_on_sigterm() -> None:
         (["--retry-after", "soon"], b"bad duration"),
         (["--api-key-env", "DDSUP_TEST_SURELY_UNSET"], b"DDSUP_TEST_SURELY_UNSET"),
         (["--retries", "-1"], b"retries"),
+        (["--workers", "0"], b'write a count >= 1 or "auto"'),
+        (["--workers", "all"], b'write a count >= 1 or "auto"'),
     ],
 )
 async def test_cli_usage_errors_exit_64(args: list[str], message: bytes) -> None:
@@ -86,7 +91,8 @@ def _states(*outstanding: int) -> list[object]:
     )
     states = table.ready("m")
     for state, n in zip(states, outstanding, strict=True):
-        state.outstanding = n
+        for _ in range(n):
+            state.begin()
     return list(states)
 
 
@@ -123,16 +129,20 @@ def test_parse_waiting() -> None:
 
 
 def test_config_from_unit_section_never_shows_the_key() -> None:
-    section = EndpointSection(port=9100, max_queue_per_lane=7, retries=1, retry_after=2.0)
+    section = EndpointSection(
+        port=9100, max_queue_per_lane=7, retries=1, retry_after=2.0, workers=None
+    )
     config = EndpointConfig.from_section(section, api_key="secret-value")
     assert (config.port, config.max_queue_per_lane, config.retries) == (9100, 7, 1)
+    assert config.workers is None
+    assert config.worker_count() == len(os.sched_getaffinity(0))
     assert config.retry_after == 2.0
     assert config.api_key == "secret-value"
     assert "secret-value" not in repr(config)
 
 
 async def test_serve_follows_its_feeder_and_ends_with_it(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], workers: int
 ) -> None:
     lane = FakeLane("a")
     fed, finish, served = trio.Event(), trio.Event(), trio.Event()
@@ -143,16 +153,22 @@ async def test_serve_follows_its_feeder_and_ends_with_it(
         await finish.wait()  # the controller's feed ends: the endpoint must end too
 
     async def run_serve() -> None:
-        await serve(TEST_CONFIG, LaneTable(), feeder)
+        await serve(replace(TEST_CONFIG, workers=workers), table, feeder, paced_gc=False)
         served.set()
 
+    table = LaneTable()
     async with trio.open_nursery() as nursery:
         await nursery.start(lane.serve)
         nursery.start_soon(run_serve)
-        with trio.fail_after(5):
+        with trio.fail_after(30):
             await fed.wait()
-        url = capsys.readouterr().out.split()[-1]
+            while "listening" not in (out := capsys.readouterr().out):  # noqa: ASYNC110
+                await trio.sleep(0.01)  # serve prints once it serves: no event to await
+        url = out.split()[-1]
         async with http_client() as client:
+            with trio.fail_after(10):  # the fed lane reaches the workers: probe, as ddsup does
+                while (await client.get(f"{url}/health")).status_code != 200:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
             response = await client.post(f"{url}/v1/completions", json={"model": "m"})
         assert response.json()["lane"] == "a"
         finish.set()

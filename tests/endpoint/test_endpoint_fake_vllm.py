@@ -7,11 +7,12 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import trio
 from endpoint_fakes import TEST_CONFIG, http_client
 
-from ddsup.endpoint import LaneInfo, LaneTable, serve_endpoint
+from ddsup.endpoint import LaneInfo, LaneTable, open_endpoint
 
 
 @asynccontextmanager
@@ -38,12 +39,12 @@ async def fake_vllm(model: str, *extra: str) -> AsyncIterator[str]:
         await proc.stdout.aclose()
 
 
-async def test_completions_and_streams_through_fake_vllm() -> None:
+async def test_completions_and_streams_through_fake_vllm(workers: int) -> None:
     async with fake_vllm("m", "--lane-id", "one") as one, fake_vllm("m", "--lane-id", "two") as two:
         table = LaneTable([LaneInfo("one", "m", one), LaneInfo("two", "m", two)])
-        async with trio.open_nursery() as nursery, http_client() as client:
-            port = await nursery.start(serve_endpoint, TEST_CONFIG, table)
-            url = f"http://127.0.0.1:{port}/v1"
+        config = replace(TEST_CONFIG, workers=workers)
+        async with open_endpoint(config, table) as serving, http_client() as client:
+            url = f"http://127.0.0.1:{serving.port}/v1"
             body = {"model": "m", "prompt": "hello", "max_tokens": 4}
             lanes = set()
             for _ in range(4):
@@ -67,4 +68,3 @@ async def test_completions_and_streams_through_fake_vllm() -> None:
             with trio.fail_after(5):
                 while any(s.waiting is None for s in table.states()):  # noqa: ASYNC110
                     await trio.sleep(0.02)  # the sampler reads fake-vllm's real /metrics
-            nursery.cancel_scope.cancel()

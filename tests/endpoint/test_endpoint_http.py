@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -55,20 +56,23 @@ def test_public_surface_is_pinned() -> None:
         "EndpointConfig",
         "LaneInfo",
         "LaneTable",
+        "Serving",
         "configure_endpoint",
+        "open_endpoint",
         "run_endpoint",
         "serve",
         "serve_endpoint",
     }
 
 
-async def test_typed_errors() -> None:
+async def test_typed_errors(workers: int) -> None:
     lane = FakeLane("a", "llama")
     async with (
-        running_endpoint([lane], max_body_bytes=1000) as ep,
+        running_endpoint([lane], max_body_bytes=1000, workers=workers) as ep,
         http_client() as client,
     ):
         ep.table.declare_models(["qwen"])
+        await ep.synced()
         url = f"{ep.url}/v1/completions"
         cases = [
             (await client.post(url, json={"model": "nope"}), 404, "model_not_found"),
@@ -95,9 +99,12 @@ async def test_typed_errors() -> None:
         assert health.json()["ready_lanes"] == {"llama": 1, "qwen": 0}
 
 
-async def test_bearer_token_is_required_when_configured() -> None:
+async def test_bearer_token_is_required_when_configured(workers: int) -> None:
     lane = FakeLane("a")
-    async with running_endpoint([lane], api_key="s3cret") as ep, http_client() as client:
+    async with (
+        running_endpoint([lane], api_key="s3cret", workers=workers) as ep,
+        http_client() as client,
+    ):
         url = f"{ep.url}/v1/completions"
         missing = await client.post(url, json={"model": "m"})
         wrong = await client.post(url, json={"model": "m"}, headers={"authorization": "Bearer x"})
@@ -114,10 +121,10 @@ async def test_bearer_token_is_required_when_configured() -> None:
         assert lane.completions == 1
 
 
-async def test_hostile_clients_do_not_hurt_the_endpoint() -> None:
+async def test_hostile_clients_do_not_hurt_the_endpoint(workers: int) -> None:
     lane = FakeLane("a")
     async with (
-        running_endpoint([lane], max_body_bytes=1 << 20) as ep,
+        running_endpoint([lane], max_body_bytes=1 << 20, workers=workers) as ep,
         http_client() as client,
     ):
         garbage = await raw_exchange(ep.url, b"GARBAGE\r\n\r\n")
@@ -148,10 +155,10 @@ async def test_hostile_clients_do_not_hurt_the_endpoint() -> None:
         ).status_code == 200
 
 
-async def test_slowloris_is_cut_off_while_others_are_served() -> None:
+async def test_slowloris_is_cut_off_while_others_are_served(workers: int) -> None:
     lane = FakeLane("a")
     async with (
-        running_endpoint([lane], client_header_timeout=0.5) as ep,
+        running_endpoint([lane], client_header_timeout=0.5, workers=workers) as ep,
         http_client() as client,
     ):
         slow = await trio.open_tcp_stream("127.0.0.1", port_of(ep.url))
@@ -171,31 +178,50 @@ async def test_slowloris_is_cut_off_while_others_are_served() -> None:
             assert trio.current_time() - start < 2.0
 
 
+BUG = """\
+import ddsup.endpoint._routes as routes
+
+_model_of = routes._model_of
+
+
+def broken(body):
+    if b'"boom"' in body:
+        raise RuntimeError("boom")
+    return _model_of(body)
+
+
+routes._model_of = broken
+"""
+
+
 async def test_a_bug_answers_500_and_the_server_keeps_serving(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workers: int
 ) -> None:
+    """A request that hits a bug gets a typed 500 and the endpoint serves on.
+
+    The bug is planted in this process and, through a ``sitecustomize`` module on
+    ``PYTHONPATH`` that every new interpreter runs, in the endpoint's worker processes.
+    """
+    (tmp_path / "sitecustomize.py").write_text(BUG)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    namespace: dict[str, object] = {}
+    exec(compile(BUG, "sitecustomize.py", "exec"), namespace)
+    monkeypatch.setattr(_routes, "_model_of", namespace["broken"])
     lane = FakeLane("a")
-    async with running_endpoint([lane]) as ep, http_client() as client:
-
-        def broken(body: bytes) -> str:
-            raise RuntimeError("boom")
-
-        with monkeypatch.context() as patch:
-            patch.setattr(_routes, "_model_of", broken)
-            response = await client.post(f"{ep.url}/v1/completions", json={"model": "m"})
+    async with running_endpoint([lane], workers=workers) as ep, http_client() as client:
+        url = f"{ep.url}/v1/completions"
+        response = await client.post(url, json={"model": "boom"})
         assert response.status_code == 500
         assert error_of(response)["type"] == "internal_error"
         assert "boom" not in response.text
         assert "Traceback" not in response.text
-        assert (
-            await client.post(f"{ep.url}/v1/completions", json={"model": "m"})
-        ).status_code == 200
+        assert (await client.post(url, json={"model": "m"})).status_code == 200
 
 
-async def test_stream_passes_chunk_by_chunk() -> None:
+async def test_stream_passes_chunk_by_chunk(workers: int) -> None:
     lane = FakeLane("a")
     lane.chunks, lane.gated = 4, True
-    async with running_endpoint([lane]) as ep, http_client() as client:
+    async with running_endpoint([lane], workers=workers) as ep, http_client() as client:
         body = {"model": "m", "stream": True}
         async with client.stream("POST", f"{ep.url}/v1/completions", json=body) as response:
             assert response.status_code == 200
@@ -211,29 +237,31 @@ async def test_stream_passes_chunk_by_chunk() -> None:
         assert events[4] == b"data: [DONE]"
 
 
-async def test_no_retry_once_the_stream_began() -> None:
+async def test_no_retry_once_the_stream_began(workers: int) -> None:
     dying, other = FakeLane("dying"), FakeLane("other")
     for lane in (dying, other):
         lane.chunks, lane.die_after = 5, 2
     other.die_after = None
-    async with running_endpoint([dying, other]) as ep, http_client() as client:
+    async with running_endpoint([dying, other], workers=workers) as ep, http_client() as client:
         ep.table.set_ready([dying.info])  # the first attempt must land on the dying lane
         ep.table.add(other.info)
-        ep.table.ready("m")[1].outstanding += 1  # make "other" look busier
+        ep.table.ready("m")[1].begin()  # make "other" look busier
+        await ep.synced()
         body = {"model": "m", "stream": True}
         received: list[bytes] = []
         with pytest.raises(httpx.RemoteProtocolError):
             await read_stream(client, f"{ep.url}/v1/completions", body, received)
-        ep.table.ready("m")[1].outstanding -= 1
+        ep.table.ready("m")[1].end()
         assert b"".join(received).count(b"data: ") == 2
         assert other.completions == 0
         assert dying.completions == 1
 
 
-async def test_client_hangup_mid_stream_cancels_the_lane_request() -> None:
+async def test_client_hangup_mid_stream_cancels_the_lane_request(workers: int) -> None:
     lane = FakeLane("a")
     lane.chunks, lane.gated = 10, True
-    async with running_endpoint([lane]) as ep:
+    # a long lane timeout: only noticing the hang-up can end the request in time
+    async with running_endpoint([lane], workers=workers, upstream_timeout=60.0) as ep:
         body = b'{"model":"m","stream":true}'
         head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
         stream = await trio.open_tcp_stream("127.0.0.1", port_of(ep.url))
@@ -252,10 +280,10 @@ async def test_client_hangup_mid_stream_cancels_the_lane_request() -> None:
                 await trio.sleep(0.005)
 
 
-async def test_client_hangup_while_waiting_cancels_the_lane_request() -> None:
+async def test_client_hangup_while_waiting_cancels_the_lane_request(workers: int) -> None:
     lane = FakeLane("a")
     lane.hold = trio.Event()
-    async with running_endpoint([lane]) as ep:
+    async with running_endpoint([lane], workers=workers, upstream_timeout=60.0) as ep:
         request = (
             b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 13\r\n\r\n{"model":"m"}'
         )
@@ -267,10 +295,13 @@ async def test_client_hangup_while_waiting_cancels_the_lane_request() -> None:
             await lane.disconnected.wait()
 
 
-async def test_process_cap_answers_429() -> None:
+async def test_process_cap_answers_429(workers: int) -> None:
     lane = FakeLane("a")
     lane.hold = trio.Event()
-    async with running_endpoint([lane], max_concurrent=1) as ep, http_client() as client:
+    async with (
+        running_endpoint([lane], max_concurrent=1, workers=workers) as ep,
+        http_client() as client,
+    ):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(
                 partial(client.post, f"{ep.url}/v1/completions", json={"model": "m"})
@@ -284,7 +315,7 @@ async def test_process_cap_answers_429() -> None:
         assert lane.completions == 1
 
 
-async def test_hop_by_hop_headers_are_stripped_both_ways() -> None:
+async def test_hop_by_hop_headers_are_stripped_both_ways(workers: int) -> None:
     lane = FakeLane("a")
     lane.headers = [
         (b"keep-alive", b"timeout=1"),
@@ -293,7 +324,7 @@ async def test_hop_by_hop_headers_are_stripped_both_ways() -> None:
         (b"connection", b"x-private"),
         (b"x-private", b"1"),
     ]
-    async with running_endpoint([lane]) as ep, http_client() as client:
+    async with running_endpoint([lane], workers=workers) as ep, http_client() as client:
         headers = {
             "connection": "keep-alive, x-drop",
             "x-drop": "1",
@@ -316,9 +347,9 @@ async def test_hop_by_hop_headers_are_stripped_both_ways() -> None:
             assert name not in response.headers
 
 
-async def test_metrics_are_prometheus_text() -> None:
+async def test_metrics_are_prometheus_text(workers: int) -> None:
     lane = FakeLane("a")
-    async with running_endpoint([lane]) as ep, http_client() as client:
+    async with running_endpoint([lane], workers=workers) as ep, http_client() as client:
         await client.post(f"{ep.url}/v1/completions", json={"model": "m"})
         await client.post(f"{ep.url}/v1/completions", json={"model": "zzz"})
         text = (await client.get(f"{ep.url}/metrics")).text
@@ -332,9 +363,9 @@ async def test_metrics_are_prometheus_text() -> None:
     assert "ddsup_endpoint_lane_outstanding" in families
 
 
-async def test_get_answers_keep_the_connection_open() -> None:
+async def test_get_answers_keep_the_connection_open(workers: int) -> None:
     lane = FakeLane("a")
-    async with running_endpoint([lane]) as ep:
+    async with running_endpoint([lane], workers=workers) as ep:
         stream = await trio.open_tcp_stream("127.0.0.1", port_of(ep.url))
         async with stream:
             received = b""

@@ -8,11 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddsup.endpoint._http1 import BodyDecoder, ProtocolError, parse_head, split_head
+from ddsup.endpoint._http1 import BodyDecoder, ProtocolError, ResponseHead, parse_head, split_head
+
+
+def parsed(head: bytes) -> ResponseHead:
+    """``head`` (status line and headers) with its blank line, parsed."""
+    return parse_head(head + b"\r\n\r\n")
 
 
 def decode(head: bytes, pieces: list[bytes]) -> tuple[bytes, BodyDecoder]:
-    decoder = BodyDecoder(parse_head(head))
+    decoder = BodyDecoder(parsed(head))
     return b"".join(decoder.feed(p) for p in pieces), decoder
 
 
@@ -31,8 +36,8 @@ def test_head_is_split_and_parsed() -> None:
     assert (head.status, head.reason, rest) == (200, b"OK", b"body")
     assert head.headers == [(b"content-type", b"text/plain"), (b"x-a", b"spaced")]
     assert head.keep_alive()
-    assert not parse_head(b"HTTP/1.0 200 OK").keep_alive()
-    assert not parse_head(b"HTTP/1.1 200 OK\r\nConnection: close").keep_alive()
+    assert not parsed(b"HTTP/1.0 200 OK").keep_alive()
+    assert not parsed(b"HTTP/1.1 200 OK\r\nConnection: close").keep_alive()
 
 
 @pytest.mark.parametrize(
@@ -43,11 +48,15 @@ def test_head_is_split_and_parsed() -> None:
         b"garbage",
         b"HTTP/1.1 200 OK\r\nno colon",
         b"HTTP/1.1 200 OK\r\n folded: x",
+        b"HTTP/1.1 200 O\x01K",
+        b"HTTP/1.1 200 OK\r\nX: a\rb",
+        b"HTTP/1.1 200 OK\r\nX: a\x00b",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ntransfer-encoding: chunked",
     ],
 )
 def test_bad_heads_are_protocol_errors(head: bytes) -> None:
     with pytest.raises(ProtocolError):
-        parse_head(head)
+        parsed(head)
 
 
 def test_content_length_framing() -> None:
@@ -59,8 +68,8 @@ def test_content_length_framing() -> None:
     with pytest.raises(ProtocolError):
         short.eof()
     with pytest.raises(ProtocolError):
-        BodyDecoder(parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2"))
-    empty = BodyDecoder(parse_head(b"HTTP/1.1 204 No Content"))
+        BodyDecoder(parsed(b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2"))
+    empty = BodyDecoder(parsed(b"HTTP/1.1 204 No Content"))
     assert empty.done
 
 
@@ -88,7 +97,7 @@ def test_chunked_decodes_whatever_the_read_boundaries(parts: list[bytes], cuts: 
 
 @pytest.mark.parametrize("framed", [b"zz\r\n", b"-5\r\nhello\r\n", b"3\r\nabcdef\r\n0\r\n\r\n"])
 def test_bad_chunk_framing_is_a_protocol_error(framed: bytes) -> None:
-    decoder = BodyDecoder(parse_head(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked"))
+    decoder = BodyDecoder(parsed(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked"))
     with pytest.raises(ProtocolError):
         decoder.feed(framed)
 
@@ -98,3 +107,45 @@ def test_truncated_chunked_body_is_detected_at_eof() -> None:
     assert body == b"hel"
     with pytest.raises(ProtocolError):
         decoder.eof()
+
+
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked"
+
+
+def canonical(body_parts: list[bytes]) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in body_parts if p) + b"0\r\n\r\n"
+
+
+@given(
+    parts=st.lists(st.binary(min_size=0, max_size=40), max_size=8),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=10),
+    extensions=st.booleans(),
+)
+def test_scan_relays_canonical_chunks_as_they_came(
+    parts: list[bytes], cuts: list[int], extensions: bool
+) -> None:
+    """What a fast-path client gets is the lane's bytes; odd framing lines are rewritten."""
+    framed = chunked(parts) if extensions else canonical(parts)
+    bounds = sorted({min(c, len(framed)) for c in cuts} | {0, len(framed)})
+    decoder = BodyDecoder(parsed(CHUNKED_HEAD))
+    relayed = b"".join(decoder.scan(framed[a:b]) for a, b in itertools.pairwise(bounds))
+    assert decoder.done
+    assert decoder.reusable
+    assert relayed == canonical(parts)  # extensions and trailers dropped, the rest verbatim
+    if not extensions:
+        assert relayed == framed
+
+
+def test_scan_passes_a_clean_read_without_copying_it() -> None:
+    decoder = BodyDecoder(parsed(CHUNKED_HEAD))
+    read = b"5\r\nhello\r\n"
+    assert decoder.scan(read) is read
+    assert decoder.scan(b"0\r\n\r\n") == b"0\r\n\r\n"
+    assert decoder.done
+
+
+def test_scan_cuts_what_follows_the_body() -> None:
+    decoder = BodyDecoder(parsed(CHUNKED_HEAD))
+    assert decoder.scan(b"2\r\nhi\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n") == b"2\r\nhi\r\n0\r\n\r\n"
+    assert decoder.done
+    assert not decoder.reusable

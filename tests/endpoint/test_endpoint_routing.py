@@ -6,7 +6,14 @@ from typing import Any
 
 import httpx
 import trio
-from endpoint_fakes import FakeLane, closed_port, http_client, running_endpoint, wait_until
+from endpoint_fakes import (
+    FakeLane,
+    Running,
+    closed_port,
+    http_client,
+    running_endpoint,
+    wait_until,
+)
 
 from ddsup.endpoint import LaneInfo
 
@@ -19,9 +26,9 @@ async def post(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> htt
     return await client.post(f"{url}/v1/completions", json=body)
 
 
-async def test_routes_by_model_and_lists_models() -> None:
+async def test_routes_by_model_and_lists_models(workers: int) -> None:
     lanes = [FakeLane("a", "llama"), FakeLane("b", "qwen")]
-    async with running_endpoint(lanes) as ep, http_client() as client:
+    async with running_endpoint(lanes, workers=workers) as ep, http_client() as client:
         for model, lane in (("llama", "a"), ("qwen", "b"), ("llama", "a")):
             response = await post(client, ep.url, completion(model))
             assert response.status_code == 200
@@ -40,11 +47,11 @@ async def test_routes_by_model_and_lists_models() -> None:
         assert all(m["object"] == "model" for m in models["data"])
 
 
-async def test_least_outstanding_lane_gets_the_next_request() -> None:
+async def test_least_outstanding_lane_gets_the_next_request(workers: int) -> None:
     lanes = [FakeLane("a"), FakeLane("b")]
     for lane in lanes:
         lane.hold = trio.Event()
-    async with running_endpoint(lanes) as ep, http_client() as client:
+    async with running_endpoint(lanes, workers=workers) as ep, http_client() as client:
         results: list[int] = []
 
         async def send() -> None:
@@ -65,10 +72,10 @@ async def test_least_outstanding_lane_gets_the_next_request() -> None:
         assert results == [200] * 4
 
 
-async def test_busy_lane_is_avoided_while_others_are_idle() -> None:
+async def test_busy_lane_is_avoided_while_others_are_idle(workers: int) -> None:
     a, b = FakeLane("a"), FakeLane("b")
     a.hold, b.hold = trio.Event(), trio.Event()
-    async with running_endpoint([a, b]) as ep, http_client() as client:
+    async with running_endpoint([a, b], workers=workers) as ep, http_client() as client:
         done: list[str] = []
         first_done = trio.Event()
 
@@ -94,18 +101,18 @@ async def test_busy_lane_is_avoided_while_others_are_idle() -> None:
         assert sorted(done) == ["a", "b"]
 
 
-async def test_round_robin_on_ties() -> None:
+async def test_round_robin_on_ties(workers: int) -> None:
     lanes = [FakeLane("a"), FakeLane("b"), FakeLane("c")]
-    async with running_endpoint(lanes) as ep, http_client() as client:
+    async with running_endpoint(lanes, workers=workers) as ep, http_client() as client:
         order = [(await post(client, ep.url, completion())).json()["lane"] for _ in range(9)]
     for i in range(0, 9, 3):
         assert sorted(order[i : i + 3]) == ["a", "b", "c"], order
 
 
-async def test_retries_distinct_lanes_on_retryable_answers() -> None:
+async def test_retries_distinct_lanes_on_retryable_answers(workers: int) -> None:
     lanes = [FakeLane("a"), FakeLane("b"), FakeLane("c")]
     lanes[0].status, lanes[1].status = 503, 429
-    async with running_endpoint(lanes, retries=2) as ep, http_client() as client:
+    async with running_endpoint(lanes, retries=2, workers=workers) as ep, http_client() as client:
         for _ in range(6):
             response = await post(client, ep.url, completion())
             assert response.status_code == 200
@@ -118,11 +125,11 @@ async def test_retries_distinct_lanes_on_retryable_answers() -> None:
         assert 'ddsup_endpoint_retries_total{model="m"}' in metrics
 
 
-async def test_retries_are_bounded_and_never_repeat_a_lane() -> None:
+async def test_retries_are_bounded_and_never_repeat_a_lane(workers: int) -> None:
     lanes = [FakeLane("a"), FakeLane("b"), FakeLane("c")]
     for lane in lanes:
         lane.status = 502
-    async with running_endpoint(lanes, retries=1) as ep, http_client() as client:
+    async with running_endpoint(lanes, retries=1, workers=workers) as ep, http_client() as client:
         response = await post(client, ep.url, completion())
         assert response.status_code == 502
         error = response.json()["error"]
@@ -133,25 +140,28 @@ async def test_retries_are_bounded_and_never_repeat_a_lane() -> None:
     lanes = [FakeLane("a"), FakeLane("b")]
     for lane in lanes:
         lane.status = 504
-    async with running_endpoint(lanes, retries=5) as ep, http_client() as client:
+    async with running_endpoint(lanes, retries=5, workers=workers) as ep, http_client() as client:
         response = await post(client, ep.url, completion())
         assert response.status_code == 502
         assert [lane.completions for lane in lanes] == [1, 1]
 
 
-async def test_non_retryable_answer_passes_through_untouched() -> None:
+async def test_non_retryable_answer_passes_through_untouched(workers: int) -> None:
     a, b = FakeLane("a"), FakeLane("b")
     a.status = b.status = 400
-    async with running_endpoint([a, b]) as ep, http_client() as client:
+    async with running_endpoint([a, b], workers=workers) as ep, http_client() as client:
         response = await post(client, ep.url, completion())
         assert response.status_code == 400
         assert a.completions + b.completions == 1
 
 
-async def test_refused_lane_costs_no_client_error() -> None:
+async def test_refused_lane_costs_no_client_error(workers: int) -> None:
     good = FakeLane("good")
     dead = LaneInfo("dead", "m", f"http://127.0.0.1:{closed_port()}")
-    async with running_endpoint([good], extra=[dead]) as ep, http_client() as client:
+    async with (
+        running_endpoint([good], extra=[dead], workers=workers) as ep,
+        http_client() as client,
+    ):
         for _ in range(6):
             response = await post(client, ep.url, completion())
             assert response.status_code == 200
@@ -160,13 +170,13 @@ async def test_refused_lane_costs_no_client_error() -> None:
         assert 'ddsup_endpoint_upstream_errors_total{lane="dead",kind="refused"}' in metrics
 
 
-async def test_reset_and_timeout_before_answering_are_retried() -> None:
+async def test_reset_and_timeout_before_answering_are_retried(workers: int) -> None:
     reset, slow, good = FakeLane("reset"), FakeLane("slow"), FakeLane("good")
     reset.reset = True
     slow.hang = True
     lanes = [reset, slow, good]
     async with (
-        running_endpoint(lanes, upstream_timeout=0.3) as ep,
+        running_endpoint(lanes, upstream_timeout=0.3, workers=workers) as ep,
         http_client() as client,
     ):
         for _ in range(3):
@@ -178,11 +188,11 @@ async def test_reset_and_timeout_before_answering_are_retried() -> None:
         assert slow.completions <= 3
 
 
-async def test_all_queues_full_answers_429_with_retry_after() -> None:
+async def test_all_queues_full_answers_429_with_retry_after(workers: int) -> None:
     a, b = FakeLane("a"), FakeLane("b")
     a.hold = b.hold = trio.Event()
     async with (
-        running_endpoint([a, b], max_queue_per_lane=1, retry_after=2.5) as ep,
+        running_endpoint([a, b], max_queue_per_lane=1, retry_after=2.5, workers=workers) as ep,
         http_client() as client,
     ):
         async with trio.open_nursery() as nursery:
@@ -202,56 +212,58 @@ async def test_all_queues_full_answers_429_with_retry_after() -> None:
         assert (await post(client, ep.url, completion())).status_code == 200
 
 
-async def test_lane_reporting_a_full_queue_is_skipped() -> None:
+async def test_lane_reporting_a_full_queue_is_skipped(workers: int) -> None:
     full, idle = FakeLane("full"), FakeLane("idle")
     full.waiting = 4
     async with (
-        running_endpoint([full, idle], max_queue_per_lane=4) as ep,
+        running_endpoint([full, idle], max_queue_per_lane=4, workers=workers) as ep,
         http_client() as client,
     ):
-        await _wait_sampled(ep.table, "full", 4)
+        await _wait_sampled(ep, "full", 4)
         for _ in range(4):
             assert (await post(client, ep.url, completion())).json()["lane"] == "idle"
         assert full.completions == 0
         idle.waiting = 9
-        await _wait_sampled(ep.table, "idle", 9)
+        await _wait_sampled(ep, "idle", 9)
         response = await post(client, ep.url, completion())
         assert response.status_code == 429
         assert full.completions == 0
 
 
-async def test_failed_or_missing_metrics_fall_back_and_recover() -> None:
+async def test_failed_or_missing_metrics_fall_back_and_recover(workers: int) -> None:
     a, b = FakeLane("a"), FakeLane("b")
     a.waiting = 50
     async with (
-        running_endpoint([a, b], max_queue_per_lane=8) as ep,
+        running_endpoint([a, b], max_queue_per_lane=8, workers=workers) as ep,
         http_client() as client,
     ):
-        await _wait_sampled(ep.table, "a", 50)
+        await _wait_sampled(ep, "a", 50)
         assert {(await post(client, ep.url, completion())).json()["lane"] for _ in range(4)} == {
             "b"
         }
         a.metrics_status = 500  # /metrics breaks: the sample is dropped, a serves again
-        await _wait_sampled(ep.table, "a", None)
+        await _wait_sampled(ep, "a", None)
         lanes = {(await post(client, ep.url, completion())).json()["lane"] for _ in range(4)}
         assert lanes == {"a", "b"}
         a.metrics_status = 200  # the next good sample counts again
-        await _wait_sampled(ep.table, "a", 50)
+        await _wait_sampled(ep, "a", 50)
         lanes = {(await post(client, ep.url, completion())).json()["lane"] for _ in range(4)}
         assert lanes == {"b"}
         a.waiting = None  # /metrics without the gauge: no sample either
-        await _wait_sampled(ep.table, "a", None)
+        await _wait_sampled(ep, "a", None)
         lanes = {(await post(client, ep.url, completion())).json()["lane"] for _ in range(4)}
         assert lanes == {"a", "b"}
 
 
-async def test_lane_table_changes_take_effect_at_once() -> None:
+async def test_lane_table_changes_take_effect_at_once(workers: int) -> None:
     a, b = FakeLane("a"), FakeLane("b")
-    async with running_endpoint([a, b]) as ep, http_client() as client:
+    async with running_endpoint([a, b], workers=workers) as ep, http_client() as client:
         ep.table.set_ready([b.info])
+        await ep.synced()
         lanes = {(await post(client, ep.url, completion())).json()["lane"] for _ in range(4)}
         assert lanes == {"b"}
         ep.table.remove("b")
+        await ep.synced()
         response = await post(client, ep.url, completion())
         assert response.status_code == 503
         assert response.json()["error"]["type"] == "no_ready_lane"
@@ -259,6 +271,7 @@ async def test_lane_table_changes_take_effect_at_once() -> None:
         assert health.status_code == 503
         assert health.json()["missing"] == ["m"]
         ep.table.add(a.info)
+        await ep.synced()
         assert (await post(client, ep.url, completion())).json()["lane"] == "a"
         assert (await client.get(f"{ep.url}/health")).status_code == 200
 
@@ -268,11 +281,15 @@ async def _wait_total(lanes: list[FakeLane], n: int) -> None:
         await wait_until(lanes, lambda: sum(lane.completions for lane in lanes) >= n)
 
 
-async def _wait_sampled(table: Any, instance: str, waiting: int | None) -> None:
-    """Wait until the sampler recorded ``waiting`` for ``instance`` (bounded poll)."""
+async def _wait_sampled(ep: Running, instance: str, waiting: int | None) -> None:
+    """Wait until the sampler recorded ``waiting`` for ``instance`` and every worker has it.
+
+    A bounded poll: the sampler's recording has no event to await.
+    """
     with trio.fail_after(5):
         while True:
-            state = next(s for s in table.states() if s.info.instance == instance)
+            state = next(s for s in ep.table.states() if s.info.instance == instance)
             if state.waiting == waiting and state.sampled_at > float("-inf"):
-                return
+                break
             await trio.sleep(0.01)
+        await ep.synced()

@@ -511,6 +511,22 @@ CASES = [
         'write a count (2) or a percentage ("50%")',
     ),
     (
+        "workers-zero",
+        "e.toml",
+        lines(*E, "[endpoint]", "workers = 0"),
+        6,
+        11,
+        "must be at least 1, got 0",
+    ),
+    (
+        "workers-word",
+        "e.toml",
+        lines(*E, "[endpoint]", 'workers = "all"'),
+        6,
+        11,
+        """expected an integer or "auto", got 'all'""",
+    ),
+    (
         "api-key-env",
         "e.toml",
         lines(*E, "[endpoint]", 'api_key_env = "MY-KEY"'),

@@ -81,6 +81,7 @@ def test_everything_converts(write_units: WriteUnits) -> None:
                 "[endpoint]",
                 "min_ready = 2",
                 'api_key_env = "KEY"',
+                'workers = "auto"',
             ),
             "big@.toml": lines(
                 "[unit]",
@@ -114,6 +115,7 @@ def test_everything_converts(write_units: WriteUnits) -> None:
     assert endpoint.endpoint is not None
     assert endpoint.endpoint.min_ready == MinReady(count=2, percent=None)
     assert endpoint.endpoint.api_key_env == "KEY"
+    assert endpoint.endpoint.workers is None  # "auto": one per CPU, resolved where it runs
     big = units.by_name("big@")
     assert big.type is UnitType.LANE
     assert big.lane is not None
@@ -130,6 +132,7 @@ def test_endpoint_section_is_optional(write_units: WriteUnits) -> None:
     assert endpoint is not None
     assert endpoint.endpoint is not None
     assert endpoint.endpoint.port == 9000
+    assert endpoint.endpoint.workers == 1
 
 
 def test_files_may_depend_on_siblings_not_given() -> None:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ddsup.channel._channel import ADDRESS_ENV as ADDRESS_ENV
     from ddsup.channel._channel import SECRET_ENV as SECRET_ENV
     from ddsup.channel._channel import Channel as Channel
+    from ddsup.channel._channel import LineChannel as LineChannel
     from ddsup.channel._channel import connect_channel as connect_channel
     from ddsup.channel._channel import new_secret as new_secret
     from ddsup.channel._channel import serve_channel as serve_channel
@@ -34,6 +35,7 @@ _FROM_CHANNEL = (
     "ADDRESS_ENV",
     "SECRET_ENV",
     "Channel",
+    "LineChannel",
     "connect_channel",
     "new_secret",
     "serve_channel",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hmac
 import secrets
 from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 import trio
 
@@ -29,27 +30,41 @@ def new_secret() -> str:
     return secrets.token_hex(32)
 
 
-class Channel:
-    """One JSON-lines connection. ``send`` is safe from several tasks (it takes a lock)."""
+M = TypeVar("M")
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
+
+class LineChannel(Generic[M]):
+    """One connection of newline-framed messages in a codec of the caller's choice.
+
+    ``send`` is safe from several tasks (it takes a lock). :class:`Channel` is the control
+    channel's codec; the endpoint's link to its workers uses its own on the same framing.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        encoder: Callable[[M], bytes],
+        decoder: Callable[[bytes], M],
+    ) -> None:
         self._stream = stream
+        self._encode = encoder
+        self._decode = decoder
         self._buffer = bytearray()
         self._send_lock = trio.Lock()
 
-    async def send(self, message: Message) -> None:
-        data = encode(message) + b"\n"
+    async def send(self, message: M) -> None:
+        data = self._encode(message) + b"\n"
         async with self._send_lock:
             await self._stream.send_all(data)
 
-    async def receive(self) -> Message | None:
+    async def receive(self) -> M | None:
         """The next message, or None at a clean end of stream; ChannelError otherwise."""
         while True:
             newline = self._buffer.find(b"\n")
             if newline >= 0:
                 line = bytes(self._buffer[:newline])
                 del self._buffer[: newline + 1]
-                return decode(line)
+                return self._decode(line)
             if len(self._buffer) > MAX_LINE:
                 raise ChannelError("message too long")
             try:
@@ -66,6 +81,13 @@ class Channel:
         with trio.move_on_after(1) as scope:
             scope.shield = True
             await self._stream.aclose()
+
+
+class Channel(LineChannel[Message]):
+    """A control-channel connection: typed messages (``_messages``) as JSON lines."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        super().__init__(stream, encode, decode)
 
 
 Handler = Callable[[Channel, Hello], Awaitable[None]]

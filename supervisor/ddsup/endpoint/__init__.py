@@ -1,11 +1,16 @@
 """The logical endpoint: an OpenAI-compatible router in front of the lanes (docs/cli.md, `ddsup endpoint`).
 
-Layers, bottom up: ``_errors`` (typed JSON refusals), ``_config``, ``_upstream``
-(pooled h11 connections to a lane), ``_lanes`` (the live lane table and each lane's
-load), ``_admission`` (which lane gets a request), ``_metrics`` and
-``_metrics_sampler``, ``_client`` (one client connection: h11 plus our limits),
-``_proxy`` (forwarding, retries, streaming relay), ``_routes``, ``_server`` (listeners
-and connection tasks), ``_commands`` (the ``ddsup endpoint`` command).
+Layers, bottom up: ``_errors`` (typed JSON refusals), ``_config``, ``_connection``
+(what routes and proxy see of a client connection), ``_wire`` (raw non-blocking
+sockets), ``_http1`` (lane responses: heads and body framing), ``_upstream`` (pooled
+connections to a lane, hang-up watch), ``_shared_counts`` (requests in flight, counted
+by every worker), ``_lanes`` (the live lane table and each lane's load), ``_admission``
+(which lane gets a request), ``_metrics`` and ``_metrics_sampler``, ``_fast_client``
+(one client connection on the fast path: httptools) and ``_client`` (the h11 path for
+anything unusual), ``_proxy`` (forwarding, retries, streaming relay), ``_routes``,
+``_worker_link`` (parent ↔ worker messages), ``_workers`` (the parent of several
+workers), ``_server`` (listeners, connection tasks, one or several workers),
+``_worker`` (one worker process), ``_commands`` (the ``ddsup endpoint`` command).
 """
 
 from __future__ import annotations
@@ -16,13 +21,17 @@ from ddsup.endpoint._commands import serve as serve
 from ddsup.endpoint._config import EndpointConfig as EndpointConfig
 from ddsup.endpoint._lanes import LaneInfo as LaneInfo
 from ddsup.endpoint._lanes import LaneTable as LaneTable
+from ddsup.endpoint._server import Serving as Serving
+from ddsup.endpoint._server import open_endpoint as open_endpoint
 from ddsup.endpoint._server import serve_endpoint as serve_endpoint
 
 __all__ = [
     "EndpointConfig",
     "LaneInfo",
     "LaneTable",
+    "Serving",
     "configure_endpoint",
+    "open_endpoint",
     "run_endpoint",
     "serve",
     "serve_endpoint",

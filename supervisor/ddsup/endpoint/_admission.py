@@ -28,12 +28,19 @@ def choose(
     fewest = -1
     ties: list[LaneState] = []
     for lane in lanes:
-        if lane.info.instance in tried or lane.queue(now, stale_after) >= limit:
+        if tried and lane.info.instance in tried:
             continue
-        if fewest < 0 or lane.outstanding < fewest:
-            fewest = lane.outstanding
+        outstanding = lane.outstanding
+        queue = outstanding
+        waiting = lane.waiting  # LaneState.queue, inlined: this loop runs per request
+        if waiting is not None and waiting > queue and now - lane.sampled_at <= stale_after:
+            queue = waiting
+        if queue >= limit:
+            continue
+        if fewest < 0 or outstanding < fewest:
+            fewest = outstanding
             ties = [lane]
-        elif lane.outstanding == fewest:
+        elif outstanding == fewest:
             ties.append(lane)
     if not ties:
         return None

@@ -1,4 +1,9 @@
-"""One client connection of the endpoint: h11 server state plus the limits we own.
+"""One client connection on the h11 path: h11 server state plus the limits we own.
+
+A connection starts on the fast path (:mod:`._fast_client`) and comes here for good
+once a request is unusual (another HTTP version, chunked, ``Expect``, a malformed head,
+…): h11 then judges it strictly, exactly as it judged every request before the fast
+path existed, starting from the bytes the fast path received but did not consume.
 
 h11 parses and frames HTTP/1.1; everything h11 leaves to its user lives here: reading
 with deadlines (slowloris protection: a request head must arrive within
@@ -21,22 +26,15 @@ import h11
 import trio
 
 from ddsup.endpoint._config import EndpointConfig
+from ddsup.endpoint._connection import Abort, ClientGone, Framing, Request
 from ddsup.endpoint._errors import ApiError, bad_request, request_timeout, too_large
+from ddsup.endpoint._wire import RECEIVE_SIZE, Wire
 
-RECEIVE_SIZE = 65536
 JSON = (b"content-type", b"application/json")
 
 
-class ClientGone(Exception):
-    """The client closed or broke the connection; nothing more can be sent to it."""
-
-
-class Abort(Exception):
-    """Close the connection at once without another byte (a response was cut short)."""
-
-
 class Client:
-    """Reads requests from and writes responses to one accepted connection."""
+    """Reads requests from and writes responses to one connection (h11 path)."""
 
     __slots__ = (
         "_arrived",
@@ -46,30 +44,45 @@ class Client:
         "conn",
         "disconnected",
         "eof",
+        "last_upstream",
         "linger_wanted",
         "out",
         "stream",
     )
 
-    def __init__(self, stream: trio.SocketStream, config: EndpointConfig) -> None:
+    hangup_fd: int | None = None  # hang-ups are watched here (:meth:`watch`), not upstream
+    verbatim = False  # h11 frames body data itself: the proxy hands it decoded bytes
+
+    def __init__(
+        self, stream: Wire, config: EndpointConfig, received: bytes = b"", eof: bool = False
+    ) -> None:
+        """``received``: bytes read but not consumed before h11 took over; ``eof``: the
+        client already closed its side."""
         self.stream = stream
         self.config = config
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=config.max_header_bytes)
         self.out: list[bytes] = []
         self.disconnected = False  # hung up while a request was being served
-        self.eof = False
+        self.eof = eof
+        self.last_upstream: object | None = None
         self.linger_wanted = False
         self._want = trio.Event()  # set: the reader should read once more
         self._arrived = trio.Event()  # set: the reader delivered bytes or EOF
         self._watch: trio.CancelScope | None = None
+        if received:
+            self.conn.receive_data(received)
+        if eof:
+            self.conn.receive_data(b"")
 
     async def run_reader(self) -> None:
         """Read whenever asked, feed h11, and cancel a watched request on hang-up."""
+        if self.eof:
+            return
         while True:
             await self._want.wait()
             try:
                 data = await self.stream.receive_some(RECEIVE_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+            except (OSError, trio.ClosedResourceError):
                 data = b""
             self._want = trio.Event()
             if not data:
@@ -103,7 +116,7 @@ class Client:
         if scope is not None and not self.eof and not self.conn.trailing_data[0]:
             self._want.set()  # nothing pipelined is waiting: listen for EOF meanwhile
 
-    async def read_head(self) -> h11.Request | None:
+    async def read_head(self) -> Request | None:
         """The next request's head, or ``None`` when the client is done with the connection."""
         conn = self.conn
         started = bool(conn.trailing_data[0])
@@ -119,7 +132,8 @@ class Client:
                 self.linger_wanted = True
                 return None
             if isinstance(event, h11.Request):
-                return event
+                headers = list(event.headers)
+                return Request(event.method, event.target, headers, _content_length(headers))
             if event is not h11.NEED_DATA:
                 return None  # ConnectionClosed (or PAUSED, which a finished cycle never is)
             if not await self._more(deadline):
@@ -131,9 +145,9 @@ class Client:
                 started = True
                 deadline = trio.current_time() + config.client_header_timeout
 
-    async def read_body(self, request: h11.Request, limit: int) -> bytes:
+    async def read_body(self, request: Request, limit: int) -> bytes:
         """The whole request body; :class:`ApiError` 413/408/400 on a limit or a bad frame."""
-        length = _content_length(request)
+        length = request.content_length
         if length is not None and length > limit:
             raise too_large(limit)
         conn = self.conn
@@ -174,7 +188,7 @@ class Client:
         self.out.clear()
         try:
             await self.stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
+        except (OSError, trio.ClosedResourceError) as err:
             raise ClientGone from err
 
     async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
@@ -207,6 +221,25 @@ class Client:
             raise Abort from error
         await self.respond(error.status, [JSON, *error.headers()], error.body())
 
+    def start_response(
+        self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], framing: Framing
+    ) -> None:
+        """h11 validates the head and frames the body (chunked when not length-framed)."""
+        try:
+            response = h11.Response(status_code=status, headers=headers, reason=reason)
+        except h11.ProtocolError as err:
+            raise ValueError(str(err)) from err
+        self.write(response)
+
+    def pass_head(self, raw: bytes) -> None:
+        raise AssertionError("an h11 client frames every head itself (verbatim is False)")
+
+    def send_body(self, data: bytes) -> None:
+        self.write(h11.Data(data=data))
+
+    def end_response(self) -> None:
+        self.write(h11.EndOfMessage())
+
     @property
     def response_started(self) -> bool:
         return self.conn.our_state is not h11.SEND_RESPONSE
@@ -233,12 +266,12 @@ class Client:
                     if not data:
                         return
                     drained += len(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        except (trio.ClosedResourceError, OSError):
             return
 
 
-def _content_length(request: h11.Request) -> int | None:
-    for name, value in request.headers:
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    for name, value in headers:
         if name == b"content-length":
             return int(value)  # h11 validated it is a number
     return None

@@ -25,6 +25,7 @@ from ddsup.endpoint._gc_pacing import pace_garbage_collection
 from ddsup.endpoint._lane_feed import controller_address, open_controller_feed
 from ddsup.endpoint._lanes import LaneInfo, LaneTable
 from ddsup.endpoint._server import serve_endpoint
+from ddsup.endpoint._worker import run_worker
 from ddsup.units._durations import parse_duration as units_parse_duration
 from ddsup.units._model import EndpointSection
 
@@ -60,10 +61,30 @@ def configure_endpoint(parser: argparse.ArgumentParser) -> None:
         help="garbage collection: on a timer (default), or CPython's own trigger (to compare)",
     )
     parser.add_argument(
+        "--workers",
+        type=_workers,
+        default=d.workers,
+        metavar="N|auto",
+        help="processes serving the port; auto: one per CPU (default %(default)s)",
+    )
+    parser.add_argument(
         "--lanes-from-controller",
         action="store_true",
         help=argparse.SUPPRESS,  # ddsup start's settings and lanes (ddsup.endpoint._lane_feed)
     )
+    parser.add_argument("--worker-of", help=argparse.SUPPRESS)  # a worker (._worker)
+
+
+def _workers(text: str) -> int | None:
+    if text == "auto":
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f'{text!r}: write a count >= 1 or "auto"')
+    return count
 
 
 def parse_duration(text: str) -> float:
@@ -101,6 +122,7 @@ def config_from_args(args: argparse.Namespace) -> EndpointConfig:
             max_body_bytes=args.max_body_bytes,
             max_concurrent=args.max_concurrent,
             upstream_timeout=parse_duration(args.upstream_timeout),
+            workers=args.workers,
         )
     except ValueError as err:
         raise UsageError(str(err)) from err
@@ -123,7 +145,10 @@ def run_endpoint(args: argparse.Namespace, feeder: Feeder | None = None) -> int:
     """Serve until SIGINT/SIGTERM (exit 0); ``feeder`` keeps the lane table current.
 
     With ``--lanes-from-controller`` settings and lanes come from ``ddsup start``.
+    With ``--worker-of`` this process is one worker of a parent endpoint (``._worker``).
     """
+    if args.worker_of:
+        return run_worker(args.worker_of)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="endpoint: %(message)s")
     paced_gc = args.gc == "paced"
     if feeder is None and args.lanes_from_controller:
@@ -163,10 +188,18 @@ async def serve(
     setting, hence here in the process's entry point and not in :func:`serve_endpoint`.
     """
     failed: DdsupError | None = None
+
+    def fail(err: DdsupError) -> None:  # a worker failed: raised plainly below, not as a group
+        nonlocal failed
+        failed = err
+        nursery.cancel_scope.cancel()
+
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             try:
-                port = await nursery.start(serve_endpoint, config, lanes)
+                port = await nursery.start(
+                    partial(serve_endpoint, config, lanes, paced_gc=paced_gc, on_failure=fail)
+                )
             except DdsupError as err:  # cannot bind: raised plainly below, not as a group
                 failed = err
                 nursery.cancel_scope.cancel()

@@ -7,6 +7,7 @@ freshness), kept here so tests can shrink them.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ddsup.units._model import EndpointSection
@@ -19,7 +20,8 @@ class EndpointConfig:
     """Everything :func:`serve_endpoint` needs besides the lane table.
 
     ``api_key`` is the secret itself (never logged, never in ``repr``); ``None`` means
-    no authentication. Times are seconds.
+    no authentication. Times are seconds. ``workers``: processes serving the port
+    (``None``: one per CPU this process may run on, see :meth:`worker_count`).
     """
 
     bind: str = "127.0.0.1"
@@ -40,10 +42,13 @@ class EndpointConfig:
     metrics_timeout: float = 0.5
     metrics_stale_after: float = 3.0
     max_idle_upstream_connections: int = 256
+    workers: int | None = 1
 
     def __post_init__(self) -> None:
         if self.retries < 0 or self.max_queue_per_lane < 1 or self.max_concurrent < 1:
             raise ValueError("retries must be >= 0, max_queue_per_lane and max_concurrent >= 1")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError('workers must be >= 1 (or "auto")')
         if self.max_body_bytes < 0 or not 0 < self.metrics_interval <= 1.0:
             raise ValueError("max_body_bytes must be >= 0 and metrics_interval in (0, 1] s")
 
@@ -64,4 +69,9 @@ class EndpointConfig:
             max_body_bytes=section.max_body_bytes,
             max_concurrent=section.max_concurrent,
             upstream_timeout=section.upstream_timeout,
+            workers=section.workers,
         )
+
+    def worker_count(self) -> int:
+        """``workers``, with "auto" resolved to the CPUs this process may run on."""
+        return self.workers or len(os.sched_getaffinity(0))

@@ -2,12 +2,18 @@
 
 A hand-rolled registry (dicts of label tuples) rather than prometheus_client: the hot
 path adds to a dict entry, and the endpoint keeps no dependency beyond trio and h11.
+
+With several workers each counts its own requests; a scrape gathers every worker's
+:meth:`Metrics.snapshot` through the parent and renders their sum
+(:meth:`Metrics.add`), so one scrape gives the totals whichever worker answers it.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
 
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._timeseries import NO_SERIES, SeriesHooks  # [series hook]
@@ -37,7 +43,45 @@ class Metrics:
         counts[bisect_left(BUCKETS, seconds)] += 1
         self._sum[model] += seconds
 
-    def render(self, lanes: LaneTable, now: float, stale_after: float) -> bytes:
+    def snapshot(self) -> dict[str, Any]:
+        """Every counter, as JSON (label tuples become lists)."""
+        return {
+            "requests": [[*k, n] for k, n in self.requests.items()],
+            "retries": [[k, n] for k, n in self.retries.items()],
+            "rejected": [[*k, n] for k, n in self.rejected.items()],
+            "upstream_errors": [[*k, n] for k, n in self.upstream_errors.items()],
+            "metrics_errors": [[k, n] for k, n in self.metrics_errors.items()],
+            "histogram": [[m, counts, self._sum[m]] for m, counts in self._hist.items()],
+        }
+
+    def add(self, snapshot: dict[str, Any]) -> None:
+        """Add another worker's :meth:`snapshot` to these counters."""
+        pairs: dict[str, defaultdict[Any, int]] = {
+            "requests": self.requests,
+            "rejected": self.rejected,
+            "upstream_errors": self.upstream_errors,
+        }
+        for name, counter in pairs.items():
+            for *labels, n in snapshot[name]:
+                counter[tuple(labels)] += n
+        for label, n in snapshot["retries"]:
+            self.retries[label] += n
+        for label, n in snapshot["metrics_errors"]:
+            self.metrics_errors[label] += n
+        for model, counts, total in snapshot["histogram"]:
+            mine = self._hist.setdefault(model, [0] * (len(BUCKETS) + 1))
+            for i, n in enumerate(counts):
+                mine[i] += n
+            self._sum[model] += total
+
+    def render(
+        self,
+        lanes: LaneTable,
+        now: float,
+        stale_after: float,
+        workers: Sequence[tuple[int, int]] = (),
+    ) -> bytes:
+        """The Prometheus text; ``workers``: (index, pid) of each worker that reported."""
         out: list[str] = []
         _family(out, "requests_total", "counter", "Requests answered, by model and status.")
         for (model, status), n in sorted(self.requests.items()):
@@ -59,6 +103,9 @@ class Metrics:
             )
         self._render_lanes(out, lanes, now, stale_after)
         self._render_histogram(out)
+        _family(out, "worker_info", "gauge", "1 for each worker process counted in this scrape.")
+        for index, pid in workers:
+            out.append(f'ddsup_endpoint_worker_info{{worker="{index}",pid="{pid}"}} 1')
         return ("\n".join(out) + "\n").encode()
 
     def _render_lanes(self, out: list[str], lanes: LaneTable, now: float, stale: float) -> None:

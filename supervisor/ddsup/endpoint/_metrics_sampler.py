@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+from collections.abc import Callable
 
 import trio
 
@@ -46,21 +48,30 @@ def parse_waiting(text: str) -> int | None:
     return math.ceil(total) if found else None
 
 
-async def sample_lanes(config: EndpointConfig, lanes: LaneTable, metrics: Metrics) -> None:
+Recorded = Callable[[LaneState], None]
+
+
+async def sample_lanes(
+    config: EndpointConfig, lanes: LaneTable, metrics: Metrics, recorded: Recorded | None = None
+) -> None:
     """Every ``metrics_interval``, fetch each ready lane's /metrics (until cancelled).
 
     Samples travel on the lane's own keep-alive pool: no extra client library, and
-    no TLS set-up cost (lanes speak plain HTTP on the allocation's network).
+    no TLS set-up cost (lanes speak plain HTTP on the allocation's network). With
+    several workers the parent samples once for all of them: ``recorded`` is called
+    right after each sample is recorded, and passes it on.
     """
     while True:
         tick = trio.current_time() + config.metrics_interval
         async with trio.open_nursery() as nursery:
             for state in lanes.states():
-                nursery.start_soon(_sample_one, config, state, metrics)
+                nursery.start_soon(_sample_one, config, state, metrics, recorded)
         await trio.sleep_until(tick)
 
 
-async def _sample_one(config: EndpointConfig, state: LaneState, metrics: Metrics) -> None:
+async def _sample_one(
+    config: EndpointConfig, state: LaneState, metrics: Metrics, recorded: Recorded | None
+) -> None:
     waiting: int | None = None
     with trio.move_on_after(config.metrics_timeout):
         try:
@@ -71,4 +82,6 @@ async def _sample_one(config: EndpointConfig, state: LaneState, metrics: Metrics
             log.debug("lane %s: /metrics failed: %s", state.info.instance, err)
     if waiting is None:
         metrics.metrics_errors[state.info.instance] += 1
-    state.record_sample(waiting, trio.current_time())
+    state.record_sample(waiting, time.monotonic())
+    if recorded is not None:
+        recorded(state)

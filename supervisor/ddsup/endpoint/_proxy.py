@@ -6,22 +6,26 @@ answer is the client's answer, and a lane that dies mid-stream cuts the client's
 response short (:class:`Abort`) rather than restarting it elsewhere, which would
 duplicate tokens. Bodies are relayed one socket read at a time, and each read is
 flushed to the client before the next, so a slow client slows the lane's reads
-(backpressure) and buffering stays bounded by one read.
+(backpressure) and buffering stays bounded by one read. A fast-path client takes a
+chunked body (SSE) as the lane framed it: each read passes on as it came, with no
+per-event decoding and framing again (:meth:`BodyDecoder.scan`).
+
+The last bytes of a response stay queued when :meth:`Proxy.forward` returns: the caller
+records the request in the metrics first and then flushes, so a client that has its
+answer finds it counted in the next ``/metrics`` scrape.
 """
 
 from __future__ import annotations
 
 import logging
-import math
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import h11
-import trio
-
 from ddsup.endpoint._admission import choose
-from ddsup.endpoint._client import Abort, Client
 from ddsup.endpoint._config import EndpointConfig
+from ddsup.endpoint._connection import Abort, ClientConnection, Framing, Request
+from ddsup.endpoint._deadlines import Deadlines, Expired
 from ddsup.endpoint._errors import no_ready_lane, overloaded, upstream_failed
 from ddsup.endpoint._http1 import ProtocolError, ResponseHead
 from ddsup.endpoint._lanes import LaneState, LaneTable
@@ -57,23 +61,45 @@ def end_to_end(
     ]
 
 
-def _client_head(head: ResponseHead, conn: UpstreamConnection) -> h11.Response:
-    """The lane's response head as the client gets it (h11 validates it on the way)."""
+def _start_response(client: ClientConnection, head: ResponseHead, conn: UpstreamConnection) -> None:
+    """Queue the lane's response head as the client gets it; ``ValueError`` if it cannot.
+
+    A verbatim (fast-path) client takes a head of end-to-end headers as it came, when the
+    body's framing passes on unchanged too (Content-Length, or chunked).
+    """
     assert conn.decoder is not None
-    length_framed = conn.decoder.remaining >= 0
-    drop = HOP_BY_HOP if length_framed else HOP_BY_HOP | {b"content-length"}
+    framing = conn.decoder.framing
+    if client.verbatim and head.end_to_end and framing in (Framing.LENGTH, Framing.CHUNKED):
+        client.pass_head(head.raw)
+        return
+    drop = HOP_BY_HOP if framing is Framing.LENGTH else HOP_BY_HOP | {b"content-length"}
     headers = end_to_end(head.headers, drop)
-    return h11.Response(status_code=head.status, headers=headers, reason=head.reason)
+    client.start_response(head.status, head.reason, headers, framing or Framing.LENGTH)
 
 
-@dataclass(frozen=True)
 class Forward:
-    """What goes to the lane: the client's request with end-to-end headers only."""
+    """What goes to the lane: the client's request with end-to-end headers only.
 
-    method: bytes
-    target: bytes
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
+    ``headers`` is the block of header lines (``name: value`` and CRLF each), Host and
+    Content-Length excepted. A slotted class rather than a frozen dataclass: one is
+    built per proxied request.
+    """
+
+    __slots__ = ("body", "headers", "method", "target")
+
+    def __init__(self, method: bytes, target: bytes, headers: bytes, body: bytes) -> None:
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
+
+    @classmethod
+    def of(cls, request: Request, body: bytes) -> Forward:
+        headers = request.forwarded
+        if headers is None:
+            kept = end_to_end(request.headers, REQUEST_DROP)
+            headers = b"".join(b"%s: %s\r\n" % pair for pair in kept)
+        return cls(request.method, request.target, headers, body)
 
 
 @dataclass(frozen=True)
@@ -88,12 +114,15 @@ class Failure:
 class Proxy:
     """The forwarding policy over a lane table: choice, retries, relay."""
 
-    def __init__(self, config: EndpointConfig, lanes: LaneTable, metrics: Metrics) -> None:
+    def __init__(
+        self, config: EndpointConfig, lanes: LaneTable, metrics: Metrics, deadlines: Deadlines
+    ) -> None:
         self.config = config
         self.lanes = lanes
         self.metrics = metrics
+        self.deadlines = deadlines
 
-    async def forward(self, client: Client, request: Forward, model: str) -> int:
+    async def forward(self, client: ClientConnection, request: Forward, model: str) -> int:
         """Serve ``request`` from a lane of ``model``; the status sent, or an :class:`ApiError`."""
         config = self.config
         tried: list[str] = []
@@ -103,7 +132,7 @@ class Proxy:
                 self.lanes.ready(model),
                 tried,
                 limit=config.max_queue_per_lane,
-                now=trio.current_time(),
+                now=time.monotonic(),
                 stale_after=config.metrics_stale_after,
                 turn=self.lanes.next_turn(model),
             )
@@ -133,13 +162,15 @@ class Proxy:
         attempts = [f"{name}: {f.detail}" for name, f in zip(tried, failures, strict=True)]
         return upstream_failed(model, attempts)
 
-    async def _attempt(self, client: Client, lane: LaneState, request: Forward) -> int | Failure:
-        lane.outstanding += 1
+    async def _attempt(
+        self, client: ClientConnection, lane: LaneState, request: Forward
+    ) -> int | Failure:
+        lane.begin()
         self.metrics.series.started(lane.info.instance)  # [series hook]
         delivered = 0  # [series hook] the status relayed whole; 0 while none
         try:
             try:
-                conn, response = await self._open(lane.pool, request)
+                conn, response = await self._open(lane.pool, request, client)
             except UpstreamError as err:
                 log.debug("lane %s: %s", lane.info.instance, err)
                 return Failure(err.kind, str(err))
@@ -148,84 +179,92 @@ class Proxy:
                 code = response.status
                 return Failure(f"http {code}", f"answered {code}", code)
             try:
-                client_head = _client_head(response, conn)
-            except h11.ProtocolError as err:  # a header h11 will not pass on to the client
+                _start_response(client, response, conn)
+            except ValueError as err:  # a head h11 will not pass on to the client
                 conn.close_now()
                 return Failure("protocol", f"unusable response head ({err})")
             try:
-                await self._relay(conn, client, client_head, lane)
+                await self._relay(conn, client, lane)
             except BaseException:
                 conn.close_now()
                 raise
             lane.pool.release(conn)
+            client.last_upstream = conn
             delivered = response.status  # [series hook]
             return response.status
         finally:
-            lane.outstanding -= 1
+            lane.end()
             self.metrics.series.finished(lane.info.instance, delivered)  # [series hook]
 
     async def _open(
-        self, pool: ConnectionPool, request: Forward
+        self, pool: ConnectionPool, request: Forward, client: ClientConnection
     ) -> tuple[UpstreamConnection, ResponseHead]:
-        """Send ``request`` and read the response head, on a fresh connection if a kept one died."""
-        conn = await pool.acquire(self.config.upstream_connect_timeout)
+        """Send ``request`` and read the response head, on a fresh connection if a kept one
+        died; :class:`UpstreamError` when the lane fails before answering.
+
+        A fast-path client (one with a ``hangup_fd``) is watched by the connection.
+        """
+        fd = client.hangup_fd
+        watcher = None if fd is None else client
+        config = self.config
+        conn = await pool.acquire(config.upstream_connect_timeout, client.last_upstream)
+        data = request_bytes(
+            request.method, request.target, pool.host_header, request.headers, request.body
+        )
         for last in (False, True):
+            conn.checkout(self.deadlines, watcher, -1 if fd is None else fd)
+            conn.deadline = time.monotonic() + config.upstream_timeout
             try:
-                return conn, await self._exchange(conn, pool.host_header, request)
-            except UpstreamError as err:
+                await conn.send(data)
+                return conn, await conn.read_head()
+            except Expired as err:
                 conn.close_now()
-                if last or not conn.reused or err.kind == "timeout":
+                why = f"no answer within {config.upstream_timeout:g} s"
+                raise UpstreamError("timeout", why) from err
+            except (OSError, ProtocolError) as err:
+                conn.close_now()
+                if last or not conn.reused:
+                    why = f"connection broken before answering ({err})"
+                    raise UpstreamError("reset", why) from err
+            except UpstreamError:
+                conn.close_now()
+                if last or not conn.reused:
                     raise
             except BaseException:
                 conn.close_now()
                 raise
-            conn = await pool.connect(self.config.upstream_connect_timeout)
+            conn = await pool.connect(config.upstream_connect_timeout)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _exchange(
-        self, conn: UpstreamConnection, host: bytes, request: Forward
-    ) -> ResponseHead:
-        data = request_bytes(request.method, request.target, host, request.headers, request.body)
-        timeout = self.config.upstream_timeout
-        try:
-            with trio.fail_after(timeout):
-                await conn.stream.send_all(data)
-                return await conn.read_head()
-        except trio.TooSlowError as err:
-            raise UpstreamError("timeout", f"no answer within {timeout:g} s") from err
-        except (trio.BrokenResourceError, OSError, ProtocolError) as err:
-            raise UpstreamError("reset", f"connection broken before answering ({err})") from err
-
     async def _relay(
-        self, conn: UpstreamConnection, client: Client, head: h11.Response, lane: LaneState
+        self, conn: UpstreamConnection, client: ClientConnection, lane: LaneState
     ) -> None:
-        client.write(head)
+        """Pass the body on; its end stays queued (see the module docstring)."""
         if not self._pass_buffered(conn, client, lane):
             timeout = self.config.upstream_timeout
-            with trio.CancelScope() as idle:  # one scope, its deadline pushed on at each read
-                while True:
-                    await client.flush()
-                    idle.deadline = trio.current_time() + timeout
-                    try:
-                        await conn.receive()
-                    except (trio.BrokenResourceError, ProtocolError) as err:
-                        raise self._cut(lane, f"response cut short ({err})") from err
-                    idle.deadline = math.inf  # a slow client is not a silent lane
-                    if self._pass_buffered(conn, client, lane):
-                        break
-            if idle.cancelled_caught:
-                raise self._cut(lane, f"silent for {timeout:g} s mid-response")
-        client.write(h11.EndOfMessage())
-        await client.flush()
+            while True:
+                await client.flush()  # untimed: a slow client is not a silent lane
+                conn.deadline = time.monotonic() + timeout
+                try:
+                    await conn.receive(wait_first=True)  # a stream's next event comes later
+                except Expired as err:
+                    raise self._cut(lane, f"silent for {timeout:g} s mid-response") from err
+                except (OSError, ProtocolError) as err:
+                    raise self._cut(lane, f"response cut short ({err})") from err
+                if self._pass_buffered(conn, client, lane):
+                    break
+        client.end_response()
 
-    def _pass_buffered(self, conn: UpstreamConnection, client: Client, lane: LaneState) -> bool:
+    def _pass_buffered(
+        self, conn: UpstreamConnection, client: ClientConnection, lane: LaneState
+    ) -> bool:
         """Queue the body bytes received so far for the client; ``True`` at the body's end."""
         try:
-            data = conn.buffered()
+            data = conn.buffered(client.verbatim)
         except ProtocolError as err:
             raise self._cut(lane, f"bad response body ({err})") from err
         if data:
-            client.write(h11.Data(data=data))
+            client.send_body(data)
             self.metrics.series.sent(lane.info.instance, len(data))  # [series hook]
         assert conn.decoder is not None
         return conn.decoder.done

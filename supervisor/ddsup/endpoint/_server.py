@@ -1,73 +1,230 @@
-"""The endpoint's HTTP/1.1 server: trio listeners, one task per connection, h11 framing.
+"""The endpoint's HTTP/1.1 server: trio listeners, one task per connection.
 
-Purpose-built rather than hypercorn because the data path's cost budget (BENCHMARKS.md, "Endpoint") is
-below hypercorn's own per-request floor. The server owns what h11 leaves to its user:
-keep-alive cycles, timeouts and limits (in :mod:`._client`), and containment: nothing
-that happens on one connection can end the server.
+Purpose-built rather than hypercorn because the data path's cost budget (BENCHMARKS.md, "Endpoint")
+is below hypercorn's own per-request floor. Each connection starts on the fast path
+(:mod:`._fast_client`: httptools, one task, raw socket calls) and moves to h11
+(:mod:`._client`) for good at its first unusual request. The server owns keep-alive
+cycles, timeouts and limits, and containment: nothing that happens on one connection can
+end the server.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import os  # [series hook]
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import trio
 
 from ddsup._errors import DdsupError
-from ddsup.endpoint._client import Abort, Client, ClientGone
+from ddsup.endpoint._client import Client
 from ddsup.endpoint._config import EndpointConfig
+from ddsup.endpoint._connection import Abort, ClientGone
+from ddsup.endpoint._errors import request_timeout
+from ddsup.endpoint._fast_client import FastClient, HeadTimeout, Unusual
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics_sampler import sample_lanes
 from ddsup.endpoint._routes import Endpoint, handle_request
 from ddsup.endpoint._timeseries import open_series, write_series  # [series hook]
+from ddsup.endpoint._wire import Wire
+from ddsup.endpoint._workers import WorkerFailed, WorkerPool
+from ddsup.record._state_dir import write_private
 
 log = logging.getLogger("ddsup.endpoint")
+
+WORKERS_FILE = "endpoint-workers.json"  # in $DDSUP_STATE_DIR: what `ddsup status` can show
+
+
+@dataclass(frozen=True)
+class Serving:
+    """An endpoint that serves: its port, the PIDs serving it, and :attr:`synced`.
+
+    ``synced()`` returns once every worker routes by the lane table (and the queue
+    samples) as they are now; with one worker the table is the one it routes by.
+    """
+
+    port: int
+    pids: tuple[int, ...]
+    synced: Callable[[], Awaitable[None]]
+
+
+async def _already_synced() -> None:
+    await trio.lowlevel.checkpoint()
+
+
+@asynccontextmanager
+async def open_endpoint(
+    config: EndpointConfig, lanes: LaneTable, *, paced_gc: bool = False
+) -> AsyncIterator[Serving]:
+    """Serve ``lanes`` with ``config.workers`` processes while the block runs.
+
+    One worker serves in this process. More are child processes (:mod:`._workers`);
+    ``paced_gc`` then tells them to pace their garbage collection (this process's
+    own setting is its caller's). On leaving the block, the listeners, every
+    connection, every idle upstream connection and every worker are closed or stopped.
+    A worker failing ends the block with :class:`WorkerFailed`.
+    """
+    listeners = await _listen(config)
+    port = listeners[0].socket.getsockname()[1]
+    count = config.worker_count()
+    pool = WorkerPool(config, lanes, count, paced_gc=paced_gc) if count > 1 else None
+    try:
+        async with trio.open_nursery() as nursery:
+            if pool is None:
+                endpoint = Endpoint(config, lanes)
+                nursery.start_soon(sample_lanes, config, lanes, endpoint.metrics)
+                await nursery.start(serve_connections, endpoint, listeners)
+                yield Serving(port, (os.getpid(),), _already_synced)
+            else:
+                await nursery.start(_run_pool, pool, listeners, nursery.cancel_scope)
+                yield Serving(port, tuple(pool.pids), pool.synced)
+            nursery.cancel_scope.cancel()
+    finally:
+        lanes.close()
+        for listener in listeners:
+            listener.socket.close()
+    if pool is not None and pool.failure is not None:
+        raise pool.failure
+
+
+async def _listen(config: EndpointConfig) -> list[trio.SocketListener]:
+    try:
+        return await trio.open_tcp_listeners(config.port, host=config.bind)
+    except OSError as err:
+        where = f"{config.bind}:{config.port}"
+        raise DdsupError(f"the endpoint cannot listen on {where}: {err.strerror or err}") from err
+
+
+async def _run_pool(
+    pool: WorkerPool,
+    listeners: list[trio.SocketListener],
+    scope: trio.CancelScope,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The pool's failure after start cancels ``scope``; its owner raises it (plainly)."""
+    with suppress(WorkerFailed):
+        await pool.run(listeners, task_status=task_status)
+    scope.cancel()
 
 
 async def serve_endpoint(
     config: EndpointConfig,
     lanes: LaneTable,
     *,
+    paced_gc: bool = False,
+    on_failure: Callable[[WorkerFailed], None] | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until cancelled; ``task_status.started(port)`` once bound (port 0 allowed).
+    """Serve until cancelled; ``task_status.started(port)`` once serving (port 0 allowed).
 
-    On cancellation the listeners, every client connection and every idle upstream
-    connection are closed before this returns.
+    A failure after the start goes to ``on_failure`` when given (a process's entry point
+    reports it and exits; raised from a nursery it would come wrapped in a group).
+    Under ``ddsup start`` (``$DDSUP_STATE_DIR`` set) the serving PIDs are written to
+    :data:`WORKERS_FILE` in the state directory while the endpoint serves.
     """
+    started = False
     try:
-        listeners = await trio.open_tcp_listeners(config.port, host=config.bind)
+        async with open_endpoint(config, lanes, paced_gc=paced_gc) as serving:
+            published = _publish(serving)
+            try:
+                task_status.started(serving.port)
+                started = True
+                await trio.sleep_forever()
+            finally:
+                if published is not None:
+                    published.unlink(missing_ok=True)
+    except WorkerFailed as err:
+        if on_failure is None or not started:
+            raise
+        on_failure(err)
+
+
+def _publish(serving: Serving) -> Path | None:
+    """Write the serving PIDs where ``ddsup status`` can find them (see docs/cli.md)."""
+    state_dir = os.environ.get("DDSUP_STATE_DIR")
+    if not state_dir or not Path(state_dir).is_dir():
+        return None
+    path = Path(state_dir) / WORKERS_FILE
+    record = {"pid": os.getpid(), "port": serving.port, "workers": list(serving.pids)}
+    try:
+        write_private(path, json.dumps(record) + "\n")
     except OSError as err:
-        where = f"{config.bind}:{config.port}"
-        raise DdsupError(f"the endpoint cannot listen on {where}: {err.strerror or err}") from err
-    endpoint = Endpoint(config, lanes)
-    endpoint.metrics.series = open_series(os.environ)  # [series hook]
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(sample_lanes, config, lanes, endpoint.metrics)
-            nursery.start_soon(write_series, endpoint.metrics.series)  # [series hook]
-            handler = partial(_serve_connection, endpoint)
-            await nursery.start(trio.serve_listeners, handler, listeners)
-            task_status.started(listeners[0].socket.getsockname()[1])
-    finally:
-        lanes.close()
+        log.warning("cannot write %s: %s", path, err)
+        return None
+    return path
+
+
+async def serve_connections(
+    endpoint: Endpoint,
+    listeners: list[trio.SocketListener],
+    *,
+    task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Accept and serve connections on ``listeners`` until cancelled."""
+    endpoint.metrics.series = open_series(os.environ)  # [series hook] one file per process
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(endpoint.deadlines.run)
+        nursery.start_soon(write_series, endpoint.metrics.series)  # [series hook]
+        await nursery.start(
+            partial(trio.serve_listeners, partial(_serve_connection, endpoint), listeners)
+        )
+        task_status.started(listeners)
 
 
 async def _serve_connection(endpoint: Endpoint, stream: trio.SocketStream) -> None:
     """Serve requests on one connection until either side is done; never raises."""
-    client = Client(stream, endpoint.config)
+    wire = Wire.from_stream(stream)
+    client = FastClient(wire, endpoint.config)
+    endpoint.deadlines.add(client)
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(client.run_reader)
-            await _serve_requests(endpoint, client)
-            nursery.cancel_scope.cancel()
+        try:
+            await _serve_fast(endpoint, client)
+        except Unusual:
+            await _serve_h11(endpoint, Client(wire, endpoint.config, client.buffer, client.eof))
+            return
         if client.linger_wanted:
             await client.linger()  # answered early: let the client read the answer
     except Exception:
         log.exception("bug on a client connection; closing it")
     finally:
-        await trio.aclose_forcefully(stream)
+        endpoint.deadlines.discard(client)
+        wire.close()
+
+
+async def _serve_fast(endpoint: Endpoint, client: FastClient) -> None:
+    """The fast path's keep-alive loop; :class:`Unusual` hands the connection to h11."""
+    try:
+        while True:
+            try:
+                request = await client.read_head()
+            except HeadTimeout:
+                if client.buffer:  # it had begun: 408 (an idle connection closes silently)
+                    await client.reject(request_timeout("request head"))
+                    client.linger_wanted = True
+                return
+            if request is None:
+                return
+            await handle_request(endpoint, client, request)
+            if not client.keep_alive():
+                return
+    except (Abort, ClientGone, OSError):
+        client.linger_wanted = False
+
+
+async def _serve_h11(endpoint: Endpoint, client: Client) -> None:
+    """The h11 path, from the first unusual request to the end of the connection."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run_reader)
+        await _serve_requests(endpoint, client)
+        nursery.cancel_scope.cancel()
+    if client.linger_wanted:
+        await client.linger()
 
 
 async def _serve_requests(endpoint: Endpoint, client: Client) -> None:
@@ -80,5 +237,5 @@ async def _serve_requests(endpoint: Endpoint, client: Client) -> None:
             if not client.keep_alive():
                 return
             client.conn.start_next_cycle()
-    except (Abort, ClientGone, trio.BrokenResourceError, trio.ClosedResourceError):
+    except (Abort, ClientGone, OSError, trio.ClosedResourceError):
         client.linger_wanted = False

@@ -331,6 +331,9 @@ PORT_OR_AUTO = Kind('integer 1..65535 or "auto"', _or_auto(PORT), _auto_json(POR
 REPLICAS = Kind(
     'integer >= 1 or "auto"', _or_auto(integer(1)), _auto_json({"type": "integer", "minimum": 1})
 )
+WORKERS = Kind(
+    'integer >= 1 or "auto"', _or_auto(integer(1)), _auto_json({"type": "integer", "minimum": 1})
+)
 MIN_READY = Kind(
     'integer >= 1 or "N%"',
     _min_ready,

@@ -141,6 +141,7 @@ class EndpointSection:
     max_body_bytes: int = 100 * 1024 * 1024
     max_concurrent: int = 4096
     upstream_timeout: float = 600.0
+    workers: int | None = 1  # None = "auto": one per CPU the endpoint may run on
 
 
 @dataclass(frozen=True)

@@ -347,6 +347,13 @@ ENDPOINT = SectionSpec(
             "5m",
             positive=True,
         ),
+        KeySpec(
+            "workers",
+            k.WORKERS,
+            'Processes that serve the endpoint\'s port; "auto": one per CPU it may run on.',
+            1,
+            "auto",
+        ),
     ),
     only=frozenset({UnitType.ENDPOINT}),
 )

@@ -1,0 +1,492 @@
+"""The endpoint side by side with nginx and the bare trio floors, in one run, on pinned cores.
+
+Every variant runs in front of the same upstream lanes with wrk on the same core(s):
+
+- ``nginx 1w``: Debian's nginx, one worker pinned to the proxy core (least_conn,
+  keep-alive to the lanes, no buffering); ``nginx 2w``: two workers, one per core;
+- ``endpoint 1w`` / ``endpoint 2w``: ``ddsup endpoint --workers 1|2`` (the whole
+  process tree is charged: parent and workers);
+- ``floor h11`` / ``floor httptools``: a bare trio server answering a fixed body, parsing
+  with h11 or with httptools (the floor of a Python server, not a proxy);
+- ``direct``: wrk against a lane itself.
+
+For plain requests (two fast lanes, ``Upstream`` of ``endpoint_proxy.py``) and for SSE
+(``--events`` events ``--gap`` s apart) it prints req/s, p50/p99, CPU per request (user +
+system of the serving processes), CPU per event (SSE minus plain, per event) and the
+regime: the serving processes' share of the cores they are pinned to, so a figure taken
+at saturation is told apart from one taken below it. Then goodput in front of lanes
+modelled as GPU-bound (``ddsup fake-vllm`` with ``--max-num-seqs`` slots held ``--ttft``
+seconds each): 2xx/s through nginx and through the endpoint at the same concurrency,
+at 1× and 4× their capacity (open loop: ``endpoint_overload.py``'s generator). The
+last lines check the goals of the endpoint issue and say "met" or "missed".
+
+    .venv/bin/python bench/endpoint_compare.py [--seconds 5] [--reps 3]
+
+Needs wrk and nginx (``apt-get install -y nginx wrk``); takes about 10 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+from endpoint_overload import run_level
+from endpoint_proxy import (
+    JSON_BODY,
+    NGINX_CONF,
+    Upstream,
+    cpu_time,
+    ensure_nginx,
+    serve_bare,
+    stop_all,
+    wait_port,
+)
+
+Child = subprocess.Popen[Any]
+PLAIN = '{"model":"m","prompt":"hi","max_tokens":16}'
+STREAM = '{"model":"m","prompt":"hi","stream":true}'
+
+
+def serve_httptools_floor(port_file: str) -> None:
+    """The httptools floor: bare trio, parsing with httptools, answering a fixed body."""
+    import httptools
+    import trio
+
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+    answer += b"content-length: %d\r\n\r\n%s" % (len(JSON_BODY), JSON_BODY)
+
+    class Done:
+        def __init__(self) -> None:
+            self.count = 0
+
+        def on_message_complete(self) -> None:
+            self.count += 1
+
+    async def handle(stream: trio.SocketStream) -> None:
+        done = Done()
+        parser = httptools.HttpRequestParser(done)
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while data := await stream.receive_some(65536):
+                parser.feed_data(data)
+                if done.count:
+                    await stream.send_all(answer * done.count)
+                    done.count = 0
+
+    async def main() -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        await trio.Path(port_file).write_text(str(listeners[0].socket.getsockname()[1]))
+        await trio.serve_listeners(handle, listeners)
+
+    trio.run(main)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One wrk run against one variant."""
+
+    requests: int
+    ok: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    cpu_s: float
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+    @property
+    def goodput(self) -> float:
+        return self.ok / self.seconds
+
+    @property
+    def cpu_us(self) -> float:
+        return self.cpu_s / max(1, self.requests) * 1e6
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    url: str
+    cores: frozenset[int]
+    serving: tuple[psutil.Process, ...]
+
+
+def wrk(url: str, body: str, seconds: float, connections: int, cpus: set[int]) -> list[str]:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(f"wrk.method = \"POST\"\nwrk.body = '{body}'\n")
+        script.write('wrk.headers["Content-Type"] = "application/json"\n')
+    argv = ["wrk", "-t", "1", "-c", str(connections), "-d", f"{seconds:g}s", "--latency"]
+    argv += ["-s", script.name, f"{url}/v1/completions"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    os.sched_setaffinity(proc.pid, cpus)
+    out, _ = proc.communicate()
+    os.unlink(script.name)
+    return [out]
+
+
+def measure(v: Variant, body: str, seconds: float, connections: int, cpus: set[int]) -> Sample:
+    before = cpu_time(v.serving)
+    (out,) = wrk(v.url, body, seconds, connections, cpus)
+    cpu = cpu_time(v.serving) - before
+
+    def find(pattern: str, default: str | None = None) -> str:
+        match = re.search(pattern, out)
+        if match is None:
+            if default is not None:
+                return default
+            raise SystemExit(f"unexpected wrk output for {v.name}:\n{out}")
+        return match.group(1)
+
+    if "Socket errors" in out:
+        errors = find(r"(Socket errors:[^\n]*)")
+        print(f"  ({v.name}: {errors})", file=sys.stderr)
+    requests = int(find(r"(\d+) requests in"))
+    took = _ms(find(r"\d+ requests in ([\d.]+\w+)")) / 1000.0
+    non2xx = int(find(r"Non-2xx or 3xx responses: (\d+)", "0"))
+    p50, p99 = _ms(find(r"50%\s+([\d.]+\w+)")), _ms(find(r"99%\s+([\d.]+\w+)"))
+    return Sample(requests, requests - non2xx, took, p50, p99, cpu)
+
+
+def _ms(text: str) -> float:
+    match = re.match(r"([\d.]+)(\w+)", text)
+    assert match is not None
+    value, unit = match.groups()
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
+
+
+def start(argv: list[str], cpus: set[int] | frozenset[int]) -> Child:
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    os.sched_setaffinity(proc.pid, cpus)
+    return proc
+
+
+def first_line_url(proc: Child) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        raise SystemExit(f"{proc.args} exited before printing its URL")
+    return line.split()[-1]
+
+
+def start_nginx(binary: str, lanes: list[str], cores: list[int], tmp: Path) -> tuple[Child, str]:
+    """nginx in front of ``lanes`` with one worker per core in ``cores`` (least_conn)."""
+    home = tmp / f"nginx-{len(cores)}w"
+    home.mkdir()
+    listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
+    port = listener.getsockname()[1]
+    servers = "        least_conn;\n" + "\n".join(
+        f"        server {lane.removeprefix('http://')};" for lane in lanes
+    )
+    masks = " ".join("1" + "0" * core for core in cores)
+    conf = NGINX_CONF.format(mask=masks, tmp=home, servers=servers, port=port)
+    conf = conf.replace("worker_processes 1;", f"worker_processes {len(cores)};")
+    (home / "nginx.conf").write_text(conf)
+    fd = listener.fileno()
+    argv = [binary, "-p", str(home), "-c", str(home / "nginx.conf"), "-e", str(home / "err.log")]
+    proc = subprocess.Popen(argv, env={**os.environ, "NGINX": f"{fd};"}, pass_fds=(fd,))
+    listener.close()
+    os.sched_setaffinity(proc.pid, set(cores))
+    deadline = time.monotonic() + 20
+    while len(psutil.Process(proc.pid).children()) < len(cores):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"nginx did not start (status {proc.poll()})")
+        time.sleep(0.05)  # nginx forks its workers: bounded poll for an external process
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def endpoint(lanes: list[str], workers: int, cores: set[int], *extra: str) -> tuple[Child, str]:
+    argv = [sys.executable, "-m", "ddsup", "endpoint", "--port", "0", "--workers", str(workers)]
+    argv += [a for lane in lanes for a in ("--lane", f"m={lane}")]
+    proc = start([*argv, *extra], cores)
+    url = first_line_url(proc)
+    for child in psutil.Process(proc.pid).children():  # the workers inherit the parent's
+        os.sched_setaffinity(child.pid, cores)  # affinity already; say it explicitly
+    return proc, url
+
+
+def rotations(variants: list[Variant], reps: int) -> list[list[Variant]]:
+    return [variants[r % len(variants) :] + variants[: r % len(variants)] for r in range(reps)]
+
+
+def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[str, Any]:
+    """Plain and SSE side by side, fast lanes: CPU per request and per event, req/s, p50/p99."""
+    cpus = sorted(os.sched_getaffinity(0))
+    proxy, load = {cpus[0]}, set(cpus[1:]) or {cpus[0]}
+    both = set(cpus[:2])
+    me = [sys.executable, __file__]
+    lanes = []
+    for i in range(args.lanes):
+        port_file = tmp / f"up{i}"
+        up = [*me, "--upstream", str(port_file), "--events", str(args.events)]
+        children.append(start([*up, "--gap", str(args.gap)], load))
+        lanes.append(port_file)
+    lane_urls = [f"http://127.0.0.1:{wait_port(p)}" for p in lanes]
+    lane0 = psutil.Process(children[0].pid)
+    children.append(h11 := start([*me, "--floor-h11", str(tmp / "h11")], proxy))
+    children.append(ht := start([*me, "--floor-httptools", str(tmp / "ht")], proxy))
+    nginx = ensure_nginx()
+    n1, n1_url = start_nginx(nginx, lane_urls, sorted(proxy), tmp)
+    n2, n2_url = start_nginx(nginx, lane_urls, sorted(both), tmp)
+    e1, e1_url = endpoint(lane_urls, 1, proxy)
+    e2, e2_url = endpoint(lane_urls, 2, both)
+    children += [n1, n2, e1, e2]
+
+    def of(*procs: Child) -> tuple[psutil.Process, ...]:
+        return tuple(psutil.Process(p.pid) for p in procs)
+
+    plain = [
+        Variant("direct", lane_urls[0], frozenset(load), (lane0,)),
+        Variant("nginx 1w", n1_url, frozenset(proxy), of(n1)),
+        Variant("endpoint 1w", e1_url, frozenset(proxy), of(e1)),
+        Variant(
+            "floor h11", f"http://127.0.0.1:{wait_port(tmp / 'h11')}", frozenset(proxy), of(h11)
+        ),
+        Variant(
+            "floor httptools", f"http://127.0.0.1:{wait_port(tmp / 'ht')}", frozenset(proxy), of(ht)
+        ),
+        Variant("nginx 2w", n2_url, frozenset(both), of(n2)),
+        Variant("endpoint 2w", e2_url, frozenset(both), of(e2)),
+    ]
+    sse = [
+        v
+        for v in plain
+        if v.name in ("direct", "nginx 1w", "endpoint 1w", "nginx 2w", "endpoint 2w")
+    ]
+    results: dict[str, dict[str, list[Sample]]] = {"plain": {}, "sse": {}}
+    for kind, variants, body in (("plain", plain, PLAIN), ("sse", sse, STREAM)):
+        for v in variants:  # warm-up: pools, caches, page faults
+            measure(v, body, 1, args.connections, load)
+        for order in rotations(variants, args.reps):
+            for v in order:
+                sample = measure(v, body, args.seconds, args.connections, load)
+                results[kind].setdefault(v.name, []).append(sample)
+    return {"results": results, "variants": {v.name: v for v in plain}}
+
+
+def run_goodput(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[str, Any]:
+    """2xx/s through nginx and through the endpoint in front of GPU-bound lanes.
+
+    The load is ``endpoint_overload.py``'s open-loop generator (a closed loop such as wrk
+    answers every 429 with an immediate new request, which no client honouring
+    ``Retry-After`` does): ``--goodput-levels`` multiples of the lanes' capacity.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    proxy, load = {cpus[0]}, set(cpus[1:]) or {cpus[0]}
+    lanes = []
+    for i in range(args.gpu_lanes):
+        argv = [sys.executable, "-m", "ddsup", "fake-vllm", "--port", "0", "--model", "m"]
+        argv += ["--max-num-seqs", str(args.max_num_seqs), "--ttft", str(args.ttft)]
+        argv += ["--tokens-per-second", "0", "--lane-id", f"gpu{i}"]
+        children.append(start(argv, load))
+        lanes.append(first_line_url(children[-1]))
+    lane_procs = [psutil.Process(child.pid) for child in children]
+    n1, n1_url = start_nginx(ensure_nginx(), lanes, sorted(proxy), tmp / "gpu")
+    e1, e1_url = endpoint(lanes, 1, proxy, "--max-queue-per-lane", str(args.max_queue_per_lane))
+    children += [n1, e1]
+    nginx_worker = psutil.Process(n1.pid).children()[0]  # run_level charges watched[0] only
+    variants = [
+        Variant("nginx 1w", n1_url, frozenset(proxy), (nginx_worker,)),
+        Variant("endpoint 1w", e1_url, frozenset(proxy), (psutil.Process(e1.pid),)),
+    ]
+    capacity = args.gpu_lanes * args.max_num_seqs / args.ttft
+    results: dict[float, dict[str, list[Any]]] = {}
+    for factor in args.goodput_levels:
+        for order in rotations(variants, args.goodput_reps):
+            for v in order:
+                host, port = v.url.removeprefix("http://").rsplit(":", 1)
+                spec = {"host": host, "port": int(port), "connections": args.goodput_connections}
+                spec |= {"seconds": args.goodput_seconds, "warmup": 1.0, "probe_interval": 0.05}
+                spec |= {"rate": factor * capacity - 1 / 0.05, "closed": 0}
+                watched = [*v.serving, *lane_procs]
+                level = run_level(f"{factor:g}x {v.name}", spec, watched, load)
+                results.setdefault(factor, {}).setdefault(v.name, []).append(level)
+    return {"results": results, "capacity": capacity}
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def report_cpu(cpu: dict[str, Any], args: argparse.Namespace) -> dict[str, float]:
+    """Print the CPU tables; return the figures the goals need."""
+    results, variants = cpu["results"], cpu["variants"]
+    med = {
+        kind: {
+            name: {
+                "rps": median([s.rps for s in ss]),
+                "p50": median([s.p50_ms for s in ss]),
+                "p99": median([s.p99_ms for s in ss]),
+                "cpu": median([s.cpu_us for s in ss]),
+                "share": median([s.cpu_s / s.seconds for s in ss]),
+            }
+            for name, ss in by_name.items()
+        }
+        for kind, by_name in results.items()
+    }
+    print(
+        f"wrk -c {args.connections} -d {args.seconds:g}s × {args.reps} reps, medians; "
+        "CPU = user + system of the serving processes; share = of the cores they may use"
+    )
+    print(f"\nplain JSON, {args.lanes} fast lanes")
+    _table(med["plain"], variants)
+    print(f"\nSSE, {args.events} events per request, {args.gap * 1000:g} ms apart")
+    _table(med["sse"], variants)
+    per_event = {}
+    for name in med["sse"]:
+        if name == "direct":
+            continue
+        per_event[name] = (med["sse"][name]["cpu"] - med["plain"][name]["cpu"]) / args.events
+    for name, value in per_event.items():
+        share = med["sse"][name]["share"] / len(variants[name].cores) * 100
+        ratio = value / per_event["nginx 1w"]
+        print(
+            f"  {name:<12} CPU per event {value:6.1f} µs (x nginx 1w {ratio:.2f}; "
+            f"{share:.0f} % of its cores during SSE)"
+        )
+    plain = med["plain"]
+    return {
+        "cpu": plain["endpoint 1w"]["cpu"],
+        "event": per_event["endpoint 1w"],
+        "scale": plain["endpoint 2w"]["rps"] / plain["endpoint 1w"]["rps"],
+        "nginx_scale": plain["nginx 2w"]["rps"] / plain["nginx 1w"]["rps"],
+    }
+
+
+def report_goodput(goodput: dict[str, Any], args: argparse.Namespace) -> float:
+    """Print goodput through nginx and the endpoint; return the worst ratio."""
+    print(
+        f"\ngoodput (2xx/s) in front of {args.gpu_lanes} GPU-bound lanes "
+        f"(fake-vllm × {args.max_num_seqs} slots, ttft {args.ttft:g} s: "
+        f"{goodput['capacity']:.0f} req/s capacity); open loop, {args.goodput_seconds:g} s "
+        f"per run; endpoint --max-queue-per-lane {args.max_queue_per_lane}"
+    )
+    print(
+        f"  {'offered':>8} {'variant':<12}{'2xx/s':>8}{'429 %':>7}{'2xx p50':>9}{'2xx p99':>9}"
+        f"{'proxy CPU':>10}{'errors':>8}"
+    )
+    ratios = []
+    for factor, by_name in goodput["results"].items():
+        good = {}
+        for name, levels in by_name.items():
+            good[name] = median([lv.goodput for lv in levels])
+            errors = sum(sum(lv.errors.values()) for lv in levels)
+            print(
+                f"  {median([lv.offered for lv in levels]):>8.0f} {name:<12}{good[name]:>8.1f}"
+                f"{100 * median([lv.busy_share for lv in levels]):>6.0f}%"
+                f"{median([lv.ok_p50 for lv in levels]):>8.0f}ms"
+                f"{median([lv.ok_p99 for lv in levels]):>8.0f}ms"
+                f"{median([lv.endpoint_cpu for lv in levels]):>9.0f}%{errors:>8}"
+            )
+        ratio = good["endpoint 1w"] / good["nginx 1w"]
+        ratios.append(ratio)
+        print(f"  {factor:g}× capacity: endpoint / nginx goodput {ratio:.3f}")
+    return min(ratios)
+
+
+def report(
+    cpu: dict[str, Any] | None, goodput: dict[str, Any] | None, args: argparse.Namespace
+) -> None:
+    print(f"load average {os.getloadavg()[0]:.2f} at the end of the run\n")
+    figures = report_cpu(cpu, args) if cpu is not None else None
+    worst = report_goodput(goodput, args) if goodput is not None else None
+    print("\ngoals")
+    if figures is not None:
+        _goal("CPU per plain proxied request ≤ 80 µs (endpoint 1w)", figures["cpu"], 80, "µs")
+        _goal("CPU per SSE event ≤ 25 µs (endpoint 1w)", figures["event"], 25, "µs")
+        scale = figures["scale"]
+        print(
+            f"  2 workers on 2 cores ≥ 1.8× the req/s of 1 worker: {scale:.2f}× "
+            f"({'met' if scale >= 1.8 else 'missed'}; nginx 2w/1w {figures['nginx_scale']:.2f}×)"
+        )
+    if worst is not None:
+        verdict = "met" if worst >= 0.95 else "missed"
+        print(f"  goodput ≥ 0.95 of nginx's: {worst:.3f} at worst ({verdict})")
+
+
+def _goal(what: str, value: float, limit: float, unit: str) -> None:
+    print(f"  {what}: {value:.1f} {unit} ({'met' if value <= limit else 'missed'})")
+
+
+def _table(med: dict[str, dict[str, float]], variants: dict[str, Variant]) -> None:
+    nginx = med.get("nginx 1w")
+    print(
+        f"  {'variant':<16}{'cores':>6}{'req/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
+        f"{'CPU µs/req':>11}{'x nginx':>8}{'share':>7}"
+    )
+    for name, m in med.items():
+        cores = variants[name].cores
+        ratio = m["cpu"] / nginx["cpu"] if nginx else float("nan")
+        share = m["share"] / len(cores) * 100
+        print(
+            f"  {name:<16}{','.join(map(str, sorted(cores))):>6}{m['rps']:>9.0f}"
+            f"{m['p50']:>8.2f}{m['p99']:>8.2f}{m['cpu']:>11.1f}{ratio:>8.2f}{share:>6.0f}%"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5, help="wrk time per CPU run")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions (medians reported)")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--lanes", type=int, default=2, help="fast lanes behind the proxies")
+    parser.add_argument("--events", type=int, default=20, help="SSE events per request")
+    parser.add_argument("--gap", type=float, default=0.002, help="seconds between SSE events")
+    parser.add_argument("--gpu-lanes", type=int, default=2)
+    parser.add_argument("--max-num-seqs", type=int, default=32)
+    parser.add_argument("--ttft", type=float, default=0.5)
+    parser.add_argument("--max-queue-per-lane", type=int, default=64)
+    parser.add_argument("--goodput-seconds", type=float, default=20)
+    parser.add_argument("--goodput-reps", type=int, default=2)
+    parser.add_argument("--goodput-connections", type=int, default=512)
+    parser.add_argument(
+        "--goodput-levels",
+        type=lambda text: [float(x) for x in text.split(",")],
+        default=[1.0, 4.0],
+        help="offered load in multiples of the lanes' capacity",
+    )
+    parser.add_argument("--only", choices=("cpu", "goodput"), help="one part only")
+    parser.add_argument("--upstream", help=argparse.SUPPRESS)
+    parser.add_argument("--floor-h11", help=argparse.SUPPRESS)
+    parser.add_argument("--floor-httptools", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.upstream:
+        Upstream(args.events, args.gap).serve(args.upstream)
+        return
+    if args.floor_h11:
+        serve_bare(args.floor_h11)
+        return
+    if args.floor_httptools:
+        serve_httptools_floor(args.floor_httptools)
+        return
+    if not shutil.which("wrk"):
+        raise SystemExit("wrk is needed: apt-get install -y wrk")
+    tmp = Path(tempfile.mkdtemp(prefix="ddsup-compare-"))
+    (tmp / "gpu").mkdir()
+    children: list[Child] = []
+    try:
+        cpu = run_cpu(args, tmp, children) if args.only != "goodput" else None
+        stop_all(children)
+        children.clear()
+        good = run_goodput(args, tmp, children) if args.only != "cpu" else None
+    finally:
+        stop_all(children)
+        shutil.rmtree(tmp, ignore_errors=True)
+    report(cpu, good, args)
+
+
+if __name__ == "__main__":
+    main()

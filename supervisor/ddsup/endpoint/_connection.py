@@ -1,0 +1,115 @@
+"""What the routes and the proxy see of a client connection, whichever parser serves it.
+
+A connection is served on the fast path (:mod:`._fast_client`: httptools, raw socket
+calls, upstream bytes relayed as they are) or, once anything about it is unusual, by h11
+(:mod:`._client`). Both implement :class:`ClientConnection`; the routes and the proxy
+are written once against it. :class:`Request` is the one request type of both paths.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+import trio
+
+from ddsup.endpoint._errors import ApiError
+
+
+class ClientGone(Exception):
+    """The client closed or broke the connection; nothing more can be sent to it."""
+
+
+class Abort(Exception):
+    """Close the connection at once without another byte (a response was cut short)."""
+
+
+class Framing(enum.Enum):
+    """How a lane framed its response body, which decides how the client gets it."""
+
+    LENGTH = "content-length"  # passed on as it is
+    CHUNKED = "chunked"  # fast path: the chunks as they are; h11: decoded, framed again
+    CLOSE = "until close"  # the client gets it chunked (the end must be visible)
+
+
+class Request:
+    """One request head: method, target, headers (names lower-case), body length.
+
+    A plain slotted class rather than a frozen dataclass: one is built per request on
+    the hot path, and a frozen dataclass's ``__init__`` costs several times more.
+    ``content_length`` is ``None`` when the request has no Content-Length header.
+    ``forwarded`` is the block of header lines a lane gets (end-to-end headers but Host
+    and Content-Length), when the parser built it on the way; else the proxy builds it.
+    """
+
+    __slots__ = ("content_length", "forwarded", "headers", "method", "target")
+
+    def __init__(
+        self,
+        method: bytes,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        content_length: int | None,
+        forwarded: bytes | None = None,
+    ) -> None:
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.content_length = content_length
+        self.forwarded = forwarded
+
+    @property
+    def path(self) -> bytes:
+        """The target without its query string."""
+        return self.target.split(b"?", 1)[0]
+
+
+class ClientConnection(Protocol):
+    """One client connection, as the routes and the proxy use it.
+
+    ``hangup_fd`` is the socket the proxy's upstream waits watch for the client hanging
+    up (fast path), or ``None`` when the connection watches for itself (h11 path: see
+    :meth:`watch`). ``verbatim`` says the client takes a lane's chunked body as it came.
+    ``last_upstream`` lets the pool give a keep-alive client the same lane connection
+    again (see :mod:`._upstream`).
+    """
+
+    hangup_fd: int | None
+    verbatim: bool
+    last_upstream: object | None  # the lane connection its last request used
+
+    async def read_body(self, request: Request, limit: int) -> bytes: ...
+
+    async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """A complete response with a known length, sent at once."""
+
+    async def reject(self, error: ApiError) -> None:
+        """Answer ``error`` as JSON while that is still possible, else raise :class:`Abort`."""
+
+    def take_bodiless_end(self) -> None:
+        """A GET is about to be answered: its (empty) body counts as read."""
+
+    def watch(self, scope: trio.CancelScope | None) -> None:
+        """h11 path: let a hang-up cancel ``scope`` (``None``: stop watching)."""
+
+    def start_response(
+        self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], framing: Framing
+    ) -> None:
+        """Queue a lane's response head (end-to-end headers); raises ``ValueError`` when the
+        head cannot be passed on, before anything is queued."""
+
+    def pass_head(self, raw: bytes) -> None:
+        """Queue a lane's response head as it came (``verbatim`` clients only); its headers
+        are end-to-end and its body framing is Content-Length or chunked."""
+
+    def send_body(self, data: bytes) -> None:
+        """Queue body bytes: decoded, or the raw chunks when ``verbatim``."""
+
+    def end_response(self) -> None:
+        """Queue the end of the response body."""
+
+    async def flush(self) -> None:
+        """Send everything queued; :class:`ClientGone` when the client has left."""
+
+    @property
+    def response_started(self) -> bool: ...

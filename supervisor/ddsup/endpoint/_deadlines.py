@@ -1,0 +1,100 @@
+"""Coarse timeouts for the data path: one task per server checks every deadline each tick.
+
+trio's cancel scopes are exact and composable, and cost several microseconds per scope
+and per deadline change; the fast path had three deadline changes and one scope per
+request, about a fifth of its CPU. The timeouts of the data path need neither property:
+they are long (seconds to minutes), and what expires is always one wait on one socket.
+So, as nginx does with its event timers, a :class:`Timed` object (a client connection,
+an upstream connection in use) stores a plain deadline and, while it waits, what it
+waits on; :meth:`Deadlines.run` wakes every :attr:`Deadlines.tick` seconds and, for each
+object waiting past its deadline, calls ``trio.lowlevel.notify_closing`` on it. The
+waiting task gets ``trio.ClosedResourceError`` and, seeing :attr:`Timed.expired`, turns
+it into the timeout it is (408, a lane that did not answer, a silent lane). The object
+is closed by its owner right after: a timed-out connection is never reused.
+
+A timeout fires between its deadline and one tick later; the tick is a fifth of the
+shortest timeout it serves, at most one second.
+"""
+
+from __future__ import annotations
+
+import math
+import select
+import socket
+import time
+
+import trio
+
+MAX_TICK = 1.0
+
+Waitable = socket.socket | select.epoll
+
+
+class Expired(Exception):
+    """A :class:`Timed` wait ran past its deadline."""
+
+
+class Timed:
+    """Something that waits with a deadline (a plain float, :func:`time.monotonic`).
+
+    Its waits go through :meth:`wait_readable` and :meth:`wait_writable`, which raise
+    :class:`Expired` when :class:`Deadlines` ends them.
+    """
+
+    __slots__ = ("deadline", "expired", "waiting_on")
+
+    def __init__(self) -> None:
+        self.deadline = math.inf
+        self.waiting_on: Waitable | None = None  # what a task waits on right now
+        self.expired = False
+
+    def expire(self) -> None:
+        """Wake the task waiting on :attr:`waiting_on` with ``trio.ClosedResourceError``."""
+        waiting_on = self.waiting_on
+        if waiting_on is not None:
+            self.expired = True
+            trio.lowlevel.notify_closing(waiting_on)
+
+    async def wait_readable(self, target: Waitable) -> None:
+        self.waiting_on = target
+        try:
+            await trio.lowlevel.wait_readable(target)
+        except trio.ClosedResourceError:
+            if self.expired:
+                raise Expired from None
+            raise
+        finally:
+            self.waiting_on = None
+
+    async def wait_writable(self, target: socket.socket) -> None:
+        self.waiting_on = target
+        try:
+            await trio.lowlevel.wait_writable(target)
+        except trio.ClosedResourceError:
+            if self.expired:
+                raise Expired from None
+            raise
+        finally:
+            self.waiting_on = None
+
+
+class Deadlines:
+    """The set of :class:`Timed` objects of one server, and the task that expires them."""
+
+    def __init__(self, *timeouts: float) -> None:
+        self.tick = min(MAX_TICK, min(timeouts, default=5.0) / 5)
+        self._timed: set[Timed] = set()
+
+    def add(self, timed: Timed) -> None:
+        self._timed.add(timed)
+
+    def discard(self, timed: Timed) -> None:
+        self._timed.discard(timed)
+
+    async def run(self) -> None:
+        """Expire what waits past its deadline, every :attr:`tick` seconds, until cancelled."""
+        while True:
+            await trio.sleep(self.tick)
+            now = time.monotonic()
+            for timed in [t for t in self._timed if t.deadline < now]:
+                timed.expire()

@@ -1,0 +1,82 @@
+"""Requests in flight per lane, counted by every endpoint worker in one shared table.
+
+Admission (``max_queue_per_lane``, ``max_concurrent``) and the choice of the least busy
+lane need each lane's outstanding requests over *all* workers. Each worker owns one row
+of a table in shared memory (a ``memfd`` every worker maps) and only ever writes its
+own row; a reader adds the rows up. Slot 0 counts requests in flight at all (for
+``max_concurrent``); each lane has its own slot from 1 on, assigned by the parent.
+
+Writes need no lock: one writer per cell, and an aligned 8-byte store is a single
+instruction on the machines ddsup runs on (x86-64, aarch64), so a reader sees either
+the old or the new count, never a torn one. A worker's check ("the lane's total is under
+the limit") and its increment happen without a checkpoint in between, so within a
+worker they are atomic; across workers, each of the other ``workers - 1`` may pass the
+same check before it sees this worker's increment. Hence the error bound documented in
+``docs/cli.md``: a lane holds at most ``max_queue_per_lane + workers - 1`` requests from
+this endpoint, the process at most ``max_concurrent + workers - 1``, and a choice of the
+least busy lane can be off by as many requests.
+
+The layout is slot-major (``[slot][row]``) so that a total is the sum of one contiguous
+slice, summed in C. Unused slots cost nothing: the kernel gives a ``memfd`` pages only
+when they are touched.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+SLOTS = 1 << 16  # distinct lanes over the endpoint's lifetime, plus slot 0
+ACTIVE = 0  # the slot of requests in flight at all
+_ITEM = 8  # bytes per count (signed 64 bit)
+
+
+class SharedCounts:
+    """One view of the table: ``rows`` rows, of which this process writes ``row``."""
+
+    __slots__ = ("_map", "_view", "fd", "row", "rows")
+
+    def __init__(self, fd: int | None, rows: int, row: int) -> None:
+        """Map the table in ``fd`` (``None``: private memory, for a single process)."""
+        if not 0 <= row < rows:
+            raise ValueError(f"row {row} outside a table of {rows} rows")
+        self.fd = fd
+        self.rows = rows
+        self.row = row
+        self._map = mmap.mmap(-1 if fd is None else fd, rows * SLOTS * _ITEM)
+        self._view = memoryview(self._map).cast("q")
+
+    @classmethod
+    def private(cls) -> SharedCounts:
+        """A one-row table in this process's memory (an endpoint with one worker)."""
+        return cls(None, 1, 0)
+
+    @classmethod
+    def create(cls, rows: int, row: int) -> SharedCounts:
+        """A new zeroed table in a ``memfd`` (pass :attr:`fd` to the other processes)."""
+        fd = os.memfd_create("ddsup-endpoint-counts", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, rows * SLOTS * _ITEM)
+            return cls(fd, rows, row)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def add(self, slot: int, delta: int) -> None:
+        """Change this process's count of ``slot`` (its own cell only)."""
+        self._view[slot * self.rows + self.row] += delta
+
+    def total(self, slot: int) -> int:
+        """The count of ``slot`` over every row (see the module docstring for its bound)."""
+        rows = self.rows
+        if rows == 1:
+            return self._view[slot]
+        start = slot * rows
+        return sum(self._view[start : start + rows])
+
+    def close(self) -> None:
+        self._view.release()
+        self._map.close()
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
