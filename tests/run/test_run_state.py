@@ -9,6 +9,7 @@ small unit sets. The end-to-end tests in ``tests/engine`` check the same rules t
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 
 from ddsup._errors import ResultStatus
 from ddsup.channel._messages import LanesChanged, LanesUpdate, PreflightReport, ReadyLane
@@ -329,3 +330,32 @@ def test_each_agent_is_sent_its_own_node_of_the_plan() -> None:
     run.handle(PreflightReported(PreflightReport("n1", ())))
     run.handle(PreflightOver(120.0))
     assert {p.instance: p.port for p in run.node_plan("n2").instances}["a@2"] == 8300
+
+
+class _CountingInstances(tuple):  # type: ignore[type-arg]
+    """The plan's instances, counting the walks over them."""
+
+    walks = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        _CountingInstances.walks += 1
+        return super().__iter__()
+
+
+def test_an_event_never_walks_every_instance_of_the_plan() -> None:
+    """At 1,024 lanes, each event walked the plan (the ready set, node lookups, replica
+    peers, the quorum): 1,000 events × 1,000 instances. Events now cost the same at any
+    size; only a new feed subscriber or ``status`` reads every instance."""
+    units = u.unit_set(u.lane("a@", replicas=16), u.endpoint())
+    plan = u.plan(units, count=4, gpus=4)
+    counted = replace(plan, instances=_CountingInstances(plan.instances))
+    run = RunState(units, counted)
+    run.handle(PreflightOver(120.0))
+    _CountingInstances.walks = 0
+    for index in range(16):
+        run.handle(_to(f"a@{index}", S.STARTING))
+        run.handle(_to(f"a@{index}", S.READY))
+        run.handle(_to(f"a@{index}", S.RESTARTING))
+        run.handle(_to(f"a@{index}", S.READY))
+    assert _CountingInstances.walks == 0
+    assert len(run.ready_lanes().lanes) == 16 and _CountingInstances.walks == 1

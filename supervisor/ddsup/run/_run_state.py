@@ -102,6 +102,11 @@ class RunState:
         agents = {p.node for p in plan.instances if runs_on_agent(units, p)}
         self._agent_nodes = tuple(n.name for n in plan.nodes if n.name in agents)
         self._node_plans: dict[str, Plan] = {}
+        self._ranks: dict[str, tuple[PlannedInstance, ...]] = {}  # multi-node replicas
+        for planned in plan.instances:
+            if planned.nnodes > 1:
+                ranks = self._ranks.get(planned.replica_name, ())
+                self._ranks[planned.replica_name] = (*ranks, planned)
 
     # --- queries --------------------------------------------------------------------
     def host_of(self, planned: PlannedInstance) -> Host:
@@ -229,11 +234,11 @@ class RunState:
             return []
         self.records[event.instance] = self._record(event.instance).apply(event)
         decisions: list[Decision] = []
-        if not self.stopping:
+        ranks = self._ranks.get(event.instance.split(":", 1)[0])
+        if ranks is not None and not self.stopping:  # a rank of a multi-node replica
+            peers = replace(self.plan, instances=ranks)  # its replica's ranks, not all
             records = self.records
-            decisions += take_down_peers(
-                self.units, self.plan, records, event.instance, event.to_state
-            )
+            decisions += take_down_peers(self.units, peers, records, event.instance, event.to_state)
         if event.to_state is InstanceState.READY or event.completed:
             self._ready_once.add(event.instance)
         if event.to_state.final:
