@@ -42,6 +42,7 @@ from ddsup.record._events import RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._preflight import HeldPorts, run_preflight
+from ddsup.run._process_end import end_process
 from ddsup.run._signals import ignore_stop_signals, stop_signal_receiver
 from ddsup.service._environment import RunContext
 from ddsup.units import UnitSet, load_unit_set
@@ -63,7 +64,8 @@ def run_agent(args: argparse.Namespace) -> int:
     node = args.node or os.environ.get("SLURMD_NODENAME")
     if not secret or not address or not node:
         raise UsageError("ddsup agent is started by ddsup start, not by hand")
-    return trio.run(_agent_main, node, address, secret, args.gpus, not args.no_sentinel)
+    status = trio.run(_agent_main, node, address, secret, args.gpus, not args.no_sentinel)
+    end_process(status)
 
 
 async def _agent_main(

@@ -13,6 +13,7 @@ from ddsup.plan._resolve import AllocationRequest, LauncherChoice
 from ddsup.record._state_dir import StateDir, default_state_dir
 from ddsup.run._controller import Controller
 from ddsup.run._options import RunOptions, Verbosity
+from ddsup.run._process_end import end_process
 
 
 def configure_start(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +64,8 @@ def run_start(args: argparse.Namespace) -> int:
     state.create()
     _put_own_interpreter_first_on_path()
     controller = Controller(options, state)
-    return trio.run(controller.main, restrict_keyboard_interrupt_to_checkpoints=True)
+    status = trio.run(controller.main, restrict_keyboard_interrupt_to_checkpoints=True)
+    end_process(status)
 
 
 def _put_own_interpreter_first_on_path() -> None:
