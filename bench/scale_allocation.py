@@ -20,11 +20,14 @@ For each ``--stagger`` variant, one run:
   endpoint; processes and file descriptors of the controller;
 - **idle**: CPU of the controller, agents and sentinels over ``--idle`` seconds;
 - **status**: ``ddsup status`` and ``status --json``, wall time and output size;
+- **trickle**: SIGKILL to ``--trickle`` lanes one at a time, 0.25 s apart, each on
+  another node (they restart): the latencies above for their ready events, the steady
+  state of a long run rather than the burst of a start;
 - **churn**: SIGKILL to ``--churn`` of the lanes at once (they restart): until all are
   ready again, the controller's CPU per event, and the feed's latency for them;
 - **stop**: SIGTERM → the last lane's ``exited`` → ``ddsup start`` exits.
 
-Only the first stagger variant of each code runs idle, status and churn.
+Only the first stagger variant of each code runs idle, status, trickle and churn.
 ``--baseline REV`` runs ddsup as it was at that git revision too (``git archive`` into a
 temporary directory, first on ``PYTHONPATH``), alternating with the checkout, so before
 and after come from one run on the same machine. Both are compiled to bytecode first, as
@@ -43,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -66,8 +70,10 @@ DDSUP = [sys.executable, "-m", "ddsup"]
 GOALS = {
     "idle CPU of the controller ≤ 1 % of a core": ("idle_controller_pct", 1.0),
     "controller RSS ≤ 200 MiB": ("controller_rss_mib", 200.0),
-    "lane ready → endpoint table p99 ≤ 100 ms": ("table_p99_ms", 100.0),
+    "lane ready → endpoint table p99 ≤ 100 ms (start)": ("table_p99_ms", 100.0),
+    "lane ready → endpoint table p99 ≤ 100 ms (one by one)": ("trickle_table_p99_ms", 100.0),
     "ddsup status ≤ 0.5 s": ("status_s", 0.5),
+    "ddsup status ≤ 0.5 s (its CPU time)": ("status_cpu_s", 0.5),
     "stop ≤ 5 s after the lanes exit": ("after_lanes_exit_s", 5.0),
     "plan + start overhead ≤ 2 s beyond the slowest lane": ("overhead_s", 2.0),
 }
@@ -294,14 +300,14 @@ class Run:
 
 
 def feed_latencies(
-    tail: EventTail, added: dict[str, list[float]], since: float = 0.0
+    tail: EventTail, added: dict[str, list[float]], since: float = 0.0, until: float = 1e12
 ) -> tuple[list[float], list[float]]:
-    """(ready event → line seen, ready event → in the table), seconds, for readies after
-    ``since``: each ready is matched to the first table entry after it."""
+    """(ready event → line seen, ready event → in the table), seconds, for readies from
+    ``since`` to ``until``: each ready is matched to the first table entry after it."""
     to_line, to_table = [], []
     for seen, event in tail.transitions("ready"):
         at = float(event["time"])
-        if at < since:
+        if not since <= at < until:
             continue
         to_line.append(seen - at)
         later = [t for t in added.get(event["instance"], []) if t >= at - 0.001]
@@ -377,28 +383,56 @@ def measure_idle(run: Run, procs: Procs, seconds: float) -> None:
         run.put(f"idle_{name}_pct", 100 * (cpu_s(group) - before[name]) / seconds)
 
 
-def measure_status(run: Run, reps: int = 5) -> None:
-    env = {**os.environ, **run.env}
-    for variant, extra in (("status", []), ("status_json", ["--json"])):
-        times, size = [], 0
-        for _ in range(reps):
-            began = time.perf_counter()
-            out = subprocess.run(
-                [*DDSUP, "status", "--state-dir", str(run.state), *extra],
-                capture_output=True,
-                check=True,
-                env=env,
-            ).stdout
-            times.append(time.perf_counter() - began)
-            size = len(out)
-        run.put(f"{variant}_s", statistics.median(times))
-        run.put(f"{variant}_bytes", size)
-    floor = []
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(argv: list[str], env: dict[str, str], reps: int) -> tuple[float, float, int]:
+    """Median wall and CPU seconds of ``argv`` as a command, and its output's size."""
+    walls, cpus, size = [], [], 0
     for _ in range(reps):
-        began = time.perf_counter()
-        subprocess.run([*DDSUP, "--version"], capture_output=True, check=True, env=env)
-        floor.append(time.perf_counter() - began)
-    run.put("ddsup_version_floor_s", statistics.median(floor))
+        cpu, began = children_cpu(), time.perf_counter()
+        out = subprocess.run(argv, capture_output=True, check=True, env=env).stdout
+        walls.append(time.perf_counter() - began)
+        cpus.append(children_cpu() - cpu)
+        size = len(out)
+    return statistics.median(walls), statistics.median(cpus), size
+
+
+def measure_status(run: Run, reps: int = 5) -> None:
+    """``ddsup status`` (and ``--json``) of the live run, and the floor of any command."""
+    env = {**os.environ, **run.env}
+    status = [*DDSUP, "status", "--state-dir", str(run.state)]
+    for name, argv in (("status", status), ("status_json", [*status, "--json"])):
+        wall, cpu, size = timed(argv, env, reps)
+        run.put(f"{name}_s", wall)
+        run.put(f"{name}_cpu_s", cpu)
+        run.put(f"{name}_bytes", size)
+    wall, cpu, _size = timed([*DDSUP, "--version"], env, reps)
+    run.put("ddsup_version_floor_s", wall)
+    run.put("ddsup_version_floor_cpu_s", cpu)
+
+
+def measure_trickle(
+    run: Run, procs: Procs, tail: EventTail, count: int, process: subprocess.Popen[bytes]
+) -> tuple[float, float]:
+    """SIGKILL ``count`` lanes one at a time, 0.25 s apart, each on another node (lanes
+    crash one by one in a real run): the latencies of their ready events, without the
+    burst of the churn. Returns the window of their ready events."""
+    step = max(1, len(procs.lanes) // count)
+    victims = procs.lanes[::step][:count]
+    readies = len(tail.transitions("ready"))
+    began = time.time()
+    for proc in victims:
+        with suppress(psutil.Error):
+            proc.kill()
+        time.sleep(0.25)  # the pace of the crashes, not a synchronisation
+    wanted = readies + len(victims)
+    wait_for(lambda: len(tail.transitions("ready")) >= wanted, 120, "trickle: all ready", process)
+    time.sleep(0.5)  # the last one's way to the table
+    run.put("trickle_lanes_killed", len(victims))
+    return began, time.time()
 
 
 def measure_churn(
@@ -467,12 +501,13 @@ def run_variant(run: Run, args: argparse.Namespace, full: bool) -> dict[str, flo
             measure_start(run, tail, spawned, procs)
             log(f"all ready after {run.result['to_all_ready_s']:.2f} s")
             measure_memory(run, procs)
-            killed = 0.0
+            killed, trickle = 0.0, (0.0, 0.0)
             if full:
                 time.sleep(2.0)  # settle: the last events' handling, the endpoint's start
                 measure_idle(run, procs, args.idle)
                 measure_status(run)
-                killed = measure_churn(run, procs, tail, args.churn, process)
+                trickle = measure_trickle(run, procs, tail, args.trickle, process)
+                killed = measure_churn(run, Procs.find(process.pid), tail, args.churn, process)
             measure_stop(run, tail, process)
         finally:
             watcher.wait(timeout=60)
@@ -487,6 +522,11 @@ def run_variant(run: Run, args: argparse.Namespace, full: bool) -> dict[str, flo
     run.put("feed_updates", feed.get("updates", 0))
     run.put("feed_subscriber_cpu_s", feed.get("cpu_s", float("nan")))
     if full and killed:
+        line, table = feed_latencies(tail, feed["added"], *trickle)
+        run.put("trickle_line_p50_ms", 1000 * percentile(line, 0.5))
+        run.put("trickle_line_p99_ms", 1000 * percentile(line, 0.99))
+        run.put("trickle_table_p50_ms", 1000 * percentile(table, 0.5))
+        run.put("trickle_table_p99_ms", 1000 * percentile(table, 0.99))
         _line, churn_table = feed_latencies(tail, feed["added"], since=killed)
         run.put("churn_table_p99_ms", 1000 * percentile(churn_table, 0.99))
     return run.result
@@ -541,6 +581,7 @@ def main() -> None:
     parser.add_argument("--stagger", default="0s,250ms", help="variants, comma-separated")
     parser.add_argument("--idle", type=float, default=15.0, help="seconds of the idle window")
     parser.add_argument("--churn", type=float, default=0.1, help="share of lanes killed")
+    parser.add_argument("--trickle", type=int, default=32, help="lanes killed one at a time")
     parser.add_argument("--limit", type=float, default=900.0, help="seconds to all ready")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the state directories")
