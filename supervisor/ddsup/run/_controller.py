@@ -44,6 +44,7 @@ from ddsup.run._lane_feed import LanePublisher, endpoint_setup
 from ddsup.run._launcher import launcher_for
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import LocalNode, RunNode
+from ddsup.run._open_files import ensure_open_files, open_files_needed
 from ddsup.run._options import RunOptions, Verbosity
 from ddsup.run._run_inputs import (
     Decision,
@@ -223,7 +224,9 @@ class Controller:
         if nodes:
             launcher = launcher_for(allocation, units, self.options.srun_args)
             self._fleet = AgentFleet(launcher, self.state, self.invocation_id)
+            local = len(self.run.plan.on_node(self.run.plan.client))
             try:
+                ensure_open_files(open_files_needed(len(nodes), local))
                 await self._fleet.launch(nodes, self._agent_env(allocation), nursery, self.feed)
             except DdsupError as err:
                 self.feed(StartupFailed(err))
