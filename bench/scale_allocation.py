@@ -533,6 +533,15 @@ def run_variant(run: Run, args: argparse.Namespace, full: bool) -> dict[str, flo
 
 
 # --- main ---------------------------------------------------------------------------
+def cool_down(limit: float, below: float = 6.0) -> None:
+    """Until the load average the previous run left behind (128 agents starting drive it
+    to ~90) is below ``below``, or ``limit`` seconds: the next run starts on an equal
+    footing. A poll: the load average has no event."""
+    deadline = time.monotonic() + limit
+    while os.getloadavg()[0] > below and time.monotonic() < deadline:
+        time.sleep(5)
+
+
 def baseline_code(rev: str, directory: Path) -> Path:
     """ddsup's source as of ``rev``, for ``PYTHONPATH``."""
     directory.mkdir(parents=True)
@@ -582,6 +591,7 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=15.0, help="seconds of the idle window")
     parser.add_argument("--churn", type=float, default=0.1, help="share of lanes killed")
     parser.add_argument("--trickle", type=int, default=32, help="lanes killed one at a time")
+    parser.add_argument("--cool", type=float, default=300.0, help="most seconds between runs")
     parser.add_argument("--limit", type=float, default=900.0, help="seconds to all ready")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the state directories")
@@ -600,6 +610,8 @@ def main() -> None:
         for index, stagger in enumerate(args.stagger.split(",")):
             for code_name, code in codes:
                 name = f"{code_name} {stagger}" if args.baseline else f"stagger {stagger}"
+                if results:
+                    cool_down(args.cool)
                 log(f"{name}: {args.nodes} nodes × {args.gpus_per_node} lanes")
                 load = os.getloadavg()[0]
                 run = Run(
