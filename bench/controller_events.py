@@ -5,7 +5,8 @@ the ``event`` line, record it (``events.jsonl``: JSON, a write and a flush), han
 the run's state, and encode what it decides for the endpoint's feed. Lanes on nodes of
 8 GPUs each go ``starting`` → ``process`` → ``ready`` one after the other (the start of
 an allocation), then a tenth of them restart (``exit`` → ``restarting`` → ``starting``
-→ ``process`` → ``ready``). CPU time (``time.process_time``), so the figure does not
+→ ``process`` → ``ready``). Last, what one ``ddsup status`` costs the controller (its
+rows, the reply encoded), in ms. CPU time (``time.process_time``), so the figures do not
 depend on the other processes of a shared machine; median of ``--reps``.
 
 ``--baseline REV`` measures ddsup as of that revision too (``git archive`` into a
@@ -54,10 +55,11 @@ def _lane_unit() -> Any:
 
 def measure(lanes: int, reps: int) -> dict[str, float]:
     """CPU µs per event for ``lanes`` lanes (start, then a tenth restarting)."""
-    from ddsup.channel._messages import EventReport, decode, encode
+    from ddsup.channel._messages import EventReport, StatusReply, decode, encode
     from ddsup.plan import Node, make_plan
     from ddsup.record._events import EventLog, ProcessExited, ProcessStarted, UnitTransition
     from ddsup.record._states import InstanceState as S
+    from ddsup.record._status import RunSnapshot
     from ddsup.run._run_inputs import Observed, PreflightOver, PublishLanes
     from ddsup.run._run_state import RunState
     from ddsup.units._model import UnitSet
@@ -113,7 +115,13 @@ def measure(lanes: int, reps: int) -> dict[str, float]:
                             encode(getattr(decision, "changed", None) or decision.update)  # type: ignore[attr-defined]
                 results[phase].append(1e6 * (time.process_time() - began) / len(batch))
             log.close()
-    return {f"{phase}_us_per_event": statistics.median(v) for phase, v in results.items()}
+            began = time.process_time()  # what a status request costs the event loop
+            snapshot = RunSnapshot("i", "local", 0.0, 1.0, tmp, False, run.status_rows())
+            encode(StatusReply(snapshot))
+            results.setdefault("status", []).append(1e6 * (time.process_time() - began))
+    out = {f"{phase}_us_per_event": statistics.median(v) for phase, v in results.items()}
+    out["status_ms"] = out.pop("status_us_per_event") / 1000
+    return out
 
 
 def child(lanes: list[int], reps: int) -> None:
@@ -163,12 +171,14 @@ def main() -> None:
     print(f"controller CPU per event (µs), median of {args.reps}; load {os.getloadavg()[0]:.1f}")
     print(f"{'lanes':>8} {'phase':<8}" + "".join(f"{name:>14}" for name, _ in codes))
     for n in lanes:
-        for phase in ("start", "churn"):
+        for phase in ("start", "churn", "status"):
+            key = "status_ms" if phase == "status" else f"{phase}_us_per_event"
             cells = "".join(
-                f"{results[name].get(str(n), {}).get(f'{phase}_us_per_event', float('nan')):>14.1f}"
+                f"{results[name].get(str(n), {}).get(key, float('nan')):>14.1f}"
                 for name, _ in codes
             )
             print(f"{n:>8} {phase:<8}{cells}")
+    print("(status: ms of CPU in the controller to build and encode one status reply)")
 
 
 if __name__ == "__main__":
