@@ -5,8 +5,10 @@
 #
 # Every schedule is one test id, schedule-SEED-I, reproducible on its own with
 #   .venv/bin/pytest tests/chaos --chaos-seed SEED --chaos-only I
-# The last line of the session is the figure line:
-#   chaos: schedules run N, orphans found X, wrong exit codes Y, hangs Z
+# Each runs in its own PID namespace (unshare; root, else a user namespace) whose PID 1
+# counts every process left when ddsup start returns. The last line is the figure line:
+#   chaos: seed S, schedules run N, orphans found X, wrong exit codes Y, wrong statuses W,
+#   hangs Z, injections not fired M
 # (schedules that hit a bug listed in tests/chaos/chaos_known_bugs.py are xfail and
 # still counted in the figures).
 set -euo pipefail

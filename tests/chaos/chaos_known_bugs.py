@@ -14,6 +14,10 @@ Found and fixed (commit 25d54a0):
   signal receiver (final sweep, sentinel close, result.json) met the default disposition:
   SIGTERM killed ddsup start (exit -15, no result.json, no 'run finished'); SIGINT ended it
   by SIGINT (-2) while result.json said 70/130.
+
+The generator has changed since (issue 15 added lane kinds with vLLM's process model, and
+noise that can always fire): these ids now name other schedules, still run whatever the
+seed. The bugs themselves are pinned by the controller's own tests.
 """
 
 from __future__ import annotations

@@ -19,14 +19,18 @@ import dataclasses
 import enum
 import random
 import signal
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 ALL_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGUSR1, signal.SIGHUP)
 EXIT_UNIT_FAILED = 70
 EXIT_READINESS_TIMEOUT = 75
+ALSO_OK_STATUS = {EXIT_UNIT_FAILED: "unit_failed"}  # result.json status of an also_ok exit
+VLLM_LIKE = str(Path(__file__).parent / "vllm_like.py")
 SCHEDULE_BOUND = 45.0  # seconds from launch to exit; past it the schedule is a hang
 
 
@@ -50,11 +54,42 @@ class LaneKind(str, enum.Enum):
     FAKE_VLLM = "fakevllm"  # ddsup fake-vllm --spawn-engine (a setsid EngineCore), http probe
     CRASH = "crash"  # exits 3 shortly after every start: a crash loop
     NEVER_READY = "never"  # its probe never passes
+    # vLLM's process model (vllm_like.py): an API server whose engine calls setsid and
+    # setproctitle, which wipes the run's tag from its environment
+    RETITLE = "retitle"  # the engine's environment is clobbered by setproctitle
+    ENV_CLEARED = "envclear"  # … and it re-executes itself with a cleared environment
+    DAEMON = "daemon"  # … and it double-forks: an orphan from its first instant
+    ORPHANER = "orphaner"  # … and the first start's API server exits 1, engine left
+    ORPHANER_RETITLED = "orphaner-retitled"  # the same, the engine keeps its environment
 
 
 HEALTHY = frozenset(
-    {LaneKind.PLAIN, LaneKind.SLOW, LaneKind.STUBBORN, LaneKind.SETSID, LaneKind.FAKE_VLLM}
+    {
+        LaneKind.PLAIN,
+        LaneKind.SLOW,
+        LaneKind.STUBBORN,
+        LaneKind.SETSID,
+        LaneKind.FAKE_VLLM,
+        LaneKind.RETITLE,
+        LaneKind.ENV_CLEARED,
+        LaneKind.DAEMON,
+        LaneKind.ORPHANER,
+        LaneKind.ORPHANER_RETITLED,
+    }
 )
+VLLM_LIKE_FLAGS = {
+    LaneKind.RETITLE: ("--clobber",),
+    LaneKind.ENV_CLEARED: ("--clobber", "--env-clear"),
+    LaneKind.DAEMON: ("--clobber", "--env-clear", "--double-fork"),
+    LaneKind.ORPHANER: (
+        *("--clobber", "--env-clear", "--exit-after", "0.3", "--exit-code", "1"),
+        *("--once", "{state_dir}/orphaned-{instance}"),
+    ),
+    LaneKind.ORPHANER_RETITLED: (
+        *("--clobber", "--exit-after", "0.3", "--exit-code", "1"),
+        *("--once", "{state_dir}/orphaned-{instance}"),
+    ),
+}
 
 
 class Cause(str, enum.Enum):
@@ -146,6 +181,8 @@ def _lane_behaviour(kind: LaneKind) -> tuple[dict[str, Any], dict[str, Any]]:
             *("--spawn-engine", "--startup-delay", "0.2", "--shutdown-timeout", "0.2"),
         ]
         ready = {"http": "http://{host}:{port}/health", "interval": "100ms"}
+    elif kind in VLLM_LIKE_FLAGS:
+        service["exec"] = [sys.executable, VLLM_LIKE, *VLLM_LIKE_FLAGS[kind]]
     elif kind is LaneKind.CRASH:
         service["exec"] = ["sh", "-c", "sleep 0.2; exit 3"]
         service["restart_sec"] = "50ms"
@@ -169,10 +206,11 @@ class Worker:
     after: tuple[str, ...]  # the healthy lane units: it starts once they are all ready
     exit_code: int = 0
     forward_usr1: bool = False
+    exit_after: float = 0.3  # EXITS: seconds after its start
 
     def sections(self) -> dict[str, dict[str, Any]]:
         if self.kind is WorkerKind.EXITS:
-            argv = ["sh", "-c", f"sleep 0.3; exit {self.exit_code}"]
+            argv = ["sh", "-c", f"sleep {self.exit_after:g}; exit {self.exit_code}"]
         elif self.kind is WorkerKind.SETSID:
             argv = ["sh", "-c", "setsid sleep 600 & exec sleep 600"]
         else:
@@ -222,6 +260,13 @@ class Schedule:
     @property
     def test_id(self) -> str:
         return f"schedule-{self.seed}-{self.index}"
+
+    def allowed(self) -> dict[int, str | None]:
+        """Exit status → the result.json status the schedule demands with it."""
+        allowed: dict[int, str | None] = {self.expected_exit: self.expected_status}
+        for code in self.also_ok:
+            allowed[code] = ALSO_OK_STATUS[code]
+        return allowed
 
     def unit_files(self) -> dict[str, Mapping[str, Mapping[str, Any]]]:
         """File name → TOML sections."""
@@ -303,7 +348,13 @@ def make_schedule(seed: int, index: int) -> Schedule:
         injections.append(Injection(Phase.STOPPING, "start", second, role))
     if cause is not Cause.KILL_START and rng.random() < 0.25:  # an agent dies while stopping
         node = f"node{rng.randrange(lane_nodes(sched))}"
-        injections.append(Injection(Phase.STOPPING, f"agent:{node}", signal.SIGKILL, "noise"))
+        # it must still be there: a stubborn lane that runs keeps its agent stopping for
+        # 0.8 s (one still waiting for its stagger slot stops at once: only if every lane
+        # started before the end)
+        killed = {i.target for i in injections if i.signum is signal.SIGKILL}
+        started = cause is Cause.WORKER_EXIT or any(i.phase >= Phase.RUNNING for i in primary)
+        if started and node in stubborn_nodes(sched) and f"agent:{node}" not in killed:
+            injections.append(Injection(Phase.STOPPING, f"agent:{node}", signal.SIGKILL, "noise"))
     return dataclasses.replace(
         sched,
         injections=tuple(injections),
@@ -317,6 +368,8 @@ def _lanes(rng: random.Random, cause: Cause, capacity: int) -> tuple[LaneUnit, .
     """1–3 lane units that fit ``capacity`` GPUs; always one healthy unit, and the unit a
     built-in cause needs (a fragile target, a stop-all crash loop, a never-ready lane)."""
     kinds = [LaneKind.PLAIN, LaneKind.SLOW, LaneKind.STUBBORN, LaneKind.SETSID]
+    kinds += [LaneKind.RETITLE, LaneKind.ENV_CLEARED, LaneKind.DAEMON, LaneKind.ORPHANER]
+    kinds += [LaneKind.ORPHANER_RETITLED]
     if rng.random() < 0.15:
         kinds.append(LaneKind.FAKE_VLLM)
     if cause not in (Cause.CRASH_LOOP, Cause.READINESS) and rng.random() < 0.3:
@@ -415,6 +468,16 @@ def _primary(rng: random.Random, sched: Schedule) -> tuple[list[Injection], int,
     return agent, 128 + signum, "stopped"  # scancel: the agent tells the controller why
 
 
+def stubborn_nodes(sched: Schedule) -> set[str]:
+    """Nodes that get a stubborn lane (placement fills nodes in unit-name order)."""
+    nodes = set()
+    for n, instance in enumerate(sched.lane_instances()):
+        unit = next(u for u in sched.lanes if instance in u.instances())
+        if unit.kind is LaneKind.STUBBORN:
+            nodes.add(f"node{n // sched.gpus_per_node}")
+    return nodes
+
+
 def lane_nodes(sched: Schedule) -> int:
     """How many nodes get lanes (and so an agent): lanes fill the nodes in order."""
     return min(sched.nodes, -(-len(sched.lane_instances()) // sched.gpus_per_node))
@@ -442,8 +505,11 @@ def _has_stagger_window(sched: Schedule) -> bool:
 def _noise(rng: random.Random, sched: Schedule, primary: list[Injection]) -> list[Injection]:
     """Injections that must not change how the run ends, at phases before the primary's."""
     last = primary[0].phase if primary else Phase.FIRST_STARTING
-    if sched.cause in (Cause.CRASH_LOOP, Cause.READINESS):
-        last = Phase.FIRST_STARTING  # the run may end any moment after that
+    ends_by_itself = sched.cause in (Cause.CRASH_LOOP, Cause.READINESS, Cause.WORKER_EXIT)
+    if ends_by_itself:
+        # the run may end any moment after that (a worker starts once its lanes were ready
+        # once, and exits 0.3 s later, while a lane the noise killed may still restart)
+        last = Phase.FIRST_STARTING
     phases = [p for p in _reachable_phases(sched) if p <= last]
     out = []
     for _ in range(rng.randint(0, 3)):
@@ -453,6 +519,8 @@ def _noise(rng: random.Random, sched: Schedule, primary: list[Injection]) -> lis
         phase = rng.choice(phases)
         if target.startswith("lane:"):
             phase = max(phase, Phase.FIRST_STARTING)  # no lane runs before
+            if phase > last or ends_by_itself:
+                continue  # the run could end before the lane runs: it might never fire
         out.append(Injection(phase, target, signum, "noise"))
     out.sort(key=lambda i: i.phase)
     return out
@@ -463,7 +531,7 @@ def _noise_target(rng: random.Random, sched: Schedule) -> tuple[str | None, sign
     choice = rng.random()
     if choice < 0.25 and not forwards:
         return "start", signal.SIGUSR1  # not forwarded to anything: ignored
-    resilient = [u for u in sched.lanes if not u.fragile and u.kind is not LaneKind.NEVER_READY]
+    resilient = [u for u in sched.lanes if not u.fragile and u.kind in HEALTHY]
     if not resilient:
         return None, signal.SIGUSR1
     unit = rng.choice(resilient)

@@ -1,20 +1,25 @@
 """Options and figures of the chaos suite.
 
 ``pytest tests/chaos --chaos-runs N --chaos-seed S`` runs schedules ``schedule-S-0`` …
-``schedule-S-(N-1)``; each is reproducible from its id alone (``-k schedule-S-I`` with the
-same seed, or ``--chaos-seed S --chaos-only I``). The session ends with one figure line::
+``schedule-S-(N-1)``; each is reproducible from its id alone (``--chaos-seed S
+--chaos-only I``, or ``DDSUP_CHAOS_SEED=S`` and ``-k schedule-S-I``). The session ends
+with one figure line::
 
-    chaos: schedules run N, orphans found X, wrong exit codes Y, hangs Z
+    chaos: seed S, schedules run N, orphans found X, wrong exit codes Y, wrong statuses W,
+    hangs Z, injections not fired M
 
-where X, Y and Z count schedules (a schedule with two orphans counts once).
+where the counts are of schedules (a schedule with two orphans counts once).
 
-The options exist when pytest is pointed at ``tests/chaos`` (or a file in it); from the
-top of the suite the defaults apply.
+The seed is ``--chaos-seed``, else ``$DDSUP_CHAOS_SEED``, else, in CI (``CI=true``), a
+new one every run (printed when the schedules are collected, and in the figure line),
+else 1. The options exist when pytest is pointed at ``tests/chaos`` (or a file in it);
+from the top of the suite the environment variables apply.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 
 import pytest
 from chaos_harness import Figures
@@ -26,6 +31,8 @@ DEFAULT_SEED = 1
 
 
 FIGURES = pytest.StashKey[Figures]()
+SEED = pytest.StashKey[int]()
+ROTATED = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,8 +46,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--chaos-seed",
         type=int,
-        default=int(os.environ.get("DDSUP_CHAOS_SEED", DEFAULT_SEED)),
-        help=f"seed of the schedules (default {DEFAULT_SEED}, or $DDSUP_CHAOS_SEED)",
+        default=None,
+        help=f"seed of the schedules (default $DDSUP_CHAOS_SEED, else new in CI, else {DEFAULT_SEED})",
     )
     group.addoption(
         "--chaos-only",
@@ -61,11 +68,41 @@ def _option(config: pytest.Config, name: str, env: str, default: int) -> int:
     return int(value)
 
 
+def _seed(config: pytest.Config) -> int:
+    """The session's seed (see the module docstring), chosen once."""
+    if SEED in config.stash:
+        return config.stash[SEED]
+    try:
+        seed = config.getoption("chaos_seed")
+    except ValueError:
+        seed = None
+    rotated = False
+    if seed is None and os.environ.get("DDSUP_CHAOS_SEED"):
+        seed = int(os.environ["DDSUP_CHAOS_SEED"])
+    if seed is None and os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
+        seed, rotated = secrets.randbelow(1_000_000), True
+    config.stash[SEED] = seed = DEFAULT_SEED if seed is None else seed
+    config.stash[ROTATED] = rotated
+    return seed
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    """The seed, before any schedule runs: a failing one is reproducible from it."""
+    if SEED not in config.stash:
+        return []
+    seed = config.stash[SEED]
+    how = "new for this CI run" if config.stash[ROTATED] else "fixed"
+    return [
+        f"chaos: seed {seed} ({how}); reproduce schedule I with "
+        f"DDSUP_CHAOS_SEED={seed} pytest tests/chaos -k schedule-{seed}-I"
+    ]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "schedule" not in metafunc.fixturenames:
         return
     config = metafunc.config
-    seed = _option(config, "chaos_seed", "DDSUP_CHAOS_SEED", DEFAULT_SEED)
+    seed = _seed(config)
     runs = _option(config, "chaos_runs", "DDSUP_CHAOS_RUNS", DEFAULT_RUNS)
     try:
         only = config.getoption("chaos_only")
@@ -87,7 +124,7 @@ def _marks(schedule: Schedule) -> list[pytest.MarkDecorator]:
 
 @pytest.fixture
 def figures(request: pytest.FixtureRequest) -> Figures:
-    return request.config.stash.setdefault(FIGURES, Figures())
+    return request.config.stash.setdefault(FIGURES, Figures(seed=_seed(request.config)))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -98,3 +135,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for bad in figures.bad:
         terminalreporter.write_line(bad)
     terminalreporter.write_line(figures.line())
+    kills = figures.kill_line()
+    if kills is not None:
+        terminalreporter.write_line(kills)

@@ -1,6 +1,8 @@
 """The chaos suite: seeded schedules of signals into a running ``ddsup start``, its node
-agents, lanes and worker, each checked against the no-orphan promise (SPEC §4), the exit
-status table (SPEC §3), well-formed ``result.json``/``events.jsonl``, and a hard bound.
+agents, lanes and worker, each checked against the no-orphan promise (SPEC §4, by an
+oracle that counts every process left in the schedule's own PID namespace), the exit
+status and result status the schedule demands (SPEC §3), well-formed
+``result.json``/``events.jsonl``, every injection fired, and a hard bound.
 
 ``pytest tests/chaos --chaos-runs N --chaos-seed S``; one test id per schedule,
 ``schedule-S-I``, reproducible from (S, I). See ``chaos_schedule`` for what a schedule is.
@@ -14,6 +16,7 @@ import signal
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from chaos_harness import (
     ChaosRun,
     EventTail,
@@ -39,6 +42,8 @@ from chaos_schedule import (
 def _record(figures: Figures, outcome: Outcome, state: Path) -> list[str]:
     """Count the schedule in the session's figures; the ways it went wrong."""
     figures.run += 1
+    if outcome.schedule.expected_status is None and outcome.empty_after is not None:
+        figures.emptied.append(outcome.empty_after)
     wrong = []
     if outcome.orphans:
         figures.orphans += 1
@@ -46,6 +51,12 @@ def _record(figures: Figures, outcome: Outcome, state: Path) -> list[str]:
     if outcome.wrong_exit:
         figures.wrong_exit += 1
         wrong.append(f"exit {outcome.returncode}, expected {outcome.schedule.expected_exit}")
+    if outcome.wrong_status:
+        figures.wrong_status += 1
+        wanted = outcome.schedule.allowed().get(outcome.returncode or 0)
+        wrong.append(f"status {outcome.status!r}, expected {wanted!r}")
+    if outcome.missed:
+        figures.not_fired += 1
     if outcome.hang or outcome.slow_stop:
         figures.hangs += 1
         wrong.append("hang" if outcome.hang else "slow stop")
@@ -69,8 +80,8 @@ def test_schedule(schedule: Schedule, tmp_path: Path, figures: Figures) -> None:
 
 def _grandchildren(run: ChaosRun) -> dict[int, str]:
     """Processes of the run that called setsid below a unit process: PID → node."""
-    assert run.invocation_id is not None
-    units = set(run.view.pid.values())
+    assert run.invocation_id is not None and run.namespace is not None
+    units = {run.namespace.host_pid(pid) for pid in run.view.pid.values()}
     found = {}
     for pid in run_processes(run.invocation_id):
         try:
@@ -87,7 +98,7 @@ def _grandchildren(run: ChaosRun) -> dict[int, str]:
 
 def test_kill9_of_start_leaves_no_setsid_grandchild_on_two_nodes(tmp_path: Path) -> None:
     """kill -9 of ``ddsup start`` while lanes on two simulated nodes (and the worker) have
-    setsid grandchildren: after 10 s nothing of the run is alive (the sentinels sweep)."""
+    setsid grandchildren: within 2 s nothing of the run is alive (the sentinels)."""
     lanes = (
         LaneUnit("a-setsid", LaneKind.SETSID, 3, False, 0.1),
         LaneUnit("b-fakevllm", LaneKind.FAKE_VLLM, 1, False, 0.1),
@@ -118,6 +129,64 @@ def test_kill9_of_start_leaves_no_setsid_grandchild_on_two_nodes(tmp_path: Path)
     assert outcome.returncode == -signal.SIGKILL, outcome.report(tmp_path / "state")
     assert not outcome.orphans, outcome.report(tmp_path / "state")
     assert not outcome.hang and not outcome.problems, outcome.report(tmp_path / "state")
+
+
+@pytest.mark.parametrize("cgroup", ["auto", "off"], ids=["cgroup", "no-cgroup"])
+@pytest.mark.parametrize("kind", [LaneKind.ORPHANER_RETITLED, LaneKind.ORPHANER])
+@pytest.mark.parametrize("cause", [Cause.WORKER_EXIT, Cause.KILL_START], ids=["ok", "kill-9"])
+def test_engines_outliving_their_api_server_leave_nothing(
+    cause: Cause, kind: LaneKind, cgroup: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15's case: each lane's API server exits 1 after 0.3 s and leaves its setsid
+    engine, retitled by setproctitle (its environment clobbered; or re-executed with a
+    cleared one), then restarts. A run that ends well (the worker's exit 0) leaves nothing
+    alive when ``ddsup start`` returns; a SIGKILL of ``ddsup start`` once the engines were
+    orphaned, nothing within 2 s. With the cgroup layer, and without it (registry and
+    adoption). The oracle counts every process of the schedule's PID namespace."""
+    monkeypatch.setenv("DDSUP_CGROUP", cgroup)
+    lane = LaneUnit("a-engines", kind, 2, False, 0.1)
+    if cause is Cause.WORKER_EXIT:
+        worker = Worker(WorkerKind.EXITS, ("a-engines@",), exit_code=0, exit_after=2.0)
+        injections: tuple[Injection, ...] = ()
+        expected: tuple[int, str | None] = (0, "ok")
+    else:
+        worker = Worker(WorkerKind.FOREVER, ("a-engines@",))
+        injections = (Injection(Phase.RUNNING, "start", signal.SIGKILL, "primary"),)
+        expected = (-signal.SIGKILL, None)
+    schedule = Schedule(
+        seed=0,
+        index=0,
+        nodes=1,
+        gpus_per_node=2,
+        lanes=(lane,),
+        worker=worker,
+        client_setsid_service=False,
+        cause=cause,
+        injections=injections,
+        expected_exit=expected[0],
+        expected_status=expected[1],
+    )
+
+    def orphaned(run: ChaosRun) -> bool:
+        """Every API server exited 1 (its engine orphaned) and was ready again after."""
+        again = set()
+        exited = set()
+        for event in run.tail.events:
+            instance = event.get("instance")
+            if event["event"] == "exit" and event.get("exit") == {"code": 1}:
+                exited.add(instance)
+            elif event.get("to") == "ready" and instance in exited:
+                again.add(instance)
+        return again >= set(lane.instances())
+
+    run = ChaosRun(schedule, tmp_path, before_fire=lambda run, _injection: orphaned(run))
+    outcome = run.run()
+    report = outcome.report(tmp_path / "state")
+    assert orphaned(run), report  # the engines were orphaned before the end
+    assert (outcome.returncode, outcome.status) == expected, report
+    assert not outcome.orphans and not outcome.problems and not outcome.hang, report
+    layers = [e for e in run.tail.events if e["event"] == "containment"]
+    assert layers and all((e["cgroup"] is None) is (cgroup == "off") for e in layers), layers
 
 
 # --- the generator --------------------------------------------------------------------
@@ -173,12 +242,13 @@ def test_result_and_events_checks_catch_disagreement(tmp_path: Path) -> None:
     good = {"status": "stopped", "exit_code": 143, "cause": {"reason": "received SIGTERM"}}
     state = tmp_path
     (tmp_path / "result.json").write_text(json.dumps(good))
-    assert check_result(state, 143) == []
-    assert check_result(state, -15) != []  # killed by the signal instead of exiting 143
-    (tmp_path / "result.json").write_text(json.dumps({**good, "status": "ok"}))
-    assert check_result(state, 143) != []
+    assert check_result(state, 143) == ("stopped", [])
+    assert check_result(state, -15)[1] != []  # killed by the signal instead of exiting 143
     (tmp_path / "result.json").write_text(json.dumps({"status": "stopped", "exit_code": 143}))
-    assert check_result(state, 143) != []  # no cause
+    assert check_result(state, 143)[1] != []  # no cause
+    schedule = make_schedule(1, 0)
+    outcome = Outcome(schedule, returncode=schedule.expected_exit, status="no-such-status")
+    assert outcome.wrong_status and not outcome.wrong_exit  # the schedule's status, exactly
     (tmp_path / "result.json").write_text(json.dumps(good))
     events = [
         {"time": 1.0, "event": "run", "reason": "starting"},

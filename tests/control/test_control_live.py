@@ -21,7 +21,8 @@ INSTANCE_KEYS = {
 }  # fmt: skip
 TOP_KEYS = {
     "format", "invocation_id", "launcher", "state_dir", "unit_dir", "pid", "started_at",
-    "ended_at", "uptime", "live", "stopping", "result", "lanes", "instances",
+    "ended_at", "uptime", "live", "stopping", "result", "lanes", "instances", "containment",
+    "efficiency",
 }  # fmt: skip
 
 
@@ -57,6 +58,15 @@ def test_status_of_a_live_run_then_of_the_finished_run(tmp_path: Path) -> None:
         assert data["invocation_id"] == invocation and data["launcher"] == "local"
         assert data["lanes"] == {"ma": {"ready": 2, "total": 2}, "mb": {"ready": 2, "total": 2}}
         assert isinstance(data["uptime"], float) and data["result"] is None
+        supervisors = {(c["supervisor"], c["node"]) for c in data["containment"]}
+        assert supervisors == {
+            ("controller", None),
+            ("agent-node0", "node0"),
+            ("agent-node1", "node1"),
+        }
+        assert all("process group" in c["summary"] for c in data["containment"])
+        assert "no-orphan layers" in text
+        assert data["efficiency"]["allocation_gpus"] == 4 and not data["efficiency"]["finished"]
         by_name = {i["instance"]: i for i in data["instances"]}
         assert all(set(i) == INSTANCE_KEYS for i in data["instances"])
         assert by_name["beta@1"]["node"] == "node1" and by_name["beta@1"]["model"] == "mb"
@@ -83,6 +93,9 @@ def test_status_of_a_live_run_then_of_the_finished_run(tmp_path: Path) -> None:
         assert f"stopping run {invocation}" in stop.stdout
         assert "stopped: stopped, exit 143 (ddsup stop)" in stop.stdout
         assert run.wait() == 143
+        assert re.search(r"ddsup: GPU time [0-9.]+ (s|min|h): loading \d+ %", run.text()), (
+            run.text()
+        )
         # stop is idempotent: a finished run is no error
         again = ddsup("stop", "--state-dir", state)
         assert again.returncode == 0 and "has already finished: stopped, exit 143" in again.stdout

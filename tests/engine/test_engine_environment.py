@@ -68,6 +68,7 @@ async def test_unit_environment_and_state_dir(tmp_path: Path) -> None:
         assert env["DDSUP_UNIT"] == name.split("@")[0], name
         assert env["DDSUP_NODE"] == planned[name]["node"], name
         assert env["DDSUP_STATE_DIR"] == str(state), name
+        assert env["SPT_NOENV"] == "1", name  # setproctitle keeps the tag (no-orphans.md)
         assert SECRET_ENV not in env, name
         assert ADDRESS_ENV not in env, name
     assert seen["svc"]["ADDED"] == "v-svc"

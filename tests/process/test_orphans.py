@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -136,7 +137,8 @@ async def test_sweep_kills_only_the_run_it_names(invocation_id: str) -> None:
 
 
 async def test_sweep_kills_the_group_a_run_process_leads(invocation_id: str) -> None:
-    """A group member that cleared its environment still dies with its run's leader."""
+    """A group member that cleared its environment still dies with its run's leader
+    (it is in the leader's group, and below it)."""
     async with reporter() as rep:
         code = (
             "import socket, subprocess, sys, time\n"
@@ -148,7 +150,7 @@ async def test_sweep_kills_the_group_a_run_process_leads(invocation_id: str) -> 
         member = int(await rep.receive())
     try:
         assert member not in find_run_processes(invocation_id)  # no id in its environment
-        assert sweep(invocation_id) == [leader.pid]
+        assert sweep(invocation_id) == sorted([leader.pid, member])
         assert leader.wait() == -signal.SIGKILL
         assert await wait_gone(member)
     finally:
@@ -229,3 +231,29 @@ async def test_sentinel_close_quits_without_sweeping(invocation_id: str) -> None
     finally:
         unit.kill()
         unit.wait()
+
+
+async def test_sweep_kills_what_lies_below_a_tagged_process(invocation_id: str) -> None:
+    """An engine that called setsid and cleared its environment is found below its
+    tagged parent (and an orphan adopted by a tagged node agent, below the agent)."""
+    async with reporter() as rep:
+        code = (
+            "import socket, subprocess, sys, time\n"
+            "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
+            " env={}, start_new_session=True)\n"
+            f"socket.create_connection(('127.0.0.1', {rep.port})).sendall(str(g.pid).encode())\n"
+            "time.sleep(600)\n"
+        )
+        parent = _popen(code, run_env(invocation_id))
+        engine = int(await rep.receive())
+    try:
+        assert os.getsid(engine) == engine  # its own session: no group kill reaches it
+        assert engine not in find_run_processes(invocation_id)
+        assert sweep(invocation_id) == sorted([parent.pid, engine])
+        assert parent.wait() == -signal.SIGKILL
+        assert await wait_gone(engine)
+    finally:
+        parent.kill()
+        parent.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(engine, signal.SIGKILL)  # untagged: the leak guard would not see it

@@ -27,13 +27,15 @@ import pytest
 
 from ddsup.plan import make_plan
 from ddsup.plan._model import Node
+from ddsup.process._proc import start_time
 from ddsup.units import load_unit_set
 
-from .cluster import KILL_WAIT_S, SlurmCluster
+from .cluster import KILL_WAIT_S, SlurmCluster, wait_until
 from .jobs import (
     GPUS_PER_NODE,
     DdsupJob,
     agent_pid,
+    describe,
     finish,
     job_log,
     program,
@@ -416,3 +418,95 @@ def test_status_logs_and_stop_of_a_slurm_run(slurm_cluster: SlurmCluster, job: D
     assert result.exit_code == 128 + signal.SIGTERM
     again = subprocess.run([*ddsup, "stop", *where], capture_output=True, text=True, check=False)
     assert again.returncode == 0, "stop is idempotent"
+
+
+# -- 9. vLLM's process model: retitled, env-cleared, setsid engines --------------------------
+
+VLLM_LIKE = Path(__file__).resolve().parents[1] / "chaos" / "vllm_like.py"
+
+
+def _vllm_like_job(job: DdsupJob) -> None:
+    """Lanes whose engine calls setsid, re-executes itself with a cleared environment
+    and retitles itself with setproctitle (clobbering even that environment): nothing
+    carries the run's tag, so these tests see the engines through their PID files."""
+    argv = [sys.executable, str(VLLM_LIKE), "--clobber", "--env-clear"]
+    argv += ["--pid-file", "{state_dir}/engine-{instance}"]
+    lane = (
+        f'[unit]\ntype = "lane"\n[service]\nexec = {json.dumps(argv)}\nrestart = "no"\n'
+        '[lane]\nmodel = "tiny"\ngpus = 1\nport = "auto"\nstagger = "0s"\n'
+    )
+    worker = worker_unit("await-signal", "--marker", "signals", "--limit", "60")
+    job.write_units({"lane@.toml": lane, "worker.toml": worker})
+
+
+def _engines(job: DdsupJob) -> dict[int, int]:
+    """PID → start time of every lane's engine, once all have written their PID file."""
+    files = [job.state / f"engine-{lane}" for lane in ALL_LANES]
+    wait_until(lambda: all(f.exists() for f in files), 30, lambda: "engines never all up")
+    engines = {int(f.read_text()): start_time(int(f.read_text())) for f in files}
+    for pid in engines:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes()
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        assert title.startswith(b"VLLM::EngineCore") and b"DDSUP_" not in environ
+    return {pid: start for pid, start in engines.items() if start is not None}
+
+
+def _engines_gone_within(engines: dict[int, int], seconds: float) -> float:
+    """Seconds until none of ``engines`` is alive (same PID and start time)."""
+    began = time.monotonic()
+    wait_until(
+        lambda: not [p for p, s in engines.items() if start_time(p) == s],
+        seconds,
+        lambda: "engines alive: " + describe(p for p, s in engines.items() if start_time(p) == s),
+    )
+    return time.monotonic() - began
+
+
+def test_vllm_engines_scancel_leaves_nothing(slurm_cluster: SlurmCluster, job: DdsupJob) -> None:
+    _vllm_like_job(job)
+    job_id = job.submit(slurm_cluster)
+    job.wait_ready([*ALL_LANES, "worker"])
+    engines = _engines(job)
+
+    slurm_cluster.run(["scancel", job_id])
+    _engines_gone_within(engines, CLEAN_WITHIN_S)
+    wait_no_processes(job.invocation_id(), CLEAN_WITHIN_S)
+    assert slurm_cluster.wait_job(job_id).state == "CANCELLED"
+
+
+def test_vllm_engines_sigkill_of_start_leaves_nothing(
+    slurm_cluster: SlurmCluster, job: DdsupJob
+) -> None:
+    _vllm_like_job(job)
+    job_id = job.submit(slurm_cluster)
+    job.wait_ready([*ALL_LANES, "worker"])
+    engines = _engines(job)
+    run = json.loads((job.state / "run.json").read_text())
+    assert run["containment"]["layers"][0].startswith("cgroup"), run["containment"]
+
+    os.kill(run["pid"], signal.SIGKILL)
+    took = _engines_gone_within(engines, CLEAN_WITHIN_S)
+    wait_no_processes(job.invocation_id(), CLEAN_WITHIN_S)
+    slurm_cluster.wait_job(job_id, timeout=CLEAN_WITHIN_S)
+    assert took < 2.0, f"engines outlived ddsup start by {took:.2f}s"
+
+
+def test_vllm_engines_sigkill_of_one_agent_leaves_nothing(
+    slurm_cluster: SlurmCluster, job: DdsupJob
+) -> None:
+    _vllm_like_job(job)
+    job_id = job.submit(slurm_cluster)
+    job.wait_ready([*ALL_LANES, "worker"])
+    engines = _engines(job)
+    on_n2 = {
+        int((job.state / f"engine-{lane}").read_text())
+        for lane in ALL_LANES
+        if job.node_of(lane) == "n2"
+    }
+
+    os.kill(agent_pid(job.invocation_id(), "n2"), signal.SIGKILL)
+    _engines_gone_within({p: s for p, s in engines.items() if p in on_n2}, 2.0)
+    result = slurm_cluster.wait_job(job_id, timeout=CLEAN_WITHIN_S)
+    _engines_gone_within(engines, CLEAN_WITHIN_S)
+    wait_no_processes(job.invocation_id(), CLEAN_WITHIN_S)
+    assert (result.state, result.exit_code) == ("FAILED", 70), job_log(slurm_cluster, job, job_id)

@@ -1,7 +1,10 @@
 """``ddsup cleanup``: end every process of a run on this node, by hand or from an epilog.
 
 The last no-orphan layer, for a node where ``ddsup start``, its agent and its sentinel
-were all killed (``docs/no-orphans.md``). Safe to repeat; it never touches another run.
+were all killed (``docs/no-orphans.md``): the run's cgroups on this node (found by name,
+``ddsup-<invocation id>``, and in the state directory's records), the (PID, start time)
+registry of the state directory, and the sweep by invocation id. Safe to repeat; it
+never touches another run.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import sys
 from pathlib import Path
 
 from ddsup._errors import RunStateError, UsageError
-from ddsup.process import sweep_until_gone_sync
+from ddsup.process import end_on_this_node, find_run_cgroups
 
 
 def configure_cleanup(parser: argparse.ArgumentParser) -> None:
@@ -44,9 +47,10 @@ def run_cleanup(args: argparse.Namespace) -> int:
         invocation_id = _invocation_from_state_dir(args.state_dir)
     if not invocation_id or "\0" in invocation_id:
         raise UsageError("--invocation needs a non-empty invocation id")
-    hit, survivors = sweep_until_gone_sync(invocation_id)
-    print(f"ended {len(hit)} process(es) of run {invocation_id}")
-    if survivors:
-        print(f"ddsup: error: still alive after SIGKILL: {survivors}", file=sys.stderr)
+    records = None if args.state_dir is None else str(args.state_dir / "containment")
+    ended = end_on_this_node(invocation_id, records, extra_cgroups=find_run_cgroups(invocation_id))
+    print(f"ended {len(ended.hit)} process(es) of run {invocation_id}")
+    if ended.survivors:
+        print(f"ddsup: error: still alive after SIGKILL: {ended.survivors}", file=sys.stderr)
         return 1
     return 0

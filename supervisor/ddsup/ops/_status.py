@@ -13,12 +13,14 @@ import sys
 import time
 from typing import Any
 
+from ddsup._errors import DdsupError
 from ddsup._exit import ExitStatus
 from ddsup.channel._messages import StatusReply, StatusRequest
 from ddsup.ops._metrics import render_supervisor_metrics
 from ddsup.ops._run_handle import add_state_dir, ask, find_state, one_line, silence_stdout
 from ddsup.ops._status_view import StatusView, status_view
 from ddsup.record._display import duration, paint, symbol
+from ddsup.record._efficiency import efficiency_json
 from ddsup.record._state_dir import StateDir
 from ddsup.record._status import InstanceStatus, RunSnapshot
 
@@ -39,7 +41,8 @@ def run_status(args: argparse.Namespace) -> int:
     if args.metrics:  # from the live snapshot when the run answers, else from its files
         text = render_supervisor_metrics(view.instances, view.uptime)
     elif args.json:
-        text = json.dumps(view.to_json(), indent=2, sort_keys=True) + "\n"
+        data = {**view.to_json(), "efficiency": _efficiency(state)}
+        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     else:
         text = render_status(view, colour=_colour(sys.stdout)) + "\n"
     try:
@@ -48,6 +51,16 @@ def run_status(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         silence_stdout()
     return 0
+
+
+def _efficiency(state: StateDir) -> dict[str, Any] | None:
+    """Where the run's GPU time went so far (docs/operating.md); None before it had a plan."""
+    if not state.plan.exists():
+        return None
+    try:
+        return efficiency_json(state.path)
+    except (DdsupError, OSError, ValueError):
+        return None  # a torn or foreign file: status still answers
 
 
 def _snapshot(state: StateDir) -> RunSnapshot | None:
@@ -71,12 +84,25 @@ def render_status(view: StatusView, *, colour: bool, now: float | None = None) -
     if view.lanes:
         per_model = [f"{m} {c.ready}/{c.total}" for m, c in view.lanes.items()]
         lines.append("lanes ready: " + " · ".join(per_model))
+    lines += _containment_lines(view)
     lines.append("")
     if view.instances:
         lines += _table(view.instances, colour=colour, now=now)
     else:
         lines.append("no unit instances: the run ended before it had a plan")
     return "\n".join(lines)
+
+
+def _containment_lines(view: StatusView) -> list[str]:
+    """One line per supervisor: which no-orphan layers hold on its node (no-orphans.md)."""
+    if not view.containment:
+        return []
+    if len({c.summary for c in view.containment}) == 1:
+        return [f"no-orphan layers: {view.containment[0].summary}"]
+    return [
+        f"no-orphan layers of {c.supervisor}{'' if c.node is None else f' ({c.node})'}: {c.summary}"
+        for c in view.containment
+    ]
 
 
 def _run_state(view: StatusView, now: float) -> str:

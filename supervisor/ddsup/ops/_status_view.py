@@ -16,7 +16,7 @@ from typing import Any
 from ddsup._errors import RunStateError
 from ddsup.ops._metrics import LaneCount, lane_counts
 from ddsup.ops._run_handle import events_of
-from ddsup.record._events import RecordedEvent, RunFinished
+from ddsup.record._events import Contained, RecordedEvent, RunFinished
 from ddsup.record._instance import fold
 from ddsup.record._outcome import Outcome
 from ddsup.record._state_dir import StateDir
@@ -42,6 +42,7 @@ class StatusView:
     stopping: bool
     result: Outcome | None
     instances: tuple[InstanceStatus, ...]
+    containment: tuple[Contained, ...] = ()  # the no-orphan layers of each supervisor
 
     @property
     def lanes(self) -> dict[str, LaneCount]:
@@ -63,6 +64,10 @@ class StatusView:
             "result": None if self.result is None else self.result.to_dict(),
             "lanes": {m: {"ready": c.ready, "total": c.total} for m, c in self.lanes.items()},
             "instances": [i.to_json() for i in self.instances],
+            "containment": [
+                {"supervisor": c.supervisor, "node": c.node, "summary": c.summary, **c.details}
+                for c in self.containment
+            ],
         }
 
 
@@ -87,7 +92,14 @@ def status_view(state: StateDir, snapshot: RunSnapshot | None) -> StatusView:
         stopping=snapshot is not None and snapshot.stopping,
         result=None if snapshot is not None else state.read_result(),
         instances=instances,
+        containment=_containment(events),
     )
+
+
+def _containment(events: list[RecordedEvent]) -> tuple[Contained, ...]:
+    """The latest report of each supervisor (``ddsup start``, every agent) on its layers."""
+    latest = {(e.supervisor, e.node): e for e in events if isinstance(e, Contained)}
+    return tuple(latest.values())
 
 
 def _rows_from_files(state: StateDir, events: list[RecordedEvent]) -> tuple[InstanceStatus, ...]:

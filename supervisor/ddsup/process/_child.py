@@ -30,10 +30,12 @@ import trio
 
 from ddsup._errors import DdsupError
 from ddsup._exit import ExitStatus
+from ddsup.process._containment import current_containment
 from ddsup.process._managed import ManagedChildren, managed_children
 from ddsup.process._proc import read_environ
 from ddsup.process._subreaper import is_subreaper
 from ddsup.process._table import ProcessTable, process_table
+from ddsup.process._unit_scope import UnitScope
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +63,12 @@ class ChildProcess:
         process: trio.Process,
         identity: frozenset[tuple[bytes, bytes]],
         registry: ManagedChildren,
+        scope: UnitScope | None = None,
     ) -> None:
         self._process = process
         self._identity = identity
         self._registry = registry
+        self._scope = scope
         self.pid: int = process.pid
         self._status: ExitStatus | None = None
         self._stop_lock = trio.Lock()
@@ -126,6 +130,8 @@ class ChildProcess:
         self.signal_group(signal.SIGKILL)
         status = await self.wait()
         await self._kill_escaped(tree)
+        if self._scope is not None:
+            await self._scope.end()  # its cgroup and registry entries: what escaped us above
         return status
 
     async def _kill_escaped(self, tree: list[psutil.Process]) -> None:
@@ -257,11 +263,20 @@ async def spawn(
     env: Mapping[str, str],
     cwd: str | os.PathLike[str],
     log_path: os.PathLike[str],
+    unit: str | None = None,
 ) -> ChildProcess:
-    """Start ``argv`` (no shell) in its own session, stdin ``/dev/null``, output to ``log_path``."""
+    """Start ``argv`` (no shell) in its own session, stdin ``/dev/null``, output to ``log_path``.
+
+    ``unit`` names the unit instance the process is: inside an open containment
+    (``open_containment``) it then starts in that unit's cgroup, is recorded in the
+    registry, and whatever it leaves is ended when it stops.
+    """
     if not argv:
         raise SpawnError("cannot start a process with an empty argv")
     registry = managed_children()
+    containment = current_containment()
+    scope = None if containment is None or unit is None else containment.scope(unit)
+    enter, enter_fds = (None, []) if scope is None else scope.entering()
     log_fd = _open_log(log_path)
     try:
         async with registry.lock:
@@ -274,13 +289,17 @@ async def spawn(
                     stdout=log_fd,
                     stderr=log_fd,
                     start_new_session=True,
+                    preexec_fn=enter,
                 )
             except OSError as err:
                 raise _spawn_error(argv, cwd, err) from err
             registry.pids.add(process.pid)
     finally:
-        os.close(log_fd)
-    return ChildProcess(process, identity_of(env), registry)
+        for fd in (log_fd, *enter_fds):
+            os.close(fd)
+    if scope is not None:
+        scope.started(process.pid)
+    return ChildProcess(process, identity_of(env), registry, scope)
 
 
 @asynccontextmanager

@@ -110,3 +110,90 @@ def parent_map() -> dict[int, list[int]]:
         if stat is not None:
             children.setdefault(stat.ppid, []).append(pid)
     return children
+
+
+def start_time(pid: int) -> int | None:
+    """``pid``'s start time (clock ticks after boot), or None when it is gone or a zombie.
+
+    With the PID, the identity of a process: a PID the kernel reused names a process that
+    started later, so a recorded (PID, start time) never matches the newcomer.
+    """
+    stat = read_stat(pid)
+    return None if stat is None or stat.dead else stat.start_time
+
+
+def boot_id() -> str:
+    """This kernel's boot id: a recorded start time means nothing after a reboot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace (``pid:[inode]``): PIDs of another one are not ours."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def read_cgroups(pid: int | str = "self") -> dict[str, str]:
+    """``pid``'s cgroup per hierarchy: ``""`` → the cgroup v2 path, a v1 controller name
+    (``pids``, ``freezer``, …) → its path; empty when gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return {}
+    found: dict[str, str] = {}
+    for line in lines:
+        _id, controllers, path = [*line.split(":", 2), "", ""][:3]
+        for controller in controllers.split(",") if controllers else [""]:
+            found[controller] = path
+    return found
+
+
+@dataclass(frozen=True)
+class CgroupMount:
+    """A mounted cgroup hierarchy: ``version`` 2, or 1 with its ``controllers``."""
+
+    mount_point: str
+    root: str  # the cgroup this mount shows at its top (``/`` unless bind-mounted deeper)
+    version: int
+    controllers: frozenset[str]
+    writable: bool
+
+
+def cgroup_mounts() -> list[CgroupMount]:
+    """The cgroup hierarchies mounted in this mount namespace (``/proc/self/mountinfo``)."""
+    try:
+        with open("/proc/self/mountinfo") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return []
+    mounts = []
+    for line in lines:
+        before, _, after = line.partition(" - ")
+        fields, tail = before.split(), after.split()
+        if len(fields) < 6 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
+            continue
+        options = set(tail[2].split(","))
+        mounts.append(
+            CgroupMount(
+                mount_point=_unescape(fields[4]),
+                root=_unescape(fields[3]),
+                version=2 if tail[0] == "cgroup2" else 1,
+                controllers=frozenset(options - {"rw", "ro", "relatime", "noatime"}),
+                writable="rw" in fields[5].split(","),
+            )
+        )
+    return mounts
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field

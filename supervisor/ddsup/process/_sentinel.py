@@ -1,7 +1,8 @@
 """The sentinel: a tiny process that sweeps the run when its supervisor dies uncleanly.
 
-This module (with ``_sweep`` and ``_proc``, which it imports) is the whole of what the
-sentinel process runs, so all three import the standard library only: the sentinel is
+This module (with ``_ending`` and what it imports: ``_cgroup``, ``_registry``, ``_sweep``,
+``_proc``) is the whole of what the sentinel process runs, so they all import the
+standard library only: the sentinel is
 started as ``python -I -S _sentinel.py`` (no site-packages, no ``.pth`` files), which
 keeps its start-up in the tens of milliseconds and keeps it working when the supervisor's
 environment is broken. The supervisor's side (:func:`start_sentinel`) is here too.
@@ -22,9 +23,10 @@ import sys
 
 if __name__ == "__main__":  # the sentinel program (python -I -S): its siblings by path
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _ending  # type: ignore[import-not-found,unused-ignore]
     import _sweep  # type: ignore[import-not-found,unused-ignore]
 else:
-    from ddsup.process import _sweep
+    from ddsup.process import _ending, _sweep
 
 QUIT = b"q"
 
@@ -69,14 +71,25 @@ class Sentinel:
             self._popen.wait()
 
 
-def start_sentinel(invocation_id: str) -> Sentinel:
+def start_sentinel(
+    invocation_id: str, records: str | None = None, name: str | None = None, *, root: bool = True
+) -> Sentinel:
     """Start the sentinel of ``invocation_id``: a process in its own session (our group
-    kills miss it) that does not carry the id (sweeps miss it) and waits for our death."""
+    kills miss it) that does not carry the id (sweeps miss it) and waits for our death.
+
+    ``records`` is the run's ``containment`` directory and ``name`` this supervisor's
+    name in it: the sentinel then also ends the cgroups and registry entries recorded
+    there, those of every supervisor on this machine when ``root`` (``ddsup start``: its
+    death ends the run), else only this supervisor's (a node agent).
+    """
     read_fd, write_fd = os.pipe()  # both close-on-exec: no unit inherits the write end
     env = {k: v for k, v in os.environ.items() if k != _sweep.ENV_NAME}
+    argv = [sys.executable, "-I", "-S", __file__, str(read_fd), invocation_id]
+    if records is not None and name is not None:
+        argv += [records, "*" if root else name]
     try:
         popen = subprocess.Popen(
-            [sys.executable, "-I", "-S", __file__, str(read_fd), invocation_id],
+            argv,
             env=env,
             cwd="/",
             stdin=subprocess.DEVNULL,
@@ -92,24 +105,30 @@ def start_sentinel(invocation_id: str) -> Sentinel:
 
 
 def main(argv: list[str]) -> int:
-    """``_sentinel.py FD INVOCATION_ID``: sweep the run once FD reaches end of file."""
-    if len(argv) != 3 or not argv[1].isdigit() or not argv[2]:
+    """``_sentinel.py FD INVOCATION_ID [RECORDS NAME|*]``: end the run's processes on this
+    node once FD reaches end of file."""
+    if len(argv) not in (3, 5) or not argv[1].isdigit() or not argv[2]:
         print(
-            "usage: _sentinel.py FD INVOCATION_ID (started by ddsup, not by hand)", file=sys.stderr
+            "usage: _sentinel.py FD INVOCATION_ID [RECORDS NAME] (started by ddsup, not by hand)",
+            file=sys.stderr,
         )
         return 2
     _ignore_stop_signals()
     if _wait_for_parent(int(argv[1])):
         return 0
-    hit, survivors = _sweep.sweep_until_gone_sync(argv[2])
-    if hit or survivors:
+    records, name = (argv[3], argv[4]) if len(argv) == 5 else (None, "*")
+    names = None if name == "*" else [name]
+    ended = _ending.end_on_this_node(argv[2], records, names=names)
+    if ended.hit or ended.survivors:
         with contextlib.suppress(OSError):  # stderr may be gone with the supervisor
             print(
                 f"ddsup sentinel: the supervisor of run {argv[2]} ended without cleaning up;"
-                f" killed {len(hit)} process(es), {len(survivors)} survived: {survivors}",
+                f" killed {len(ended.hit)} process(es) (cgroup {len(ended.cgroup)}, registry"
+                f" {len(ended.registry)}, tag {len(ended.tag)}), {len(ended.survivors)}"
+                f" survived: {ended.survivors}",
                 file=sys.stderr,
             )
-    return 1 if survivors else 0
+    return 1 if ended.survivors else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
-"""The sweep by invocation id: find and SIGKILL every process that carries a run's tag.
+"""The sweep by invocation id: SIGKILL every process that carries a run's tag, and
+everything below those.
 
 Every process a run starts has ``DDSUP_INVOCATION_ID=<id>`` in its environment, and its
-children inherit it. The sweep is the last no-orphan layer that needs nothing but
+children inherit it, unless they clear or overwrite it: those are still found while a
+tagged process is their ancestor. The sweep is the last no-orphan layer that needs nothing but
 ``/proc``: ``ddsup start`` runs it at the end of a run, the sentinel when the supervisor
 was killed, ``ddsup cleanup`` by hand. It imports the standard library only (the
 sentinel runs it under ``python -I -S``).
@@ -21,31 +23,21 @@ else:  # imported by the sentinel program, which put this folder on sys.path
     import _proc  # type: ignore[import-not-found,no-redef,unused-ignore]
 
 ENV_NAME = "DDSUP_INVOCATION_ID"
-NODE_ENV = "DDSUP_NODE"
 SWEEP_SECONDS = 10.0
 _POLL_SECONDS = 0.02
 
 
-def find_run_processes(
-    invocation_id: str, *, exclude: Collection[int] = (), node: str | None = None
-) -> list[int]:
-    """PIDs of live processes whose environment has ``DDSUP_INVOCATION_ID=<invocation_id>``
-    (and ``DDSUP_NODE=<node>`` when ``node`` is given: one simulated node's processes).
+def find_run_processes(invocation_id: str, *, exclude: Collection[int] = ()) -> list[int]:
+    """PIDs of live processes whose environment has ``DDSUP_INVOCATION_ID=<invocation_id>``.
 
     This process is never included. A process whose environment cannot be read (another
     user's) is not ours to end and is skipped.
     """
     wanted = invocation_id.encode()
-    wanted_node = None if node is None else node.encode()
     skip = {os.getpid(), *exclude}
     found = []
     for pid in _proc.pids():
-        if pid in skip:
-            continue
-        environ = _proc.read_environ(pid)
-        if environ.get(ENV_NAME.encode()) != wanted:
-            continue
-        if wanted_node is not None and environ.get(NODE_ENV.encode()) != wanted_node:
+        if pid in skip or _proc.read_environ(pid).get(ENV_NAME.encode()) != wanted:
             continue
         if not _proc.is_dead(pid):
             found.append(pid)
@@ -64,15 +56,32 @@ def kill_process_and_group(pid: int) -> None:
             os.killpg(pid, signal.SIGKILL)
 
 
-def sweep(
-    invocation_id: str, *, exclude: Collection[int] = (), node: str | None = None
-) -> list[int]:
-    """SIGKILL every live process of the run (of its ``node`` only, when given) and the
-    groups they lead; the PIDs hit."""
-    hit = find_run_processes(invocation_id, exclude=exclude, node=node)
-    for pid in hit:
+def descendants(pids: Collection[int], *, exclude: Collection[int] = ()) -> list[int]:
+    """Every process below ``pids`` (one pass over ``/proc``), except ``exclude`` and us."""
+    children = _proc.parent_map()
+    skip = {os.getpid(), *exclude}
+    found: list[int] = []
+    pending = list(pids)
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            if child not in skip and child not in found:
+                found.append(child)
+                pending.append(child)
+    return found
+
+
+def sweep(invocation_id: str, *, exclude: Collection[int] = ()) -> list[int]:
+    """SIGKILL every live process of the run, the groups they lead, and every process
+    below them (an engine that cleared its environment is still its tagged parent's
+    child, and an orphan adopted by a node agent is the agent's); the PIDs hit."""
+    tagged = find_run_processes(invocation_id, exclude=exclude)
+    below = [pid for pid in descendants(tagged, exclude=exclude) if not _proc.is_dead(pid)]
+    for pid in below:  # read before the kills: a killed parent's children move away
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    for pid in tagged:
         kill_process_and_group(pid)
-    return hit
+    return sorted({*tagged, *below})
 
 
 def sweep_until_gone_sync(

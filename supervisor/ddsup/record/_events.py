@@ -6,6 +6,7 @@ added). Every event has ``time`` (Unix seconds) and ``event``:
 
 - ``unit``: :class:`UnitTransition`, an instance's state change;
 - ``process``: :class:`ProcessStarted`; ``exit``: :class:`ProcessExited`, as seen;
+- ``containment``: :class:`Contained`, the no-orphan layers a supervisor holds on its node;
 - ``run``: the run's own lifecycle, told apart by ``reason`` (:class:`RunStarting`,
   :class:`RunEnding`, :class:`RunStopping`, :class:`SignalForwarded`,
   :class:`KillingEverything`, :class:`SweepLeftSurvivors`, :class:`RunFinished`).
@@ -201,6 +202,27 @@ class RunFinished:
         return {**_run(self.time, self.reason), **self.outcome.to_dict()}
 
 
+@dataclass(frozen=True, kw_only=True)
+class Contained:
+    """The no-orphan layers one supervisor (``ddsup start`` or an agent) holds on its node.
+
+    ``layers`` names them strongest first; ``details`` is their description as
+    ``ddsup.process`` gives it (cgroup paths, registry file, why there is no cgroup).
+    """
+
+    node: str | None
+    supervisor: str
+    summary: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    time: float = field(default_factory=_now)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"time": round(self.time, 6), "event": "containment"}
+        if self.node is not None:
+            out["node"] = self.node
+        return {**out, **self.details, "supervisor": self.supervisor, "reason": self.summary}
+
+
 RunLifecycle = (
     RunStarting
     | RunEnding
@@ -210,7 +232,7 @@ RunLifecycle = (
     | SweepLeftSurvivors
     | RunFinished
 )
-RecordedEvent = UnitTransition | ProcessStarted | ProcessExited | RunLifecycle
+RecordedEvent = UnitTransition | ProcessStarted | ProcessExited | Contained | RunLifecycle
 
 
 def _head(at: float, kind: str, instance: str, node: str | None) -> dict[str, Any]:
@@ -247,6 +269,15 @@ def parse_event(data: object) -> RecordedEvent:
             node=read.optional_text("node"),
             pid=read.integer("pid"),
             exit=exit_from_json(data.get("exit")),
+            time=read.time(),
+        )
+    if kind == "containment":
+        known = {"time", "event", "node", "supervisor", "reason"}
+        return Contained(
+            node=read.optional_text("node"),
+            supervisor=read.text("supervisor"),
+            summary=read.text("reason"),
+            details={k: v for k, v in data.items() if k not in known},
             time=read.time(),
         )
     if kind == "run":

@@ -42,10 +42,12 @@ class RunInfo:
     unit_dir: str | None = None
     started_at: float | None = None
     control: ControlAddress | None = None
+    containment: Mapping[str, Any] | None = None  # ddsup start's no-orphan layers
 
     def to_json(self) -> dict[str, Any]:
         control = self.control
         return {
+            "containment": None if self.containment is None else dict(self.containment),
             "invocation_id": self.invocation_id,
             "pid": self.pid,
             "launcher": self.launcher,
@@ -71,6 +73,9 @@ class RunInfo:
             unit_dir=data["unit_dir"] if isinstance(data.get("unit_dir"), str) else None,
             started_at=float(started) if isinstance(started, (int, float)) else None,
             control=address,
+            containment=data["containment"]
+            if isinstance(data.get("containment"), Mapping)
+            else None,
         )
 
 

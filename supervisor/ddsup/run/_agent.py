@@ -5,8 +5,7 @@ process for ``--nodes N`` rehearsals). The agent connects back to the controller
 authenticated control channel, receives the plan, runs preflight, then starts, restarts,
 probes and stops its instances on command, reporting every transition. If the controller
 vanishes, the agent stops everything it runs and exits: a node never keeps lanes for a
-run that no longer exists. If the agent itself is SIGKILLed, its sentinel sweeps the node
-(under Slurm); a local agent has none, ``ddsup start`` sweeps for it (``_launcher``).
+run that no longer exists.
 """
 
 from __future__ import annotations
@@ -37,8 +36,8 @@ from ddsup.channel._messages import (
     Stop,
 )
 from ddsup.plan._model import Plan
-from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel
-from ddsup.record._events import RecordedEvent
+from ddsup.process import open_containment
+from ddsup.record._events import Contained, RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._preflight import HeldPorts, run_preflight
@@ -51,11 +50,6 @@ from ddsup.units import UnitSet, load_unit_set
 def configure_agent(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node", help="node name in the plan (default: $SLURMD_NODENAME)")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs on this node, if known")
-    parser.add_argument(
-        "--no-sentinel",
-        action="store_true",
-        help="ddsup start runs on this machine and sweeps for this agent (local launcher)",
-    )
 
 
 def run_agent(args: argparse.Namespace) -> int:
@@ -64,17 +58,14 @@ def run_agent(args: argparse.Namespace) -> int:
     node = args.node or os.environ.get("SLURMD_NODENAME")
     if not secret or not address or not node:
         raise UsageError("ddsup agent is started by ddsup start, not by hand")
-    status = trio.run(_agent_main, node, address, secret, args.gpus, not args.no_sentinel)
+    status = trio.run(_agent_main, node, address, secret, args.gpus)
     end_process(status)
 
 
-async def _agent_main(
-    node: str, address: str, secret: str, gpus: int | None, with_sentinel: bool
-) -> int:
+async def _agent_main(node: str, address: str, secret: str, gpus: int | None) -> int:
     # Until the signal watcher runs, a stop signal (scancel) must not kill the agent
     # half-way: nothing runs yet, and the controller will tell it to shut down.
     ignore_stop_signals()
-    become_subreaper()
     hello = Hello(Role.AGENT, secret, node=node, pid=os.getpid())
     channel = await connect_channel(address, hello)
     setup = await channel.receive()
@@ -89,15 +80,22 @@ async def _agent_main(
     )
     plan = setup.plan
     units = load_unit_set(run.unit_dir)
-    sentinel = start_sentinel(run.invocation_id) if with_sentinel else None
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(reap_adopted_children)
+        # every no-orphan layer of this node (docs/no-orphans.md), opened once
+        async with open_containment(
+            run.invocation_id, state_dir=run.state_dir, name=f"agent-{node}", root=False
+        ) as containment:
+            layers = containment.layers  # the controller records them (status shows them)
+            assert layers is not None
+            contained = Contained(
+                node=node,
+                supervisor=layers.supervisor,
+                summary=layers.summary(),
+                details=layers.to_json(),
+            )
+            await channel.send(EventReport(contained))
             await _serve_controller(channel, node, units, plan, run, gpus)
-            nursery.cancel_scope.cancel()
     finally:
-        if sentinel is not None:
-            sentinel.close()
         await channel.aclose()
     return 0
 

@@ -3,24 +3,19 @@
 A launcher starts them (one local process per simulated node, or one ``srun`` step for
 all); an agent then connects back and becomes a :class:`~ddsup.run._nodes.RemoteNode`.
 The processes themselves are owned here: one task waits for each, and its end while the
-run is not stopping ends the run. An agent on this machine that dies has its node swept
-at once (it runs no sentinel of its own, see ``LocalLauncher``).
+run is not stopping ends the run.
 """
 
 from __future__ import annotations
 
-import logging
 import signal
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import trio
 
-from ddsup.process import sweep_until_gone
 from ddsup.record._state_dir import StateDir
 from ddsup.run._launcher import AgentProcess, Launcher
 from ddsup.run._run_inputs import AgentProcessExited, Input
-
-log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 10.0  # for a connected agent to stop its units and exit
 TERM_GRACE = 5.0  # then SIGTERM, this long, then SIGKILL
@@ -29,10 +24,9 @@ TERM_GRACE = 5.0  # then SIGTERM, this long, then SIGKILL
 class AgentFleet:
     """Every process hosting agents of one run."""
 
-    def __init__(self, launcher: Launcher, state: StateDir, invocation_id: str) -> None:
+    def __init__(self, launcher: Launcher, state: StateDir) -> None:
         self.launcher = launcher
         self.state = state
-        self.invocation_id = invocation_id
         self.processes: list[AgentProcess] = []
 
     async def launch(
@@ -47,16 +41,10 @@ class AgentFleet:
         for agent in self.processes:
             nursery.start_soon(self._watch, agent, feed)
 
-    async def _watch(self, agent: AgentProcess, feed: Callable[[Input], None]) -> None:
+    @staticmethod
+    async def _watch(agent: AgentProcess, feed: Callable[[Input], None]) -> None:
         status = await agent.process.wait()
         feed(AgentProcessExited(agent.label, status))
-        if self.launcher.on_this_machine and not status.is_success(frozenset({0})):
-            # what its sentinel would have done: that node's processes go now, not
-            # after the stop of the others (which may take their timeout_stop)
-            for node in agent.nodes:
-                survivors = await sweep_until_gone(self.invocation_id, node=node)
-                if survivors:
-                    log.warning("node %s: processes survived the sweep: %s", node, survivors)
 
     def kill_unconnected(self, connected: Collection[str]) -> None:
         """SIGKILL the agents that cannot be asked: none of their nodes is connected."""

@@ -28,6 +28,7 @@ import trio
 
 from ddsup.record._display import duration, paint, symbol
 from ddsup.record._events import (
+    Contained,
     ProcessExited,
     ProcessStarted,
     RecordedEvent,
@@ -113,6 +114,10 @@ class Console:
         status = outcome.status.value
         self._print(f"finished: {status}, exit {outcome.exit_code}{cause}; state in {state_dir}")
 
+    def efficiency(self, line: str) -> None:
+        """The run's GPU time by category: part of the result, so printed even with ``-q``."""
+        self._print(line)
+
     async def run(self) -> None:
         """Redraw the progress line every second, so its elapsed time moves (TTY only).
 
@@ -139,6 +144,9 @@ class Console:
         if isinstance(event, ProcessExited):
             where = f"{event.instance}{_where(event.node)}"
             return f"{where}: pid {event.pid} ended ({event.reason})" if self.verbose else None
+        if isinstance(event, Contained):
+            who = f"{event.supervisor}{_where(event.node)}"
+            return f"{who}: no-orphan layers: {event.summary}" if self.verbose else None
         if self.verbose or isinstance(event, RunStopping | RunEnding):
             return f"run {event.reason}"
         return None

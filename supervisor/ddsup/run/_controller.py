@@ -18,6 +18,7 @@ import sys
 import time
 import uuid
 from functools import partial
+from typing import Any
 
 import trio
 
@@ -25,8 +26,10 @@ from ddsup._errors import DdsupError, ResultStatus, UnitFileError, UsageError
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret, serve_channel
 from ddsup.channel._messages import Setup
 from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
-from ddsup.process import become_subreaper, reap_adopted_children, start_sentinel, sweep_until_gone
+from ddsup.process import Containment, open_containment
+from ddsup.record._efficiency import efficiency_line
 from ddsup.record._events import (
+    Contained,
     EventLog,
     RecordedEvent,
     RunEnding,
@@ -74,7 +77,6 @@ from ddsup.units._model import UnitSet, UnitType
 
 PREFLIGHT_TIMEOUT = 120.0
 STOP_GRACE = 10.0  # beyond a level's longest timeout_stop, for reports to come back
-SWEEP_TIMEOUT = 5.0
 
 
 class Controller:
@@ -102,6 +104,7 @@ class Controller:
         self._fleet: AgentFleet | None = None
         self._local: NodeRunner | None = None
         self._lanes: LanePublisher | None = None
+        self._containment: Containment | None = None  # ddsup start's no-orphan layers
 
     @property
     def run(self) -> RunState:
@@ -131,7 +134,16 @@ class Controller:
         self._record(RunFinished(outcome=outcome))
         self.events.close()
         self.console.result(outcome, self.state.path)
+        if self._run is not None:
+            self.console.efficiency(self._efficiency_line())
         return outcome.exit_code
+
+    def _efficiency_line(self) -> str:
+        """Where the allocation's GPU time went (docs/operating.md), from the run's files."""
+        try:
+            return efficiency_line(self.state.path)
+        except (DdsupError, OSError, ValueError) as err:  # a report, never the run's end
+            return f"GPU time: not known ({err})"
 
     def _load_units(self) -> UnitSet:
         directory = self.options.directory
@@ -163,6 +175,7 @@ class Controller:
             unit_dir=str(self.options.directory.resolve()),
             started_at=self.started,
             control=None if port is None else ControlAddress("127.0.0.1", port),
+            containment=self._layers_json(),
         )
         self.state.write_json(self.state.run, info.to_json())
 
@@ -170,11 +183,12 @@ class Controller:
     async def _supervise(
         self, units: UnitSet, allocation: Allocation, lanes: LanePublisher
     ) -> None:
-        become_subreaper()
-        sentinel = start_sentinel(self.invocation_id)
-        try:
+        # every no-orphan layer (docs/no-orphans.md), opened once, closed at the very end
+        async with open_containment(
+            self.invocation_id, state_dir=self.state.path, name="controller", root=True
+        ) as containment:
+            self._contained(containment)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(reap_adopted_children)
                 nursery.start_soon(self._watch_signals, units)
                 nursery.start_soon(self.console.run)
                 await self._open_control(nursery, lanes)
@@ -188,12 +202,27 @@ class Controller:
                             await self._stop_everything()
                         services.cancel_scope.cancel()
                 nursery.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                survivors = await sweep_until_gone(self.invocation_id, timeout=SWEEP_TIMEOUT)
-                if survivors:
-                    self._record(SweepLeftSurvivors(pids=tuple(survivors)))
-                sentinel.close()
+        if containment.survivors:
+            self._record(SweepLeftSurvivors(pids=tuple(containment.survivors)))
+
+    def _layers_json(self) -> dict[str, Any] | None:
+        layers = None if self._containment is None else self._containment.layers
+        return None if layers is None else layers.to_json()
+
+    def _contained(self, containment: Containment) -> None:
+        """Say which no-orphan layers hold here: in run.json (for status) and an event."""
+        self._containment = containment
+        self._write_run_json()
+        layers = containment.layers
+        assert layers is not None
+        self._record(
+            Contained(
+                node=None,
+                supervisor=layers.supervisor,
+                summary=layers.summary(),
+                details=layers.to_json(),
+            )
+        )
 
     async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher) -> None:
         """Listen for agents, the endpoint's feed and operators; say where in run.json."""
@@ -223,7 +252,7 @@ class Controller:
         nodes = self.run.agent_nodes()
         if nodes:
             launcher = launcher_for(allocation, units, self.options.srun_args)
-            self._fleet = AgentFleet(launcher, self.state, self.invocation_id)
+            self._fleet = AgentFleet(launcher, self.state)
             local = len(self.run.plan.on_node(self.run.plan.client))
             try:
                 ensure_open_files(open_files_needed(len(nodes), local))

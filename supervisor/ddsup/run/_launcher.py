@@ -35,9 +35,6 @@ class AgentProcess:
 class Launcher(Protocol):
     name: str
     shared_address: bool
-    # the agents run on this machine as children of ddsup start: the controller sweeps
-    # an agent's node if the agent dies, and its own sentinel covers the machine
-    on_this_machine: bool
 
     async def launch(
         self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir
@@ -46,25 +43,18 @@ class Launcher(Protocol):
 
 @dataclass
 class LocalLauncher:
-    """Simulated nodes on this machine: one ``ddsup agent`` process per node.
-
-    These agents start no sentinel of their own (``--no-sentinel``): ``ddsup start``'s
-    sentinel sweeps the whole run on this machine if ``ddsup start`` dies, and if an
-    agent dies, ``ddsup start`` (its parent) sweeps that agent's node at once. At 128
-    simulated nodes that is 128 processes (1.6 GB RSS, 5 s of CPU at start) fewer.
-    """
+    """Simulated nodes on this machine: one ``ddsup agent`` process per node."""
 
     gpus_per_node: int
     name: str = "local"
     shared_address: bool = True
-    on_this_machine: bool = True
 
     async def launch(
         self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir
     ) -> list[AgentProcess]:
         agents = []
         for node in nodes:
-            argv = (*AGENT_ARGV, "--node", node, "--gpus", str(self.gpus_per_node), "--no-sentinel")
+            argv = (*AGENT_ARGV, "--node", node, "--gpus", str(self.gpus_per_node))
             child = await spawn(
                 argv, env={**env, "DDSUP_NODE": node}, cwd=".", log_path=state.log(f"agent-{node}")
             )
@@ -80,7 +70,6 @@ class SlurmLauncher:
     srun_args: tuple[str, ...] = ()
     shared_address: bool = False
     name: str = "slurm"
-    on_this_machine: bool = False  # each agent on its node, with its own sentinel
 
     async def launch(
         self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir

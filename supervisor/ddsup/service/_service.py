@@ -224,7 +224,9 @@ class Service:
         self._transition(InstanceState.STARTING, "starting")
         log_offset = _size(spec.log_path)
         try:
-            child = await spawn(spec.argv, env=spec.env, cwd=spec.cwd, log_path=spec.log_path)
+            child = await spawn(  # ddsup:containment: unit= puts it in its unit's cgroup
+                spec.argv, env=spec.env, cwd=spec.cwd, log_path=spec.log_path, unit=spec.instance
+            )
         except SpawnError as err:
             self._fail(str(err))
             return None, 0.0

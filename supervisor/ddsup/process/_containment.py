@@ -1,0 +1,357 @@
+"""Containment: every no-orphan layer a supervisor needs, opened once, closed once.
+
+``ddsup start`` and each node agent open one :func:`open_containment` around all their
+work. Opening it makes this process a child subreaper (orphans of our units become our
+children) and starts the sentinel (it ends the run if we die uncleanly); where the node
+offers a writable cgroup (``_cgroup``) it creates the run's cgroup and moves this
+process into it, and every unit spawned with ``spawn(..., unit=NAME)`` starts in a
+cgroup of its own; and it opens this supervisor's registry of (PID, start time) of the
+processes its units have (``_registry``), which it fills as the run goes:
+
+- when a unit's process starts (its PID, at once);
+- every ``SCAN_INTERVAL`` while units run: with a cgroup, the members of each unit's
+  cgroup (a few small files); without, one pass over ``/proc`` (shared with concurrent
+  stops) for each unit's descendants and for orphans adopted by us;
+- without a cgroup, also when a unit's process has stopped: what it orphaned is ours.
+
+When a unit's process stops (``ChildProcess.stop``), whatever it left is ended with it
+(:meth:`UnitScope.end`): its cgroup, and the registry entries of that unit. When the
+containment closes, everything left on this node is ended: the units' cgroups, every
+adopted orphan, every registry entry, and (``ddsup start`` only) every process tagged
+with the invocation id; the cgroup directories are removed, and the sentinel released.
+
+Which layers are active, and why one is not, is :attr:`Containment.layers`, also written
+to ``<state dir>/containment/<supervisor>.json`` for status and ``ddsup cleanup``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from ddsup.process import _cgroup, _proc, _registry
+from ddsup.process._final_sweep import sweep_until_gone
+from ddsup.process._managed import managed_children
+from ddsup.process._sentinel import Sentinel, start_sentinel
+from ddsup.process._subreaper import become_subreaper, is_subreaper, reap_adopted_children
+from ddsup.process._table import process_table
+from ddsup.process._unit_scope import Records, UnitScope, emptied, pin_now, wait_pidfds
+
+log = logging.getLogger(__name__)
+
+SCAN_INTERVAL = 2.0  # seconds between looks at the units' trees (docs/no-orphans.md: cost)
+CGROUP_ENV = "DDSUP_CGROUP"  # auto | off | v2 | v1-freezer | v1-pids
+_CLOSE_GRACE = 5.0  # seconds for SIGKILLed leftovers to die at the end (reported if not)
+_CURRENT: trio.lowlevel.RunVar[Containment | None] = trio.lowlevel.RunVar(
+    "ddsup_containment", default=None
+)
+
+
+def current_containment() -> Containment | None:
+    """The containment open in this trio run, if any (``spawn(unit=…)`` uses it)."""
+    return _CURRENT.get()
+
+
+@dataclass(frozen=True)
+class Layers:
+    """The no-orphan layers of one supervisor on its node, as status shows them."""
+
+    supervisor: str
+    pid: int
+    machine: _registry.Machine
+    subreaper: bool
+    sentinel: int | None
+    registry: str | None  # the .pids file
+    cgroup: _cgroup.Cgroup | None  # this supervisor's subtree (<run>/<supervisor>)
+    run_cgroup: _cgroup.Cgroup | None  # the run's cgroup on this node
+    cgroup_reason: str | None  # why there is none
+    registry_reason: str | None
+    tag_sweep: bool  # ends everything tagged with the invocation id at close
+
+    def names(self) -> list[str]:
+        """The active layers, strongest first (the events and status line)."""
+        found = []
+        if self.cgroup is not None:
+            found.append(f"cgroup {self.cgroup.kind.value}")
+        if self.registry is not None:
+            found.append("registry")
+        if self.subreaper:
+            found.append("subreaper")
+        if self.sentinel is not None:
+            found.append("sentinel")
+        found.append("process group")
+        found.append("tag sweep" if self.tag_sweep else "tag match")
+        return found
+
+    def summary(self) -> str:
+        """One line: the active layers, and why a cgroup is not among them."""
+        line = ", ".join(self.names())
+        return line if self.cgroup_reason is None else f"{line} (no cgroup: {self.cgroup_reason})"
+
+    def to_json(self) -> dict[str, Any]:
+        cgroup = None
+        if self.cgroup is not None and self.run_cgroup is not None:
+            cgroup = {**self.cgroup.to_json(), "own": self.cgroup.path, "run": self.run_cgroup.path}
+        return {
+            "supervisor": self.supervisor,
+            "pid": self.pid,
+            "machine": self.machine.to_json(),
+            "layers": self.names(),
+            "subreaper": self.subreaper,
+            "sentinel": self.sentinel,
+            "registry": self.registry,
+            "registry_reason": self.registry_reason,
+            "cgroup": cgroup,
+            "cgroup_reason": self.cgroup_reason,
+        }
+
+
+class Containment:
+    """The no-orphan layers of one supervisor (see the module docstring)."""
+
+    def __init__(
+        self, invocation_id: str, *, state_dir: str | None, name: str, root: bool, cgroup: str
+    ) -> None:
+        self.invocation_id = invocation_id
+        self.name = name
+        self.root = root
+        self._choice = cgroup
+        self._records_dir = None if state_dir is None else os.path.join(state_dir, "containment")
+        self._sentinel: Sentinel | None = None
+        self._placement: _cgroup.Placement | None = None
+        self._own: _cgroup.Cgroup | None = None
+        self._records = Records(None)
+        self._scopes: dict[str, UnitScope] = {}
+        self.layers: Layers | None = None
+        self.survivors: list[int] = []
+
+    # --- opening ----------------------------------------------------------------------
+    def _open(self) -> Layers:
+        become_subreaper()
+        registry_reason = self._open_records()
+        self._sentinel = start_sentinel(
+            self.invocation_id, self._records_dir, self.name, root=self.root
+        )
+        cgroup_reason = self._open_cgroup()
+        own, run = self._own, self._placement.run if self._placement else None
+        self.layers = Layers(
+            supervisor=self.name,
+            pid=os.getpid(),
+            machine=_registry.Machine.here(),
+            subreaper=is_subreaper(),
+            sentinel=self._sentinel.pid,
+            registry=None if self._records.file is None else self._records.file.path,
+            cgroup=own,
+            run_cgroup=run,
+            cgroup_reason=cgroup_reason,
+            registry_reason=registry_reason,
+            tag_sweep=self.root,
+        )
+        if self._records_dir is not None:
+            with contextlib.suppress(OSError):
+                _registry.write_layers(self._records_dir, self.name, self.layers.to_json())
+        return self.layers
+
+    def _open_records(self) -> str | None:
+        if self._records_dir is None:
+            return "no state directory"
+        try:
+            os.makedirs(self._records_dir, mode=0o700, exist_ok=True)
+            path = os.path.join(self._records_dir, f"{self.name}.pids")
+            self._records = Records(_registry.RegistryFile(path))
+        except OSError as err:
+            return f"cannot write {self._records_dir}: {err.strerror}"
+        return None
+
+    def _open_cgroup(self) -> str | None:
+        """Place the run's cgroup, keep the sentinel outside it, move ourselves in."""
+        try:
+            placement = _cgroup.place(self.invocation_id, self._choice)
+        except _cgroup.Unavailable as err:
+            return str(err)
+        own = placement.run.child(self.name)
+        try:
+            assert self._sentinel is not None
+            placement.base.move(self._sentinel.pid)  # it must survive the run's cgroup
+            own.child(_cgroup.SUPERVISOR_LEAF).create()
+            own.child(_cgroup.SUPERVISOR_LEAF).move(os.getpid())
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                own.remove()
+                placement.run.remove()
+            return (
+                f"{placement.run.kind.value}: cannot move processes into {own.path}: {err.strerror}"
+            )
+        self._placement, self._own = placement, own
+        return None
+
+    # --- units --------------------------------------------------------------------------
+    def scope(self, unit: str) -> UnitScope:
+        """The share of ``unit`` (an instance name): its cgroup and its registry entries."""
+        scope = self._scopes.get(unit)
+        if scope is None:
+            if self._own is not None:
+                cgroup = self._own.child(_cgroup.UNIT_PREFIX + unit)
+                scope = UnitScope(unit, cgroup, self._records)
+            else:
+                scope = UnitScope(unit, None, self._records, rescan=self.scan)
+            self._scopes[unit] = scope
+        return scope
+
+    async def _scan_forever(self) -> None:
+        """Record what the units have, every SCAN_INTERVAL while any runs (no event
+        exists for "a process forked"; the interval bounds the cost, see the docs)."""
+        while True:
+            await trio.sleep(SCAN_INTERVAL)
+            if any(scope.running for scope in self._scopes.values()):
+                await self.scan()
+
+    async def scan(self) -> None:
+        """Record every process of the units now (one look; see the module docstring)."""
+        scopes = [s for s in self._scopes.values() if s.running]
+        if self._own is not None:
+            found = await trio.to_thread.run_sync(_cgroup_members, scopes)
+        else:
+            table = await process_table()
+            exclude = frozenset(managed_children().pids) | self._own_helpers()
+            found = await trio.to_thread.run_sync(
+                _tree_members, scopes, table.children, exclude, self._records.seen
+            )
+        self._records.add(found)
+
+    def _own_helpers(self) -> frozenset[int]:
+        return frozenset() if self._sentinel is None else frozenset({self._sentinel.pid})
+
+    # --- closing ------------------------------------------------------------------------
+    async def _close(self) -> None:
+        """End everything left on this node, remove the cgroups, release the sentinel."""
+        pidfds: list[int] = []
+        if self._placement is not None:
+            with contextlib.suppress(OSError):
+                self._placement.base.move(os.getpid())  # out, so our subtree can be ended
+        doomed = self._doomed_cgroups()
+        for cgroup in doomed:
+            with contextlib.suppress(OSError):
+                await trio.to_thread.run_sync(cgroup.kill)
+        table = await process_table()
+        adopted = _adopted(table.children, frozenset(managed_children().pids) | self._own_helpers())
+        pidfds += [fd for fd in map(pin_now, adopted) if fd is not None]
+        pidfds += [fd for _entry, fd in _registry.kill_entries(self._records.of(None))]
+        _registry.kill_pinned(pidfds)
+        if self.root:
+            self.survivors += await sweep_until_gone(self.invocation_id, timeout=_CLOSE_GRACE)
+        await wait_pidfds(pidfds, _CLOSE_GRACE)
+        for cgroup in doomed:
+            if not await emptied(cgroup, _CLOSE_GRACE):
+                self.survivors += await trio.to_thread.run_sync(cgroup.members)
+            with contextlib.suppress(OSError):
+                await trio.to_thread.run_sync(cgroup.remove)
+        if self._records.file is not None:
+            self._records.file.close()
+        if self._sentinel is not None:
+            self._sentinel.close()
+
+    def _doomed_cgroups(self) -> list[_cgroup.Cgroup]:
+        """At close: the whole run's cgroup on this node for ``ddsup start`` (agents
+        started here live inside it), else this supervisor's subtree."""
+        if self._placement is None or self._own is None:
+            return []
+        return [self._placement.run if self.root else self._own]
+
+
+def _adopted(children: dict[int, list[int]], exclude: frozenset[int]) -> list[int]:
+    """Orphans reparented to us (children we did not start, outside our session) and
+    everything below them: they belong to the run."""
+    own_session = os.getsid(0)
+    found: list[int] = []
+    pending = []
+    for pid in children.get(os.getpid(), ()):
+        with contextlib.suppress(ProcessLookupError):
+            if pid not in exclude and os.getsid(pid) != own_session:
+                pending.append(pid)
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        pending += children.get(pid, ())
+    return found
+
+
+def _cgroup_members(scopes: list[UnitScope]) -> list[_registry.Entry]:
+    found = []
+    for scope in scopes:
+        assert scope.cgroup is not None
+        for pid in scope.cgroup.members():
+            start = _proc.start_time(pid)
+            if start is not None:
+                found.append(_registry.Entry(pid, start, scope.unit))
+    return found
+
+
+def _tree_members(
+    scopes: list[UnitScope],
+    children: dict[int, list[int]],
+    exclude: frozenset[int],
+    seen: dict[int, _registry.Entry],
+) -> list[_registry.Entry]:
+    """Each unit's descendants, and adopted orphans (attributed to the unit that had them
+    before, when we saw it; else to none: they are ended at close)."""
+    found = []
+    for scope in scopes:
+        pending = list(children.get(scope.pid or -1, ()))
+        while pending:
+            pid = pending.pop()
+            pending += children.get(pid, ())
+            start = _proc.start_time(pid)
+            if start is not None:
+                found.append(_registry.Entry(pid, start, scope.unit))
+    attributed = {e.pid for e in found}
+    for pid in _adopted(children, exclude):
+        start = _proc.start_time(pid)
+        if start is None or pid in attributed:
+            continue
+        known = seen.get(pid)
+        unit = known.unit if known is not None and known.start_time == start else "?"
+        found.append(_registry.Entry(pid, start, unit))
+    return found
+
+
+@asynccontextmanager
+async def open_containment(
+    invocation_id: str,
+    *,
+    state_dir: str | os.PathLike[str] | None,
+    name: str,
+    root: bool,
+    cgroup: str | None = None,
+) -> AsyncIterator[Containment]:
+    """Open the no-orphan layers of one supervisor (``name``: ``controller`` or
+    ``agent-<node>``; ``root``: this is ``ddsup start``); see the module docstring.
+
+    ``cgroup`` picks the hierarchy (``auto``, ``off``, ``v2``, ``v1-freezer``,
+    ``v1-pids``; default ``$DDSUP_CGROUP`` or ``auto``). No layer's absence fails: it is
+    named, with the reason, in :attr:`Containment.layers`.
+    """
+    choice = cgroup or os.environ.get(CGROUP_ENV) or "auto"
+    directory = None if state_dir is None else os.fspath(state_dir)
+    containment = Containment(
+        invocation_id, state_dir=directory, name=name, root=root, cgroup=choice
+    )
+    containment._open()
+    token = _CURRENT.set(containment)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(reap_adopted_children)
+            nursery.start_soon(containment._scan_forever)
+            yield containment
+            nursery.cancel_scope.cancel()
+    finally:
+        _CURRENT.reset(token)
+        with trio.CancelScope(shield=True):
+            await containment._close()

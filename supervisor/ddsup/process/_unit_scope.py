@@ -1,0 +1,166 @@
+"""One unit instance's share of a containment: its cgroup and its registry entries.
+
+``spawn(..., unit=NAME)`` starts the process inside the unit's cgroup (the child moves
+itself in between fork and exec, so not even a process it forks at once can be outside
+it), and records the process in the registry. When that process stops, :meth:`end`
+ends whatever the unit left: every process in its cgroup, and every registry entry of
+the unit that is still the process that was seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from ddsup.process import _cgroup, _proc, _registry
+
+log = logging.getLogger(__name__)
+
+END_GRACE = 5.0  # seconds for a unit's SIGKILLed leftovers to die (no later than the stop's)
+
+
+@dataclass
+class Records:
+    """What one supervisor has seen: PID → entry (the newest process with that PID),
+    appended to its registry file as it is seen."""
+
+    file: _registry.RegistryFile | None
+    seen: dict[int, _registry.Entry] = field(default_factory=dict)
+
+    def add(self, entries: list[_registry.Entry]) -> None:
+        new = [e for e in entries if self.seen.get(e.pid) != e]
+        for entry in new:
+            self.seen[entry.pid] = entry
+        if new and self.file is not None:
+            try:
+                self.file.add(new)
+            except OSError as err:  # a full or vanished disk must not end the run
+                log.warning("cannot write the registry %s: %s", self.file.path, err)
+
+    def of(self, unit: str | None) -> list[_registry.Entry]:
+        """The entries of ``unit`` (None: every entry)."""
+        return [e for e in self.seen.values() if unit is None or e.unit == unit]
+
+    def forget(self, unit: str, *, but: frozenset[_registry.Entry] = frozenset()) -> None:
+        """Drop ``unit``'s entries from memory (the file keeps them), except ``but``."""
+        self.seen = {p: e for p, e in self.seen.items() if e.unit != unit or e in but}
+
+
+class UnitScope:
+    """One unit instance inside a containment (see the module docstring)."""
+
+    def __init__(
+        self,
+        unit: str,
+        cgroup: _cgroup.Cgroup | None,
+        records: Records,
+        rescan: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.unit = unit
+        self.cgroup = cgroup
+        self._records = records
+        self._rescan = rescan  # without a cgroup: record the orphans the unit just made
+        self.pid: int | None = None  # the unit's process while it runs
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    def entering(self) -> tuple[Callable[[], None] | None, list[int]]:
+        """A ``preexec_fn`` that moves the forked child into the unit's cgroup, and the fds
+        to close once it has been forked. ``(None, [])`` without a cgroup.
+
+        The function runs in the child between fork and exec, so it only writes to an fd
+        opened here; a failure there leaves the child in the run's cgroup, never fails it.
+        """
+        if self.cgroup is None:
+            return None, []
+        try:
+            self.cgroup.create()
+            fd = self.cgroup.open_procs()
+        except OSError as err:
+            log.warning("%s: no cgroup of its own (%s): %s", self.unit, self.cgroup.path, err)
+            return None, []
+
+        def enter() -> None:
+            with contextlib.suppress(OSError):
+                os.write(fd, b"0")
+
+        return enter, [fd]
+
+    def started(self, pid: int) -> None:
+        """The unit's process ``pid`` runs: record it."""
+        self.pid = pid
+        start = _proc.start_time(pid)
+        if start is not None:
+            self._records.add([_registry.Entry(pid, start, self.unit)])
+
+    async def end(self) -> list[int]:
+        """End what the unit left (its process has been stopped): the PIDs ended.
+
+        An empty cgroup is kept for the unit's next start; one that held something is
+        ended (SIGKILL, race-free against forks) and removed once empty.
+        """
+        self.pid = None
+        pidfds: list[int] = []
+        members: list[int] = []
+        if self.cgroup is not None:
+            members = await trio.to_thread.run_sync(self.cgroup.members)
+        if members:
+            assert self.cgroup is not None
+            pidfds += [fd for fd in map(pin_now, members) if fd is not None]
+            with contextlib.suppress(OSError):
+                await trio.to_thread.run_sync(self.cgroup.kill)
+        pinned = _registry.kill_entries(self._records.of(self.unit))
+        # the others are gone: a crash loop does not pile them up (killed ones go next time)
+        self._records.forget(self.unit, but=frozenset(entry for entry, _fd in pinned))
+        pidfds += [fd for _entry, fd in pinned]
+        await wait_pidfds(pidfds, END_GRACE)
+        ended = sorted({*members, *(entry.pid for entry, _fd in pinned)})
+        if members:
+            assert self.cgroup is not None
+            if await emptied(self.cgroup, END_GRACE):
+                with contextlib.suppress(OSError):
+                    await trio.to_thread.run_sync(self.cgroup.remove)
+            else:
+                log.warning("%s: processes left in %s after SIGKILL", self.unit, self.cgroup.path)
+        if ended:
+            log.info("%s: ended %d process(es) it left: %s", self.unit, len(ended), ended)
+        if self._rescan is not None:
+            await self._rescan()  # its process died: what it orphaned is ours now, record it
+        return ended
+
+
+def pin_now(pid: int) -> int | None:
+    """A pidfd on ``pid`` as it is now (None when it is gone or a zombie)."""
+    start = _proc.start_time(pid)
+    return None if start is None else _registry.pin(_registry.Entry(pid, start, "?"))
+
+
+async def wait_pidfds(fds: list[int], timeout: float) -> bool:  # noqa: ASYNC109
+    """Until every pidfd's process has ended (a pidfd turns readable), or ``timeout``;
+    closes the fds. True when all ended."""
+    try:
+        with trio.move_on_after(timeout):
+            for fd in fds:
+                await trio.lowlevel.wait_readable(fd)
+            return True
+        return False
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+async def emptied(cgroup: _cgroup.Cgroup, timeout: float) -> bool:  # noqa: ASYNC109
+    """Until no live process is left in ``cgroup``. The members we saw were waited for
+    on pidfds; this catches one forked in flight (bounded poll: v1 has no event)."""
+    with trio.move_on_after(timeout):
+        while await trio.to_thread.run_sync(cgroup.populated):  # noqa: ASYNC110
+            await trio.sleep(0.005)
+        return True
+    return False

@@ -1,0 +1,86 @@
+"""A supervisor stand-in for the containment tests: ``python containment_program.py CONFIG``.
+
+It runs in its own process so that the test process never becomes a subreaper or moves
+into a cgroup. CONFIG (JSON) says which layers to open and what the unit is; the program
+opens ``open_containment``, spawns the unit with ``unit="u1"``, waits for the engine's
+PID file, and prints one JSON line per step on stdout:
+
+1. ``{"step": "started", ...}`` once the engine runs (PIDs, layers, cgroups);
+2. with ``then = "stop"``: the unit's process ends by itself (``--exit-after``), is
+   stopped, and ``{"step": "unit-ended", "engine_alive": …}``; then the containment
+   closes and ``{"step": "closed", "engine_alive": …, "run_cgroup_exists": …}``;
+3. with ``then = "hang"``: it sleeps until the test SIGKILLs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ddsup.process import open_containment, spawn
+from ddsup.process._proc import is_dead, read_cgroups
+
+
+def say(data: dict[str, Any]) -> None:
+    print(json.dumps(data), flush=True)
+
+
+async def engine_pid(path: Path) -> int:
+    file = trio.Path(path)
+    with trio.fail_after(20):
+        while not await file.exists():  # noqa: ASYNC110 (a file another process writes; bounded)
+            await trio.sleep(0.01)
+    return int(await file.read_text())
+
+
+async def main(config: dict[str, Any]) -> None:
+    pid_file = Path(config["pid_file"])
+    env = {**os.environ, "DDSUP_INVOCATION_ID": config["invocation"], **config.get("env", {})}
+    async with open_containment(
+        config["invocation"],
+        state_dir=config.get("state_dir"),
+        name=config.get("name", "controller"),
+        root=config.get("root", True),
+        cgroup=config.get("cgroup", "auto"),
+    ) as containment:
+        assert containment.layers is not None
+        child = await spawn(config["argv"], env=env, cwd="/", log_path=config["log"], unit="u1")
+        engine = await engine_pid(pid_file)
+        if config.get("scan"):
+            await containment.scan()
+        say(
+            {
+                "step": "started",
+                "supervisor": os.getpid(),
+                "unit": child.pid,
+                "engine": engine,
+                "layers": containment.layers.to_json(),
+                "unit_cgroups": read_cgroups(child.pid),
+                "engine_cgroups": read_cgroups(engine),
+                "supervisor_cgroups": read_cgroups(),
+                "sentinel_cgroups": read_cgroups(containment.layers.sentinel or 0),
+            }
+        )
+        if config["then"] == "hang":
+            await trio.sleep_forever()
+        status = await child.wait()
+        await child.stop(15, 1.0)
+        say({"step": "unit-ended", "exit": status.to_json(), "engine_alive": not is_dead(engine)})
+    run = containment.layers.run_cgroup
+    say(
+        {
+            "step": "closed",
+            "engine_alive": not is_dead(engine),
+            "run_cgroup_exists": run is not None and await trio.Path(run.path).exists(),
+            "survivors": containment.survivors,
+        }
+    )
+
+
+if __name__ == "__main__":
+    trio.run(main, json.loads(sys.argv[1]))

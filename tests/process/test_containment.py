@@ -1,0 +1,343 @@
+"""The no-orphan layers against vLLM's process model, each on its own, with real processes.
+
+The unit is ``tests/chaos/vllm_like.py``: an API server whose engine calls ``setsid``,
+retitles itself with the real ``setproctitle`` (clobbering its environment, as it does
+without ``SPT_NOENV``) and re-executes itself with a cleared environment, and which
+outlives the API server. Nothing of the run's tag is left on the engine, so every test
+here fails without the layer it is about. The supervisor is ``containment_program.py``
+in a process of its own (the test process never becomes a subreaper or changes cgroup).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from process_helpers import alive
+
+from ddsup.process import _cgroup, _registry
+from ddsup.process._proc import start_time
+
+HERE = Path(__file__).parent
+PROGRAM = HERE / "containment_program.py"
+VLLM_LIKE = HERE.parent / "chaos" / "vllm_like.py"
+ROOT = os.geteuid() == 0
+
+
+def _engine_argv(pid_file: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        str(VLLM_LIKE),
+        "--clobber",
+        "--env-clear",
+        "--pid-file",
+        str(pid_file),
+        *extra,
+    ]
+
+
+class Supervisor:
+    """``containment_program.py`` running one configuration; reads its JSON steps."""
+
+    def __init__(self, tmp_path: Path, invocation_id: str, **config: Any) -> None:
+        self.pid_file = tmp_path / "engine.pid"
+        argv = config.pop("argv", None) or _engine_argv(self.pid_file, "--exit-after", "0.3")
+        self.config = {
+            "invocation": invocation_id,
+            "pid_file": str(self.pid_file),
+            "log": str(tmp_path / "unit.log"),
+            "argv": argv,
+            "then": "stop",
+            **config,
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, str(PROGRAM), json.dumps(self.config)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.engines: dict[int, int] = {}  # PID → start time, for the fixture's cleanup
+
+    def step(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line, f"the supervisor ended early (exit {self.process.wait()})"
+        data: dict[str, Any] = json.loads(line)
+        start = start_time(data.get("engine", 0)) if data.get("engine") else None
+        if start is not None:
+            self.engines[data["engine"]] = start
+        return data
+
+    def finish(self) -> int:
+        """Its exit status, once it has exited by itself (or been killed after 10 s)."""
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+        return self.process.wait()
+
+
+@pytest.fixture
+def supervisors() -> Iterator[list[Supervisor]]:
+    """The supervisors a test starts; at the end they are ended, and so is any engine
+    they left (the suite's leak guard cannot see it: it has no tag), by PID and start
+    time, so that a broken layer fails its test without leaking into the next."""
+    started: list[Supervisor] = []
+    yield started
+    for supervisor in started:
+        supervisor.finish()
+        for pid, start in supervisor.engines.items():
+            fd = _registry.pin(_registry.Entry(pid, start, "engine"))
+            if fd is not None:
+                _registry.kill_pinned([fd])
+                _registry.wait_pidfds([fd], 5.0)
+
+
+def _available(kind: str) -> bool:
+    try:
+        placement = _cgroup.place(f"probe-{os.getpid()}", kind)
+    except _cgroup.Unavailable:
+        return False
+    placement.run.remove()
+    return True
+
+
+def _need(kind: str) -> None:
+    if not _available(kind):
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs as root on a node with a writable {kind} cgroup hierarchy")
+        pytest.skip(f"no writable {kind} cgroup hierarchy here (needs root or delegation)")
+
+
+def _wait_dead(pid: int, seconds: float) -> float | None:
+    """Seconds until ``pid`` is dead (not our child: no exit event, bounded poll)."""
+    began = time.monotonic()
+    while alive(pid):
+        if time.monotonic() - began > seconds:
+            return None
+        time.sleep(0.01)
+    return time.monotonic() - began
+
+
+# --- SPT_NOENV -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("noenv", [True, False], ids=["SPT_NOENV=1", "without"])
+def test_spt_noenv_keeps_the_tag_through_setproctitle(noenv: bool, invocation_id: str) -> None:
+    """The real setproctitle package wipes /proc/PID/environ unless SPT_NOENV is set."""
+    code = (
+        "import setproctitle, sys, time\n"
+        "setproctitle.setproctitle('VLLM::EngineCore ' + 'x' * 200)\n"
+        "print('titled', flush=True); time.sleep(60)\n"
+    )
+    env = {**os.environ, "DDSUP_INVOCATION_ID": invocation_id}
+    env.pop("SPT_NOENV", None)
+    if noenv:
+        env["SPT_NOENV"] = "1"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "titled\n"
+        environ = Path(f"/proc/{child.pid}/environ").read_bytes()
+        title = Path(f"/proc/{child.pid}/cmdline").read_bytes()
+        assert title.startswith(b"VLLM::EngineCore")
+        assert (f"DDSUP_INVOCATION_ID={invocation_id}".encode() in environ) is noenv
+    finally:
+        child.kill()
+        child.wait()
+        assert child.stdout is not None
+        child.stdout.close()
+
+
+# --- cgroups ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["v2", "v1-freezer", "v1-pids"])
+def test_unit_cgroup_ends_what_the_unit_left_when_it_ends(
+    kind: str, tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """The API server exits, its double-forked, retitled, env-cleared engine lives on;
+    the unit's cgroup alone (no registry, nothing tagged) ends it with the unit."""
+    _need(kind)
+    pid_file = tmp_path / "engine.pid"
+    argv = _engine_argv(pid_file, "--double-fork", "--exit-after", "0.3")
+    run = Supervisor(tmp_path, invocation_id, cgroup=kind, argv=argv, state_dir=None)
+    supervisors.append(run)
+    started = run.step()
+    layers = started["layers"]
+    assert layers["cgroup"]["kind"] == kind and layers["registry"] is None, layers
+    controller = _cgroup.CgroupKind(kind).controller
+    unit_cgroup = started["unit_cgroups"][controller]
+    assert unit_cgroup.endswith(f"/ddsup-{invocation_id}/controller/u-u1"), started
+    assert started["engine_cgroups"][controller] == unit_cgroup  # it cannot leave it
+    assert started["supervisor_cgroups"][controller].endswith("/controller/supervisor")
+    assert f"ddsup-{invocation_id}" not in started["sentinel_cgroups"][controller]
+    assert Path(f"/proc/{started['engine']}/cmdline").read_bytes().startswith(b"VLLM::")
+
+    ended = run.step()
+    assert ended["exit"] == {"code": 1} and ended["engine_alive"] is False, ended
+    closed = run.step()
+    assert closed == {
+        "step": "closed",
+        "engine_alive": False,
+        "run_cgroup_exists": False,
+        "survivors": [],
+    }
+    assert run.finish() == 0
+
+
+# --- the registry ----------------------------------------------------------------------
+
+
+def test_registry_ends_a_seen_engine_with_its_unit(
+    tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """Without a cgroup: the scan saw the engine below the API server, so when the API
+    server has exited (the engine lost its parent and its tag), the unit's stop ends it."""
+    run = Supervisor(
+        tmp_path, invocation_id, cgroup="off", state_dir=str(tmp_path / "state"), scan=True
+    )
+    supervisors.append(run)
+    started = run.step()
+    assert started["layers"]["cgroup"] is None
+    assert started["layers"]["cgroup_reason"] == "turned off (DDSUP_CGROUP=off)"
+    entries = _registry.read_entries(str(tmp_path / "state" / "containment" / "controller.pids"))
+    assert (started["engine"], start_time(started["engine"]), "u1") in [
+        (e.pid, e.start_time, e.unit) for e in entries
+    ]
+    assert run.step()["engine_alive"] is False
+    assert run.step()["engine_alive"] is False
+    assert run.finish() == 0
+
+
+def test_registry_never_kills_a_reused_pid(tmp_path: Path) -> None:
+    """An entry whose start time differs names another process: it is left alone."""
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = start_time(stranger.pid)
+        assert start is not None
+        assert _registry.kill_entries([_registry.Entry(stranger.pid, start - 1, "u1")]) == []
+        assert alive(stranger.pid)
+        [(entry, fd)] = _registry.kill_entries([_registry.Entry(stranger.pid, start, "u1")])
+        assert _registry.wait_pidfds([fd], 5.0) and entry.pid == stranger.pid
+        assert stranger.wait(5) == -signal.SIGKILL
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+# --- adoption ----------------------------------------------------------------------------
+
+
+def test_adopted_orphan_ends_at_close(
+    tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """No cgroup, no registry, no tag: the double-forked engine was reparented to the
+    supervisor (a subreaper), cannot be told apart from another unit's, so it lives on
+    after its unit ended, and the close ends it: it belongs to the run."""
+    pid_file = tmp_path / "engine.pid"
+    argv = _engine_argv(pid_file, "--double-fork", "--exit-after", "0.3")
+    run = Supervisor(tmp_path, invocation_id, cgroup="off", state_dir=None, argv=argv)
+    supervisors.append(run)
+    started = run.step()
+    status = Path(f"/proc/{started['engine']}/status").read_text()
+    assert f"PPid:\t{started['supervisor']}\n" in status  # adopted: it is our child
+    assert run.step()["engine_alive"] is True  # not attributable to the unit
+    closed = run.step()
+    assert closed["engine_alive"] is False, closed
+    assert run.finish() == 0
+
+
+# --- the sentinel ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cgroup", ["auto", "off"])
+def test_sigkill_of_the_supervisor_ends_the_engine_within_2s(
+    cgroup: str, tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """The sentinel ends the unit's cgroup (or, without one, the registry entries)."""
+    state = tmp_path / "state"
+    pid_file = tmp_path / "engine.pid"
+    argv = _engine_argv(pid_file)  # the API server stays: the engine is its child
+    run = Supervisor(
+        tmp_path,
+        invocation_id,
+        cgroup=cgroup,
+        state_dir=str(state),
+        then="hang",
+        argv=argv,
+        scan=True,
+    )
+    supervisors.append(run)
+    started = run.step()
+    run.process.kill()
+    took = _wait_dead(started["engine"], 5.0)
+    assert took is not None and took < 2.0, f"engine alive {took}s after the SIGKILL"
+    assert not alive(started["unit"])
+    sentinel = started["layers"]["sentinel"]
+    assert _wait_dead(sentinel, 10.0) is not None
+    if started["layers"]["cgroup"] is not None:
+        assert not Path(started["layers"]["cgroup"]["run"]).exists()
+
+
+def test_cleanup_ends_what_the_registry_and_cgroup_hold(
+    tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """Supervisor and sentinel both SIGKILLed (an OOM kill of the step): ``ddsup cleanup
+    --state-dir`` ends the engine from the records, and removes the cgroup."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "run.json").write_text(json.dumps({"invocation_id": invocation_id}))
+    run = Supervisor(
+        tmp_path,
+        invocation_id,
+        state_dir=str(state),
+        then="hang",
+        argv=_engine_argv(tmp_path / "engine.pid"),
+        scan=True,
+    )
+    supervisors.append(run)
+    started = run.step()
+    os.kill(started["layers"]["sentinel"], signal.SIGKILL)
+    run.process.kill()
+    run.process.wait()
+    assert _wait_dead(started["layers"]["sentinel"], 5.0) is not None
+    assert alive(started["engine"])
+    result = subprocess.run(
+        [sys.executable, "-m", "ddsup", "cleanup", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ended "), result.stdout
+    assert _wait_dead(started["engine"], 2.0) is not None
+    if started["layers"]["cgroup"] is not None:
+        assert not Path(started["layers"]["cgroup"]["run"]).exists()
+
+
+# --- what is reported ----------------------------------------------------------------------
+
+
+def test_no_writable_cgroup_never_fails_and_says_why(
+    tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    run = Supervisor(tmp_path, invocation_id, cgroup="v3", state_dir=None)
+    supervisors.append(run)
+    layers = run.step()["layers"]
+    assert layers["cgroup"] is None
+    assert layers["cgroup_reason"] == (
+        "DDSUP_CGROUP='v3': expected one of auto, off, v2, v1-freezer, v1-pids"
+    )
+    assert layers["registry_reason"] == "no state directory"
+    assert layers["layers"] == ["subreaper", "sentinel", "process group", "tag sweep"]
