@@ -92,7 +92,7 @@ def status_view(state: StateDir, snapshot: RunSnapshot | None) -> StatusView:
         stopping=snapshot is not None and snapshot.stopping,
         result=None if snapshot is not None else state.read_result(),
         instances=instances,
-        containment=_containment(events),
+        containment=_containment(events) if snapshot is None else snapshot.containment,
     )
 
 

@@ -89,6 +89,7 @@ class Controller:
         self.secret = new_secret()
         self.started = time.time()
         self.events = EventLog(state.events)
+        self._containment_reports: dict[tuple[str, str | None], Contained] = {}
         self.console = Console(
             verbose=options.verbosity is Verbosity.VERBOSE,
             quiet=options.verbosity is Verbosity.QUIET,
@@ -315,6 +316,8 @@ class Controller:
 
     def _record(self, event: RecordedEvent) -> None:
         self.events.write(event)
+        if isinstance(event, Contained):  # the latest of each supervisor, for status
+            self._containment_reports[(event.supervisor, event.node)] = event
         self.console.event(event)
 
     def _connected(self) -> set[str]:
@@ -411,4 +414,5 @@ class Controller:
             state_dir=str(self.state.path),
             stopping=self.run.stopping,
             instances=self.run.status_rows(),
+            containment=tuple(self._containment_reports.values()),
         )
