@@ -40,6 +40,7 @@ from ddsup.record._events import (
 from ddsup.record._outcome import Outcome
 from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir, write_private
 from ddsup.record._status import RunSnapshot
+from ddsup.run._agent_setup import agent_env, agent_setup
 from ddsup.run._agents import AgentFleet
 from ddsup.run._connections import ControlServer
 from ddsup.run._console import Console
@@ -71,7 +72,7 @@ from ddsup.run._run_inputs import (
 )
 from ddsup.run._run_state import RunState
 from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
-from ddsup.service._environment import INVOCATION_ENV, RunContext
+from ddsup.service._environment import RunContext
 from ddsup.units import load_unit_set, printable
 from ddsup.units._model import UnitSet, UnitType
 
@@ -255,9 +256,10 @@ class Controller:
             launcher = launcher_for(allocation, units, self.options.srun_args)
             self._fleet = AgentFleet(launcher, self.state)
             local = len(self.run.plan.on_node(self.run.plan.client))
+            env = agent_env(allocation, self.invocation_id, self.control_port, self.secret)
             try:
                 ensure_open_files(open_files_needed(len(nodes), local))
-                await self._fleet.launch(nodes, self._agent_env(allocation), nursery, self.feed)
+                await self._fleet.launch(nodes, env, nursery, self.feed)
             except DdsupError as err:
                 self.feed(StartupFailed(err))
                 return
@@ -381,29 +383,7 @@ class Controller:
         )
 
     def _setup(self, node: str) -> Setup:
-        """What the agent of ``node`` is told: the run's facts (never a secret) and its
-        node's part of the plan, so an agent's set-up costs the same at 8 nodes or 1,000."""
-        run = self._run_context(with_key=False)
-        return Setup(
-            plan=self.run.node_plan(node),
-            invocation_id=run.invocation_id,
-            state_dir=run.state_dir,
-            unit_dir=run.unit_dir,
-            job_id=run.job_id,
-            endpoint_url=run.endpoint_url,
-        )
-
-    def _agent_env(self, allocation: Allocation) -> dict[str, str]:
-        """The agents' environment: ddsup start's, their run's id and where to connect."""
-        host = "127.0.0.1"
-        if allocation.launcher is LauncherKind.SLURM:
-            host = os.environ.get("DDSUP_CONTROL_HOST") or allocation.client_address
-        return {
-            **os.environ,
-            INVOCATION_ENV: self.invocation_id,
-            ADDRESS_ENV: f"{host}:{self.control_port}",
-            SECRET_ENV: self.secret,
-        }
+        return agent_setup(self._run_context(with_key=False), self.run.node_plan(node))
 
     def _snapshot(self) -> RunSnapshot:
         return RunSnapshot(
