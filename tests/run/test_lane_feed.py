@@ -24,7 +24,7 @@ from ddsup.channel._messages import (
 )
 from ddsup.endpoint._lane_feed import ControllerFeed, open_controller_feed
 from ddsup.endpoint._lanes import LaneInfo, LaneTable
-from ddsup.run._lane_feed import LanePublisher
+from ddsup.run._lane_feed import LanePublisher, merge_changes
 from ddsup.units._model import EndpointSection
 
 SECRET = "feed-secret"
@@ -87,3 +87,56 @@ def test_a_change_replaces_a_lane_of_the_same_name_and_ignores_unknown_removals(
     table.change([LaneInfo("m@0", "m", "http://127.0.0.1:8000")], ["m@9"])
     table.change([LaneInfo("m@0", "m", "http://127.0.0.1:9999")], [])
     assert [s.info.url for s in table.ready("m")] == ["http://127.0.0.1:9999"]
+
+
+def _apply(table: LaneTable, change: LanesChanged) -> None:
+    table.change([LaneInfo(a.instance, a.model, a.url) for a in change.added], change.removed)
+
+
+def _lanes_of(table: LaneTable) -> list[tuple[str, str]]:
+    return sorted((s.info.instance, s.info.url) for s in table.states())
+
+
+def test_merged_changes_leave_the_table_as_the_changes_one_by_one() -> None:
+    moved = ReadyLane("m@1", "m", "http://127.0.0.1:9001")
+    changes = [
+        LanesChanged(added=(_lane(0), _lane(1), _lane(2))),
+        LanesChanged(removed=("m@0",)),  # came and left
+        LanesChanged(removed=("m@1",)),
+        LanesChanged(added=(moved,)),  # left and came back, elsewhere
+        LanesChanged(added=(_lane(3),), removed=("m@9",)),  # unknown removal
+        LanesChanged(added=(ReadyLane("m@3", "m", "http://127.0.0.1:9003"),)),  # last wins
+    ]
+    one_by_one, merged = LaneTable([]), LaneTable([])
+    for table in (one_by_one, merged):
+        table.change([LaneInfo("m@5", "m", "http://127.0.0.1:8005")], [])
+    for change in changes:
+        _apply(one_by_one, change)
+    _apply(merged, merge_changes(changes))
+    assert _lanes_of(merged) == _lanes_of(one_by_one)
+    assert ("m@1", "http://127.0.0.1:9001") in _lanes_of(merged)
+    assert ("m@3", "http://127.0.0.1:9003") in _lanes_of(merged)
+
+
+async def test_a_burst_of_changes_reaches_the_endpoint_in_few_messages() -> None:
+    """1,000 lanes becoming ready at once: every one is routed to, without the endpoint
+    rebuilding its table once per lane (the 3.8 s p99 of the 128 × 8 bench)."""
+    publisher = LanePublisher(EndpointSetup(EndpointSection()), lambda: LanesUpdate((), ("m",)))
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            _feed, table = await _subscribe(nursery, publisher)
+            await table.until()
+            rebuilds = 0
+            rebuild = table._rebuild
+
+            def counting() -> None:
+                nonlocal rebuilds
+                rebuilds += 1
+                rebuild()
+
+            table._rebuild = counting  # type: ignore[method-assign]
+            for index in range(1000):
+                publisher.publish(LanesChanged(added=(_lane(index),)))
+            await table.until(*(f"m@{i}" for i in range(1000)))
+            assert rebuilds < 10, rebuilds
+            nursery.cancel_scope.cancel()

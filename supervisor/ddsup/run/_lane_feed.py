@@ -6,21 +6,23 @@ the ``[endpoint]`` section first (:class:`EndpointSetup`: the endpoint's setting
 data, not as a command line), then the set of ready lanes as it is at that moment
 (:class:`LanesUpdate`), then every change as it happens (:class:`LanesChanged`), so a
 lane that stops being ready leaves the rotation at once. Changes, not sets: each costs
-the same at 8 lanes or 1,024. When the controller goes away the feed ends and so does
-the endpoint.
+the same at 8 lanes or 1,024. Changes that queue up while a message is being sent go
+out as one (:func:`merge_changes`): a burst of 1,024 lanes becoming ready is a few
+messages, and the endpoint rebuilds its table a few times, not 1,024. When the
+controller goes away the feed ends and so does the endpoint.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import trio
 
 from ddsup._errors import UsageError
 from ddsup.channel._channel import Channel
-from ddsup.channel._messages import EndpointSetup, LanesChanged, LanesUpdate
+from ddsup.channel._messages import EndpointSetup, LanesChanged, LanesUpdate, ReadyLane
 from ddsup.units._model import UnitSet
 
 
@@ -70,7 +72,37 @@ class LanePublisher:
             await channel.send(current)
             async with receive:
                 async for changed in receive:
-                    await channel.send(changed)
+                    await channel.send(merge_changes([changed, *_queued(receive)]))
         finally:
             if send in self._subscribers:
                 self._subscribers.remove(send)
+
+
+def _queued(receive: trio.MemoryReceiveChannel[LanesChanged]) -> list[LanesChanged]:
+    """Every change already waiting in ``receive`` (none of them waits for more)."""
+    queued = []
+    while True:
+        try:
+            queued.append(receive.receive_nowait())
+        except trio.WouldBlock:
+            return queued
+
+
+def merge_changes(changes: Sequence[LanesChanged]) -> LanesChanged:
+    """One change with the effect of ``changes`` applied in order.
+
+    The endpoint applies a change's removals, then its additions (``LaneTable.change``):
+    a lane that left and came back is in both, one that came and left only in
+    ``removed`` (the endpoint ignores an unknown removal), the last URL of a lane wins.
+    """
+    if len(changes) == 1:
+        return changes[0]
+    added: dict[str, ReadyLane] = {}
+    removed: dict[str, None] = {}  # ordered, without repeats
+    for change in changes:
+        for instance in change.removed:
+            added.pop(instance, None)
+            removed[instance] = None
+        for lane in change.added:
+            added[lane.instance] = lane
+    return LanesChanged(added=tuple(added.values()), removed=tuple(removed))
