@@ -11,8 +11,10 @@ and committed; ``--check`` fails when the committed file no longer matches the p
 
 What completes: subcommands; each subcommand's flags; the values of flags with choices
 (``--launcher auto|local|slurm``); directories for unit directories and state
-directories; files for ``verify`` and path-valued flags. Hidden subcommands (``agent``)
-and hidden flags are left out.
+directories; files for ``verify`` and path-valued flags; the instance and unit names of
+a run for ``UNIT`` arguments (``ddsup logs lane@<Tab>``), read by the shell itself from
+the ``plan.json`` of the run that ``--state-dir`` names, else of the newest ``ddsup-*``
+here. Hidden subcommands (``agent``) and hidden flags are left out.
 """
 
 from __future__ import annotations
@@ -35,8 +37,37 @@ class Command:
     positional: str  # compgen arguments for positional words ("" = nothing to offer)
 
 
+INSTANCES = '-W "$(_ddsup_instances)"'
+
+# Instance names (and their units) of a run, from its plan.json, in plain bash + sed: the
+# run --state-dir names on the command line, else the newest ./ddsup-* with a run.json.
+INSTANCES_FUNCTION = r"""_ddsup_instances() {
+    local dir='' d i
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${COMP_WORDS[i]}" in
+            --state-dir) dir=${COMP_WORDS[i+1]} ;;
+            --state-dir=*) dir=${COMP_WORDS[i]#--state-dir=} ;;
+        esac
+    done
+    if [[ -z $dir ]]; then
+        for d in ddsup-*/; do
+            [[ -f ${d}run.json ]] || continue
+            [[ -z $dir || ${d}run.json -nt ${dir}/run.json ]] && dir=${d%/}
+        done
+    fi
+    [[ -f $dir/plan.json ]] || return 0
+    sed -n 's/^ *"instance": "\([^"]*\)",\{0,1\}$/\1/p' "$dir/plan.json" |
+        while read -r name; do
+            echo "$name"
+            [[ $name == *@* ]] && echo "${name%%@*}"
+        done | sort -u
+}"""
+
+
 def _compgen_for(action: argparse.Action) -> str:
     """What to offer for this action's value: a word list, directories, files or nothing."""
+    if action.metavar == "UNIT":
+        return INSTANCES
     if action.choices:
         return "-W '" + " ".join(str(c) for c in action.choices) + "'"
     hint = f"{action.dest} {action.metavar or ''}".lower()
@@ -127,6 +158,8 @@ def render() -> str:
         '    [[ "$1" == -[df] ]] && compopt -o filenames 2>/dev/null',
         "    return 0",
         "}",
+        "",
+        INSTANCES_FUNCTION,
         "",
         "_ddsup() {",
         "    local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}",

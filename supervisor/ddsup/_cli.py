@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from ddsup import __version__
-from ddsup._errors import EXIT_USAGE, DdsupError
+from ddsup._errors import EXIT_NO_PERMISSION, EXIT_USAGE, DdsupError
 
 # subcommand → (module, help). The order here is the order of ``ddsup --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -24,7 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("ddsup.units", "print the JSON Schema of unit files"),
     "status": ("ddsup.ops._status", "show the state of a run"),
     "stop": ("ddsup.ops._stop", "stop a run (like SIGTERM to ddsup start)"),
-    "logs": ("ddsup.ops._logs", "print the log of a unit instance"),
+    "logs": ("ddsup.ops._logs", "print the log of a unit instance (or all, interleaved)"),
+    "restart": ("ddsup.ops._restart", "restart instances of a live run (lanes drained first)"),
+    "runs": ("ddsup.ops._runs", "list the runs here and how they ended"),
+    "prune": ("ddsup.ops._runs", "remove the state directories of finished runs"),
     "cleanup": ("ddsup.ops._cleanup", "end every process of a run on this node"),
     "report": ("ddsup.ops.report", "write an HTML report of a run (where the GPU time went)"),
     "fake-vllm": ("ddsup.fake_vllm", "serve a vLLM stand-in for rehearsals and tests"),
@@ -41,6 +44,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help says its default: as written in it, or appended here.
+
+    Only options that take a value and have one (switches default to off; ``None`` means
+    "not given", whose meaning the help text itself must say).
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        plain = default is None or default is False or default is argparse.SUPPRESS
+        if "default" in text or plain or action.nargs == 0 or not action.option_strings:
+            return text
+        return f"{text} (default: none)" if default == [] else f"{text} (default: %(default)s)"
+
+
 def _function(command: str, prefix: str) -> Callable[..., object]:
     module = importlib.import_module(COMMANDS[command][0])
     return getattr(module, f"{prefix}_{command.replace('-', '_')}")  # type: ignore[no-any-return]
@@ -48,13 +67,26 @@ def _function(command: str, prefix: str) -> Callable[..., object]:
 
 def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The full parser; ``commands`` limits which subcommands are configured (and imported)."""
-    parser = _Parser(prog="ddsup", description="A process supervisor for GPU inference jobs.")
+    parser = _Parser(
+        prog="ddsup",
+        description="A process supervisor for GPU inference jobs: runs vLLM lanes, an "
+        "OpenAI-compatible endpoint and a client worker from TOML unit files, on Slurm or "
+        "on this machine, and leaves no process behind.",
+        formatter_class=HelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"ddsup {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name, (_module, help_text) in COMMANDS.items():
-        kwargs = {} if help_text == argparse.SUPPRESS else {"help": help_text}
-        sub_parser = sub.add_parser(name, **kwargs)  # type: ignore[arg-type]
+        if help_text == argparse.SUPPRESS:  # internal (agent): not listed
+            sub_parser = sub.add_parser(name, formatter_class=HelpFormatter)
+        else:  # configure_<name> may give a longer description
+            sub_parser = sub.add_parser(
+                name,
+                help=help_text,
+                description=help_text[:1].upper() + help_text[1:] + ".",
+                formatter_class=HelpFormatter,
+            )
         if commands is None or name in commands:
             _function(name, "configure")(sub_parser)
     return parser
@@ -71,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DdsupError as err:
         print(f"ddsup: error: {err}", file=sys.stderr)
         return err.exit_status
+    except PermissionError as err:  # a file another user's run left that slipped past a check
+        where = f" on {err.filename!r}" if err.filename else ""
+        print(f"ddsup: error: permission denied{where}", file=sys.stderr)
+        return EXIT_NO_PERMISSION
     except KeyboardInterrupt:
         return 130
     return status if isinstance(status, int) else 1

@@ -8,7 +8,9 @@ Foreign errors (OSError, httpx, tomllib) are translated at the boundary with
     ├── UnitFileError          invalid unit files (carries Problems) → 65
     ├── PlacementError         the allocation cannot hold the plan  → 69
     ├── PreflightError         a node failed preflight              → 69
+    ├── StateDirError          the state dir cannot be created, or is not safe to use → 73
     ├── RunStateError          no run found / run not reachable     → 1
+    │   └── UntrustedRunError  the run's files are not the caller's, or not readable → 77
     └── UnitFailed             a unit failed for good (stop-all), or a node agent was lost → 70
         └── ReadinessTimeout   not ready within timeout_start       → 75
 
@@ -29,6 +31,9 @@ EXIT_INVALID_UNITS = 65
 EXIT_PREFLIGHT = 69
 EXIT_UNIT_FAILED = 70
 EXIT_READINESS_TIMEOUT = 75
+EXIT_REQUEUE = 85  # a worker's exit status that asks ddsup to requeue the Slurm job
+EXIT_CANT_CREATE = 73  # sysexits EX_CANTCREAT
+EXIT_NO_PERMISSION = 77  # sysexits EX_NOPERM
 
 
 class ResultStatus(str, enum.Enum):
@@ -42,6 +47,7 @@ class ResultStatus(str, enum.Enum):
     UNIT_FAILED = "unit_failed"
     READINESS_TIMEOUT = "readiness_timeout"
     STOPPED = "stopped"
+    REQUEUED = "requeued"
     ERROR = "error"
 
 
@@ -97,8 +103,30 @@ class PreflightError(DdsupError):
     result_status = ResultStatus.PREFLIGHT_FAILED
 
 
+class StateDirError(DdsupError):
+    """``ddsup start`` cannot create its state directory, or will not use the one given.
+
+    An existing directory is used only when the caller owns it, nobody else may write to
+    it, and it is not a symlink: otherwise another user could read the run's secret or
+    make ddsup write through a planted link (docs/security.md).
+    """
+
+    exit_status = EXIT_CANT_CREATE
+
+
 class RunStateError(DdsupError):
     """No run could be found in the state directory, or its control channel is gone."""
+
+
+class UntrustedRunError(RunStateError):
+    """``status``/``stop``/``logs`` will not act on a run whose files are not the caller's.
+
+    Their owner, mode and type are checked before ddsup sends a run's secret to the
+    address ``run.json`` names, or signals the pid it names; a file the caller may not
+    read is reported here too.
+    """
+
+    exit_status = EXIT_NO_PERMISSION
 
 
 class UnitFailed(DdsupError):

@@ -459,13 +459,25 @@ def _primary(rng: random.Random, sched: Schedule) -> tuple[list[Injection], int,
         return [], EXIT_UNIT_FAILED, "unit_failed"
     if cause is Cause.READINESS:
         return [], EXIT_READINESS_TIMEOUT, "readiness_timeout"
-    node = f"node{rng.randrange(lane_nodes(sched))}"
+    node = f"node{rng.choice(_fatal_nodes(sched))}"
     signum = rng.choice((signal.SIGKILL, signal.SIGKILL, signal.SIGTERM, signal.SIGHUP))
     phase = _pick_phase(rng, phases)
     agent = [Injection(phase, f"agent:{node}", signum, "primary")]
     if signum is signal.SIGKILL:
         return agent, EXIT_UNIT_FAILED, "unit_failed"  # gone without a word: a lost agent
     return agent, 128 + signum, "stopped"  # scancel: the agent tells the controller why
+
+
+def _fatal_nodes(sched: Schedule) -> list[int]:
+    """Nodes whose loss ends the run: some lane there says ``on_failure = "stop-all"``
+    (a node of CRASH lanes only, which say ``continue``, is lost and the run goes on)."""
+    lanes = [lane for lane in sched.lanes for _ in lane.instances()]  # placement order
+    fatal = {
+        index // sched.gpus_per_node
+        for index, lane in enumerate(lanes)
+        if lane.fragile or lane.kind is not LaneKind.CRASH
+    }
+    return sorted(fatal) or list(range(lane_nodes(sched)))
 
 
 def stubborn_nodes(sched: Schedule) -> set[str]:

@@ -17,12 +17,13 @@ ANSI = re.compile(rb"\x1b\[")
 
 INSTANCE_KEYS = {
     "instance", "unit", "type", "node", "model", "gpus", "port", "state", "since", "pid",
-    "restarts", "last_exit", "reason", "probe", "ready_seconds",
+    "restarts", "last_exit", "reason", "probe", "ready_seconds", "liveness_failures",
+    "served_names",
 }  # fmt: skip
 TOP_KEYS = {
     "format", "invocation_id", "launcher", "state_dir", "unit_dir", "pid", "started_at",
     "ended_at", "uptime", "live", "stopping", "result", "lanes", "instances", "containment",
-    "efficiency",
+    "ends_at", "time_left", "efficiency", "endpoint",
 }  # fmt: skip
 
 
@@ -70,6 +71,7 @@ def test_status_of_a_live_run_then_of_the_finished_run(tmp_path: Path) -> None:
         by_name = {i["instance"]: i for i in data["instances"]}
         assert all(set(i) == INSTANCE_KEYS for i in data["instances"])
         assert by_name["beta@1"]["node"] == "node1" and by_name["beta@1"]["model"] == "mb"
+        assert by_name["beta@1"]["served_names"] == ["mb"]
         assert by_name["beta@1"]["gpus"] == [1] and isinstance(by_name["beta@1"]["port"], int)
         assert by_name["alpha@0"]["ready_seconds"] >= 0 and by_name["alpha@0"]["probe"] == "ok"
         assert by_name["flaky"]["last_exit"] == {"code": 3} and by_name["flaky"]["restarts"] >= 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,7 +82,9 @@ def test_console_draws_a_progress_line_on_a_terminal() -> None:
     assert "\r\x1b[K" in out and "\x1b[32m● ready\x1b[0m — ready\n" in out
     console.event(_unit("lane@0", "ready", 100.0))
     assert console.progress() == ""
-    console.result(Outcome(ResultStatus.OK, 0, "worker", "exit status 0"), Path("/s"))
+    console.result(
+        Outcome(ResultStatus.OK, 0, "worker", "exit status 0"), Path("/s"), planned=False
+    )
     assert (
         stream.getvalue()
         .rstrip("\n")
@@ -159,11 +162,23 @@ def test_status_text_of_a_run_that_did_not_answer() -> None:
         live=False,
         stopping=False,
         result=None,
-        instances=(_lane("lane@0", "ready", gpus=(0, 1), port=8000, since=90.0, pid=7),),
+        instances=(
+            _lane(
+                "lane@0",
+                "ready",
+                gpus=(0, 1),
+                port=8000,
+                since=90.0,
+                pid=7,
+                model="m",
+                served_names=("m", "alias", "sql-lora"),
+            ),
+            _lane("lane@0:1", "starting", gpus=(0, 1), port=8000, since=95.0, pid=8),
+        ),
     )
     text = render_status(view, colour=False, now=100.0)
     assert "not answering and no result.json" in text
-    assert text.splitlines()[-1].split() == [
+    assert text.splitlines()[-2].split() == [
         "lane@0",
         "n1",
         "ready",
@@ -173,8 +188,23 @@ def test_status_text_of_a_run_that_did_not_answer() -> None:
         "-",
         "0,1",
         "8000",
+        "m,alias,sql-lora",
         "-",
     ]
+    assert text.splitlines()[-1].split()[-2:] == ["-", "-"]  # a rank > 0 serves no name
+
+
+def test_status_header_sits_over_the_state_symbols_on_a_terminal() -> None:
+    view = StatusView("abc", "local", "/s", None, None, None, None, 1.0, True, False, None, (
+        _lane("lane@0", "ready", since=90.0, pid=7, model="m"),
+        _lane("lane@1", "failed", since=90.0, model="m"),
+    ))  # fmt: skip
+    lines = render_status(view, colour=True, now=100.0).splitlines()
+    plain = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in lines]
+    header = next(line for line in plain if line.startswith("INSTANCE"))
+    column = header.index("STATE")
+    assert [row[column] for row in plain[-2:]] == ["●", "✗"]
+    assert header.index("SINCE") == plain[-1].index("10s")
 
 
 async def test_console_run_redraws_the_elapsed_time_every_second(autojump_clock: object) -> None:

@@ -65,6 +65,8 @@ class FakeLane:
         self.hang = False
         self.reset = False
         self.metrics_status = 200
+        self.names: list[str] = []  # more names its /v1/models lists (aliases, adapters)
+        self.models_status = 200
         self.waiting: int | None = 0
         self.metrics_hits = 0
         self.received: list[Received] = []
@@ -128,6 +130,11 @@ class FakeLane:
             self._notify()
             text = b"" if self.waiting is None else _metrics_text(self.model, self.waiting)
             await _send(conn, stream, self.metrics_status, text, [])
+            return True
+        if path == "/v1/models":  # what vLLM lists: its names and adapters
+            cards = [{"id": name, "object": "model"} for name in [self.model, *self.names]]
+            listing = json.dumps({"object": "list", "data": cards}).encode()
+            await _send(conn, stream, self.models_status, listing, [])
             return True
         headers = {k.decode(): v.decode() for k, v in request.headers}
         self.received.append(Received(request.method.decode(), path, headers, body))

@@ -91,6 +91,7 @@ def test_chunked_decodes_whatever_the_read_boundaries(parts: list[bytes], cuts: 
     pieces = [framed[a:b] for a, b in itertools.pairwise(bounds)]
     body, decoder = decode(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked", pieces)
     assert body == b"".join(parts)
+    assert decoder.payload == len(body)
     assert decoder.done
     assert decoder.reusable
 
@@ -132,6 +133,7 @@ def test_scan_relays_canonical_chunks_as_they_came(
     assert decoder.done
     assert decoder.reusable
     assert relayed == canonical(parts)  # extensions and trailers dropped, the rest verbatim
+    assert decoder.payload == len(b"".join(parts))  # body bytes, framing not counted
     if not extensions:
         assert relayed == framed
 

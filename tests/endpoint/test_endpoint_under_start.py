@@ -2,7 +2,8 @@
 
 Real processes throughout: a ``ddsup fake-vllm`` lane, the endpoint fed live by the
 controller, and a worker unit that reads the endpoint's ``endpoint-workers.json``,
-sends requests through ``OPENAI_BASE_URL`` on fresh connections and writes what it saw.
+sends requests through ``OPENAI_BASE_URL`` on fresh connections, asks ``ddsup status``
+(which must show the endpoint's worker PIDs) and writes what it saw.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 import trio
 
 CLIENT = """\
-import json, os, sys, urllib.request
+import json, os, subprocess, sys, urllib.request
 state = os.environ["DDSUP_STATE_DIR"]
 with open(os.path.join(state, "endpoint-workers.json")) as handle:
     published = json.load(handle)
@@ -33,8 +34,20 @@ for _ in range(20):
         statuses.append(response.status)
 with urllib.request.urlopen(os.environ["DDSUP_ENDPOINT_URL"] + "/metrics", timeout=10) as r:
     metrics = r.read().decode()
+status = [sys.executable, "-m", "ddsup", "status", "--state-dir", state]
+as_json = json.loads(subprocess.run(status + ["--json"], capture_output=True, check=True).stdout)
+as_text = subprocess.run(status, capture_output=True, check=True, text=True).stdout
 with open(sys.argv[1], "w") as handle:
-    json.dump({"published": published, "statuses": statuses, "metrics": metrics}, handle)
+    json.dump(
+        {
+            "published": published,
+            "statuses": statuses,
+            "metrics": metrics,
+            "status": as_json["endpoint"],
+            "status_text": as_text,
+        },
+        handle,
+    )
 """
 
 
@@ -105,6 +118,10 @@ async def test_a_run_serves_through_two_endpoint_workers(tmp_path: Path) -> None
     assert len(workers) == 2
     for pid in workers:
         assert f'pid="{pid}"' in report["metrics"]
+    assert report["status"] == report["published"]
+    workers_line = f"workers {workers[0]}, {workers[1]}"
+    assert f"endpoint pid {report['published']['pid']} " in report["status_text"]
+    assert workers_line in report["status_text"]
     assert 'ddsup_endpoint_requests_total{model="m",status="200"} 20' in report["metrics"]
     assert not any(psutil.pid_exists(pid) for pid in [report["published"]["pid"], *workers])
     assert not (state / "endpoint-workers.json").exists()

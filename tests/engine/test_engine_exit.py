@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from support.runs import Run, read_events, run_start, start_argv, start_env
+from support.runs import Run, run_start, start_argv, start_env
 from support.unit_dirs import UnitDir
 
 EXIT_CODES = (0, 1, 2, 3, 42, 64, 70, 127, 255)
@@ -95,18 +95,26 @@ async def test_unit_failure_with_stop_all_ends_the_run_70(tmp_path: Path) -> Non
     assert run.transitions("worker")[-1]["to"] in ("exited", "failed")
 
 
-async def test_invalid_units_exit_65_with_result(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flag", ["-v", "-q"], ids=["verbose", "quiet"])
+def test_invalid_units_exit_65_each_problem_once_no_state(tmp_path: Path, flag: str) -> None:
     units = UnitDir(tmp_path / "units")
-    units.add("worker", "worker", ["true"], service={"restrat": "always"})
-    run = await run_start(units, tmp_path / "state")
-    assert run.returncode == 65, run.describe()
-    assert "worker.toml" in run.output
-    assert "restrat" in run.output
-    assert "Traceback" not in run.output
-    result = run.result()
-    assert result["status"] == "invalid_units"
-    assert result["exit_code"] == 65
-    read_events(run.state)  # well-formed even when nothing started
+    units.add("worker", "worker", ["true"], service={"restrat": "always", "timeout_stop": 3})
+    done = subprocess.run(
+        [*start_argv(units, tmp_path / "state", verbose=False), flag],
+        env=start_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 65, done.stderr
+    problems = done.stderr.splitlines()
+    assert len(problems) == 3, done.stderr  # two problems, then one summary line
+    assert sum("restrat" in line for line in problems) == 1
+    assert sum("timeout_stop" in line for line in problems) == 1
+    assert problems[-1].startswith("ddsup: error: 2 problems in the unit files of")
+    assert done.stdout == ""
+    assert not (tmp_path / "state").exists()  # nothing began: no state directory
 
 
 def _lane(units: UnitDir, *, port: int | str, replicas: int) -> None:
@@ -136,14 +144,35 @@ async def test_planned_port_in_use_fails_preflight_69(tmp_path: Path) -> None:
     assert not run.transitions("worker", "starting")
 
 
-@pytest.mark.slow  # node agents: a few seconds each
-async def test_more_replicas_than_gpus_fails_69(tmp_path: Path) -> None:
+async def test_more_replicas_than_gpus_fails_69_before_the_run(tmp_path: Path) -> None:
     units = UnitDir(tmp_path / "units")
     _lane(units, port="auto", replicas=3)
     run = await run_start(units, tmp_path / "state", "--gpus-per-node", "2")
     assert run.returncode == 69, run.describe()
     assert "Traceback" not in run.output
-    result = run.result()
-    assert result["status"] == "preflight_failed"
-    assert result["cause"]["reason"]
-    assert not [e for e in run.events() if e.get("to") == "starting"]
+    errors = [line for line in run.output.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("ddsup: error: lane unit 'lane@'"), errors
+    assert not run.state.exists()  # a plan that does not fit: nothing began
+
+
+@pytest.mark.parametrize(
+    "argv", [["nodir"], ["units", "--nodes", "0"]], ids=["no-directory", "bad-flag"]
+)
+def test_a_bad_command_line_exits_64_once_and_leaves_no_state_dir(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    UnitDir(tmp_path / "units").add("worker", "worker", ["true"])
+    done = subprocess.run(
+        [*start_argv(argv[0], tmp_path / "state", verbose=False), *argv[1:], "-q"],
+        env=start_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 64, done.stderr
+    assert done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("ddsup: error: ")
+    assert not (tmp_path / "state").exists()
+    assert not list(tmp_path.glob("ddsup-*"))

@@ -1,7 +1,8 @@
 """Restart policy: the start limit, and backoff delays (doubling, capped, ±10 % jitter).
 
 The start count comes from lines the unit appends to a file each time it starts. Exact
-backoff values are checked in-process on :class:`ddsup.service._service.Service` under the
+backoff values are checked in-process on :class:`ddsup.service._service.Service` (its
+:class:`~ddsup.service._restart_policy.RestartPolicy`) under the
 autojump clock (the jitter pinned to its extremes); the subprocess run checks the same
 rule end to end from ``events.jsonl`` timestamps, with scheduling slack.
 """
@@ -18,7 +19,7 @@ import trio
 
 from ddsup.record._events import RecordedEvent, UnitTransition
 from ddsup.record._states import InstanceState
-from ddsup.service import _service
+from ddsup.service import _restart_policy
 from ddsup.service._service import Service, ServiceSpec
 from ddsup.units._model import Restart, ServiceSection, SourceLocation, Unit, UnitType
 from support.runs import run_start
@@ -131,7 +132,7 @@ async def test_backoff_doubles_and_caps_exactly(
     pick: Callable[[float, float], float],
     factor: float,
 ) -> None:
-    monkeypatch.setattr(_service, "random", _pinned(pick))
+    monkeypatch.setattr(_restart_policy, "random", _pinned(pick))
     gaps = await _delays(tmp_path, _unit(**BACKOFF))
     expected = [min(base * factor, CAP) for base in BASES]
     assert gaps == pytest.approx(expected, abs=1e-9)

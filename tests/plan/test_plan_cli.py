@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -150,12 +151,22 @@ def test_slurm_nodelist_and_detected_gpus(tmp_path: Path) -> None:
     """Inside an allocation without scontrol on PATH: python-hostlist, Slurm's GPU count."""
     units = _units_dir(tmp_path)
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[7-8]", "SLURM_GPUS_ON_NODE": "4"}
-    done = _ddsup(tmp_path, "plan", str(units), "--json", env=env)
+    done = _ddsup(tmp_path, "plan", str(units), "--json", env={**env, "SLURMD_NODENAME": "n7"})
     assert done.returncode == 0, done.stderr
     plan = Plan.from_dict(json.loads(done.stdout))
     assert [n.name for n in plan.nodes] == ["n7", "n8"]
     assert plan.client == "n7"
     assert plan.nodes[0].gpus == (0, 1, 2, 3)
+    # no slurmd started us (salloc on a login node): the client is this host, no lanes there
+    done = _ddsup(tmp_path, "plan", str(units), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    plan = Plan.from_dict(json.loads(done.stdout))
+    here = socket.gethostname()
+    assert [(n.name, n.gpus) for n in plan.nodes][-1] == (here, ())
+    assert plan.client == here and {i.node for i in plan.instances if i.type == "lane"} <= {
+        "n7",
+        "n8",
+    }
 
 
 @needs_loader
@@ -197,7 +208,7 @@ def test_nodes_inside_an_allocation_are_its_first_nodes(
     _patch_units(monkeypatch, unit_set(lane("a@")))
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[1-4]")
-    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu1")  # in the batch step (not salloc's shell)
     monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol
     assert main(["plan", str(tmp_path), "--nodes", "3", "--gpus-per-node", "1", "--json"]) == 0
     plan = Plan.from_dict(json.loads(capsys.readouterr().out))

@@ -9,7 +9,6 @@ message must not suggest it again.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -49,11 +48,9 @@ def test_start_says_how_to_simulate_gpus(tmp_path: Path, visible: str | None) ->
     state = tmp_path / "state"
     done = ddsup("start", REHEARSAL, "--launcher", "local", "--state-dir", state, visible=visible)
     assert done.returncode == 69, done.stderr
-    assert HINT in done.stderr
+    assert done.stderr.count(HINT) == 1
     assert 'use replicas = "auto"' not in done.stderr
-    result = json.loads((state / "result.json").read_text())
-    assert result["status"] == "preflight_failed"
-    assert HINT in result["cause"]["reason"]
+    assert not state.exists()  # the plan does not fit: nothing began
 
 
 def test_plan_says_how_to_simulate_gpus() -> None:

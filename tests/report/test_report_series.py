@@ -219,3 +219,63 @@ async def test_the_file_stays_within_its_budget(
     assert sum(line.total(FINISHED) for line in series.lines) == 3 * 3600  # nothing lost
     assert sum(line.span for line in series.lines) == pytest.approx(3600, abs=1.5)
     assert max(line.span for line in series.lines) > 10  # later lines cover many seconds
+
+
+def write_file(directory: Path, pid: int, lines: list[dict[str, object]]) -> None:
+    """A series file as an endpoint process writes it (times are exact binary fractions)."""
+    directory.mkdir(exist_ok=True)
+    header = {"series": "endpoint", "format": 1, "pid": pid, "interval": 1.0}
+    text = "".join(json.dumps(x) + "\n" for x in [header, *lines])
+    (directory / f"endpoint-{pid}.jsonl").write_text(text)
+
+
+def test_lines_of_several_workers_over_one_second_are_combined(tmp_path: Path) -> None:
+    """Counts add up; busy is combined, not added (two workers busy at once: not 2 s)."""
+    write_file(
+        tmp_path / "series",
+        1,
+        [
+            {"t": 101.00390625, "d": 1.0, "lanes": ["a", "b"], "counts": [3, 3, 0, 0, 1.0, 30] * 2},
+            {"t": 102.00390625, "d": 1.0, "lanes": ["a"], "counts": [1, 1, 0, 0, 0.5, 10]},
+            {
+                "t": 102.50390625,
+                "d": 0.5,
+                "lanes": ["a"],
+                "counts": [1, 0, 1, 0, 0.1, 0],
+                "quiet": 102.4,
+            },
+        ],
+    )
+    write_file(
+        tmp_path / "series",
+        2,
+        [
+            {"t": 101.0078125, "d": 1.0, "lanes": ["a", "b"], "counts": [2, 2, 0, 1, 1.0, 20] * 2},
+            {"t": 102.0078125, "d": 1.0, "lanes": ["b", "a"], "counts": [1, 1, 0, 0, 0.5, 7] * 2},
+        ],
+    )
+    series = read_series(tmp_path)
+    assert series.files == 2 and series.problems == ()
+    first, second, last = series.lines
+    assert (first.end, first.span) == (101.00390625, 1.0)  # the earliest end and start
+    assert first.lanes == ["a", "b"]
+    assert first.counts == [5, 5, 0, 1, 1.0, 50] * 2  # both busy all along: busy 1 s, not 2
+    assert second.lanes == ["a", "b"]
+    a, b = second.counts[:6], second.counts[6:]
+    assert a[:4] == [2, 2, 0, 0] and a[BYTES] == 17
+    assert a[BUSY] == pytest.approx(0.75, abs=0.01)  # 1 - (1 - 0.5)(1 - 0.5): max ≤ it ≤ sum
+    assert b[:4] == [1, 1, 0, 0] and b[BUSY] == pytest.approx(0.5, abs=0.01)  # one worker only
+    assert second.quiet is None
+    assert last.counts == [1, 0, 1, 0, 0.1, 0] and last.quiet == 102.4  # same second, same file
+    for samples in series.by_lane.values():
+        assert samples.disjoint  # combined lines do not overlap: the fast reader applies
+
+
+def test_one_file_reads_as_written(tmp_path: Path) -> None:
+    lines = [
+        {"t": 101.0, "d": 1.0, "lanes": ["a"], "counts": [1, 1, 0, 0, 0.2, 5]},
+        {"t": 101.3, "d": 0.3, "lanes": ["a"], "counts": [1, 1, 0, 0, 0.2, 5]},
+    ]
+    write_file(tmp_path / "series", 1, lines)
+    series = read_series(tmp_path)
+    assert [line.counts for line in series.lines] == [x["counts"] for x in lines]

@@ -1,8 +1,11 @@
-"""A node agent that dies ends the run with 70 (``unit_failed``, ``agent on NODE``).
+"""A node agent that dies ends the run with 70 (``unit_failed``, ``agent on NODE``)...
 
+... unless everything on its node says ``on_failure = "continue"``: then its lanes fail
+("lost with its node") and the run goes on while every model keeps ``min_ready`` lanes.
 Whether it dies while the run goes on or while it stops, the controller records why,
 writes ``result.json`` and leaves nothing behind: the lost connection is a cause, never
-a crash of ``ddsup start``.
+a crash of ``ddsup start``. An agent that falls silent (a frozen or unreachable node) is
+lost after ``--agent-timeout``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from support.polls import until
 from support.runs import running
 from support.unit_dirs import UnitDir
 
@@ -57,3 +61,81 @@ async def test_an_agent_killed_while_stopping_leaves_the_stop_as_the_cause(tmp_p
     assert done.returncode == 143, done.describe()
     assert done.result()["status"] == "stopped"
     assert "Traceback" not in done.output
+
+
+def _agent_of(start_pid: int, node: str) -> int:
+    for child in psutil.Process(start_pid).children():
+        try:
+            argv = child.cmdline()
+        except psutil.Error:  # gone, or a zombie not reaped yet
+            continue
+        if "agent" in argv[2:4] and argv[argv.index("--node") + 1] == node:
+            return child.pid
+    raise AssertionError(f"no agent for {node}")
+
+
+def _surviving_units(tmp_path: Path) -> UnitDir:
+    """Four lanes on two simulated nodes that may be lost, and an endpoint that needs half."""
+    units = UnitDir(tmp_path / "units")
+    lane = {"model": "m", "gpus": 1, "replicas": 4, "port": "auto", "stagger": "0s"}
+    service = {"on_failure": "continue", "timeout_stop": "2s"}
+    units.add("lane@", "lane", ["sleep", "60"], lane=lane, service=service)
+    units.add("endpoint", "endpoint", ["ddsup", "endpoint"], endpoint={"min_ready": "50%"})
+    return units
+
+
+def _lost(events: list[dict[str, object]]) -> dict[object, object]:
+    return {
+        e["instance"]: e["reason"]
+        for e in events
+        if e.get("to") == "failed" and str(e.get("reason")).startswith("lost with its node")
+    }
+
+
+@pytest.mark.slow  # two node agents and the endpoint: several seconds
+async def test_a_node_whose_lanes_continue_is_lost_and_the_run_goes_on(tmp_path: Path) -> None:
+    args = ("--nodes", "2", "--gpus-per-node", "2")
+    async with running(_surviving_units(tmp_path), tmp_path / "state", *args) as run:
+        await run.wait_ready("lane@0", "lane@1", "lane@2", "lane@3", "endpoint")
+        # node0 first: the client's node, whose endpoint the controller runs, not the agent
+        first, second = (_agent_of(run.process.pid, node) for node in ("node0", "node1"))
+        os.kill(first, signal.SIGKILL)
+        events = await run.wait_for(lambda es: len(_lost(es)) == 2)
+        assert not [e for e in events if e.get("reason") == "ending"], "the run went on"
+        assert [e.get("to") for e in events if e.get("instance") == "endpoint"][-1] == "ready"
+        os.kill(second, signal.SIGKILL)
+        done = await run.wait()
+    assert sorted(_lost(done.events())) == ["lane@0", "lane@1", "lane@2", "lane@3"]
+    assert "agent on node0" in str(_lost(done.events())["lane@0"])
+    endpoint = [e for e in done.events() if e.get("instance") == "endpoint"]
+    assert not [e for e in endpoint if e["event"] == "exit"], "node0's agent took the endpoint"
+    assert done.returncode == 70, done.describe()
+    result = done.result()
+    assert result["cause"]["unit"] == "lanes of m", result
+    assert "lanes of m are left" in result["cause"]["reason"], result
+    assert "min_ready needs 2" in result["cause"]["reason"], result
+    assert "Traceback" not in done.output
+
+
+@pytest.mark.slow  # two node agents: several seconds
+async def test_a_silent_agent_is_lost_after_agent_timeout_and_stops_its_lanes(
+    tmp_path: Path,
+) -> None:
+    args = ("--nodes", "2", "--gpus-per-node", "2", "--agent-timeout", "1500ms")
+    async with running(_surviving_units(tmp_path), tmp_path / "state", *args) as run:
+        events = await run.wait_ready("lane@0", "lane@1", "lane@2", "lane@3", "endpoint")
+        frozen, other = (_agent_of(run.process.pid, node) for node in ("node1", "node0"))
+        lanes = [e["pid"] for e in events if e["event"] == "process" and e.get("node") == "node1"]
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            events = await run.wait_for(lambda es: len(_lost(es)) == 2)
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+        # cut off by the controller, the agent stops its lanes once it runs again
+        await until(lambda: not any(psutil.pid_exists(p) for p in lanes), "node1's lanes to end")
+        assert psutil.Process(other).status() != psutil.STATUS_ZOMBIE
+        run.signal(signal.SIGTERM)
+        done = await run.wait()
+    reason = str(_lost(events)["lane@2"])
+    assert "no word from the agent on node1 for 1.5s" in reason, reason
+    assert done.returncode == 143, done.describe()

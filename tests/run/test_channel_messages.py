@@ -13,19 +13,28 @@ import pytest
 import trio
 
 from ddsup.channel import Channel, connect_channel, serve_channel
+from ddsup.channel._codec import decode, encode
 from ddsup.channel._messages import (
     MESSAGES,
     AgentStopped,
     ChannelError,
     EndpointSetup,
     EventReport,
+    Heartbeat,
     Hello,
     Kill,
+    LaneDrained,
     LanesChanged,
     LanesUpdate,
     Message,
     PreflightReport,
     ReadyLane,
+    Restart,
+    RestartAnswer,
+    RestartOver,
+    RestartProgress,
+    RestartRequest,
+    RestartStep,
     Role,
     Setup,
     Shutdown,
@@ -37,8 +46,6 @@ from ddsup.channel._messages import (
     Stop,
     StopAnswer,
     StopRequest,
-    decode,
-    encode,
 )
 from ddsup.plan import Node, Plan, PlannedInstance
 from ddsup.process import ExitStatus
@@ -69,7 +76,8 @@ ROW = InstanceStatus(
 SAMPLES: list[Message] = [
     Hello(Role.AGENT, "s3cret", node="n1", pid=42),
     Hello(Role.CONTROL, "s3cret"),
-    Setup(PLAN, "inv", "/state", "/units", "1234", "http://127.0.0.1:9000"),
+    Setup(PLAN, "inv", "/state", "/units", "1234", "http://127.0.0.1:9000", 12.5, 2),
+    Heartbeat(),
     Start(("m@0", "m@1")),
     Stop(("m@0",), "a required unit failed"),
     SignalInstances(("m@0",), 10),
@@ -86,6 +94,19 @@ SAMPLES: list[Message] = [
     StatusReply(RunSnapshot("inv", "local", 1.0, 2.0, "/state", False, (ROW,))),
     StopRequest(),
     StopAnswer(),
+    Restart(("m@0",), "restart requested (ddsup restart)"),
+    LaneDrained("m@0"),
+    RestartRequest(("m", "x@2"), rolling=True),
+    RestartAnswer(("m@0", "m@1")),
+    RestartAnswer(error="the run is stopping"),
+    RestartProgress("m@0", RestartStep.DRAINING),
+    RestartOver(ok=False),
+    LanesUpdate(
+        (ReadyLane("m@0", "m", "http://10.0.0.1:8000", ("m", "alias", "sql-lora")),),
+        ("m",),
+        ("alias", "m", "sql-lora"),
+    ),
+    Setup(PLAN, "inv", "/state", "/units", "1234", None, rehearse=True),
 ]
 
 

@@ -24,7 +24,8 @@ from ddsup.channel._messages import (
 )
 from ddsup.endpoint._lane_feed import ControllerFeed, open_controller_feed
 from ddsup.endpoint._lanes import LaneInfo, LaneTable
-from ddsup.run._lane_feed import LanePublisher, merge_changes
+from ddsup.run._lane_feed import LanePublisher
+from ddsup.run._lane_rotation import merge_changes
 from ddsup.units._model import EndpointSection
 
 SECRET = "feed-secret"

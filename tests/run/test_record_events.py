@@ -11,9 +11,10 @@ import pytest
 
 from ddsup._errors import ResultStatus
 from ddsup.process import ExitStatus
+from ddsup.record._event_log import EventLog, read_events
 from ddsup.record._events import (
-    EventLog,
     KillingEverything,
+    LivenessFailed,
     ProcessExited,
     ProcessStarted,
     RecordedEvent,
@@ -25,7 +26,6 @@ from ddsup.record._events import (
     SweepLeftSurvivors,
     UnitTransition,
     parse_event,
-    read_events,
 )
 from ddsup.record._instance import InstanceRecord, fold
 from ddsup.record._outcome import Outcome
@@ -69,6 +69,14 @@ SAMPLES: list[tuple[RecordedEvent, dict[str, object]]] = [
         {
             "time": 3.0, "event": "exit", "instance": "w", "node": "n1", "pid": 7,
             "reason": "exit status 3", "exit": {"code": 3},
+        },
+    ),
+    (
+        LivenessFailed(instance="lane@1", node="n2", failures=2, limit=3, probe="HTTP 500", time=3.5),
+        {
+            "time": 3.5, "event": "liveness", "instance": "lane@1", "node": "n2", "failures": 2,
+            "limit": 3, "probe": "HTTP 500",
+            "reason": "liveness probe failed (2 of 3 in a row): HTTP 500",
         },
     ),
     (
@@ -144,3 +152,25 @@ def test_the_fold_is_what_status_shows() -> None:
     timed_out = InstanceRecord(state=S.RESTARTING, readiness_timeout=True, probe="HTTP 503")
     assert timed_out.probe_verdict == "timed out (HTTP 503)"
     assert InstanceRecord(state=S.READY).probe_verdict == "none"  # ready without a probe
+
+
+def test_the_fold_shows_an_unresponsive_lane_and_forgets_its_failures_once_it_answers() -> None:
+    def moved(frm: S, to: S, at: float) -> UnitTransition:
+        return UnitTransition(
+            instance="l", node="n", from_state=frm, to_state=to, reason="r", probe="x", time=at
+        )
+
+    def failed(n: int, at: float) -> LivenessFailed:
+        return LivenessFailed(
+            instance="l", node="n", failures=n, limit=3, probe="no answer within 5s", time=at
+        )
+
+    events: list[RecordedEvent] = [
+        moved(S.STARTING, S.READY, 1.0), failed(1, 2.0), moved(S.READY, S.UNRESPONSIVE, 2.0),
+        failed(2, 3.0),
+    ]  # fmt: skip
+    record = fold(events)["l"]
+    assert (record.state, record.liveness_failures) == (S.UNRESPONSIVE, 2)
+    assert record.probe_verdict == "failing 2/3 (no answer within 5s)"
+    back = fold([*events, moved(S.UNRESPONSIVE, S.READY, 4.0)])["l"]
+    assert (back.state, back.liveness_failures) == (S.READY, 0)

@@ -157,8 +157,9 @@ def test_agents_report_preflight_then_ports_are_planned_and_lanes_published() ->
     }
     assert _starts(decisions) == [(Host("n1", True), ("a@0",)), (Host("n2", True), ("a@1",))]
     [publish] = [d for d in run.handle(_to("a@1", S.READY)) if isinstance(d, PublishLanes)]
-    assert publish.changed == LanesChanged(added=(ReadyLane("a@1", "a", "http://10.0.0.2:8200"),))
-    assert run.ready_lanes() == LanesUpdate(publish.changed.added, ("a",))
+    lane = ReadyLane("a@1", "a", "http://10.0.0.2:8200", served_names=("a",))
+    assert publish.changed == LanesChanged(added=(lane,))
+    assert run.ready_lanes() == LanesUpdate(publish.changed.added, ("a",), ("a",))
     assert [d for d in run.handle(_to("a@1", S.READY)) if isinstance(d, PublishLanes)] == []
 
 
@@ -183,6 +184,17 @@ def test_the_feed_gets_each_lane_that_comes_or_goes_and_a_new_subscriber_the_who
     assert _published(run.handle(_to("a@2", S.STARTING))) == []
     assert _published(run.handle(_to("endpoint", S.READY))) == []  # not a lane
     assert [lane.instance for lane in run.ready_lanes().lanes] == ["a@0"]
+
+
+def test_an_unresponsive_lane_leaves_the_rotation_and_returns_when_ready_again() -> None:
+    run = _run(u.lane("a@", replicas=2), u.endpoint(min_ready=MinReady(count=1)))
+    _preflight(run)
+    run.handle(_to("a@0", S.READY))
+    run.handle(_to("a@1", S.READY))
+
+    assert _published(run.handle(_to("a@0", S.UNRESPONSIVE))) == [((), ("a@0",))]
+    assert _published(run.handle(_to("a@0", S.READY))) == [(("a@0",), ())]
+    assert [lane.instance for lane in run.ready_lanes().lanes] == ["a@0", "a@1"]
 
 
 def test_preflight_problems_or_silence_end_the_run_69_and_nothing_starts() -> None:
@@ -265,9 +277,66 @@ def test_a_lost_agent_ends_the_run_70_and_its_instances_are_final() -> None:
     assert _outcome(decisions) == (ResultStatus.UNIT_FAILED, 70, "agent on n2")
     assert run.is_final("a@1") and not run.is_final("a@0")
     run = RunState(units, u.plan(units, count=2, gpus=1))
-    exited = run.handle(AgentProcessExited("agent on n1", ExitStatus(signal=9)))
+    exited = run.handle(AgentProcessExited("agent on n1", ExitStatus(signal=9), ("n1",)))
     assert _outcome(exited) == (ResultStatus.UNIT_FAILED, 70, "agent on n1")
     assert run.outcome is not None and run.outcome.exit == ExitStatus(signal=9)
+    assert run.is_final("a@0") and not run.survives_node_loss()
+
+
+def _lost_lanes(decisions: list[Decision]) -> list[tuple[str, str]]:
+    return [
+        (d.event.instance, d.event.reason)
+        for d in decisions
+        if isinstance(d, Record) and isinstance(d.event, UnitTransition)
+    ]
+
+
+def test_a_lost_node_whose_units_all_continue_fails_them_and_the_run_goes_on() -> None:
+    go_on = {"on_failure": OnFailure.CONTINUE}
+    units = u.unit_set(
+        u.lane("a@", replicas=4, service=go_on),
+        u.endpoint(min_ready=MinReady(percent=50.0)),
+        u.worker(),
+    )
+    run = RunState(units, u.plan(units))  # a@0, a@1 on n1; a@2, a@3 on n2
+    assert run.survives_node_loss()
+    _preflight(run)
+    for lane in ("a@0", "a@1", "a@2", "a@3"):
+        run.handle(_to(lane, S.READY))
+    decisions = run.handle(AgentGone("n2", "lost the agent on n2: connection lost"))
+    assert _lost_lanes(decisions) == [
+        ("a@2", "lost with its node: lost the agent on n2: connection lost"),
+        ("a@3", "lost with its node: lost the agent on n2: connection lost"),
+    ]
+    [publish] = [d for d in decisions if isinstance(d, PublishLanes)]  # both lanes at once
+    assert publish.changed == LanesChanged(removed=("a@2", "a@3"))
+    assert [lane.instance for lane in run.ready_lanes().lanes] == ["a@0", "a@1"]
+    assert run.outcome is None and run.is_final("a@3")
+    assert run.status_rows()[2].state is S.FAILED
+    exited = AgentProcessExited("agent on n2", ExitStatus(signal=9), ("n2",))
+    assert run.handle(exited) == []  # the same loss, heard twice
+    # one more lane gone for good: 1 of 4 left, min_ready 50% needs 2
+    decisions = run.handle(_to("a@0", S.FAILED, "start limit hit"))
+    assert _outcome(decisions) == (ResultStatus.UNIT_FAILED, 70, "lanes of a")
+    assert run.outcome is not None
+    assert "1 of 4 lanes of a are left" in run.outcome.reason
+    assert "min_ready needs 2" in run.outcome.reason
+
+
+def test_a_lost_node_takes_down_the_other_ranks_of_its_replicas() -> None:
+    go_on = {"on_failure": OnFailure.CONTINUE}
+    units = u.unit_set(u.lane("a@", nodes=2, replicas=2, service=go_on), u.endpoint())
+    run = RunState(units, u.plan(units, count=2, gpus=2))  # a@0 and a@1 on n1, ranks on n2
+    _preflight(run)
+    for rank in ("a@0", "a@0:1", "a@1", "a@1:1"):
+        run.handle(_to(rank, S.READY))
+    decisions = run.handle(AgentGone("n2", "went away"))
+    assert [i for i, _ in _lost_lanes(decisions)] == ["a@0:1", "a@1:1"]
+    stops = [d for d in decisions if isinstance(d, StopOn)]
+    assert stops == [StopOn(Host("n1", True), ("a@0",)), StopOn(Host("n1", True), ("a@1",))]
+    # min_ready 100%: both replicas must stay; they are stopped, and once final the run ends
+    assert run.outcome is None
+    assert _outcome(run.handle(_to("a@0", S.EXITED)))[2] == "lanes of a"
 
 
 def test_once_stopping_failures_are_the_stop_and_nothing_starts() -> None:

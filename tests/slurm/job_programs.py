@@ -149,7 +149,18 @@ def await_signal(args: argparse.Namespace) -> int:
         time.sleep(0.05)
     if not got:
         return 3
+    if got[0] == signal.SIGTERM and args.term_exit is not None:
+        return int(args.term_exit)
     return 0 if got[0] == signal.SIGUSR1 else 128 + got[0]
+
+
+def attempts(args: argparse.Namespace) -> int:
+    """Append ``$DDSUP_ATTEMPT`` to ``--record``; ask for a requeue (``$DDSUP_REQUEUE_EXIT``)
+    on every attempt before ``--until``, exit 0 on that one."""
+    attempt = int(os.environ["DDSUP_ATTEMPT"])
+    with open(args.record, "a") as out:
+        out.write(f"{attempt} {os.environ['DDSUP_STATE_DIR']}\n")
+    return 0 if attempt >= args.until else int(os.environ["DDSUP_REQUEUE_EXIT"])
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -177,7 +188,12 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("await-signal", help="record the first signal and exit")
     p.add_argument("--marker", required=True)
     p.add_argument("--limit", type=float, default=WAIT_LIMIT_S, help="give up after (s)")
+    p.add_argument("--term-exit", type=int, default=None, help="exit status after SIGTERM")
     p.set_defaults(func=await_signal)
+    p = sub.add_parser("attempts", help="record the attempt; requeue until --until")
+    p.add_argument("--record", required=True, help="a file that outlives the attempts")
+    p.add_argument("--until", type=int, default=1)
+    p.set_defaults(func=attempts)
     return parser
 
 

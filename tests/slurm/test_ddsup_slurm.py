@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import pytest
 
 from ddsup.plan import make_plan
@@ -401,6 +402,13 @@ def test_status_logs_and_stop_of_a_slurm_run(slurm_cluster: SlurmCluster, job: D
     assert sorted(lanes) == sorted(ALL_LANES)
     assert {i["node"] for i in lanes.values()} == set(NODES)
     assert all(i["state"] == "ready" and i["pid"] for i in lanes.values())
+
+    # The control channel listens on the client node's allocation address (NodeAddr, here
+    # 127.0.0.1), never on every interface (issue #17).
+    run = json.loads((job.state / "run.json").read_text())
+    controller = psutil.Process(run["pid"])
+    listening = [c.laddr for c in controller.net_connections("tcp") if c.status == "LISTEN"]
+    assert [(a.ip, a.port) for a in listening] == [("127.0.0.1", run["control"]["port"])]
 
     remote = next(name for name, i in lanes.items() if i["node"] == "n3")
     logs = subprocess.run(

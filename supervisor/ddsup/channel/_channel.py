@@ -2,25 +2,26 @@
 
 Agents, the endpoint (for its live lane feed) and the operator commands (status, stop)
 talk to the controller through it. The first line a client sends is a :class:`Hello`
-carrying the secret; the server compares it in constant time and drops the connection on
-mismatch, so nobody else on the cluster can drive or read the run. The secret lives in
-the 0600 state directory and in the environment of the processes that need it, never in
-argv. Lines carry the typed messages of ``_messages``; a line that does not decode ends
-its connection (:class:`ChannelError`).
+carrying the secret; the server (``_server``) compares it in constant time and drops
+the connection on mismatch, so nobody else on the cluster can drive or read the run. The
+secret lives in the 0600 state directory and in the environment of the processes that
+need it, never in argv. Lines carry the typed messages of ``_messages``; a line that
+does not decode, or is longer than the channel's ``max_line``, ends its connection
+(:class:`ChannelError`).
 """
 
 from __future__ import annotations
 
-import hmac
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 import trio
 
-from ddsup.channel._messages import MAX_LINE, ChannelError, Hello, Message, decode, encode
+from ddsup.channel._codec import decode, encode
+from ddsup.channel._messages import MAX_LINE, ChannelError, Hello, Message
 
-HELLO_TIMEOUT = 10.0
+RECEIVE_SIZE = 65536
 
 SECRET_ENV = "DDSUP_CONTROL_SECRET"
 ADDRESS_ENV = "DDSUP_CONTROL_ADDRESS"
@@ -38,6 +39,8 @@ class LineChannel(Generic[M]):
 
     ``send`` is safe from several tasks (it takes a lock). :class:`Channel` is the control
     channel's codec; the endpoint's link to its workers uses its own on the same framing.
+    ``max_line`` bounds what one line may hold, and so what a peer can make this side
+    buffer; the control channel's server lowers it until the peer has authenticated.
     """
 
     def __init__(
@@ -45,12 +48,16 @@ class LineChannel(Generic[M]):
         stream: trio.abc.Stream,
         encoder: Callable[[M], bytes],
         decoder: Callable[[bytes], M],
+        *,
+        max_line: int = MAX_LINE,
     ) -> None:
         self._stream = stream
         self._encode = encoder
         self._decode = decoder
         self._buffer = bytearray()
+        self._scanned = 0  # no newline in _buffer[:_scanned]: each byte is searched once
         self._send_lock = trio.Lock()
+        self.max_line = max_line
 
     async def send(self, message: M) -> None:
         data = self._encode(message) + b"\n"
@@ -60,15 +67,17 @@ class LineChannel(Generic[M]):
     async def receive(self) -> M | None:
         """The next message, or None at a clean end of stream; ChannelError otherwise."""
         while True:
-            newline = self._buffer.find(b"\n")
+            newline = self._buffer.find(b"\n", self._scanned)
+            if newline > self.max_line or (newline < 0 and len(self._buffer) > self.max_line):
+                raise ChannelError(f"message longer than {self.max_line} bytes")
             if newline >= 0:
                 line = bytes(self._buffer[:newline])
                 del self._buffer[: newline + 1]
+                self._scanned = 0
                 return self._decode(line)
-            if len(self._buffer) > MAX_LINE:
-                raise ChannelError("message too long")
+            self._scanned = len(self._buffer)
             try:
-                chunk = await self._stream.receive_some(65536)
+                chunk = await self._stream.receive_some(RECEIVE_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
                 raise ChannelError(f"connection lost: {err}") from err
             if not chunk:
@@ -86,46 +95,8 @@ class LineChannel(Generic[M]):
 class Channel(LineChannel[Message]):
     """A control-channel connection: typed messages (``_messages``) as JSON lines."""
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        super().__init__(stream, encode, decode)
-
-
-Handler = Callable[[Channel, Hello], Awaitable[None]]
-
-
-async def serve_channel(
-    handler: Handler,
-    secret: str,
-    *,
-    host: str = "127.0.0.1",
-    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Accept authenticated connections and run ``handler(channel, hello)`` for each."""
-    listeners = await trio.open_tcp_listeners(0, host=host)
-    port = listeners[0].socket.getsockname()[1]
-
-    async def accept(stream: trio.SocketStream) -> None:
-        channel = Channel(stream)
-        try:
-            with trio.fail_after(HELLO_TIMEOUT):
-                hello = await channel.receive()
-            if not isinstance(hello, Hello):
-                return
-            if not hmac.compare_digest(hello.secret.encode(), secret.encode()):
-                return
-            await handler(channel, hello)
-        except (
-            ChannelError,
-            trio.TooSlowError,
-            trio.BrokenResourceError,
-            trio.ClosedResourceError,
-        ):
-            pass
-        finally:
-            await channel.aclose()
-
-    task_status.started(port)
-    await trio.serve_listeners(accept, listeners)
+    def __init__(self, stream: trio.abc.Stream, *, max_line: int = MAX_LINE) -> None:
+        super().__init__(stream, encode, decode, max_line=max_line)
 
 
 async def connect_channel(address: str, hello: Hello) -> Channel:

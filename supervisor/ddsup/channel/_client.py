@@ -3,14 +3,15 @@
 ``ddsup status`` asks a live run for its snapshot and exits. Starting an event loop for
 that one exchange cost more than the exchange (trio's import alone is ~0.2 s of CPU
 here), so operators speak the channel's protocol (a hello with the secret, the request,
-one line back) with the standard library. The server side is ``_channel`` as ever.
+one line back) with the standard library. The server side is ``_server`` and ``_channel`` as ever.
 """
 
 from __future__ import annotations
 
 import socket
 
-from ddsup.channel._messages import MAX_LINE, ChannelError, Hello, Message, decode, encode
+from ddsup.channel._codec import decode, encode
+from ddsup.channel._messages import MAX_LINE, ChannelError, Hello, Message
 
 
 def request(address: tuple[str, int], hello: Hello, message: Message, timeout: float) -> Message:

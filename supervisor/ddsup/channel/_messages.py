@@ -1,37 +1,39 @@
-"""Every message that crosses the control channel, and the one encode/decode pair.
+"""Every message that crosses the control channel (``_codec`` puts them on the wire).
 
 One frozen dataclass per message; on the wire each is one JSON object with an ``op``.
-:func:`decode` checks every field's type and raises :class:`ChannelError` on anything
-malformed or unknown, and the receiving side then drops that connection: no other
-module handles the protocol as dictionaries. Who sends what::
+:func:`~ddsup.channel._codec.decode` checks every field's type and raises
+:class:`ChannelError` on anything malformed or unknown, and the receiving side then drops
+that connection: no other module handles the protocol as dictionaries. Who sends what::
 
     any peer → controller   Hello (the first line: role, secret)
-    controller → agent      Setup, Start, Stop, SignalInstances, Kill, Shutdown
+    controller → agent      Setup, Start, Stop, Restart, SignalInstances, Kill, Shutdown
     agent → controller      PreflightReport, EventReport, Signalled, AgentStopped
+    controller ⇄ agent      Heartbeat (every agent_timeout / 5, so that silence means loss)
     controller → endpoint   EndpointSetup (first), LanesUpdate (every ready lane), then
                             LanesChanged (the lanes that came and went) on every change
-    operator ⇄ controller   StatusRequest → StatusReply; StopRequest → StopAnswer
+    endpoint → controller   LaneDrained (a lane out of the rotation has nothing in flight)
+    operator ⇄ controller   StatusRequest → StatusReply; StopRequest → StopAnswer;
+                            RestartRequest → RestartAnswer, RestartProgress…, RestartOver
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import functools
-import json
-import types
-import typing
-from collections.abc import Callable, Mapping
+import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ddsup._errors import DdsupError
 from ddsup.plan._model import Plan
-from ddsup.record._events import RecordedEvent, parse_event
+from ddsup.record._events import RecordedEvent
 from ddsup.record._status import RunSnapshot
 from ddsup.units._model import EndpointSection
 
-MAX_LINE = 16 * 1024 * 1024  # the longest message a peer may send
+# An authenticated peer's longest line: a Setup carries its node's part of the plan (a
+# thousand lanes are a few MB). Before authentication the server allows far less
+# (``_server``). Here, not in ``_channel``, so that the blocking client imports no trio.
+MAX_LINE = 16 * 1024 * 1024
 
 
 class ChannelError(DdsupError):
@@ -46,6 +48,22 @@ class Role(str, enum.Enum):
     CONTROL = "control"  # an operator command (status, stop)
 
 
+MAX_NAME = 255  # a node name (a hostname) in a hello or a report
+
+
+def _check_signal(signum: int) -> None:
+    if signum not in _SIGNALS:
+        raise ValueError(f"{signum} is not a signal number")
+
+
+def _check_name(what: str, name: str) -> None:
+    if not name or len(name) > MAX_NAME or not name.isprintable():
+        raise ValueError(f"{what} must be 1 to {MAX_NAME} printable characters")
+
+
+_SIGNALS = frozenset(int(s) for s in signal.valid_signals())
+
+
 @dataclass(frozen=True)
 class Hello:
     """The first line of every connection; ``secret`` authenticates it."""
@@ -55,6 +73,10 @@ class Hello:
     secret: str = field(repr=False)
     node: str | None = None  # agents: the node they run on
     pid: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.node is not None:
+            _check_name("node", self.node)
 
 
 @dataclass(frozen=True)
@@ -68,6 +90,16 @@ class Setup:
     unit_dir: str
     job_id: str
     endpoint_url: str | None = None
+    agent_timeout: float = 30.0  # silence (no message, not even a heartbeat) that means loss
+    attempt: int = 0  # the job's attempt (Slurm's SLURM_RESTART_COUNT), for the units
+    rehearse: bool = False  # lanes run fake-vllm (ddsup start --rehearse)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Nothing to say but "still here": both sides of an agent's connection send it."""
+
+    op: ClassVar[str] = "heartbeat"
 
 
 @dataclass(frozen=True)
@@ -84,10 +116,22 @@ class Stop:
 
 
 @dataclass(frozen=True)
+class Restart:
+    """Stop these instances and start them again at once (``ddsup restart``)."""
+
+    op: ClassVar[str] = "restart_instances"
+    instances: tuple[str, ...]
+    reason: str = "restart requested"
+
+
+@dataclass(frozen=True)
 class SignalInstances:
     op: ClassVar[str] = "signal"
     instances: tuple[str, ...]
     signum: int
+
+    def __post_init__(self) -> None:
+        _check_signal(self.signum)
 
 
 @dataclass(frozen=True)
@@ -113,6 +157,11 @@ class PreflightReport:
     problems: tuple[str, ...] = ()
     ports: Mapping[str, int] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        _check_name("node", self.node)
+        if not all(0 < port < 65536 for port in self.ports.values()):
+            raise ValueError("ports must be from 1 to 65535")
+
 
 @dataclass(frozen=True)
 class EventReport:
@@ -126,6 +175,9 @@ class Signalled:
 
     op: ClassVar[str] = "signalled"
     signum: int
+
+    def __post_init__(self) -> None:
+        _check_signal(self.signum)
 
 
 @dataclass(frozen=True)
@@ -146,18 +198,83 @@ class EndpointSetup:
 
 @dataclass(frozen=True)
 class ReadyLane:
+    """One lane in the rotation. ``served_names``: every model name it answers to (its
+    ``model`` first, then vLLM aliases and LoRA adapters), for routing by any of them;
+    ``api_key_env`` names the variable holding the key to send it (its ``[lane]
+    api_key_env``; the endpoint's environment has it)."""
+
     instance: str
     model: str
     url: str
+    api_key_env: str | None = None
+    served_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class LanesUpdate:
-    """The full set of ready lanes, and every model the run serves."""
+    """The full set of ready lanes, every model the run serves (``[lane] model``), and
+    every name any lane answers to (``served_names``: models, aliases, adapters)."""
 
     op: ClassVar[str] = "lanes"
     lanes: tuple[ReadyLane, ...] = ()
     models: tuple[str, ...] = ()
+    served_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LaneDrained:
+    """The endpoint has ``instance`` out of its rotation and no request in flight to it."""
+
+    op: ClassVar[str] = "drained"
+    instance: str
+
+
+class RestartStep(str, enum.Enum):
+    """Where one instance of a ``ddsup restart`` is."""
+
+    QUEUED = "queued"  # --rolling: waiting for the one before it
+    DRAINING = "draining"  # out of the endpoint's rotation, its requests finishing
+    RESTARTING = "restarting"  # stopped and started again, not ready yet
+    READY = "ready"  # ready again (back in the rotation)
+    FAILED = "failed"  # it did not come back (it failed, or the run stopped)
+    SKIPPED = "skipped"  # --rolling: not restarted, since one before it failed
+
+    @property
+    def over(self) -> bool:
+        return self in (RestartStep.READY, RestartStep.FAILED, RestartStep.SKIPPED)
+
+
+@dataclass(frozen=True)
+class RestartRequest:
+    """``ddsup restart``: instances or units (``lane``: all its instances)."""
+
+    op: ClassVar[str] = "restart"
+    names: tuple[str, ...]
+    rolling: bool = False
+
+
+@dataclass(frozen=True)
+class RestartAnswer:
+    """The instances the restart covers, in order; or why it was refused (``error``)."""
+
+    op: ClassVar[str] = "restart_answer"
+    instances: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RestartProgress:
+    op: ClassVar[str] = "restart_progress"
+    instance: str
+    step: RestartStep
+
+
+@dataclass(frozen=True)
+class RestartOver:
+    """Every instance of the restart is ready again (``ok``), or some are not."""
+
+    op: ClassVar[str] = "restart_over"
+    ok: bool
 
 
 @dataclass(frozen=True)
@@ -196,8 +313,10 @@ class StopAnswer:
 Message = (
     Hello
     | Setup
+    | Heartbeat
     | Start
     | Stop
+    | Restart
     | SignalInstances
     | Kill
     | Shutdown
@@ -212,113 +331,18 @@ Message = (
     | StatusReply
     | StopRequest
     | StopAnswer
+    | LaneDrained
+    | RestartRequest
+    | RestartAnswer
+    | RestartProgress
+    | RestartOver
 )
 
 
-# --- encode -------------------------------------------------------------------------------
-def encode(message: Message) -> bytes:
-    """One message as a JSON line's bytes (without the newline)."""
-    return json.dumps({"op": message.op, **_fields(message)}, separators=(",", ":")).encode()
-
-
-def _fields(message: Message) -> dict[str, Any]:
-    if isinstance(message, Setup):
-        facts = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
-        return {**facts, "plan": message.plan.to_dict()}
-    if isinstance(message, EventReport):
-        return {"event": message.event.to_json()}
-    if isinstance(message, StatusReply):
-        return {"snapshot": message.snapshot.to_json()}
-    if isinstance(message, EndpointSetup):
-        return {"section": dataclasses.asdict(message.section)}
-    if isinstance(message, LanesUpdate):
-        return {"lanes": _lanes(message.lanes), "models": list(message.models)}
-    if isinstance(message, LanesChanged):
-        return {"added": _lanes(message.added), "removed": list(message.removed)}
-    if isinstance(message, Hello):
-        return {k: v for k, v in dataclasses.asdict(message).items() if v is not None}
-    return {k: _plain(v) for k, v in dataclasses.asdict(message).items()}
-
-
-def _lanes(lanes: tuple[ReadyLane, ...]) -> list[dict[str, str]]:
-    return [{"instance": x.instance, "model": x.model, "url": x.url} for x in lanes]
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    return value
-
-
-# --- decode -------------------------------------------------------------------------------
-def decode(line: bytes) -> Message:
-    """The message on one line; ChannelError for anything malformed or unknown."""
-    try:
-        data = json.loads(line)
-    except ValueError as err:
-        raise ChannelError(f"malformed message: {err}") from err
-    if not isinstance(data, dict):
-        raise ChannelError("malformed message: not an object")
-    op = data.pop("op", None)
-    kind = _BY_OP.get(op) if isinstance(op, str) else None
-    if kind is None:
-        raise ChannelError(f"unknown message {op!r}")
-    try:
-        return _decode(kind, data)
-    except ChannelError:
-        raise
-    except (AttributeError, KeyError, TypeError, ValueError) as err:
-        raise ChannelError(f"malformed {op!r} message: {err}") from err
-
-
-def _decode(kind: type[Message], data: dict[str, Any]) -> Message:
-    special = _SPECIAL.get(kind)
-    if special is not None:
-        return special(data)
-    return _dataclass(kind, data)  # type: ignore[no-any-return]
-
-
-def _setup(data: dict[str, Any]) -> Setup:
-    plan = data.get("plan")
-    if not isinstance(plan, dict):
-        raise ChannelError("malformed 'setup' message: plan must be an object")
-    setup: Setup = _dataclass(Setup, data, parsers={"plan": Plan.from_dict})
-    return setup
-
-
-def _endpoint_setup(data: dict[str, Any]) -> EndpointSetup:
-    section = data.get("section")
-    if set(data) != {"section"} or not isinstance(section, dict):
-        raise ChannelError("malformed 'endpoint' message: it carries one section object")
-    return EndpointSetup(_dataclass(EndpointSection, section))
-
-
-def _object_parser(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``parse`` for a field that must hold a JSON object (a nested record's own format)."""
-
-    def read(value: Any) -> Any:
-        if not isinstance(value, dict):
-            raise ChannelError(f"expected an object, not {value!r}")
-        return parse(value)
-
-    return read
-
-
-_SPECIAL: dict[type[Any], Callable[[dict[str, Any]], Message]] = {
-    Setup: _setup,
-    EndpointSetup: _endpoint_setup,
-    EventReport: lambda data: _dataclass(
-        EventReport, data, parsers={"event": _object_parser(parse_event)}
-    ),
-    StatusReply: lambda data: _dataclass(
-        StatusReply, data, parsers={"snapshot": _object_parser(RunSnapshot.from_json)}
-    ),
-}
 MESSAGES: tuple[type[Any], ...] = (
     Hello,
     Setup,
+    Heartbeat,
     Start,
     Stop,
     SignalInstances,
@@ -335,66 +359,11 @@ MESSAGES: tuple[type[Any], ...] = (
     StatusReply,
     StopRequest,
     StopAnswer,
+    Restart,
+    LaneDrained,
+    RestartRequest,
+    RestartAnswer,
+    RestartProgress,
+    RestartOver,
 )
-_BY_OP: dict[str, type[Any]] = {kind.op: kind for kind in MESSAGES}
-
-
-def _dataclass(
-    kind: type,
-    data: Mapping[str, Any],
-    parsers: Mapping[str, Callable[[Any], Any]] | None = None,
-) -> Any:
-    """A frozen dataclass from ``data``: every field checked against its annotation.
-
-    ``parsers`` read fields that have a format of their own (the plan, an event). Missing
-    fields take their defaults (a peer of an older version); unknown ones are an error,
-    so a typo or a newer peer's field never passes silently.
-    """
-    hints, fields = _shape(kind)
-    unknown = set(data) - set(fields)
-    if unknown:
-        raise ChannelError(f"unknown fields {sorted(unknown)}")
-    values = {}
-    for name, spec in fields.items():
-        if name in data:
-            parse = (parsers or {}).get(name)
-            values[name] = parse(data[name]) if parse else _typed(name, hints[name], data[name])
-        elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
-            raise ChannelError(f"missing field {name!r}")
-    return kind(**values)
-
-
-@functools.cache
-def _shape(kind: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
-    """A class's field types and fields, once: ``get_type_hints`` evaluates annotation
-    strings on every call (~40 µs), and a lane feed decoded every lane record with it."""
-    return typing.get_type_hints(kind), {f.name: f for f in dataclasses.fields(kind)}
-
-
-def _typed(name: str, hint: Any, value: Any) -> Any:
-    """``value`` as ``hint`` (str, int, float, bool, enums, ``X | None``, tuples, mappings)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _typed(name, inner[0], value)
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise ChannelError(f"{name!r} must be a list")
-        return tuple(_typed(name, args[0], item) for item in value)
-    if origin in (Mapping, dict) or hint is Mapping:
-        if not isinstance(value, dict):
-            raise ChannelError(f"{name!r} must be an object")
-        return {str(k): _typed(name, args[1], v) for k, v in value.items()}
-    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
-        if not isinstance(value, dict):
-            raise ChannelError(f"{name!r} must be an object")
-        return _dataclass(hint, value)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return hint(value)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint in (str, int, float, bool) and type(value) is hint:
-        return value
-    raise ChannelError(f"{name!r} must be {getattr(hint, '__name__', hint)}, not {value!r}")
+"""Every kind of message, each with a unique ``op`` (``tests/run/test_channel_messages.py``)."""

@@ -7,9 +7,15 @@ path existed, starting from the bytes the fast path received but did not consume
 
 h11 parses and frames HTTP/1.1; everything h11 leaves to its user lives here: reading
 with deadlines (slowloris protection: a request head must arrive within
-``client_header_timeout`` of its first byte, an idle keep-alive connection is closed
-after ``client_idle_timeout``), the body size limit, batching writes into one
-``send_all`` per flush, and noticing a client that hangs up while its request is served.
+``client_header_timeout`` of its first byte, a body within ``client_body_timeout`` in
+all, an idle keep-alive connection is closed after ``client_idle_timeout``), the body
+size limit, batching writes into one ``send_all`` per flush, and noticing a client that
+hangs up while its request is served. Some requests h11 takes are refused here, and the
+connection closed after the answer (issue 17): an HTTP version other than 1.0 and 1.1
+(505), Content-Length together with Transfer-Encoding (400: the shape of request
+smuggling, which a proxy in front might frame differently), and a head over
+``max_header_bytes`` that arrived whole (431; h11 bounds only an incomplete one). A
+HEAD request gets the GET answer's head, without the body.
 
 One reader task per connection does every read (:meth:`Client.run_reader`). It reads
 only when asked: when a request is being parsed, or while a request is forwarded, so
@@ -21,16 +27,26 @@ quarter of the per-request CPU cost), and reads stay bounded (one read at a time
 from __future__ import annotations
 
 import contextlib
+from http import HTTPStatus
 
 import h11
 import trio
 
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientGone, Framing, Request
-from ddsup.endpoint._errors import ApiError, bad_request, request_timeout, too_large
+from ddsup.endpoint._errors import (
+    ApiError,
+    ambiguous_framing,
+    bad_request,
+    header_too_large,
+    request_timeout,
+    too_large,
+    version_not_supported,
+)
 from ddsup.endpoint._wire import RECEIVE_SIZE, Wire
 
 JSON = (b"content-type", b"application/json")
+REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 
 class Client:
@@ -38,6 +54,7 @@ class Client:
 
     __slots__ = (
         "_arrived",
+        "_head_only",
         "_want",
         "_watch",
         "config",
@@ -69,6 +86,7 @@ class Client:
         self._want = trio.Event()  # set: the reader should read once more
         self._arrived = trio.Event()  # set: the reader delivered bytes or EOF
         self._watch: trio.CancelScope | None = None
+        self._head_only = False  # the request is HEAD: answers carry no body
         if received:
             self.conn.receive_data(received)
         if eof:
@@ -132,7 +150,13 @@ class Client:
                 self.linger_wanted = True
                 return None
             if isinstance(event, h11.Request):
+                self._head_only = event.method == b"HEAD"
                 headers = list(event.headers)
+                refusal = _refusal(event, headers, config.max_header_bytes)
+                if refusal is not None:
+                    await self.reject(refusal)
+                    self.linger_wanted = True
+                    return None
                 return Request(event.method, event.target, headers, _content_length(headers))
             if event is not h11.NEED_DATA:
                 return None  # ConnectionClosed (or PAUSED, which a finished cycle never is)
@@ -156,7 +180,7 @@ class Client:
             await self.flush()
         chunks: list[bytes] = []
         size = 0
-        timeout = self.config.client_body_timeout
+        deadline = trio.current_time() + self.config.client_body_timeout  # the whole body
         while True:
             try:
                 event = conn.next_event()
@@ -170,7 +194,7 @@ class Client:
             elif isinstance(event, h11.EndOfMessage):
                 return b"".join(chunks)
             elif event is h11.NEED_DATA:
-                if not await self._more(trio.current_time() + timeout):
+                if not await self._more(deadline):
                     raise request_timeout("request body")
             else:
                 raise bad_request("the request ended before its body")
@@ -191,14 +215,19 @@ class Client:
         except (OSError, trio.ClosedResourceError) as err:
             raise ClientGone from err
 
-    async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-        """A complete response with a known length, sent in one write."""
+    async def respond(
+        self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, *, close: bool = False
+    ) -> None:
+        """A complete response with a known length, sent in one write (a HEAD's without
+        its body); ``close``: the connection ends after it."""
         headers = [*headers, (b"content-length", str(len(body)).encode())]
-        if self.conn.their_state is not h11.DONE:
+        if close or self.conn.their_state is not h11.DONE:
             headers.append((b"connection", b"close"))  # the unread body makes reuse impossible
             self.linger_wanted = True
-        self.write(h11.Response(status_code=status, headers=headers))
-        if body:
+        self.write(
+            h11.Response(status_code=status, headers=headers, reason=REASONS.get(status, b""))
+        )
+        if body and not self._head_only:
             self.write(h11.Data(data=body))
         self.write(h11.EndOfMessage())
         await self.flush()
@@ -219,7 +248,7 @@ class Client:
         """Answer ``error`` as JSON, when a response can still be sent at all."""
         if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             raise Abort from error
-        await self.respond(error.status, [JSON, *error.headers()], error.body())
+        await self.respond(error.status, [JSON, *error.headers()], error.body(), close=error.close)
 
     def start_response(
         self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], framing: Framing
@@ -274,4 +303,18 @@ def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
     for name, value in headers:
         if name == b"content-length":
             return int(value)  # h11 validated it is a number
+    return None
+
+
+def _refusal(event: h11.Request, headers: list[tuple[bytes, bytes]], limit: int) -> ApiError | None:
+    """Why a request h11 took is refused all the same (see the module docstring), if it is."""
+    if event.http_version not in (b"1.0", b"1.1"):
+        return version_not_supported(event.http_version.decode())
+    names = {name for name, _ in headers}
+    if b"content-length" in names and b"transfer-encoding" in names:
+        return ambiguous_framing()
+    size = len(event.method) + len(event.target) + 12  # the request line, as h11 read it
+    size += sum(len(name) + len(value) + 4 for name, value in headers)
+    if size > limit:
+        return header_too_large(limit)
     return None

@@ -34,8 +34,14 @@ Feeder = Callable[[LaneTable], Awaitable[None]]
 
 def configure_endpoint(parser: argparse.ArgumentParser) -> None:
     d = EndpointConfig()
-    parser.add_argument("--bind", default=d.bind, help="address to listen on (default %(default)s)")
-    parser.add_argument("--port", type=int, default=d.port, help="0 picks a free port")
+    parser.description = (
+        "The logical endpoint: one OpenAI-compatible address in front of the lanes, routing "
+        "each request by its model to the least loaded ready lane, with admission (429) and "
+        "retries. ddsup start runs it for the endpoint unit; by hand it serves the --lane "
+        "lanes given."
+    )
+    parser.add_argument("--bind", default=d.bind, help="address to listen on")
+    parser.add_argument("--port", type=int, default=d.port, help="port; 0 picks a free one")
     parser.add_argument(
         "--lane",
         action="append",
@@ -43,22 +49,35 @@ def configure_endpoint(parser: argparse.ArgumentParser) -> None:
         metavar="MODEL=URL",
         help="a ready lane serving MODEL at URL (http://host:port); repeat for more",
     )
-    parser.add_argument("--max-queue-per-lane", type=int, default=d.max_queue_per_lane)
+    parser.add_argument(
+        "--max-queue-per-lane",
+        type=int,
+        default=d.max_queue_per_lane,
+        help="admission limit: requests queued per lane before answering 429",
+    )
     parser.add_argument("--retry-after", default="1s", help="Retry-After of 429 answers")
     parser.add_argument("--retries", type=int, default=d.retries, help="further lanes to try")
-    parser.add_argument("--api-key-env", metavar="VAR", help="require the bearer token in $VAR")
-    parser.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
-    parser.add_argument("--max-concurrent", type=int, default=d.max_concurrent)
+    parser.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="require the bearer token in $VAR (default: no key needed)",
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=d.max_body_bytes, help="largest request body (413)"
+    )
+    parser.add_argument(
+        "--max-concurrent", type=int, default=d.max_concurrent, help="most requests served at once"
+    )
     parser.add_argument(
         "--upstream-timeout",
         default=f"{d.upstream_timeout:g}s",
-        help="a lane's time to answer (and most silence mid-response) (default %(default)s)",
+        help="a lane's time to answer (and most silence mid-response)",
     )
     parser.add_argument(
         "--gc",
         choices=("paced", "automatic"),
         default="paced",
-        help="garbage collection: on a timer (default), or CPython's own trigger (to compare)",
+        help="garbage collection: on a timer (paced), or CPython's own trigger (to compare)",
     )
     parser.add_argument(
         "--workers",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ddsup.endpoint._route_table import DEFAULT_OPEN_ROUTES, ROUTES
 from ddsup.units._model import EndpointSection
 
 MIB = 1024 * 1024
@@ -20,8 +21,12 @@ class EndpointConfig:
     """Everything :func:`serve_endpoint` needs besides the lane table.
 
     ``api_key`` is the secret itself (never logged, never in ``repr``); ``None`` means
-    no authentication. Times are seconds. ``workers``: processes serving the port
-    (``None``: one per CPU this process may run on, see :meth:`worker_count`).
+    no authentication; ``open_routes`` are answered without it all the same. Times are
+    seconds. ``workers``: processes serving the port (``None``: one per CPU this process
+    may run on, see :meth:`worker_count`). ``max_connections`` and
+    ``max_buffered_bytes`` bound each worker. ``eject_after`` connect errors or 5xx
+    answers of a lane in a row take it out of the rotation for ``eject_for`` seconds
+    (see :mod:`._ejection`; 0 turns ejection off).
     """
 
     bind: str = "127.0.0.1"
@@ -30,8 +35,10 @@ class EndpointConfig:
     retry_after: float = 1.0
     retries: int = 2
     api_key: str | None = None
-    max_body_bytes: int = 100 * MIB
+    max_body_bytes: int = 32 * MIB
+    max_buffered_bytes: int = 512 * MIB
     max_concurrent: int = 4096
+    max_connections: int = 8192
     max_header_bytes: int = 64 * 1024
     upstream_connect_timeout: float = 5.0
     upstream_timeout: float = 600.0
@@ -43,6 +50,9 @@ class EndpointConfig:
     metrics_stale_after: float = 3.0
     max_idle_upstream_connections: int = 256
     workers: int | None = 1
+    open_routes: tuple[str, ...] = DEFAULT_OPEN_ROUTES
+    eject_after: int = 5
+    eject_for: float = 10.0
 
     def __post_init__(self) -> None:
         if self.retries < 0 or self.max_queue_per_lane < 1 or self.max_concurrent < 1:
@@ -51,6 +61,16 @@ class EndpointConfig:
             raise ValueError('workers must be >= 1 (or "auto")')
         if self.max_body_bytes < 0 or not 0 < self.metrics_interval <= 1.0:
             raise ValueError("max_body_bytes must be >= 0 and metrics_interval in (0, 1] s")
+        if self.max_buffered_bytes < self.max_body_bytes:
+            raise ValueError("max_buffered_bytes must be >= max_body_bytes (one body must fit)")
+        if self.max_connections < 1 or self.eject_after < 0 or self.eject_for < 0:
+            raise ValueError("max_connections must be >= 1, eject_after and eject_for >= 0")
+        unknown = [r for r in self.open_routes if r.encode() not in ROUTES]
+        if unknown:
+            known = ", ".join(sorted(r.decode() for r in ROUTES))
+            raise ValueError(
+                f"open_routes: {', '.join(unknown)} is no route of the endpoint ({known})"
+            )
 
     def __repr__(self) -> str:
         key = "None" if self.api_key is None else "'***'"
@@ -67,9 +87,14 @@ class EndpointConfig:
             retries=section.retries,
             api_key=api_key,
             max_body_bytes=section.max_body_bytes,
+            max_buffered_bytes=max(section.max_buffered_bytes, section.max_body_bytes),
             max_concurrent=section.max_concurrent,
+            max_connections=section.max_connections,
             upstream_timeout=section.upstream_timeout,
             workers=section.workers,
+            open_routes=section.open_routes,
+            eject_after=section.eject_after,
+            eject_for=section.eject_for,
         )
 
     def worker_count(self) -> int:

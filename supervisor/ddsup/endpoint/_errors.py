@@ -25,13 +25,18 @@ class ApiError(Exception):
         message: str,
         retry_after: float | None = None,
         extra: tuple[tuple[str, object], ...] = (),
+        head: tuple[tuple[bytes, bytes], ...] = (),
+        *,
+        close: bool = False,
     ) -> None:
         super().__init__(status, type, message)
         self.status = status
         self.type = type
         self.message = message
         self.retry_after = retry_after
-        self.extra = extra
+        self.extra = extra  # more members of the JSON error object
+        self.head = head  # more response headers (Allow, WWW-Authenticate, …)
+        self.close = close  # the connection cannot carry another request after this
 
     def __str__(self) -> str:
         return f"{self.status} {self.type}: {self.message}"
@@ -45,8 +50,8 @@ class ApiError(Exception):
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         if self.retry_after is None:
-            return []
-        return [(b"retry-after", str(_seconds(self.retry_after)).encode())]
+            return list(self.head)
+        return [(b"retry-after", str(_seconds(self.retry_after)).encode()), *self.head]
 
 
 def _seconds(value: float) -> int:
@@ -59,7 +64,12 @@ def bad_request(message: str) -> ApiError:
 
 
 def unauthorized() -> ApiError:
-    return ApiError(401, "unauthorized", "missing or wrong bearer token (Authorization: Bearer …)")
+    return ApiError(
+        401,
+        "unauthorized",
+        "missing or wrong bearer token (Authorization: Bearer …)",
+        head=((b"www-authenticate", b"Bearer"),),
+    )
 
 
 def not_found(path: str) -> ApiError:
@@ -73,12 +83,46 @@ def unknown_model(model: str, known: list[str]) -> ApiError:
     )
 
 
-def method_not_allowed(method: str, path: str) -> ApiError:
-    return ApiError(405, "method_not_allowed", f"{method} is not allowed on {path!r}")
+def method_not_allowed(method: str, path: str, allow: str) -> ApiError:
+    """``allow``: the methods the path takes (the ``Allow`` header RFC 9110 asks for)."""
+    return ApiError(
+        405,
+        "method_not_allowed",
+        f"{method} is not allowed on {path!r} (use {allow})",
+        head=((b"allow", allow.encode()),),
+    )
 
 
 def request_timeout(what: str) -> ApiError:
     return ApiError(408, "request_timeout", f"the client was too slow sending the {what}")
+
+
+def header_too_large(limit: int) -> ApiError:
+    return ApiError(
+        431,
+        "request_header_too_large",
+        f"request head over the limit of {limit} bytes",
+        close=True,
+    )
+
+
+def version_not_supported(version: str) -> ApiError:
+    return ApiError(
+        505,
+        "http_version_not_supported",
+        f"HTTP/{version} is not supported: send HTTP/1.1 (or HTTP/1.0)",
+        close=True,
+    )
+
+
+def ambiguous_framing() -> ApiError:
+    """Content-Length and Transfer-Encoding together: the request smuggling shape."""
+    return ApiError(
+        400,
+        "invalid_request_error",
+        "the request has both Content-Length and Transfer-Encoding; send one of them",
+        close=True,
+    )
 
 
 def too_large(limit: int) -> ApiError:

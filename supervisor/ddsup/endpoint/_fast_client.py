@@ -9,24 +9,28 @@ regular-expression parser that checks less, and 38 µs with h11
 (``bench/endpoint_path.py``; ``bench/endpoint_compare.py`` has the server figures).
 
 Anything else raises :class:`Unusual` before a byte of the request is consumed, and the
-connection continues on h11 (:mod:`._client`) with the bytes received so far: another
-HTTP version, Transfer-Encoding, ``Expect``, ``Upgrade``, a method other than GET and
-POST, a GET with a body, a non-ASCII target, a head over ``max_header_bytes``, bare LF
-line ends, and anything httptools refuses. So every strict check h11 makes still
-decides the unusual cases, and the fast path only ever accepts requests h11 accepts.
-Later hardening (505 for other versions, CL+TE → 400, HEAD …) plugs in here, where the
-request is classified.
+connection continues on h11 (:mod:`._client`) with the bytes received so far: HTTP/1.0,
+Transfer-Encoding, ``Expect``, ``Upgrade``, a method other than GET and POST (HEAD
+included), a GET with a body, a non-ASCII target, bare LF line ends, and anything
+httptools refuses. So every strict check h11 makes still decides the unusual cases, and
+the fast path only ever accepts requests h11 accepts. Two refusals are made here, as
+:class:`ApiError` with ``close`` set (answered, then the connection ends): a head over
+``max_header_bytes`` (431: h11 only bounds a head it has not seen whole, so a 100 KB
+head in one read passed a 64 KiB limit) and an HTTP version other than 1.0 and 1.1
+(505: h11 would answer ``HTTP/9.9`` as if it were 1.0).
 
 Timeouts are the h11 path's: ``client_idle_timeout`` for the next request's first byte,
-``client_header_timeout`` from there to the end of its head, ``client_body_timeout`` per
-body read. The head waits are :class:`Timed` (see :mod:`._deadlines`: no cancel scope
-per request); a body that did not come with its head is read under a cancel scope. A
+``client_header_timeout`` from there to the end of its head, ``client_body_timeout`` for
+the whole body (a total, not per read: a client sending a byte every few seconds is cut
+off all the same). The head waits are :class:`Timed` (see :mod:`._deadlines`: no cancel
+scope per request); a body that did not come with its head is read under a cancel scope. A
 hang-up while the request is forwarded is noticed by the upstream connection, which
 watches :attr:`hangup_fd` (see :mod:`._upstream`): no reader task per connection.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from http import HTTPStatus
 
@@ -36,12 +40,21 @@ import trio
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientGone, Framing, Request
 from ddsup.endpoint._deadlines import Expired, Timed
-from ddsup.endpoint._errors import ApiError, bad_request, request_timeout, too_large
+from ddsup.endpoint._errors import (
+    ApiError,
+    bad_request,
+    header_too_large,
+    request_timeout,
+    too_large,
+    version_not_supported,
+)
 from ddsup.endpoint._proxy import REQUEST_DROP
 from ddsup.endpoint._wire import RECEIVE_SIZE, Wire
 
 JSON = (b"content-type", b"application/json")
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
+# A request line that names an HTTP version, whatever the parser made of the rest.
+_VERSIONED = re.compile(rb"[!-~]+ [^ \r\n]+ HTTP/([0-9]{1,3}\.[0-9]{1,3})\r?\n")
 
 
 class Unusual(Exception):
@@ -154,8 +167,10 @@ class FastClient(Timed):
             self.deadline = time.monotonic() + config.client_header_timeout
         waited = False
         while True:
-            if len(buf) > config.max_header_bytes or buf.count(b"\n") != buf.count(b"\r\n"):
-                raise Unusual  # h11 answers 431, or parses bare LF line ends
+            if buf.count(b"\n") != buf.count(b"\r\n"):
+                raise Unusual  # bare LF line ends: h11 parses them (and bounds their size)
+            if len(buf) > config.max_header_bytes:
+                raise header_too_large(config.max_header_bytes)
             try:
                 data = sock.recv(RECEIVE_SIZE)
             except BlockingIOError:
@@ -186,7 +201,7 @@ class FastClient(Timed):
 
     def _parse(self, buf: bytes, head_end: int) -> Request:
         if head_end > self.config.max_header_bytes:
-            raise Unusual
+            raise header_too_large(self.config.max_header_bytes)
         proto = self._proto
         proto.target, proto.headers, proto.forwarded, proto.content_length = b"", [], [], None
         proto.odd = proto.close = proto.listed = False
@@ -194,12 +209,15 @@ class FastClient(Timed):
         try:
             parser.feed_data(buf[:head_end])
         except httptools.HttpParserError as err:  # the parser is spent: h11 takes over
+            _check_version(buf)
             raise Unusual from err
         method = parser.get_method()
         length = proto.content_length
+        if parser.get_http_version() != "1.1":
+            _check_version(buf)
+            raise Unusual  # HTTP/1.0: h11 knows its keep-alive rules
         if (
             proto.odd
-            or parser.get_http_version() != "1.1"
             or not proto.target.isascii()
             or (method != b"POST" and (method != b"GET" or length))
         ):
@@ -218,18 +236,17 @@ class FastClient(Timed):
             raise too_large(limit)
         buf = self.buffer
         if len(buf) < length:
-            timeout = self.config.client_body_timeout
             chunks = [buf]
             have = len(buf)
-            while have < length:
-                with trio.move_on_after(timeout):
+            with trio.move_on_after(self.config.client_body_timeout):  # the whole body
+                while have < length:
                     data = await self.wire.receive_some()
                     if not data:
                         self.eof = True
                         raise bad_request("the request ended before its body")
                     chunks.append(data)
                     have += len(data)
-                    continue
+            if have < length:
                 raise request_timeout("request body")
             buf = b"".join(chunks)
         body, self.buffer = buf[:length], buf[length:]
@@ -261,6 +278,8 @@ class FastClient(Timed):
     async def reject(self, error: ApiError) -> None:
         if self._started:
             raise Abort from error
+        if error.close:
+            self.keep = False
         await self.respond(error.status, [JSON, *error.headers()], error.body())
 
     def start_response(
@@ -330,3 +349,10 @@ class FastClient(Timed):
                     drained += len(data)
         except OSError:
             return
+
+
+def _check_version(buf: bytes) -> None:
+    """505 when the request line names an HTTP version other than 1.0 and 1.1."""
+    versioned = _VERSIONED.match(buf)
+    if versioned is not None and versioned.group(1) not in (b"1.0", b"1.1"):
+        raise version_not_supported(versioned.group(1).decode())

@@ -133,13 +133,16 @@ class BodyDecoder:
 
     ``feed(data)`` returns the body bytes ``data`` completes; ``scan(data)`` returns the
     bytes to relay as they came (see the module docstring); use one or the other for a
-    whole response. ``done`` says the body ended; ``eof()`` is called when the lane closed
+    whole response. ``payload`` counts the body bytes taken so far, framing excluded,
+    whichever of the two is used (the time series counts body bytes, not wire bytes).
+    ``done`` says the body ended; ``eof()`` is called when the lane closed
     the connection and raises if that cuts the body short. ``reusable`` says the
     connection may carry another request. ``framing`` is ``None`` for a bodiless answer.
     """
 
     # Defaults on the class: one decoder is built per proxied request, most stay content-length.
     done = False
+    payload = 0  # body bytes taken so far, chunk framing excluded
     remaining = -1  # content-length framing: bytes still to come
     framing: Framing | None = None
     _chunk_left = 0  # chunked: data bytes left in the current chunk
@@ -186,12 +189,14 @@ class BodyDecoder:
                 self.reusable = False  # bytes after the body: the connection is out of step
             return b""
         if self.framing is Framing.CLOSE:
+            self.payload += len(data)
             return data
         if self.framing is Framing.LENGTH:
             if len(data) > self.remaining:
                 self.reusable = False
                 data = data[: self.remaining]
             self.remaining -= len(data)
+            self.payload += len(data)
             self.done = self.remaining == 0
             return data
         if self._pending:
@@ -206,15 +211,17 @@ class BodyDecoder:
 
     def _whole_chunks(self, data: bytes) -> int:
         """Skip whole canonical data chunks from the start of ``data``; where they end."""
-        pos, size, match = 0, len(data), _WHOLE_CHUNK.match
+        pos, size, match, taken = 0, len(data), _WHOLE_CHUNK.match, 0
         while (found := match(data, pos)) is not None:
             length = int(found.group(1), 16)
             end = found.end() + length
             if not length or data[end : end + 2] != b"\r\n":
                 break  # the last chunk, or one that does not end in this read
+            taken += length
             pos = end + 2
             if pos >= size:
                 break
+        self.payload += taken
         return pos
 
     def eof(self) -> None:
@@ -234,6 +241,7 @@ class BodyDecoder:
                 step = min(self._chunk_left, size - pos)
                 if not verbatim:
                     out.append(data[pos : pos + step])
+                self.payload += step
                 pos += step
                 self._chunk_left -= step
                 if not self._chunk_left:

@@ -10,39 +10,74 @@ on the :class:`LaneState` they hold.
 A lane's requests in flight live in a :class:`SharedCounts` table, one slot per lane, so
 that every worker of the endpoint sees the total over all workers. Slots are tied to the
 lane's identity (instance and URL): a lane that leaves and comes back keeps its slot,
-and requests still in flight on its old state count towards it, as they should.
+and requests still in flight on its old state count towards it, as they should. The
+slot's shared cells hold its passive-ejection state (:mod:`._ejection`).
+
+Requests are routed by name. A lane answers to its model (``[lane] model``), to the
+names its unit gives (``served_names``: vLLM's ``--served-model-name`` aliases and LoRA
+adapters) and to those its own ``GET /v1/models`` lists, which :mod:`._lane_names`
+learns (:meth:`LaneTable.learn_names`) when the lane joins and every so often after.
+A name, once known, stays known, so a request for it gets "no ready lane" (503) rather
+than "unknown model" (404) while its lanes are away.
+
+A lane that leaves the rotation is handed to ``on_retired`` (the controller's feed
+watches it until nothing is in flight to it any more: ``ddsup restart`` drains a lane
+that way before it stops it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import trio
 
 from ddsup.endpoint._shared_counts import ACTIVE, SLOTS, SharedCounts
 from ddsup.endpoint._upstream import ConnectionPool
 
+Names = tuple[str, ...]
+# A lane's shared cells (SharedCounts.cell), its passive-ejection state (see ._ejection):
+STREAK = 0  # failures in a row
+EJECTED_UNTIL = 1  # microseconds of time.monotonic() until which it is out of the rotation
+EJECTIONS = 2  # ejections since its last success (each doubles the next one's length)
+
 
 @dataclass(frozen=True)
 class LaneInfo:
-    """One lane as the endpoint sees it: ``url`` is its base URL, ``http://host:port``."""
+    """One lane as the endpoint sees it: ``url`` is its base URL, ``http://host:port``.
+
+    ``served_names``: the other names its unit says it answers to. ``api_key``: the key
+    the endpoint sends it (the lane's own, never a client's; not in ``repr``).
+    """
 
     instance: str
     model: str
     url: str
+    served_names: tuple[str, ...] = ()
+    api_key: str | None = field(default=None, repr=False)
 
 
 class LaneState:
     """A lane's load: requests in flight through the endpoint and its last queue sample."""
 
-    __slots__ = ("counts", "info", "pool", "sampled_at", "slot", "waiting")
+    __slots__ = ("_cell", "counts", "info", "names", "pool", "sampled_at", "slot", "waiting")
 
-    def __init__(self, info: LaneInfo, max_idle: int, counts: SharedCounts, slot: int) -> None:
+    def __init__(
+        self, info: LaneInfo, max_idle: int, counts: SharedCounts, slot: int, learned: Names
+    ) -> None:
         self.info = info
         self.counts = counts
         self.slot = slot
+        self.names = frozenset({info.model, *info.served_names, *learned})
         self.waiting: int | None = None  # vllm:num_requests_waiting, None = no good sample
         self.sampled_at = float("-inf")
-        self.pool = ConnectionPool(info.url, max_idle)
+        self.pool = ConnectionPool(info.url, max_idle, info.api_key)
+        self._cell = counts.cell
+
+    @property
+    def ejected_until(self) -> int:
+        """Microseconds of :func:`time.monotonic` until which the lane is ejected."""
+        return self._cell(self.slot, EJECTED_UNTIL)
 
     @property
     def outstanding(self) -> int:
@@ -73,10 +108,11 @@ class LaneState:
 
 
 class LaneTable:
-    """Ready lanes by model, plus every model the deployment is known to serve.
+    """Ready lanes by the names they answer to, plus every model and name known.
 
     A model stays known after its last lane leaves, so requests for it get "no ready
-    lane" (503, retry later) rather than "unknown model" (404, a client bug).
+    lane" (503, retry later) rather than "unknown model" (404, a client bug); so does
+    every other name a lane ever answered to.
     """
 
     def __init__(
@@ -90,12 +126,16 @@ class LaneTable:
         self._max_idle = max_idle
         self.counts = counts or SharedCounts.private()
         self._lanes: dict[str, LaneState] = {}
-        self._by_model: dict[str, tuple[LaneState, ...]] = {}
+        self._by_name: dict[str, tuple[LaneState, ...]] = {}
         self._by_slot: dict[int, LaneState] = {}
-        self._known: set[str] = set(models)
+        self._models: set[str] = set(models)
+        self._names: set[str] = set(self._models)
+        self._learned: dict[LaneInfo, Names] = {}  # from each lane's /v1/models (._lane_names)
         self._turns: dict[str, int] = {}
         self._slots: dict[LaneInfo, int] = {}
         self.on_change: Callable[[], None] | None = None  # called after every change
+        self._change = trio.Event()
+        self.on_retired: Callable[[LaneState], None] | None = None  # a lane left the rotation
         self.set_ready(lanes)
 
     def slot_of(self, lane: LaneInfo) -> int:
@@ -163,7 +203,8 @@ class LaneTable:
         self._rebuild()
 
     def _state(self, lane: LaneInfo) -> LaneState:
-        return LaneState(lane, self._max_idle, self.counts, self.slot_of(lane))
+        learned = self._learned.get(lane, ())
+        return LaneState(lane, self._max_idle, self.counts, self.slot_of(lane), learned)
 
     def remove(self, instance: str) -> None:
         """One lane stopped being ready; unknown names are ignored (the feed may repeat)."""
@@ -173,39 +214,97 @@ class LaneTable:
 
     def declare_models(self, models: Iterable[str]) -> None:
         """Models the deployment serves even while none of their lanes is ready."""
-        before = len(self._known)
-        self._known.update(models)
-        if len(self._known) != before:
+        before = len(self._models)
+        self._models.update(models)
+        if len(self._models) != before:
+            self._names.update(self._models)
             self._changed()
 
+    def declare_names(self, names: Iterable[str]) -> None:
+        """Names known elsewhere (a worker takes its parent's)."""
+        before = len(self._names)
+        self._names.update(names)
+        if len(self._names) != before:
+            self._changed()
+
+    def learn_names(self, lane: LaneInfo, names: Names | None) -> None:
+        """What ``lane``'s ``/v1/models`` lists (``None``: asking failed; it was asked)."""
+        if names is None:
+            if lane not in self._learned:
+                self._learned[lane] = ()
+                self._changed()
+            return
+        if self._learned.get(lane) == names:
+            return
+        self._learned[lane] = names
+        state = self._lanes.get(lane.instance)
+        if state is not None and state.info == lane:
+            state.names = frozenset({lane.model, *lane.served_names, *names})
+            self._rebuild()
+        else:
+            self._changed()
+
+    def learned(self) -> dict[LaneInfo, Names]:
+        """What every lane asked so far listed (a worker takes its parent's)."""
+        return dict(self._learned)
+
+    def learning(self) -> list[str]:
+        """Ready lanes not asked for their names yet (``/health`` waits for them)."""
+        return sorted(s.info.instance for s in self._lanes.values() if s.info not in self._learned)
+
     def _changed(self) -> None:
+        self._change.set()
+        self._change = trio.Event()
         if self.on_change is not None:
             self.on_change()
 
+    async def wait_changed(self) -> None:
+        """Until the table changes next."""
+        await self._change.wait()
+
     def _drop(self, instance: str) -> None:
-        self._lanes.pop(instance).pool.close_idle(retire=True)
+        state = self._lanes.pop(instance)
+        state.pool.close_idle(retire=True)
+        if self.on_retired is not None:
+            self.on_retired(state)
+
+    def serves(self, instance: str) -> bool:
+        """Whether ``instance`` is in the rotation now."""
+        return instance in self._lanes
 
     def _rebuild(self) -> None:
-        by_model: dict[str, list[LaneState]] = {}
+        by_name: dict[str, list[LaneState]] = {}
         for state in self._lanes.values():
-            by_model.setdefault(state.info.model, []).append(state)
-        self._by_model = {model: tuple(states) for model, states in by_model.items()}
+            self._models.add(state.info.model)
+            for name in state.names:
+                by_name.setdefault(name, []).append(state)
+        self._by_name = {name: tuple(states) for name, states in by_name.items()}
         self._by_slot = {state.slot: state for state in self._lanes.values()}
-        self._known.update(by_model)
+        self._names.update(by_name)
+        self._names.update(self._models)
         self._changed()
 
-    def ready(self, model: str) -> tuple[LaneState, ...]:
-        """The ready lanes of ``model`` (empty when none or unknown)."""
-        return self._by_model.get(model, ())
+    def ready(self, name: str) -> tuple[LaneState, ...]:
+        """The ready lanes that answer to ``name`` (empty when none or unknown)."""
+        return self._by_name.get(name, ())
 
-    def is_known(self, model: str) -> bool:
-        return model in self._known
+    def is_known(self, name: str) -> bool:
+        return name in self._names
 
     def known_models(self) -> list[str]:
-        return sorted(self._known)
+        """The models of the deployment (``[lane] model``), ready or not."""
+        return sorted(self._models)
+
+    def known_names(self) -> list[str]:
+        """Every name a request may use: models, aliases, adapters."""
+        return sorted(self._names)
 
     def ready_models(self) -> list[str]:
-        return sorted(self._by_model)
+        return sorted({state.info.model for state in self._lanes.values()})
+
+    def ready_names(self) -> list[str]:
+        """Every name a ready lane answers to (``GET /v1/models``)."""
+        return sorted(self._by_name)
 
     def states(self) -> list[LaneState]:
         """Every ready lane (for the metrics sampler and /metrics)."""
@@ -219,10 +318,10 @@ class LaneTable:
         """Every ready lane's identity."""
         return [state.info for state in self._lanes.values()]
 
-    def next_turn(self, model: str) -> int:
-        """A per-model counter that rotates the choice among equally loaded lanes."""
-        turn = self._turns.get(model, 0)
-        self._turns[model] = turn + 1
+    def next_turn(self, name: str) -> int:
+        """A per-name counter that rotates the choice among equally loaded lanes."""
+        turn = self._turns.get(name, 0)
+        self._turns[name] = turn + 1
         return turn
 
     def close(self) -> None:

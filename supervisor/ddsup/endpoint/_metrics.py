@@ -30,6 +30,7 @@ class Metrics:
         self.rejected: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.upstream_errors: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.metrics_errors: defaultdict[str, int] = defaultdict(int)
+        self.ejections: defaultdict[str, int] = defaultdict(int)  # by lane (see ._ejection)
         self._hist: dict[str, list[int]] = {}
         self._sum: defaultdict[str, float] = defaultdict(float)
         self.series: SeriesHooks = NO_SERIES  # [series hook] the same counts, over time
@@ -51,6 +52,7 @@ class Metrics:
             "rejected": [[*k, n] for k, n in self.rejected.items()],
             "upstream_errors": [[*k, n] for k, n in self.upstream_errors.items()],
             "metrics_errors": [[k, n] for k, n in self.metrics_errors.items()],
+            "ejections": [[k, n] for k, n in self.ejections.items()],
             "histogram": [[m, counts, self._sum[m]] for m, counts in self._hist.items()],
         }
 
@@ -68,6 +70,8 @@ class Metrics:
             self.retries[label] += n
         for label, n in snapshot["metrics_errors"]:
             self.metrics_errors[label] += n
+        for label, n in snapshot.get("ejections", ()):
+            self.ejections[label] += n
         for model, counts, total in snapshot["histogram"]:
             mine = self._hist.setdefault(model, [0] * (len(BUCKETS) + 1))
             for i, n in enumerate(counts):
@@ -121,6 +125,14 @@ class Metrics:
         _family(out, "lane_metrics_errors_total", "counter", "Failed /metrics samples per lane.")
         for lane, n in sorted(self.metrics_errors.items()):
             out.append(f"ddsup_endpoint_lane_metrics_errors_total{{lane={_q(lane)}}} {n}")
+        _family(out, "lane_ejected", "gauge", "1 while a lane is ejected (passive ejection).")
+        for s in states:
+            labels = f"lane={_q(s.info.instance)},model={_q(s.info.model)}"
+            ejected = int(s.ejected_until > now * 1e6)
+            out.append(f"ddsup_endpoint_lane_ejected{{{labels}}} {ejected}")
+        _family(out, "lane_ejections_total", "counter", "Times each lane was ejected.")
+        for lane, n in sorted(self.ejections.items()):
+            out.append(f"ddsup_endpoint_lane_ejections_total{{lane={_q(lane)}}} {n}")
 
     def _render_histogram(self, out: list[str]) -> None:
         name = "ddsup_endpoint_request_duration_seconds"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import trio
 
 from ddsup.endpoint._config import EndpointConfig
+from ddsup.endpoint._ejection import note_returns
 from ddsup.endpoint._lanes import LaneState, LaneTable
 from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._upstream import UpstreamError, fetch
@@ -59,13 +60,16 @@ async def sample_lanes(
     Samples travel on the lane's own keep-alive pool: no extra client library, and
     no TLS set-up cost (lanes speak plain HTTP on the allocation's network). With
     several workers the parent samples once for all of them: ``recorded`` is called
-    right after each sample is recorded, and passes it on.
+    right after each sample is recorded, and passes it on. Each round also logs the
+    lanes back from a passive ejection (:func:`~._ejection.note_returns`).
     """
+    ejected: set[int] = set()
     while True:
         tick = trio.current_time() + config.metrics_interval
         async with trio.open_nursery() as nursery:
             for state in lanes.states():
                 nursery.start_soon(_sample_one, config, state, metrics, recorded)
+        note_returns(lanes, ejected)  # the lanes back from an ejection: one line each
         await trio.sleep_until(tick)
 
 

@@ -26,6 +26,7 @@ from ddsup.endpoint._admission import choose
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientConnection, Framing, Request
 from ddsup.endpoint._deadlines import Deadlines, Expired
+from ddsup.endpoint._ejection import Ejection
 from ddsup.endpoint._errors import no_ready_lane, overloaded, upstream_failed
 from ddsup.endpoint._http1 import ProtocolError, ResponseHead
 from ddsup.endpoint._lanes import LaneState, LaneTable
@@ -43,7 +44,9 @@ RETRY_STATUSES = frozenset({429, 502, 503, 504})
 HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade"}
 )
-REQUEST_DROP = HOP_BY_HOP | {b"host", b"content-length", b"expect"}
+# Host and Content-Length are written anew; Authorization is the client's key for the
+# endpoint, never for a lane (a lane gets its own: ``ConnectionPool.auth``).
+REQUEST_DROP = HOP_BY_HOP | {b"host", b"content-length", b"expect", b"authorization"}
 
 
 def end_to_end(
@@ -121,6 +124,7 @@ class Proxy:
         self.lanes = lanes
         self.metrics = metrics
         self.deadlines = deadlines
+        self.ejection = Ejection(config.eject_after, config.eject_for, metrics)
 
     async def forward(self, client: ClientConnection, request: Forward, model: str) -> int:
         """Serve ``request`` from a lane of ``model``; the status sent, or an :class:`ApiError`."""
@@ -165,6 +169,8 @@ class Proxy:
     async def _attempt(
         self, client: ClientConnection, lane: LaneState, request: Forward
     ) -> int | Failure:
+        """One try on ``lane``: the status relayed, or why it failed before any byte went
+        to the client. Either way the lane's record (:mod:`._ejection`) learns of it."""
         lane.begin()
         self.metrics.series.started(lane.info.instance)  # [series hook]
         delivered = 0  # [series hook] the status relayed whole; 0 while none
@@ -173,28 +179,43 @@ class Proxy:
                 conn, response = await self._open(lane.pool, request, client)
             except UpstreamError as err:
                 log.debug("lane %s: %s", lane.info.instance, err)
+                self.ejection.failed(lane, str(err))
                 return Failure(err.kind, str(err))
-            if response.status in RETRY_STATUSES:
+            code = response.status
+            if code in RETRY_STATUSES:
                 conn.close_now()
-                code = response.status
+                self._judge(lane, code)
                 return Failure(f"http {code}", f"answered {code}", code)
             try:
                 _start_response(client, response, conn)
             except ValueError as err:  # a head h11 will not pass on to the client
                 conn.close_now()
+                self.ejection.failed(lane, f"unusable response head ({err})")
                 return Failure("protocol", f"unusable response head ({err})")
             try:
                 await self._relay(conn, client, lane)
+            except Abort as err:  # the lane cut its answer short
+                conn.close_now()
+                self.ejection.failed(lane, str(err))
+                raise
             except BaseException:
                 conn.close_now()
                 raise
             lane.pool.release(conn)
             client.last_upstream = conn
-            delivered = response.status  # [series hook]
-            return response.status
+            self._judge(lane, code)
+            delivered = code  # [series hook]
+            return code
         finally:
             lane.end()
             self.metrics.series.finished(lane.info.instance, delivered)  # [series hook]
+
+    def _judge(self, lane: LaneState, status: int) -> None:
+        """A lane's answer: a 5xx is a failure (:mod:`._ejection`), anything else not."""
+        if status >= 500:
+            self.ejection.failed(lane, f"answered {status}")
+        else:
+            self.ejection.succeeded(lane)
 
     async def _open(
         self, pool: ConnectionPool, request: Forward, client: ClientConnection
@@ -209,7 +230,12 @@ class Proxy:
         config = self.config
         conn = await pool.acquire(config.upstream_connect_timeout, client.last_upstream)
         data = request_bytes(
-            request.method, request.target, pool.host_header, request.headers, request.body
+            request.method,
+            request.target,
+            pool.host_header,
+            request.headers,
+            request.body,
+            pool.auth,
         )
         for last in (False, True):
             conn.checkout(self.deadlines, watcher, -1 if fd is None else fd)
@@ -259,15 +285,17 @@ class Proxy:
         self, conn: UpstreamConnection, client: ClientConnection, lane: LaneState
     ) -> bool:
         """Queue the body bytes received so far for the client; ``True`` at the body's end."""
+        decoder = conn.decoder
+        assert decoder is not None
+        before = decoder.payload  # [series hook] body bytes, whichever framing the client gets
         try:
             data = conn.buffered(client.verbatim)
         except ProtocolError as err:
             raise self._cut(lane, f"bad response body ({err})") from err
         if data:
             client.send_body(data)
-            self.metrics.series.sent(lane.info.instance, len(data))  # [series hook]
-        assert conn.decoder is not None
-        return conn.decoder.done
+            self.metrics.series.sent(lane.info.instance, decoder.payload - before)  # [series hook]
+        return decoder.done
 
     def _cut(self, lane: LaneState, why: str) -> Abort:
         log.warning("lane %s: %s; the client's response is cut short", lane.info.instance, why)

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from ddsup.endpoint._body_budget import BodyBudget
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientConnection, ClientGone, Request
 from ddsup.endpoint._deadlines import Deadlines
@@ -33,11 +34,12 @@ from ddsup.endpoint._errors import (
 )
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics import Metrics
+from ddsup.endpoint._model_field import model_of_form, model_of_json
 from ddsup.endpoint._proxy import Forward, Proxy
+from ddsup.endpoint._route_table import FORM_ROUTES, GET_ROUTES, MODEL_ROUTES
 
 log = logging.getLogger("ddsup.endpoint")
 
-PROXIED = frozenset({b"/v1/completions", b"/v1/chat/completions", b"/v1/embeddings"})
 JSON = (b"content-type", b"application/json")
 TEXT = (b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
 
@@ -57,6 +59,8 @@ class Endpoint:
             config.client_idle_timeout, config.client_header_timeout, config.upstream_timeout
         )
         self.proxy = Proxy(config, lanes, self.metrics, self.deadlines)
+        self.bodies = BodyBudget(config.max_buffered_bytes)
+        self.open_routes = frozenset(route.encode() for route in config.open_routes)
         self.render_metrics: Callable[[], Awaitable[bytes]] = self._render_own_metrics
         self._key = None if config.api_key is None else config.api_key.encode()
 
@@ -67,8 +71,12 @@ class Endpoint:
         return self.metrics.render(self.lanes, now, stale, [(0, os.getpid())])
 
     def authorized(self, request: Request) -> bool:
-        """``Authorization: Bearer <key>`` (scheme case-insensitive, key compared in constant time)."""
-        if self._key is None:
+        """Whether ``request`` may use its path: an open route, or the right bearer token.
+
+        ``Authorization: Bearer <key>``: scheme case-insensitive, key compared in constant
+        time. Without a configured key every route is open.
+        """
+        if self._key is None or request.path in self.open_routes:
             return True
         for name, value in request.headers:
             if name == b"authorization":
@@ -94,22 +102,24 @@ async def handle_request(ep: Endpoint, client: ClientConnection, request: Reques
 async def _route(ep: Endpoint, client: ClientConnection, request: Request) -> None:
     path = request.path
     method = request.method
-    if path in PROXIED:
+    if path in MODEL_ROUTES:
         if method != b"POST":
-            raise method_not_allowed(method.decode(), path.decode())
-        await _proxied(ep, client, request)
-        return
-    if path not in (b"/v1/models", b"/health", b"/metrics"):
-        raise not_found(path.decode(errors="replace"))
-    if method != b"GET":
-        raise method_not_allowed(method.decode(), path.decode())
-    client.take_bodiless_end()
-    if path == b"/v1/models":
+            raise method_not_allowed(method.decode(), path.decode(), "POST")
         if not ep.authorized(request):
             raise unauthorized()
+        await _proxied(ep, client, request)
+        return
+    if path not in GET_ROUTES:
+        raise not_found(path.decode(errors="replace"))
+    if method != b"GET" and method != b"HEAD":  # a HEAD answer is a GET's, without the body
+        raise method_not_allowed(method.decode(), path.decode(), "GET, HEAD")
+    if not ep.authorized(request):
+        raise unauthorized()
+    client.take_bodiless_end()
+    if path == b"/v1/models":
         data = [
-            {"id": m, "object": "model", "created": 0, "owned_by": "ddsup"}
-            for m in ep.lanes.ready_models()
+            {"id": name, "object": "model", "created": 0, "owned_by": "ddsup"}
+            for name in ep.lanes.ready_names()
         ]
         await client.respond(200, [JSON], json.dumps({"object": "list", "data": data}).encode())
     elif path == b"/health":
@@ -122,31 +132,46 @@ async def _health(ep: Endpoint, client: ClientConnection) -> None:
     known = ep.lanes.known_models()
     ready = {m: len(ep.lanes.ready(m)) for m in known}
     missing = [m for m in known if not ready[m]]
-    healthy = bool(known) and not missing
-    body = {"status": "ok" if healthy else "unavailable", "ready_lanes": ready, "missing": missing}
+    learning = ep.lanes.learning()  # lanes whose served names are not known yet
+    healthy = bool(known) and not missing and not learning
+    body: dict[str, object] = {
+        "status": "ok" if healthy else "unavailable",
+        "ready_lanes": ready,
+        "missing": missing,
+    }
+    if learning:
+        body["learning_names"] = learning
     await client.respond(200 if healthy else 503, [JSON], json.dumps(body).encode())
 
 
 async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> None:
-    if not ep.authorized(request):
-        raise unauthorized()
+    """Read the body, find its model, forward it; count it however it ends.
+
+    A request counts towards ``max_concurrent`` only once its body is read: a client
+    that sends its body slowly holds a connection (bounded by ``max_connections`` and
+    ``client_body_timeout``) and memory (bounded by ``max_buffered_bytes``), but never a
+    slot that others need (issue 17: 20 slow bodies made everyone else get 429).
+    """
     lanes = ep.lanes
-    if lanes.active() >= ep.config.max_concurrent:
-        ep.metrics.rejected[("", "max_concurrent")] += 1
-        ep.metrics.series.refused("", 429)  # [series hook]
-        why = f"{ep.config.max_concurrent} requests in flight"
-        raise overloaded(None, ep.config.retry_after, why)
-    lanes.begin_request()
     start = time.monotonic()
-    model, status = "", 500
+    model, status, counted, reserved = "", 500, False, 0
     try:
+        _admit(ep)  # before the body too: no point reading what would be refused
+        reserved = _reserve(ep, request)
         body = await client.read_body(request, ep.config.max_body_bytes)
-        model = _model_of(body)
-        if not ep.lanes.is_known(model):
-            wanted, model = model, "(unknown)"  # one label, whatever clients send
-            raise unknown_model(wanted, ep.lanes.known_models())
-        if not ep.lanes.ready(model):
+        if request.content_length is None:  # chunked: give back what it did not use
+            ep.bodies.release(reserved - len(body))
+            reserved = len(body)
+        wanted = _requested(ep, request, body)
+        if not lanes.is_known(wanted):
+            model = "(unknown)"  # one label, whatever clients send
+            raise unknown_model(wanted, lanes.known_names())
+        model = wanted
+        if not lanes.ready(model):
             raise no_ready_lane(model)
+        _admit(ep)
+        lanes.begin_request()
+        counted = True
         forward = Forward.of(request, body)
         status = await _watched(ep, client, forward, model)
     except ApiError as err:
@@ -157,8 +182,50 @@ async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> 
         status = 499  # nginx's "client closed request"
         raise
     finally:
-        lanes.end_request()
+        if counted:
+            lanes.end_request()
+        ep.bodies.release(reserved)
         ep.metrics.observe(model, status, time.monotonic() - start)
+
+
+def _admit(ep: Endpoint) -> None:
+    """Refuse with 429 while ``max_concurrent`` requests are in flight."""
+    if ep.lanes.active() >= ep.config.max_concurrent:
+        ep.metrics.rejected[("", "max_concurrent")] += 1
+        why = f"{ep.config.max_concurrent} requests in flight"
+        raise overloaded(None, ep.config.retry_after, why)
+
+
+def _reserve(ep: Endpoint, request: Request) -> int:
+    """Reserve the body's bytes in the process's budget (429 when they do not fit).
+
+    A body over ``max_body_bytes`` reserves one byte more than the cap: it is refused
+    (413) without being read.
+    """
+    cap = ep.config.max_body_bytes
+    length = request.content_length
+    size = cap if length is None else min(length, cap + 1)
+    if not ep.bodies.reserve(size):
+        ep.metrics.rejected[("", "body_memory")] += 1
+        why = f"{ep.config.max_buffered_bytes} bytes of request bodies in memory"
+        raise overloaded(None, ep.config.retry_after, why)
+    return size
+
+
+def _requested(ep: Endpoint, request: Request, body: bytes) -> str:
+    """The name the request asks for: its model, or the one model the endpoint serves."""
+    if request.path in FORM_ROUTES:
+        content_type = next((v for n, v in request.headers if n == b"content-type"), b"")
+        wanted = model_of_form(body, content_type)
+    else:
+        wanted = _model_of(body)
+    if wanted is not None:
+        return wanted
+    models = ep.lanes.known_models()
+    if len(models) != 1:
+        served = ", ".join(models) or "none"
+        raise bad_request(f'the request names no "model"; this endpoint serves: {served}')
+    return models[0]
 
 
 async def _watched(ep: Endpoint, client: ClientConnection, forward: Forward, model: str) -> int:
@@ -178,14 +245,6 @@ async def _watched(ep: Endpoint, client: ClientConnection, forward: Forward, mod
     raise ClientGone("the client hung up")
 
 
-def _model_of(body: bytes) -> str:
-    try:
-        payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise bad_request(f"the body is not valid JSON: {err}") from err
-    if not isinstance(payload, dict):
-        raise bad_request("the body must be a JSON object")
-    model = payload.get("model")
-    if not isinstance(model, str) or not model:
-        raise bad_request('the body has no "model" (a non-empty string)')
-    return model
+def _model_of(body: bytes) -> str | None:
+    """The JSON body's model (a seam the tests use to plant a bug)."""
+    return model_of_json(body)

@@ -22,22 +22,22 @@ from pathlib import Path
 import trio
 
 from ddsup._errors import DdsupError
+from ddsup.endpoint._accept import connection_cap, raise_fd_limit, serve_listeners
 from ddsup.endpoint._client import Client
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientGone
-from ddsup.endpoint._errors import request_timeout
+from ddsup.endpoint._errors import ApiError, request_timeout
 from ddsup.endpoint._fast_client import FastClient, HeadTimeout, Unusual
+from ddsup.endpoint._lane_names import learn_lane_names
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics_sampler import sample_lanes
 from ddsup.endpoint._routes import Endpoint, handle_request
 from ddsup.endpoint._timeseries import open_series, write_series  # [series hook]
 from ddsup.endpoint._wire import Wire
 from ddsup.endpoint._workers import WorkerFailed, WorkerPool
-from ddsup.record._state_dir import write_private
+from ddsup.record._state_dir import WORKERS_FILE, write_private
 
 log = logging.getLogger("ddsup.endpoint")
-
-WORKERS_FILE = "endpoint-workers.json"  # in $DDSUP_STATE_DIR: what `ddsup status` can show
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,7 @@ async def open_endpoint(
         async with trio.open_nursery() as nursery:
             if pool is None:
                 endpoint = Endpoint(config, lanes)
+                await nursery.start(learn_lane_names, config, lanes)
                 nursery.start_soon(sample_lanes, config, lanes, endpoint.metrics)
                 await nursery.start(serve_connections, endpoint, listeners)
                 yield Serving(port, (os.getpid(),), _already_synced)
@@ -166,14 +167,18 @@ async def serve_connections(
     *,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Accept and serve connections on ``listeners`` until cancelled."""
+    """Accept and serve connections on ``listeners`` until cancelled.
+
+    Each serving process (the one endpoint process, or each worker) raises its file
+    descriptor limit, caps its connections and writes its own time series file.
+    """
+    cap = connection_cap(endpoint.config.max_connections, raise_fd_limit())
     endpoint.metrics.series = open_series(os.environ)  # [series hook] one file per process
     async with trio.open_nursery() as nursery:
         nursery.start_soon(endpoint.deadlines.run)
         nursery.start_soon(write_series, endpoint.metrics.series)  # [series hook]
-        await nursery.start(
-            partial(trio.serve_listeners, partial(_serve_connection, endpoint), listeners)
-        )
+        handler = partial(_serve_connection, endpoint)
+        await nursery.start(partial(serve_listeners, handler, listeners, max_connections=cap))
         task_status.started(listeners)
 
 
@@ -207,6 +212,10 @@ async def _serve_fast(endpoint: Endpoint, client: FastClient) -> None:
                 if client.buffer:  # it had begun: 408 (an idle connection closes silently)
                     await client.reject(request_timeout("request head"))
                     client.linger_wanted = True
+                return
+            except ApiError as refusal:  # refused before it was parsed (431, 505): then closed
+                await client.reject(refusal)
+                client.linger_wanted = True
                 return
             if request is None:
                 return

@@ -19,6 +19,12 @@ least busy lane can be off by as many requests.
 The layout is slot-major (``[slot][row]``) so that a total is the sum of one contiguous
 slice, summed in C. Unused slots cost nothing: the kernel gives a ``memfd`` pages only
 when they are touched.
+
+After the counts, each slot has :data:`CELLS` cells that every worker reads and writes
+(:meth:`SharedCounts.cell`, :meth:`SharedCounts.set_cell`): a lane's passive-ejection
+state (:mod:`._ejection`), shared so that a lane ejected by one worker is out of every
+worker's rotation. Several writers may race on them; each store is still whole, so the
+worst a race does is lose one update of a failure count (documented with ejection).
 """
 
 from __future__ import annotations
@@ -28,13 +34,18 @@ import os
 
 SLOTS = 1 << 16  # distinct lanes over the endpoint's lifetime, plus slot 0
 ACTIVE = 0  # the slot of requests in flight at all
+CELLS = 4  # shared cells per slot, after the counts (see the module docstring)
 _ITEM = 8  # bytes per count (signed 64 bit)
+
+
+def _size(rows: int) -> int:
+    return (rows + CELLS) * SLOTS * _ITEM
 
 
 class SharedCounts:
     """One view of the table: ``rows`` rows, of which this process writes ``row``."""
 
-    __slots__ = ("_map", "_view", "fd", "row", "rows")
+    __slots__ = ("_cells", "_map", "_view", "fd", "row", "rows")
 
     def __init__(self, fd: int | None, rows: int, row: int) -> None:
         """Map the table in ``fd`` (``None``: private memory, for a single process)."""
@@ -43,8 +54,9 @@ class SharedCounts:
         self.fd = fd
         self.rows = rows
         self.row = row
-        self._map = mmap.mmap(-1 if fd is None else fd, rows * SLOTS * _ITEM)
+        self._map = mmap.mmap(-1 if fd is None else fd, _size(rows))
         self._view = memoryview(self._map).cast("q")
+        self._cells = self._view[rows * SLOTS :]
 
     @classmethod
     def private(cls) -> SharedCounts:
@@ -56,7 +68,7 @@ class SharedCounts:
         """A new zeroed table in a ``memfd`` (pass :attr:`fd` to the other processes)."""
         fd = os.memfd_create("ddsup-endpoint-counts", os.MFD_CLOEXEC)
         try:
-            os.ftruncate(fd, rows * SLOTS * _ITEM)
+            os.ftruncate(fd, _size(rows))
             return cls(fd, rows, row)
         except BaseException:
             os.close(fd)
@@ -74,7 +86,15 @@ class SharedCounts:
         start = slot * rows
         return sum(self._view[start : start + rows])
 
+    def cell(self, slot: int, cell: int) -> int:
+        """Shared cell ``cell`` of ``slot`` (every worker writes it; see the docstring)."""
+        return self._cells[slot * CELLS + cell]
+
+    def set_cell(self, slot: int, cell: int, value: int) -> None:
+        self._cells[slot * CELLS + cell] = value
+
     def close(self) -> None:
+        self._cells.release()
         self._view.release()
         self._map.close()
         if self.fd is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import select
 from urllib.parse import urlsplit
 
@@ -30,6 +31,8 @@ from ddsup.endpoint._connection import ClientGone
 from ddsup.endpoint._deadlines import Deadlines, Timed
 from ddsup.endpoint._http1 import BodyDecoder, ProtocolError, ResponseHead, parse_head, split_head
 from ddsup.endpoint._wire import RECEIVE_SIZE, Wire
+
+log = logging.getLogger("ddsup.endpoint")
 
 _HANGUP = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
 
@@ -196,13 +199,17 @@ class UpstreamConnection(Timed):
             self.decoder.eof()
 
 
-def request_bytes(method: bytes, target: bytes, host: bytes, headers: bytes, body: bytes) -> bytes:
-    """One HTTP/1.1 request; ``headers`` are header lines, validated by the client's parser."""
-    return b"%s %s HTTP/1.1\r\nhost: %s\r\n%scontent-length: %d\r\n\r\n%s" % (
+def request_bytes(
+    method: bytes, target: bytes, host: bytes, headers: bytes, body: bytes, auth: bytes = b""
+) -> bytes:
+    """One HTTP/1.1 request; ``headers`` are header lines, validated by the client's parser,
+    and ``auth`` the lane's own ``authorization`` line (or nothing)."""
+    return b"%s %s HTTP/1.1\r\nhost: %s\r\n%s%scontent-length: %d\r\n\r\n%s" % (
         method,
         target,
         host,
         headers,
+        auth,
         len(body),
         body,
     )
@@ -223,12 +230,21 @@ def _address(url: str) -> tuple[str, int]:
 
 
 class ConnectionPool:
-    """Idle keep-alive connections to one lane (LIFO: the warmest one first)."""
+    """Idle keep-alive connections to one lane (LIFO: the warmest one first).
 
-    def __init__(self, url: str, max_idle: int) -> None:
+    ``auth`` is the header line that carries the lane's own key, when it has one: every
+    request to the lane sends it (the endpoint never forwards a client's key).
+    """
+
+    def __init__(self, url: str, max_idle: int, api_key: str | None = None) -> None:
         self.host, self.port = _address(url)
         netloc = self.host if ":" not in self.host else f"[{self.host}]"
         self.host_header = f"{netloc}:{self.port}".encode()
+        self.auth = b""
+        if api_key and api_key.isprintable() and api_key.isascii() and " " not in api_key:
+            self.auth = b"authorization: Bearer %s\r\n" % api_key.encode()
+        elif api_key:  # it would break the header: the lane will say 401, which is visible
+            log.warning("lane %s: its API key is not a token (spaces or controls); not sent", url)
         self._idle: dict[UpstreamConnection, None] = {}  # insertion order: LIFO
         self._max_idle = max_idle
         self._retired = False
@@ -281,7 +297,11 @@ async def fetch(pool: ConnectionPool, path: str, connect_timeout: float) -> tupl
     """``GET path`` on a pooled connection: (status, whole body). For small control reads."""
     conn = await pool.acquire(connect_timeout)
     try:
-        request = b"GET %s HTTP/1.1\r\nhost: %s\r\n\r\n" % (path.encode(), pool.host_header)
+        request = b"GET %s HTTP/1.1\r\nhost: %s\r\n%s\r\n" % (
+            path.encode(),
+            pool.host_header,
+            pool.auth,
+        )
         await conn.send(request)
         head = await conn.read_head()
         assert conn.decoder is not None

@@ -101,6 +101,10 @@ class _Follower:
         if isinstance(message, link.Lanes):
             table.use_slots(dict(message.lanes))
             table.declare_models(message.models)
+            table.declare_names(message.names)
+            for (info, _slot), names in zip(message.lanes, message.learned, strict=True):
+                if names is not None:
+                    table.learn_names(info, names)
             table.set_ready(info for info, _slot in message.lanes)
             await link.send(self.channel, link.Applied(message.seq))
         elif isinstance(message, link.Sample):

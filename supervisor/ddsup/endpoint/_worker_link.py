@@ -48,11 +48,14 @@ class Start:
 
 @dataclass(frozen=True)
 class Lanes:
-    """The parent's whole lane table: (lane, slot) pairs and the known models."""
+    """The parent's whole lane table: (lane, slot) pairs, the known models and names, and
+    what each ready lane's ``/v1/models`` listed (``None``: not asked yet or no answer)."""
 
     seq: int
     lanes: tuple[tuple[LaneInfo, int], ...]
     models: tuple[str, ...]
+    names: tuple[str, ...] = ()
+    learned: tuple[tuple[str, ...] | None, ...] = ()  # one per lane of ``lanes``
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,8 @@ def encode(message: Message) -> dict[str, Any]:
         data["config"] = dataclasses.asdict(message.config)
     elif isinstance(message, Lanes):
         data["lanes"] = [
-            [lane.instance, lane.model, lane.url, slot] for lane, slot in message.lanes
+            [lane.instance, lane.model, lane.url, list(lane.served_names), lane.api_key, slot]
+            for lane, slot in message.lanes
         ]
     return data
 
@@ -140,10 +144,17 @@ def decode(data: dict[str, Any]) -> Message:
     try:
         kind = _OPS[data.pop("op")]
         if kind is Start:
-            data["config"] = EndpointConfig(**data["config"])
+            config = data["config"]
+            config["open_routes"] = tuple(config["open_routes"])
+            data["config"] = EndpointConfig(**config)
         elif kind is Lanes:
-            data["lanes"] = tuple((LaneInfo(i, m, u), s) for i, m, u, s in data["lanes"])
+            data["lanes"] = tuple(
+                (LaneInfo(i, m, u, tuple(names), key), s)
+                for i, m, u, names, key, s in data["lanes"]
+            )
             data["models"] = tuple(data["models"])
+            data["names"] = tuple(data["names"])
+            data["learned"] = tuple(None if x is None else tuple(x) for x in data["learned"])
         elif kind is Scraped:
             data["workers"] = tuple((i, p) for i, p in data["workers"])
         return kind(**data)

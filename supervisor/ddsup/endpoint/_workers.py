@@ -25,7 +25,6 @@ import os
 import signal
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import trio
 
@@ -33,12 +32,14 @@ from ddsup._errors import DdsupError
 from ddsup.channel import ChannelError
 from ddsup.endpoint import _worker_link as link
 from ddsup.endpoint._config import EndpointConfig
+from ddsup.endpoint._lane_names import learn_lane_names
 from ddsup.endpoint._lanes import LaneState, LaneTable
 from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._metrics_sampler import sample_lanes
 from ddsup.endpoint._shared_counts import SharedCounts
 from ddsup.process import ChildProcess, SpawnError, spawn
 
+STDERR = 2
 log = logging.getLogger("ddsup.endpoint")
 
 START_TIMEOUT = 60.0  # seconds for a worker to start its interpreter and serve
@@ -118,6 +119,8 @@ class WorkerPool:
                     self.lanes.on_change = self._lanes_changed
                     self._lanes_changed()
                     await self.synced()  # serving means: serving the lanes of the table
+                    await nursery.start(learn_lane_names, self.config, self.lanes)
+                    await self.synced()  # the names learned at the start reached everyone
                     recorded = self._sample_recorded
                     nursery.start_soon(
                         sample_lanes, self.config, self.lanes, self.metrics, recorded
@@ -166,7 +169,8 @@ class WorkerPool:
     async def _spawn(self, address: str) -> ChildProcess | None:
         argv = [sys.executable, "-m", "ddsup", "endpoint", "--worker-of", address]
         try:
-            return await spawn(argv, env=os.environ, cwd=os.getcwd(), log_path=_stderr())
+            # the parent's stderr (under ddsup start: the endpoint's log), shared as is
+            return await spawn(argv, env=os.environ, cwd=os.getcwd(), log_path=STDERR)
         except SpawnError as err:
             self._fail(f"cannot start an endpoint worker: {err}")
             return None
@@ -261,9 +265,18 @@ class WorkerPool:
 
     def _lanes_changed(self) -> None:
         self._seq += 1
-        lanes = tuple((info, self.lanes.slot_of(info)) for info in self.lanes.infos())
-        models = tuple(self.lanes.known_models())
-        self._broadcast(link.Lanes(self._seq, lanes, models))
+        table = self.lanes
+        lanes = tuple((info, table.slot_of(info)) for info in table.infos())
+        learned = table.learned()
+        self._broadcast(
+            link.Lanes(
+                self._seq,
+                lanes,
+                tuple(table.known_models()),
+                tuple(table.known_names()),
+                tuple(learned.get(info) for info, _slot in lanes),
+            )
+        )
 
     def _sample_recorded(self, state: LaneState) -> None:
         self._seq += 1
@@ -305,18 +318,3 @@ class WorkerPool:
         for worker in self._workers:
             if worker.channel is not None:
                 await worker.channel.aclose()
-
-
-def _stderr() -> Path:
-    """Workers write to the parent's stderr (under ddsup start: the endpoint's log).
-
-    A stderr that cannot be opened again by path (a socket, say) leaves them silent
-    rather than unstarted.
-    """
-    path = Path(f"/proc/{os.getpid()}/fd/2")
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
-    except OSError as err:
-        log.warning("endpoint workers write nowhere: stderr cannot be reopened (%s)", err)
-        return Path(os.devnull)
-    return path

@@ -83,7 +83,9 @@ def _serving_flags(group: argparse._ArgumentGroup) -> None:
         default=8000,
         help="port to bind; 0 picks a free one (default: %(default)s)",
     )
-    group.add_argument("--model", default=None, help="the model, like MODEL")
+    group.add_argument(
+        "--model", default=None, help="the model, like MODEL (default: MODEL, else fake-model)"
+    )
     group.add_argument(
         *_names("--served-model-name"), nargs="+", default=None, metavar="NAME",
         help="names the model answers to (aliases; the first one is used in answers "
@@ -97,7 +99,7 @@ def _serving_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         *_names("--lora-modules"), nargs="+", default=[], metavar="NAME=PATH",
         help="LoRA adapters served as extra model names: NAME=PATH or vLLM's JSON "
-        '\'{"name": …, "path": …, "base_model_name": …}\' (needs --enable-lora)',
+        '\'{"name": …, "path": …, "base_model_name": …}\' (needs --enable-lora; default: none)',
     )  # fmt: skip
     group.add_argument(
         *_names("--max-model-len"), type=_model_len, default=defaults.DEFAULT_MAX_MODEL_LEN,
@@ -134,7 +136,8 @@ def _parallel_flags(group: argparse._ArgumentGroup) -> None:
 def _timing_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--startup-delay", type=float, default=0.0, metavar="SECONDS",
-        help="seconds before the port is bound (connections are refused until then)",
+        help="seconds before the port is bound (connections are refused until then; "
+        "default: 0)",
     )  # fmt: skip
     group.add_argument(
         "--ttft",
@@ -145,7 +148,8 @@ def _timing_flags(group: argparse._ArgumentGroup) -> None:
     )
     group.add_argument(
         "--tokens-per-second", type=float, default=0.0, metavar="N",
-        help="generation speed per request after the first token; 0 = as fast as possible",
+        help="generation speed per request after the first token; 0 = as fast as possible "
+        "(default: 0)",
     )  # fmt: skip
     group.add_argument(
         "--max-num-seqs", type=int, default=defaults.DEFAULT_MAX_NUM_SEQS, metavar="N",
@@ -162,16 +166,17 @@ def _failure_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--crash-after-requests", type=int, default=None, metavar="N",
         help="exit abruptly (status 1, no cleanup) once the engine answered N requests "
-        "(generation, responses, pooling)",
+        "(generation, responses, pooling; default: never)",
     )  # fmt: skip
     group.add_argument(
         "--crash-after-seconds", type=float, default=None, metavar="T",
-        help="exit abruptly (status 1, no cleanup) T seconds after the port opened",
+        help="exit abruptly (status 1, no cleanup) T seconds after the port opened "
+        "(default: never)",
     )  # fmt: skip
     group.add_argument("--fail-health", action="store_true", help="/health answers 503")
     group.add_argument(
         "--fail-health-after", type=float, default=None, metavar="T",
-        help="/health answers 503 from T seconds after the port opened",
+        help="/health answers 503 from T seconds after the port opened (default: never)",
     )  # fmt: skip
     group.add_argument(
         "--ignore-sigterm", action="store_true", help="ignore SIGTERM (only SIGKILL ends it)"
@@ -207,7 +212,7 @@ def _engine_flags(group: argparse._ArgumentGroup) -> None:
     )  # fmt: skip
     group.add_argument(
         "--engine-pid-file", type=Path, default=None, metavar="PATH",
-        help="write the engine child's PID here (with --spawn-engine)",
+        help="write the engine child's PID here (with --spawn-engine; default: nowhere)",
     )  # fmt: skip
 
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from ddsup._errors import UsageError
 from ddsup.fake_vllm._vllm_flags import VLLM_SERVE_FLAGS, VLLM_VERSION, Arity, VllmFlag
+from ddsup.units._vllm_argv import vllm_command_span
 
 IGNORED_DEST = "vllm_ignored"
 """Namespace attribute: the names of the vLLM flags given but not acted on, as spelt."""
@@ -200,7 +200,7 @@ def _json_or_text(raw: str) -> Any:
 
 def is_vllm_serve(argv: Sequence[str]) -> bool:
     """Whether ``argv`` starts a vLLM OpenAI server (see :func:`fake_vllm_argv`)."""
-    return _serve_args_start(argv) is not None
+    return vllm_command_span(argv) is not None
 
 
 def fake_vllm_argv(
@@ -208,23 +208,15 @@ def fake_vllm_argv(
 ) -> list[str]:
     """The ``ddsup fake-vllm`` argv that rehearses the vLLM server argv ``argv``.
 
-    ``vllm serve MODEL …`` (``vllm`` by name or path) and the older ``python -m
+    ``vllm serve MODEL …`` (``vllm`` by name or path, also after a wrapper such as
+    ``apptainer exec … image.sif``, which is dropped) and the older ``python -m
     vllm.entrypoints.openai.api_server --model MODEL …`` become ``command`` followed by
     the same arguments, which ``ddsup fake-vllm`` accepts. ``command`` is how to start
     fake-vllm (e.g. ``[sys.executable, "-m", "ddsup", "fake-vllm"]``). Raises
     :class:`~ddsup._errors.UsageError` when ``argv`` is not a vLLM server command.
     """
-    start = _serve_args_start(argv)
-    if start is None:
+    span = vllm_command_span(argv)
+    if span is None:
         shown = " ".join(argv[:3])
         raise UsageError(f"not a 'vllm serve' command: {shown!r} (expected 'vllm serve MODEL …')")
-    return [*command, *argv[start:]]
-
-
-def _serve_args_start(argv: Sequence[str]) -> int | None:
-    if len(argv) >= 2 and os.path.basename(argv[0]) == "vllm" and argv[1] == "serve":
-        return 2
-    legacy = ["-m", "vllm.entrypoints.openai.api_server"]
-    if len(argv) >= 3 and os.path.basename(argv[0]).startswith("python") and argv[1:3] == legacy:
-        return 3
-    return None
+    return [*command, *argv[span[1] :]]

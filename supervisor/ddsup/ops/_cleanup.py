@@ -14,19 +14,32 @@ import json
 import sys
 from pathlib import Path
 
-from ddsup._errors import RunStateError, UsageError
+from ddsup._errors import RunStateError, UntrustedRunError, UsageError
+from ddsup.ops._run_handle import HINT
 from ddsup.process import end_on_this_node, find_run_cgroups
+from ddsup.record._private import check_private
 
 
 def configure_cleanup(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "SIGKILL every process on this node whose environment carries the run's "
+        "DDSUP_INVOCATION_ID, and the process groups they lead, until none is left: for a "
+        "Slurm epilog, or by hand after a node lost its supervisor. Touches nothing else; "
+        "safe to run any number of times. One of --state-dir and --invocation is required."
+    )
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--state-dir", type=Path, help="the run's state directory (reads run.json)")
+    which.add_argument(
+        "--state-dir", type=Path, metavar="DIR", help="the run's state directory (reads run.json)"
+    )
     which.add_argument("--invocation", metavar="ID", help="the run's DDSUP_INVOCATION_ID")
 
 
 def _invocation_from_state_dir(state_dir: Path) -> str:
+    """The run's id from its ``run.json``, once the directory and file are the caller's."""
     run_json = state_dir / "run.json"
     try:
+        check_private(state_dir, directory=True, error=UntrustedRunError, hint=HINT)
+        check_private(run_json, directory=False, error=UntrustedRunError, hint=HINT)
         data = json.loads(run_json.read_text())
     except FileNotFoundError as err:
         raise RunStateError(

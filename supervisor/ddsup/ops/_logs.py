@@ -1,4 +1,8 @@
-"""``ddsup logs``: a unit instance's output, whole, since a time, or followed."""
+"""``ddsup logs``: instances' output, whole, since a time, the last lines, or followed.
+
+Which logs (``_log_names``) and from where (``--since``, ``-n``) are decided here; the
+reading itself, across rotated files and while following, is ``_log_reader``.
+"""
 
 from __future__ import annotations
 
@@ -8,35 +12,56 @@ import datetime
 import os
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import trio
 
 from ddsup._errors import RunStateError, UsageError
+from ddsup.ops._log_reader import LogReader, start_points
 from ddsup.ops._run_handle import add_state_dir, events_of, find_state, silence_stdout
 from ddsup.record._events import ProcessStarted, RecordedEvent, UnitTransition
+from ddsup.record._log_files import tail_offset as tail_offset
 from ddsup.record._state_dir import StateDir
+from ddsup.units import printable
 from ddsup.units._durations import parse_duration
 
 FOLLOW_INTERVAL = 0.2
 
 
 # --- logs --------------------------------------------------------------------------------
+DESCRIPTION = """\
+Print the output of unit instances from the run's state directory (logs/<instance>.log,
+and the rotated files before it). UNIT is an instance (lane@3, lane@0:1, worker) or a
+unit (lane: all its instances); without UNIT, every instance of the run, each line
+prefixed by its instance (coloured on a terminal). With -f, new lines are printed as
+they come, interleaved across instances, until the run ends."""
+
+
 def configure_logs(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
     add_state_dir(parser)
     parser.add_argument(
-        "unit", metavar="UNIT", help="an instance (lane@3) or a unit (lane: all its instances)"
+        "unit",
+        metavar="UNIT",
+        nargs="?",
+        help="an instance (lane@3) or a unit (lane: all its instances); default: all",
     )
-    parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    parser.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new lines until the run ends"
+    )
     parser.add_argument(
         "--since",
         metavar="WHEN",
-        help="only output of processes alive since WHEN: a duration (10m) or an ISO time",
+        help="only output of processes alive since WHEN: a duration (10m) or an ISO time "
+        "(default: all)",
     )
     parser.add_argument(
-        "-n", "--lines", type=int, metavar="N", help="only the last N lines (of each log)"
+        "-n",
+        "--lines",
+        type=int,
+        metavar="N",
+        help="only the last N lines of each log (default: all)",
     )
 
 
@@ -46,23 +71,46 @@ def run_logs(args: argparse.Namespace) -> int:
     if args.lines is not None and args.lines < 0:
         raise UsageError("--lines must be 0 or more")
     names = _log_names(state, args.unit)
-    if not names:
-        known = sorted(p.stem for p in state.logs.glob("*.log"))
-        raise UsageError(f"no log for {args.unit!r}; known: {', '.join(known) or 'none yet'}")
-    reader = _LogReader(state, prefix=len(names) > 1 or args.unit.endswith("@"))
+    if not names and args.unit is not None:
+        known = ", ".join(sorted(_listed(state), key=_natural)) or "none yet"
+        raise UsageError(f"no log for {printable(repr(args.unit))}; known: {known}")
+    several = args.unit is None or len(names) > 1 or args.unit.endswith("@")
+    reader = LogReader(prefix=several, colour=several and colour_wanted(sys.stdout))
     events = events_of(state) if since is not None else []
     for name in names:
-        reader.add(name, since, events, args.lines)
+        _add(reader, state, name, since, events, args.lines)
     out = sys.stdout.buffer
     try:
         reader.emit(out, final=not args.follow)
         if args.follow:
-            trio.run(_follow, reader, out, args.unit)
+            trio.run(_follow, reader, out, state, args.unit)
     except BrokenPipeError:
         silence_stdout()
     except KeyboardInterrupt:
         return 130
+    finally:
+        reader.close()
     return 0
+
+
+def _add(
+    reader: LogReader,
+    state: StateDir,
+    name: str,
+    since: float | None,
+    events: list[RecordedEvent],
+    lines: int | None,
+) -> None:
+    path = state.log(name)
+    start = 0 if since is None else since_offset(path, name, since, events)
+    offset, older = start_points(path, start, lines)
+    reader.add(name, path, offset, older)
+
+
+def colour_wanted(stream: Any) -> bool:
+    """Colour only for a person at a terminal (https://no-color.org)."""
+    tty = bool(getattr(stream, "isatty", lambda: False)())
+    return tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
 def parse_since(text: str) -> float:
@@ -79,21 +127,36 @@ def parse_since(text: str) -> float:
     return moment.timestamp()  # naive: local time, as ``date`` prints it
 
 
-def _log_names(state: StateDir, name: str) -> list[str]:
-    """``lane@3`` (an instance, rank ``lane@3:1``, ``agent-n1``) or ``lane``/``lane@`` (all)."""
+def _log_names(state: StateDir, name: str | None) -> list[str]:
+    """``lane@3`` (an instance, rank ``lane@3:1``, ``agent-n1``), ``lane``/``lane@`` (all of
+    a unit), or None: every instance of the run (planned, or with a log), in plan order.
+
+    Only names of the run count: planned instances, and the logs that ``logs/`` lists.
+    A name is never joined to a path as given, so ``../../x`` names nothing.
+    """
     planned = _planned(state)
-    if state.log(name).exists() or name in planned:
+    if name is None:
+        logged = {n for n in _listed(state) if not n.startswith("agent")}
+        return planned + sorted(logged - set(planned), key=_natural)
+    known = set(planned) | _listed(state)
+    if name in known:
         return [name]
     base = name.rstrip("@")
-    found = {p.stem for p in state.logs.glob(f"{base}@*.log")}
-    found |= {i for i in planned if i.startswith(f"{base}@")}
-    return sorted(found, key=_natural)
+    return sorted((i for i in known if i.startswith(f"{base}@")), key=_natural)
+
+
+def _listed(state: StateDir) -> set[str]:
+    try:
+        return {n[: -len(".log")] for n in os.listdir(state.logs) if n.endswith(".log")}
+    except OSError:
+        return set()
 
 
 def _planned(state: StateDir) -> list[str]:
     try:
-        return [i["instance"] for i in state.read_json(state.plan).get("instances", [])]
-    except RunStateError:
+        instances = state.read_json(state.plan).get("instances", [])
+        return [i["instance"] for i in instances if isinstance(i.get("instance"), str)]
+    except (RunStateError, AttributeError, TypeError):
         return []
 
 
@@ -101,56 +164,6 @@ def _natural(name: str) -> tuple[Any, ...]:
     base, _, rest = name.partition("@")
     parts = rest.replace(":", "@").split("@")
     return (base, *(int(p) if p.isdigit() else p for p in parts))
-
-
-class _LogReader:
-    """Offsets into the log files chosen; prints whole lines from there on."""
-
-    def __init__(self, state: StateDir, *, prefix: bool) -> None:
-        self.state = state
-        self.prefix = prefix
-        self.offsets: dict[str, int] = {}
-
-    def add(
-        self, name: str, since: float | None, events: list[RecordedEvent], lines: int | None
-    ) -> None:
-        if name in self.offsets:
-            return
-        path = self.state.log(name)
-        start = 0 if since is None else since_offset(path, name, since, events)
-        if lines is not None:
-            start = tail_offset(path, start, lines)
-        self.offsets[name] = start
-
-    def emit(self, out: BinaryIO, *, final: bool) -> None:
-        """Print what is new; a partial last line waits for its newline unless ``final``."""
-        for name, offset in self.offsets.items():
-            data = _read_from(self.state.log(name), offset)
-            if not final and b"\n" in data:
-                data = data[: data.rfind(b"\n") + 1]
-            elif not final:
-                data = b""
-            if not data:
-                continue
-            self.offsets[name] = offset + len(data)
-            out.write(b"".join(self._lines(name, data)))
-        out.flush()
-
-    def _lines(self, name: str, data: bytes) -> Iterator[bytes]:
-        if not self.prefix:
-            yield data
-            return
-        for line in data.splitlines(keepends=True):
-            yield name.encode() + b": " + (line if line.endswith(b"\n") else line + b"\n")
-
-
-def _read_from(path: Path, offset: int) -> bytes:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            return handle.read()
-    except FileNotFoundError:
-        return b""
 
 
 def since_offset(path: Path, instance: str, since: float, events: list[RecordedEvent]) -> int:
@@ -178,47 +191,26 @@ def since_offset(path: Path, instance: str, since: float, events: list[RecordedE
             starts[-1] = (starts[-1][0], event.time)
     if starts:
         alive = [offset for offset, end in starts if end is None or end >= since]
-        return min(alive[0], stat.st_size) if alive else stat.st_size
+        if not alive:
+            return stat.st_size
+        # an offset past the end: the log was rotated since that process began, so all of
+        # the current file is newer (the rotated files are not searched)
+        return alive[0] if alive[0] <= stat.st_size else 0
     return 0 if stat.st_mtime >= since else stat.st_size
 
 
-def tail_offset(path: Path, start: int, lines: int) -> int:
-    """The offset of the last ``lines`` lines of ``path`` at or after ``start``."""
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        return start
-    with handle:
-        end = handle.seek(0, os.SEEK_END)
-        position, newlines = end, 0
-        if lines == 0:
-            return end
-        while position > start:
-            step = min(65536, position - start)
-            position -= step
-            handle.seek(position)
-            block = handle.read(step)
-            if position + step == end and block.endswith(b"\n"):
-                block = block[:-1]  # the final newline ends the last line; it starts none
-            for index in range(len(block) - 1, -1, -1):
-                if block[index] == 0x0A:
-                    newlines += 1
-                    if newlines == lines:
-                        return position + index + 1
-        return start
-
-
-async def _follow(reader: _LogReader, out: BinaryIO, unit: str) -> None:
-    """Like ``tail -f`` until the run ends.
+async def _follow(reader: LogReader, out: BinaryIO, state: StateDir, unit: str | None) -> None:
+    """Like ``tail -F`` until the run ends.
 
     The files may be written on other nodes through a shared file system, where no
-    change notification reaches this node, so this polls (every 200 ms). Instances of a
-    unit that start later are picked up as their log files appear.
+    change notification reaches this node, so this polls (every 200 ms). Instances that
+    start later are picked up as their log files appear.
     """
     while True:
-        finished = reader.state.result.exists()
-        for name in _log_names(reader.state, unit):
-            reader.add(name, None, [], None)
+        finished = state.result.exists()
+        for name in _log_names(state, unit):
+            if name not in reader.names:
+                reader.add(name, state.log(name))
         reader.emit(out, final=finished)
         if finished:
             return

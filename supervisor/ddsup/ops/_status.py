@@ -27,6 +27,12 @@ from ddsup.record._status import InstanceStatus, RunSnapshot
 
 # --- status ------------------------------------------------------------------------------
 def configure_status(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Show every unit instance of a run: node, state and since when, PID, restarts, "
+        "last exit, GPUs, port, the model names a lane serves, readiness. A live run is "
+        "asked over its control channel; a finished or killed one is read from its state "
+        "directory."
+    )
     add_state_dir(parser)
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="machine-readable (docs/operating.md)")
@@ -85,6 +91,11 @@ def render_status(view: StatusView, *, colour: bool, now: float | None = None) -
         per_model = [f"{m} {c.ready}/{c.total}" for m, c in view.lanes.items()]
         lines.append("lanes ready: " + " · ".join(per_model))
     lines += _containment_lines(view)
+    if view.endpoint is not None:
+        workers = ", ".join(str(pid) for pid in view.endpoint.workers)
+        lines.append(
+            f"endpoint pid {view.endpoint.pid} · port {view.endpoint.port} · workers {workers}"
+        )
     lines.append("")
     if view.instances:
         lines += _table(view.instances, colour=colour, now=now)
@@ -116,10 +127,24 @@ def _run_state(view: StatusView, now: float) -> str:
         return text
     if not view.live:
         return "not answering and no result.json (killed?): state as of its last event"
-    return f"up {duration(view.uptime or 0.0)}" + (" · stopping" if view.stopping else "")
+    text = f"up {duration(view.uptime or 0.0)}"
+    if view.time_left is not None:
+        text += f" · job ends in {duration(view.time_left)}"
+    return text + (" · stopping" if view.stopping else "")
 
 
-_COLUMNS = ("INSTANCE", "NODE", "STATE", "SINCE", "PID", "RESTARTS", "LAST EXIT", "GPUS", "PORT")
+_COLUMNS = (
+    "INSTANCE",
+    "NODE",
+    "STATE",
+    "SINCE",
+    "PID",
+    "RESTARTS",
+    "LAST EXIT",
+    "GPUS",
+    "PORT",
+    "MODEL",
+)
 
 
 def _table(instances: tuple[InstanceStatus, ...], *, colour: bool, now: float) -> list[str]:
@@ -132,8 +157,8 @@ def _table(instances: tuple[InstanceStatus, ...], *, colour: bool, now: float) -
         if colour and index:
             state = instances[index - 1].state
             cells[2] = paint(state, f"{symbol(state)} {cells[2]}")
-        elif colour:
-            cells[2] = f"  {cells[2]}"
+        elif colour:  # the header starts where the column does: at the rows' symbol
+            cells[2] = f"{cells[2]}  "
         lines.append("  ".join(cells).rstrip())
     return lines
 
@@ -150,6 +175,7 @@ def _row(item: InstanceStatus, now: float) -> tuple[str, ...]:
         describe_exit(item.last_exit),
         ",".join(map(str, item.gpus)) or "-",
         str(item.port or "-"),
+        ",".join(item.served_names) or item.model or "-",
         item.probe or "-",
     )
 

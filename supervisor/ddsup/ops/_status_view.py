@@ -9,6 +9,8 @@ documented ``status --json`` object (docs/operating.md; fields are only ever add
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +29,22 @@ STATUS_FORMAT = 1
 
 
 @dataclass(frozen=True)
+class EndpointProcesses:
+    """The endpoint's processes as it publishes them while it serves (docs/cli.md).
+
+    ``pid``: the process ``ddsup start`` started; ``workers``: the processes that serve
+    its port (with one worker, ``pid`` itself).
+    """
+
+    pid: int
+    port: int
+    workers: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "port": self.port, "workers": list(self.workers)}
+
+
+@dataclass(frozen=True)
 class StatusView:
     """Everything ``status`` shows about one run."""
 
@@ -42,7 +60,10 @@ class StatusView:
     stopping: bool
     result: Outcome | None
     instances: tuple[InstanceStatus, ...]
+    ends_at: float | None = None  # a live Slurm run: its job's end time (time limit)
+    time_left: float | None = None  # seconds until ends_at, when the view was made
     containment: tuple[Contained, ...] = ()  # the no-orphan layers of each supervisor
+    endpoint: EndpointProcesses | None = None  # while the run's endpoint serves
 
     @property
     def lanes(self) -> dict[str, LaneCount]:
@@ -62,12 +83,15 @@ class StatusView:
             "live": self.live,
             "stopping": self.stopping,
             "result": None if self.result is None else self.result.to_dict(),
+            "ends_at": self.ends_at,
+            "time_left": self.time_left,
             "lanes": {m: {"ready": c.ready, "total": c.total} for m, c in self.lanes.items()},
             "instances": [i.to_json() for i in self.instances],
             "containment": [
                 {"supervisor": c.supervisor, "node": c.node, "summary": c.summary, **c.details}
                 for c in self.containment
             ],
+            "endpoint": None if self.endpoint is None else self.endpoint.to_json(),
         }
 
 
@@ -79,6 +103,7 @@ def status_view(state: StateDir, snapshot: RunSnapshot | None) -> StatusView:
     events = events_of(state) if snapshot is None else []
     finished = [e for e in events if isinstance(e, RunFinished)]
     instances = snapshot.instances if snapshot is not None else _rows_from_files(state, events)
+    ends_at = None if snapshot is None else snapshot.ends_at
     return StatusView(
         invocation_id=run.invocation_id,
         launcher=snapshot.launcher if snapshot is not None else run.launcher,
@@ -92,8 +117,28 @@ def status_view(state: StateDir, snapshot: RunSnapshot | None) -> StatusView:
         stopping=snapshot is not None and snapshot.stopping,
         result=None if snapshot is not None else state.read_result(),
         instances=instances,
+        ends_at=ends_at,
+        time_left=None if ends_at is None else round(max(0.0, ends_at - time.time()), 3),
         containment=_containment(events) if snapshot is None else snapshot.containment,
+        endpoint=_endpoint(state) if snapshot is not None else None,
     )
+
+
+def _endpoint(state: StateDir) -> EndpointProcesses | None:
+    """What the live run's endpoint published; None before it serves, or for a torn file.
+
+    The endpoint writes the file once it serves and removes it when it stops, so only a
+    live run's is shown (a killed endpoint may leave a stale one behind).
+    """
+    try:
+        data = json.loads(state.endpoint_workers.read_text())
+        return EndpointProcesses(
+            pid=int(data["pid"]),
+            port=int(data["port"]),
+            workers=tuple(int(pid) for pid in data["workers"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _containment(events: list[RecordedEvent]) -> tuple[Contained, ...]:
@@ -134,6 +179,7 @@ def _planned_row(item: Mapping[str, Any]) -> tuple[InstanceStatus, int | None]:
         gpus=tuple(int(g) for g in item.get("gpus") or ()),
         port=None if port is None else int(port),
         model=_served_model(item, rank),
+        served_names=tuple(str(n) for n in item.get("served_names") or ()) if not rank else (),
     )
     return row, None if rank is None else int(rank)
 

@@ -9,9 +9,10 @@ import signal
 import trio
 
 from ddsup._errors import RunStateError
-from ddsup.channel._channel import Channel, connect_channel
-from ddsup.channel._messages import ChannelError, Hello, Role, StopAnswer, StopRequest
-from ddsup.ops._run_handle import add_state_dir, find_state, summary
+from ddsup.channel._channel import Channel
+from ddsup.channel._messages import ChannelError, StopAnswer, StopRequest
+from ddsup.ops._run_channel import connect
+from ddsup.ops._run_handle import add_state_dir, controller_pid, find_state, summary
 from ddsup.record._state_dir import RunInfo, StateDir
 
 RESULT_WAIT = 30.0  # after the controller closed its channel: sweep (≤ 5 s) + result.json
@@ -19,8 +20,14 @@ RESULT_WAIT = 30.0  # after the controller closed its channel: sweep (≤ 5 s) +
 
 # --- stop --------------------------------------------------------------------------------
 def configure_stop(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Stop a run as SIGTERM to ddsup start does: worker, endpoint, then lanes, each "
+        "with its timeout_stop; the run exits 143. Waits for the end and prints the result."
+    )
     add_state_dir(parser)
-    parser.add_argument("--no-wait", action="store_true", help="return without waiting for the end")
+    parser.add_argument(
+        "--no-wait", action="store_true", help="return at once (default: wait for the end)"
+    )
 
 
 def run_stop(args: argparse.Namespace) -> int:
@@ -56,21 +63,8 @@ async def _stop(state: StateDir, wait: bool) -> int:
     return 0
 
 
-async def connect(state: StateDir) -> Channel | None:
-    """An authenticated channel to the live run; None when nothing answers there."""
-    control = state.read_run().control
-    if control is None or state.result.exists():
-        return None
-    try:
-        secret = state.secret.read_text().strip()
-        hello = Hello(Role.CONTROL, secret)
-        return await connect_channel(f"{control.host}:{control.port}", hello)
-    except (OSError, ChannelError):
-        return None
-
-
 async def _stop_unreachable(state: StateDir, run: RunInfo, name: str, wait: bool) -> int:
-    pid = _local_controller(run)
+    pid = controller_pid(run)
     if pid is None:
         print(f"ddsup: {name} is not running (no answer and no result.json: it was killed)")
         return 0
@@ -79,22 +73,6 @@ async def _stop_unreachable(state: StateDir, run: RunInfo, name: str, wait: bool
     if wait:
         await _report_end(state, name)
     return 0
-
-
-def _local_controller(run: RunInfo) -> int | None:
-    """The PID of this run's ``ddsup start`` when it lives on this host, else None."""
-    import psutil
-
-    if run.pid is None:
-        return None
-    try:
-        process = psutil.Process(run.pid)
-        started = process.create_time()
-        cmdline = process.cmdline()
-    except psutil.Error:
-        return None
-    mine = abs(started - (run.started_at or 0.0)) < 60 and "start" in cmdline
-    return process.pid if mine else None
 
 
 async def _drain(channel: Channel) -> None:

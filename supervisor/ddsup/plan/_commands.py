@@ -22,7 +22,11 @@ from ddsup.units._model import UnitSet
 
 def configure_plan(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``ddsup plan``."""
-    parser.description = "Print the placement of every unit instance; starts nothing."
+    parser.description = (
+        "Print the placement of every unit instance (node, GPUs, port, replica, rank, "
+        "start delay) and a GPU map per node; starts nothing. It is the plan ddsup start "
+        "would use with the same flags in the same place."
+    )
     parser.add_argument("directory", metavar="DIR", help="directory of unit files")
     parser.add_argument(
         "--launcher",
@@ -33,13 +37,15 @@ def configure_plan(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--nodelist",
         metavar="EXPR",
-        help="plan for a Slurm job on these hosts, e.g. 'gpu[01-04]'",
+        help="plan for a Slurm job on these hosts, e.g. 'gpu[01-04]' (default: the "
+        "allocation's, or local nodes)",
     )
     parser.add_argument(
         "--nodes",
         type=int,
         metavar="N",
-        help="local: simulate N nodes; Slurm: the first N nodes of the allocation",
+        help="local: simulate N nodes; Slurm: the first N nodes of the allocation "
+        "(default: 1 local, all in Slurm)",
     )
     parser.add_argument(
         "--gpus-per-node",

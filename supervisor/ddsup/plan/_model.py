@@ -43,6 +43,7 @@ class PlannedInstance:
     master_port: int | None = None
     start_delay: float = 0.0  # lanes: seconds after this node's lane start (stagger)
     model: str | None = None  # lanes: the model name clients send (every rank carries it)
+    served_names: tuple[str, ...] = ()  # lanes: every name it answers to (model, aliases, LoRA)
 
     @property
     def replica_name(self) -> str:
@@ -70,6 +71,10 @@ class Plan:
     def on_node(self, name: str) -> tuple[PlannedInstance, ...]:
         return tuple(i for i in self.instances if i.node == name)
 
+    def served_names(self) -> tuple[str, ...]:
+        """Every model name some lane answers to (models, aliases, adapters), sorted."""
+        return tuple(sorted({n for i in self.instances for n in i.served_names}))
+
     def with_ports(self, ports: dict[str, int]) -> Plan:
         """The plan with ``port = "auto"`` lanes given the ports their agents picked."""
         if not ports:
@@ -96,6 +101,7 @@ class Plan:
                     **i,
                     "type": UnitType(i["type"]),
                     "gpus": tuple(i["gpus"]),
+                    "served_names": tuple(i.get("served_names") or ()),
                 }
             )
             for i in data["instances"]

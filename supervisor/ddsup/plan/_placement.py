@@ -50,6 +50,7 @@ from ddsup.plan._model import Node, Plan, PlannedInstance
 from ddsup.plan._shortage import shortage
 from ddsup.units import printable
 from ddsup.units._model import LaneSection, Placement, Unit, UnitSet, UnitType
+from ddsup.units._vllm_argv import served_names
 
 MAX_PORT = 65535
 MASTER_PORT_OFFSET = 1000
@@ -309,6 +310,7 @@ def _take(
             base_port + MASTER_PORT_OFFSET + replica,
             f"{names[0]} (master port)",
         )
+    served = served_names(unit)
     return [
         PlannedInstance(
             instance=names[rank],
@@ -324,6 +326,7 @@ def _take(
             master_port=master_port,
             start_delay=delay,
             model=lane.model,
+            served_names=served,
         )
         for rank, state in enumerate(window)
     ]

@@ -15,8 +15,10 @@ and make the plan from it with :func:`plan_for`; a test holds the two to the sam
   (python-hostlist; the names are the addresses). ``--nodes N`` keeps the first N hosts.
   GPUs per node: ``--gpus-per-node``, else detected, else a usage error. The client node
   (endpoint, worker) is the one ``ddsup start`` runs on (``SLURMD_NODENAME``; the first
-  host of a ``--nodelist``), and it must be in the allocation. Hosts that share one
-  address (several ``slurmd`` on one machine) get ports unique across them.
+  host of a ``--nodelist``). In a heterogeneous job it is on component 0 and the lanes on
+  component 1; run outside the allocation (``salloc`` on a login node) it is this host;
+  either way the plan holds it as a node without GPUs (``_slurm_client``). Hosts that
+  share one address (several ``slurmd`` on one machine) get ports unique across them.
 - The endpoint is reached at 127.0.0.1 in both: the worker runs on the client node
   beside it.
 """
@@ -38,6 +40,7 @@ from ddsup.plan._allocation import (
 )
 from ddsup.plan._model import Node, Plan
 from ddsup.plan._placement import make_plan
+from ddsup.plan._slurm_client import HetJob, address_towards, het_job, outside_allocation
 from ddsup.units._model import UnitSet
 
 
@@ -87,11 +90,12 @@ class Allocation:
     shared_address: bool  # all nodes share one address: ports unique across nodes
     gpus_per_node: int
     gpus_known: bool  # False: nobody said and nothing was found (0 GPUs assumed)
+    het_group: int | None = None  # a heterogeneous job: the lanes' component (srun --het-group)
 
 
 def resolve_allocation(request: AllocationRequest, environ: Mapping[str, str]) -> Allocation:
     """The allocation ``request`` means in ``environ``; raises UsageError when it cannot."""
-    launcher = _launcher(request, environ)
+    launcher = launcher_kind(request, environ)
     if launcher is LauncherKind.LOCAL:
         return _local(request, environ)
     return _slurm(request, environ)
@@ -116,7 +120,8 @@ def plan_for(units: UnitSet, allocation: Allocation) -> Plan:
         ) from err
 
 
-def _launcher(request: AllocationRequest, environ: Mapping[str, str]) -> LauncherKind:
+def launcher_kind(request: AllocationRequest, environ: Mapping[str, str]) -> LauncherKind:
+    """What ``--launcher`` (``auto`` by the environment) resolves to."""
     if request.nodelist is not None or request.launcher is LauncherChoice.SLURM:
         return LauncherKind.SLURM
     if request.launcher is LauncherChoice.LOCAL:
@@ -140,29 +145,65 @@ def _local(request: AllocationRequest, environ: Mapping[str, str]) -> Allocation
 
 
 def _slurm(request: AllocationRequest, environ: Mapping[str, str]) -> Allocation:
+    outside = None
     if request.nodelist is not None:
         hosts = expand_nodelist(request.nodelist)
         addresses = {host: host for host in hosts}
         client = hosts[0]
     else:
+        het = het_job(environ)
+        if het is not None:
+            return _het(request, environ, het)
         nodelist = environ.get("SLURM_JOB_NODELIST", "").strip()
         if not nodelist:
             raise UsageError("--launcher slurm needs a Slurm allocation (SLURM_JOB_NODELIST unset)")
         hosts = slurm_hostnames(nodelist)[: request.nodes]
         addresses = slurm_node_addresses(hosts)
-        client = environ.get("SLURMD_NODENAME") or hosts[0]
-        if client not in addresses:
+        outside = outside_allocation(environ, hosts)
+        client = outside or environ.get("SLURMD_NODENAME") or hosts[0]
+        if client not in addresses and outside is None:
             raise UsageError(f"ddsup start runs on {client}, which is not in the allocation")
     gpus = _slurm_gpus(request, environ)
-    nodes = tuple(Node(name=h, address=addresses[h], gpus=tuple(range(gpus))) for h in hosts)
+    nodes = [Node(name=h, address=addresses[h], gpus=tuple(range(gpus))) for h in hosts]
+    if outside is not None:  # the client's host, beside the allocation: no lanes there
+        nodes.append(Node(outside, address_towards(addresses[hosts[0]], environ), ()))
+    return _slurm_allocation(nodes, client, gpus)
+
+
+def _het(request: AllocationRequest, environ: Mapping[str, str], het: HetJob) -> Allocation:
+    """Client on component 0 (this node), lanes on component 1 (``_slurm_client``)."""
+    client = environ.get("SLURMD_NODENAME") or het.client_hosts[0]
+    if client not in het.client_hosts:
+        raise UsageError(
+            f"ddsup start runs on {client}, not on the job's component 0 "
+            f"({', '.join(het.client_hosts)}): run it in the batch script"
+        )
+    hosts = het.lane_hosts[: request.nodes]
+    addresses = slurm_node_addresses([client, *hosts])
+    gpus = request.gpus_per_node if request.gpus_per_node is not None else het.gpus_per_node
+    if gpus is None:
+        raise UsageError(
+            "cannot tell how many GPUs the nodes of component 1 have (no "
+            "SLURM_GPUS_PER_NODE_HET_GROUP_1): pass --gpus-per-node G"
+        )
+    nodes = [Node(name=client, address=addresses[client], gpus=())]
+    nodes += [Node(name=h, address=addresses[h], gpus=tuple(range(gpus))) for h in hosts]
+    return _slurm_allocation(nodes, client, gpus, het_group=het.lane_group)
+
+
+def _slurm_allocation(
+    nodes: list[Node], client: str, gpus: int, het_group: int | None = None
+) -> Allocation:
+    addresses = {node.name: node.address for node in nodes}
     return Allocation(
         launcher=LauncherKind.SLURM,
-        nodes=nodes,
+        nodes=tuple(nodes),
         client=client,
         client_address=addresses[client],
         shared_address=len(set(addresses.values())) < len(addresses),
         gpus_per_node=gpus,
         gpus_known=True,
+        het_group=het_group,
     )
 
 

@@ -2,8 +2,9 @@
 
 A unit process runs in a new session (so it leads its own process group and no terminal
 signal or group kill of ours reaches it by accident), with stdin on ``/dev/null`` and
-stdout and stderr appended to its log file by the child itself: nothing is lost when we
-are busy, and a fast writer never waits for us.
+stdout and stderr into the pipe of its instance's :class:`~ddsup.process.OutputLog`
+(which never makes it wait, and rotates the file), or appended to a log file by the child
+itself (probes, agents).
 
 Stopping is ``kill_signal`` to the group, a grace of ``timeout_stop``, SIGKILL to the
 group, and then SIGKILL to descendants that escaped the group (vLLM's engine processes
@@ -22,7 +23,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 
 import psutil
@@ -249,12 +250,33 @@ def _spawn_error(argv: Sequence[str], cwd: object, err: OSError) -> SpawnError:
     return SpawnError(f"cannot start {program!r}: {reason} ({hint})")
 
 
-def _open_log(log_path: os.PathLike[str]) -> int:
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+LogError = Callable[[OSError], None]
+
+
+def _open_log(log_path: os.PathLike[str], on_error: LogError | None) -> int:
+    """The log's descriptor (never through a symlink); /dev/null when ``on_error`` says so.
+
+    Without ``on_error`` a log that cannot be opened is a SpawnError. With it, the
+    failure is reported there and the output goes to /dev/null: a full or read-only
+    state directory must not stop a unit from starting.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
         return os.open(log_path, flags, 0o600)
     except OSError as err:
-        raise SpawnError(f"cannot open log file {os.fspath(log_path)!r}: {err.strerror}") from err
+        if on_error is None:
+            name = os.fspath(log_path)
+            raise SpawnError(f"cannot open log file {name!r}: {err.strerror}") from err
+        on_error(err)
+        return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+
+
+def _share(fd: int) -> int:
+    """A copy of our descriptor ``fd`` for a child; /dev/null when ``fd`` is closed."""
+    try:
+        return os.dup(fd)
+    except OSError:
+        return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
 
 
 async def spawn(
@@ -262,22 +284,36 @@ async def spawn(
     *,
     env: Mapping[str, str],
     cwd: str | os.PathLike[str],
-    log_path: os.PathLike[str],
+    log_path: os.PathLike[str] | int | None = None,
+    output: int | None = None,
+    on_log_error: LogError | None = None,
     unit: str | None = None,
 ) -> ChildProcess:
-    """Start ``argv`` (no shell) in its own session, stdin ``/dev/null``, output to ``log_path``.
+    """Start ``argv`` (no shell) in its own session, stdin ``/dev/null``.
 
-    ``unit`` names the unit instance the process is: inside an open containment
-    (``open_containment``) it then starts in that unit's cgroup, is recorded in the
-    registry, and whatever it leaves is ended when it stops.
+    Its stdout and stderr go to ``output`` (a file descriptor, e.g. the write end of an
+    :class:`~ddsup.process._output_log.OutputLog` pipe; the caller keeps and closes it),
+    or to ``log_path``: a file the child appends to (never through a symlink; when it
+    cannot be opened, ``on_log_error`` hears why and the output goes to /dev/null, or
+    else it is a SpawnError), or a descriptor of ours the child shares (the endpoint's
+    workers write to its stderr). ``unit`` names the unit instance the process is:
+    inside an open containment (``open_containment``) it then starts in that unit's
+    cgroup, is recorded in the registry, and whatever it leaves is ended when it stops.
     """
     if not argv:
         raise SpawnError("cannot start a process with an empty argv")
+    if output is not None:
+        out_fd = output
+    elif isinstance(log_path, int):
+        out_fd = _share(log_path)
+    elif log_path is not None:
+        out_fd = _open_log(log_path, on_log_error)
+    else:
+        raise ValueError("spawn needs one of log_path and output")
     registry = managed_children()
     containment = current_containment()
     scope = None if containment is None or unit is None else containment.scope(unit)
     enter, enter_fds = (None, []) if scope is None else scope.entering()
-    log_fd = _open_log(log_path)
     try:
         async with registry.lock:
             try:
@@ -286,8 +322,8 @@ async def spawn(
                     env=dict(env),
                     cwd=cwd,
                     stdin=subprocess.DEVNULL,
-                    stdout=log_fd,
-                    stderr=log_fd,
+                    stdout=out_fd,
+                    stderr=out_fd,
                     start_new_session=True,
                     preexec_fn=enter,
                 )
@@ -295,7 +331,7 @@ async def spawn(
                 raise _spawn_error(argv, cwd, err) from err
             registry.pids.add(process.pid)
     finally:
-        for fd in (log_fd, *enter_fds):
+        for fd in ([] if output is not None else [out_fd]) + list(enter_fds):
             os.close(fd)
     if scope is not None:
         scope.started(process.pid)

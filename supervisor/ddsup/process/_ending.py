@@ -72,13 +72,15 @@ def end_on_this_node(
     names: list[str] | None = None,
     extra_cgroups: list[_cgroup.Cgroup] | None = None,
     timeout: float = _sweep.SWEEP_SECONDS,
+    agent: str | None = None,
 ) -> Ended:
     """End the run's processes on this node.
 
     ``directory`` is the run's ``containment`` directory (None: unknown); ``names`` the
     supervisors whose records to use (None: every supervisor that ran on this machine,
     and then the run's whole cgroup). ``extra_cgroups`` are ended too (``cleanup
-    --invocation`` finds them by name).
+    --invocation`` finds them by name). ``agent``: the tag sweep ends only processes
+    tagged ``DDSUP_AGENT=<agent>`` (a node agent's sentinel: what that agent started).
     """
     ended = Ended()
     machine = _registry.Machine.here()
@@ -101,7 +103,7 @@ def end_on_this_node(
     pinned = _registry.kill_entries(entries)
     ended.registry.update(entry.pid for entry, _fd in pinned)
     _registry.wait_pidfds([fd for _entry, fd in pinned], _REGISTRY_WAIT)
-    hit, ended.survivors = _sweep.sweep_until_gone_sync(invocation_id, timeout=timeout)
+    hit, ended.survivors = _sweep.sweep_until_gone_sync(invocation_id, timeout=timeout, agent=agent)
     ended.tag.update(hit)
     for cgroup in cgroups:
         with contextlib.suppress(OSError):

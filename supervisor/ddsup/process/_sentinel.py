@@ -80,7 +80,11 @@ def start_sentinel(
     ``records`` is the run's ``containment`` directory and ``name`` this supervisor's
     name in it: the sentinel then also ends the cgroups and registry entries recorded
     there, those of every supervisor on this machine when ``root`` (``ddsup start``: its
-    death ends the run), else only this supervisor's (a node agent).
+    death ends the run), else only this supervisor's (a node agent). A node agent's
+    sentinel sweeps by tag only what that agent started too (its units carry
+    ``DDSUP_AGENT=<name>``): not the endpoint and worker that ``ddsup start`` runs on the
+    same node, nor other agents' units where simulated nodes share one machine, so a run
+    that may lose a node goes on without it.
     """
     read_fd, write_fd = os.pipe()  # both close-on-exec: no unit inherits the write end
     env = {k: v for k, v in os.environ.items() if k != _sweep.ENV_NAME}
@@ -118,7 +122,9 @@ def main(argv: list[str]) -> int:
         return 0
     records, name = (argv[3], argv[4]) if len(argv) == 5 else (None, "*")
     names = None if name == "*" else [name]
-    ended = _ending.end_on_this_node(argv[2], records, names=names)
+    ended = _ending.end_on_this_node(
+        argv[2], records, names=names, agent=None if names is None else name
+    )
     if ended.hit or ended.survivors:
         with contextlib.suppress(OSError):  # stderr may be gone with the supervisor
             print(

@@ -23,21 +23,32 @@ else:  # imported by the sentinel program, which put this folder on sys.path
     import _proc  # type: ignore[import-not-found,no-redef,unused-ignore]
 
 ENV_NAME = "DDSUP_INVOCATION_ID"
+AGENT_ENV = "DDSUP_AGENT"  # the node of the agent that started it (its units, inherited)
 SWEEP_SECONDS = 10.0
 _POLL_SECONDS = 0.02
 
 
-def find_run_processes(invocation_id: str, *, exclude: Collection[int] = ()) -> list[int]:
-    """PIDs of live processes whose environment has ``DDSUP_INVOCATION_ID=<invocation_id>``.
+def find_run_processes(
+    invocation_id: str, *, exclude: Collection[int] = (), agent: str | None = None
+) -> list[int]:
+    """PIDs of live processes whose environment has ``DDSUP_INVOCATION_ID=<invocation_id>``
+    (and ``DDSUP_AGENT=<agent>`` when ``agent`` is given).
 
     This process is never included. A process whose environment cannot be read (another
-    user's) is not ours to end and is skipped.
+    user's) is not ours to end and is skipped. ``agent`` keeps a node agent's sweep to the
+    units it started: not those of the controller on the same node (the endpoint, the
+    worker), nor those of other agents where simulated nodes share one machine.
     """
     wanted = invocation_id.encode()
     skip = {os.getpid(), *exclude}
     found = []
     for pid in _proc.pids():
-        if pid in skip or _proc.read_environ(pid).get(ENV_NAME.encode()) != wanted:
+        if pid in skip:
+            continue
+        environ = _proc.read_environ(pid)
+        if environ.get(ENV_NAME.encode()) != wanted:
+            continue
+        if agent is not None and environ.get(AGENT_ENV.encode()) != agent.encode():
             continue
         if not _proc.is_dead(pid):
             found.append(pid)
@@ -70,11 +81,14 @@ def descendants(pids: Collection[int], *, exclude: Collection[int] = ()) -> list
     return found
 
 
-def sweep(invocation_id: str, *, exclude: Collection[int] = ()) -> list[int]:
-    """SIGKILL every live process of the run, the groups they lead, and every process
-    below them (an engine that cleared its environment is still its tagged parent's
-    child, and an orphan adopted by a node agent is the agent's); the PIDs hit."""
-    tagged = find_run_processes(invocation_id, exclude=exclude)
+def sweep(
+    invocation_id: str, *, exclude: Collection[int] = (), agent: str | None = None
+) -> list[int]:
+    """SIGKILL every live process of the run (of ``agent``'s units, when given), the groups
+    they lead, and every process below them (an engine that cleared its environment is
+    still its tagged parent's child, and an orphan adopted by a node agent is the
+    agent's); the PIDs hit."""
+    tagged = find_run_processes(invocation_id, exclude=exclude, agent=agent)
     below = [pid for pid in descendants(tagged, exclude=exclude) if not _proc.is_dead(pid)]
     for pid in below:  # read before the kills: a killed parent's children move away
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -85,7 +99,11 @@ def sweep(invocation_id: str, *, exclude: Collection[int] = ()) -> list[int]:
 
 
 def sweep_until_gone_sync(
-    invocation_id: str, *, timeout: float = SWEEP_SECONDS, exclude: Collection[int] = ()
+    invocation_id: str,
+    *,
+    timeout: float = SWEEP_SECONDS,
+    exclude: Collection[int] = (),
+    agent: str | None = None,
 ) -> tuple[set[int], list[int]]:
     """Sweep until nothing of the run is left or ``timeout`` passed: (PIDs hit, survivors).
 
@@ -97,10 +115,10 @@ def sweep_until_gone_sync(
     deadline = time.monotonic() + timeout
     hit: set[int] = set()
     while True:
-        found = sweep(invocation_id, exclude=exclude)
+        found = sweep(invocation_id, exclude=exclude, agent=agent)
         hit.update(found)
         if not found:
             return hit, []
         if time.monotonic() >= deadline:
-            return hit, find_run_processes(invocation_id, exclude=exclude)
+            return hit, find_run_processes(invocation_id, exclude=exclude, agent=agent)
         time.sleep(_POLL_SECONDS)

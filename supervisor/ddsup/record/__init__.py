@@ -3,10 +3,13 @@
 Everything that writes what a run did (the service, the controller) and everything that
 reads it back (``status``, ``logs``, metrics, the console) shares these: ``_states`` (the
 one enum of instance states and its named sets), ``_outcome`` (the typed causes that end
-a run, ``result.json``), ``_events`` (one frozen dataclass per kind of event,
-``events.jsonl``), ``_instance`` (an instance's record, the fold of its events),
-``_status`` (``status`` rows and the live snapshot), ``_state_dir`` (where it all lives)
-and ``_display`` (how states and durations look to a person). Reading a whole run back:
+a run, ``result.json``), ``_events`` (one frozen dataclass per kind of event),
+``_event_log`` (``events.jsonl`` written and read), ``_instance`` (an instance's record,
+the fold of its events), ``_status`` (``status`` rows and the live snapshot),
+``_state_dir`` (where it all lives), ``_private`` (files written without following
+links, checked before being trusted), ``_faults`` (a full or read-only disk: one
+warning, the run goes on) and ``_display`` (how states and durations look to a person).
+Reading a whole run back:
 ``_series`` (the endpoint's time series format), ``_run_files`` (every file of a run,
 tolerantly), ``_timeline`` (events replayed into segments) and ``_efficiency`` (where the
 GPU time went).
@@ -18,13 +21,13 @@ from ddsup.record._efficiency import Efficiency as Efficiency
 from ddsup.record._efficiency import efficiency as efficiency
 from ddsup.record._efficiency import efficiency_json as efficiency_json
 from ddsup.record._efficiency import efficiency_line as efficiency_line
-from ddsup.record._events import EventLog as EventLog
+from ddsup.record._event_log import EventLog as EventLog
+from ddsup.record._event_log import read_events as read_events
 from ddsup.record._events import ProcessExited as ProcessExited
 from ddsup.record._events import ProcessStarted as ProcessStarted
 from ddsup.record._events import RecordedEvent as RecordedEvent
 from ddsup.record._events import UnitTransition as UnitTransition
 from ddsup.record._events import parse_event as parse_event
-from ddsup.record._events import read_events as read_events
 from ddsup.record._instance import InstanceRecord as InstanceRecord
 from ddsup.record._outcome import Outcome as Outcome
 from ddsup.record._run_files import RunFiles as RunFiles

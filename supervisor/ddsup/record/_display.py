@@ -10,6 +10,7 @@ from ddsup.record._states import InstanceState as S
 
 _SYMBOLS = {
     S.READY: "●",
+    S.UNRESPONSIVE: "◌",
     S.STARTING: "◐",
     S.WAITING: "○",
     S.RESTARTING: "↻",
@@ -20,6 +21,7 @@ _SYMBOLS = {
 }
 _COLOURS = {
     S.READY: "32",
+    S.UNRESPONSIVE: "31",
     S.FAILED: "31",
     S.RESTARTING: "33",
     S.STARTING: "33",
@@ -48,3 +50,24 @@ def duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def human_duration(seconds: float) -> str:
+    """A duration as a person reads it: ``96ms``, ``2.2s``, ``45s``, ``1m15s``, ``2h05m``.
+
+    For delays and limits in messages (``restart in 96ms``, ``within 20m``), where
+    ``0.0959s`` would make the reader do the arithmetic; elapsed times use :func:`duration`.
+    """
+    seconds = max(0.0, seconds)
+    if round(seconds * 1000) < 1000:
+        return f"{round(seconds * 1000)}ms"
+    if seconds < 10 and round(seconds, 1) != round(seconds):
+        return f"{seconds:.1f}s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        minutes, rest = divmod(whole, 60)
+        return f"{minutes}m{rest:02d}s" if rest else f"{minutes}m"
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}h{rest // 60:02d}m" if rest // 60 else f"{hours}h"

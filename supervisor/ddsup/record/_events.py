@@ -6,27 +6,25 @@ added). Every event has ``time`` (Unix seconds) and ``event``:
 
 - ``unit``: :class:`UnitTransition`, an instance's state change;
 - ``process``: :class:`ProcessStarted`; ``exit``: :class:`ProcessExited`, as seen;
+- ``liveness``: :class:`LivenessFailed`, a ready lane's liveness probe failed;
 - ``containment``: :class:`Contained`, the no-orphan layers a supervisor holds on its node;
 - ``run``: the run's own lifecycle, told apart by ``reason`` (:class:`RunStarting`,
   :class:`RunEnding`, :class:`RunStopping`, :class:`SignalForwarded`,
   :class:`KillingEverything`, :class:`SweepLeftSurvivors`, :class:`RunFinished`).
 
 ``to_json`` writes a line's object, :func:`parse_event` reads one back (ValueError for
-anything else) and :func:`read_events` reads a file, skipping lines it cannot parse (the
-torn last line of a killed run). Values of environment variables never appear here: no
-event has a field for them.
+anything else); ``_event_log`` writes and reads the file, skipping lines it cannot parse
+(the torn last line of a killed run). Values of environment variables never appear
+here: no event has a field for them.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from ddsup._exit import ExitStatus
 from ddsup.record._outcome import Outcome, exit_from_json
@@ -115,6 +113,32 @@ class ProcessExited:
     def to_json(self) -> dict[str, Any]:
         out = _head(self.time, "exit", self.instance, self.node)
         return {**out, "reason": self.reason, "pid": self.pid, "exit": self.exit.to_json()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LivenessFailed:
+    """A ready lane did not pass its liveness probe: ``failures`` in a row of ``limit``.
+
+    The first takes it out of the rotation (``ready`` → ``unresponsive``); the
+    ``limit``-th restarts it (``unresponsive`` → ``restarting``), by its restart policy.
+    ``probe`` is the probe's answer (``no answer within 5s``, ``HTTP 500``, …).
+    """
+
+    instance: str
+    node: str | None
+    failures: int
+    limit: int
+    probe: str
+    time: float = field(default_factory=_now)
+
+    @property
+    def reason(self) -> str:
+        return f"liveness probe failed ({self.failures} of {self.limit} in a row): {self.probe}"
+
+    def to_json(self) -> dict[str, Any]:
+        out = _head(self.time, "liveness", self.instance, self.node)
+        out.update({"failures": self.failures, "limit": self.limit, "probe": self.probe})
+        return {**out, "reason": self.reason}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -232,7 +256,9 @@ RunLifecycle = (
     | SweepLeftSurvivors
     | RunFinished
 )
-RecordedEvent = UnitTransition | ProcessStarted | ProcessExited | Contained | RunLifecycle
+RecordedEvent = (
+    UnitTransition | ProcessStarted | ProcessExited | LivenessFailed | Contained | RunLifecycle
+)
 
 
 def _head(at: float, kind: str, instance: str, node: str | None) -> dict[str, Any]:
@@ -269,6 +295,15 @@ def parse_event(data: object) -> RecordedEvent:
             node=read.optional_text("node"),
             pid=read.integer("pid"),
             exit=exit_from_json(data.get("exit")),
+            time=read.time(),
+        )
+    if kind == "liveness":
+        return LivenessFailed(
+            instance=read.text("instance"),
+            node=read.optional_text("node"),
+            failures=read.integer("failures"),
+            limit=read.integer("limit"),
+            probe=read.text("probe"),
             time=read.time(),
         )
     if kind == "containment":
@@ -353,38 +388,3 @@ class _Reader:
 
     def optional_integer(self, key: str) -> int | None:
         return None if self.data.get(key) is None else self.integer(key)
-
-
-# --- the file -----------------------------------------------------------------------------
-class EventLog:
-    """Appends events to ``events.jsonl``; each line is flushed so a crash loses nothing."""
-
-    def __init__(self, path: Path) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self._file: TextIO = os.fdopen(fd, "a", encoding="utf-8")
-
-    def write(self, event: RecordedEvent) -> None:
-        if self._file.closed:
-            return
-        self._file.write(json.dumps(event.to_json(), sort_keys=True) + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def read_events(path: Path) -> list[RecordedEvent]:
-    """All events of a run, oldest first; lines that are not an event are skipped.
-
-    The last line of a run that was killed mid-write is torn, and a newer ddsup may have
-    written kinds this one does not know: neither may stop ``status`` from reading the rest.
-    FileNotFoundError when there is no such file.
-    """
-    events = []
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            try:
-                events.append(parse_event(json.loads(line)))
-            except (ValueError, TypeError, KeyError):
-                continue
-    return events

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ddsup._exit import ExitStatus
-from ddsup.record._events import ProcessStarted, RecordedEvent, UnitTransition
+from ddsup.record._events import LivenessFailed, ProcessStarted, RecordedEvent, UnitTransition
 from ddsup.record._states import InstanceState
 
 
@@ -21,7 +21,9 @@ class InstanceRecord:
     ``pid`` is its live process (from the latest transition, or the ``process`` event that
     followed a ``starting``); ``last_exit`` the latest exit any transition recorded;
     ``probe`` and ``readiness_timeout`` those of the latest transition; ``ready_seconds``
-    the time from its latest ``starting`` to the ``ready`` that followed.
+    the time from its latest ``starting`` to the ``ready`` that followed;
+    ``liveness_failures`` the liveness probes it failed in a row while ``unresponsive``
+    (of ``liveness_limit``; 0 in any other state).
     """
 
     state: InstanceState = InstanceState.INACTIVE
@@ -34,15 +36,25 @@ class InstanceRecord:
     readiness_timeout: bool = False
     started_at: float | None = None
     ready_seconds: float | None = None
+    liveness_failures: int = 0
+    liveness_limit: int = 0
 
     def apply(self, event: RecordedEvent) -> InstanceRecord:
         """The record after ``event`` (events of other kinds leave it as it is)."""
         if isinstance(event, ProcessStarted):
             return replace(self, pid=event.pid)
+        if isinstance(event, LivenessFailed):
+            return replace(
+                self,
+                probe=event.probe,
+                liveness_failures=event.failures,
+                liveness_limit=event.limit,
+            )
         if not isinstance(event, UnitTransition):
             return self
         started_at = event.time if event.to_state is InstanceState.STARTING else self.started_at
         ready_seconds = self.ready_seconds
+        unresponsive = event.to_state is InstanceState.UNRESPONSIVE
         if event.to_state is InstanceState.READY and started_at is not None:
             ready_seconds = round(event.time - started_at, 3)
         return InstanceRecord(
@@ -56,6 +68,8 @@ class InstanceRecord:
             readiness_timeout=event.readiness_timeout,
             started_at=started_at,
             ready_seconds=ready_seconds,
+            liveness_failures=self.liveness_failures if unresponsive else 0,
+            liveness_limit=self.liveness_limit if unresponsive else 0,
         )
 
     @property
@@ -65,6 +79,8 @@ class InstanceRecord:
             return "ok" if self.probe is not None else "none"
         if self.state is InstanceState.STARTING:
             return "pending"
+        if self.state is InstanceState.UNRESPONSIVE:
+            return f"failing {self.liveness_failures}/{self.liveness_limit} ({self.probe})"
         if self.readiness_timeout:
             return f"timed out ({self.probe})" if self.probe else "timed out"
         return None
@@ -74,6 +90,6 @@ def fold(events: list[RecordedEvent]) -> dict[str, InstanceRecord]:
     """Every instance's record after ``events`` (oldest first)."""
     records: dict[str, InstanceRecord] = {}
     for event in events:
-        if isinstance(event, UnitTransition | ProcessStarted):
+        if isinstance(event, UnitTransition | ProcessStarted | LivenessFailed):
             records[event.instance] = records.get(event.instance, InstanceRecord()).apply(event)
     return records

@@ -7,7 +7,9 @@ as the result, so ``result.json`` always names what actually ended the run.
 A cause is one of four typed values, and :meth:`Outcome.of` is the one place that turns
 a cause into a status and an exit code:
 
-- :class:`WorkerEnded`: the worker's own exit status (``ok`` / ``worker_failed``);
+- :class:`WorkerEnded`: the worker's own exit status (``ok`` / ``worker_failed``, or
+  ``requeued`` for :data:`~ddsup._errors.EXIT_REQUEUE`: the controller then requeues
+  the Slurm job, or says in the reason why it could not, as ``worker_failed``);
 - :class:`Stopped`: a stop signal or ``ddsup stop`` (``stopped``, 128+N);
 - :class:`UnitFailure`: a unit failed for good, or an agent was lost; its
   :attr:`~UnitFailure.error` is a :class:`~ddsup._errors.UnitFailed` (70) or a
@@ -23,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ddsup._errors import DdsupError, ReadinessTimeout, ResultStatus, UnitFailed
+from ddsup._errors import EXIT_REQUEUE, DdsupError, ReadinessTimeout, ResultStatus, UnitFailed
 from ddsup._exit import ExitStatus
 
 
@@ -78,6 +80,8 @@ class Outcome:
         if isinstance(cause, WorkerEnded):
             code = _exit_code(cause.exit)
             status = ResultStatus.OK if code == 0 else ResultStatus.WORKER_FAILED
+            if cause.exit is not None and cause.exit.code == EXIT_REQUEUE:
+                status = ResultStatus.REQUEUED
             return cls(status, code, cause.instance, cause.reason, cause.exit)
         if isinstance(cause, Stopped):
             return cls(ResultStatus.STOPPED, 128 + cause.signum, None, cause.reason)

@@ -23,12 +23,26 @@ a restarted endpoint appends to a new file, and readers merge them all. JSON lin
 ``busy`` is the seconds of the span during which the lane had at least one request
 outstanding: the "serving" of the efficiency table. A line usually spans one interval;
 when the size budget holds lines back (many lanes, long runs), one line covers several.
+
+An endpoint with ``workers > 1`` runs several processes at once, each with its own file,
+all writing on the same wall-clock boundaries. :func:`read_series` combines the lines of
+one interval from several files into one (:func:`combine_processes`): counts add up, and
+``busy``, which does not (two workers with a request outstanding over the same half
+second make half a second busy, not one), is combined as if the workers' busy periods
+were independent: span × (1 − Π (1 − busy_i / span_i)). That is exact when every
+worker's lane was idle or busy all along (light load, full load), exact on average when
+requests reach workers at random (the kernel spreads connections over them), and always
+between the largest busy_i and their sum. A process sees only its own requests, so the
+exact union is in no file. Lines of one interval are found by rounding their end to the
+interval and their span to whole intervals; two lines of one file never combine, and
+files that never overlap (a restarted endpoint) read exactly as written.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -164,10 +178,11 @@ def read_series(state_dir: Path) -> Series:
         paths = sorted(directory.glob("endpoint-*.jsonl"))
     except OSError:
         paths = []
-    lines: list[SeriesLine] = []
+    files: list[list[SeriesLine]] = []
     problems: list[str] = []
     interval = 1.0
     for path in paths:
+        lines: list[SeriesLine] = []
         for where, record in read_jsonl(path, state_dir, problems):
             if "series" in record:
                 interval = float(record.get("interval") or interval)
@@ -176,6 +191,8 @@ def read_series(state_dir: Path) -> Series:
                 lines.append(_line(record))
             except (KeyError, TypeError, ValueError, IndexError) as err:
                 problems.append(f"{where}: not a series line ({err}); skipped")
+        files.append(lines)
+    lines = combine_processes(files, interval)
     lines.sort(key=lambda line: line.end)
     return Series(tuple(lines), interval, len(paths), tuple(problems))
 
@@ -203,6 +220,99 @@ def _line(record: Mapping[str, Any]) -> SeriesLine:
         first=None if first is None else float(first),
         quiet=None if quiet is None else float(quiet),
     )
+
+
+def combine_processes(files: Sequence[Sequence[SeriesLine]], interval: float) -> list[SeriesLine]:
+    """Every line of ``files`` (one list per process), those of one interval combined."""
+    if len(files) < 2:
+        return [line for lines in files for line in lines]
+    groups: dict[tuple[int, int, int], _Group] = {}
+    for lines in files:
+        seen: dict[tuple[int, int], int] = {}
+        for line in lines:
+            bucket = (round(line.end / interval), round(line.span / interval))
+            nth = seen[bucket] = seen.get(bucket, -1) + 1  # a file's second line there stays apart
+            groups.setdefault((*bucket, nth), _Group()).lines.append(line)
+    return [group.combined() for group in groups.values()]
+
+
+@dataclass
+class _Group:
+    """The lines of one interval, one per process."""
+
+    lines: list[SeriesLine] = field(default_factory=list)
+
+    def combined(self) -> SeriesLine:
+        lines = self.lines
+        if len(lines) == 1:
+            return lines[0]
+        # within one file a line starts where its previous one ended, so the earliest end
+        # and the earliest start keep combined lines from overlapping one another
+        end = min(line.end for line in lines)
+        span = max(0.0, end - min(line.start for line in lines))
+        if all(line.lanes == lines[0].lanes for line in lines):
+            lanes = list(lines[0].lanes)  # the common case: whole lines at once, in C
+            counts = [sum(column) for column in zip(*(x.counts for x in lines), strict=True)]
+        else:
+            lanes, counts = _aligned(lines)
+        idle = [1.0] * len(lanes)  # per lane: the product of (1 - busy share) over processes
+        for line, own in zip(lines, _per_lane(lines, lanes), strict=True):
+            scale = 1.0 / line.span if line.span > 0 else math.inf  # no span: busy is all of it
+            busy = line.counts[BUSY :: len(FIELDS)]
+            for at, value in zip(own, busy, strict=True):
+                if value > 0:
+                    idle[at] *= 1.0 - min(1.0, value * scale)
+        counts[BUSY :: len(FIELDS)] = [round(span * (1.0 - x), 3) for x in idle]
+        return SeriesLine(
+            end=end,
+            span=span,
+            lanes=lanes,
+            counts=counts,
+            refused=_refused(lines),
+            first=min((x.first for x in lines if x.first is not None), default=None),
+            quiet=_quiet(lines),
+        )
+
+
+def _per_lane(lines: Sequence[SeriesLine], lanes: list[str]) -> list[Sequence[int]]:
+    """For each line, the index in ``lanes`` of each of its lanes."""
+    if all(line.lanes == lanes for line in lines):
+        same = range(len(lanes))
+        return [same] * len(lines)
+    where = {lane: i for i, lane in enumerate(lanes)}
+    return [[where[lane] for lane in line.lanes] for line in lines]
+
+
+def _aligned(lines: Sequence[SeriesLine]) -> tuple[list[str], list[float]]:
+    """The union of the lines' lanes and their counts added up, lane by lane."""
+    width = len(FIELDS)
+    lanes = list(dict.fromkeys(lane for line in lines for lane in line.lanes))
+    where = {lane: i for i, lane in enumerate(lanes)}
+    counts: list[float] = [0] * (width * len(lanes))
+    for line in lines:
+        for i, lane in enumerate(line.lanes):
+            at = where[lane] * width
+            for k in range(width):
+                counts[at + k] += line.counts[i * width + k]
+    return lanes, counts
+
+
+def _refused(lines: Sequence[SeriesLine]) -> dict[str, dict[str, int]]:
+    total: dict[str, dict[str, int]] = {}
+    for line in lines:
+        for model, by_status in line.refused.items():
+            mine = total.setdefault(model, {})
+            for status, n in by_status.items():
+                mine[status] = mine.get(status, 0) + n
+    return total
+
+
+def _quiet(lines: Sequence[SeriesLine]) -> float | None:
+    """Every lane idle at the end only if so in every process that had lanes busy."""
+    active = [line for line in lines if line.lanes]
+    if not active or any(line.quiet is None for line in active):
+        return None
+    return max(line.quiet for line in active if line.quiet is not None)
 
 
 def read_jsonl(

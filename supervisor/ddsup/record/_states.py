@@ -4,11 +4,15 @@ The service's state machine moves through these; events, the controller, ``statu
 the console and the metrics all name states with this enum (its values are the strings
 written to ``events.jsonl`` and ``status --json``)::
 
-    inactive ─▶ waiting ─▶ starting ─▶ ready ─▶ stopping ─▶ exited | failed
-                   │          │  ▲        │
-                   │          ▼  │        ▼
-                   │        restarting ◀──┘         (any live state ─▶ stopping / failed)
+    inactive ─▶ waiting ─▶ starting ─▶ ready ◀─▶ unresponsive ─▶ stopping ─▶ exited | failed
+                   │          │  ▲        │            │
+                   │          ▼  │        ▼            │
+                   │        restarting ◀──┴────────────┘   (any live state ─▶ stopping / failed)
                    └─▶ exited   (stopped before it started)
+
+``unresponsive``: a ready lane whose liveness probe failed; it is out of the endpoint's
+rotation until a probe passes again (back to ``ready``) or ``liveness_failures`` probes
+in a row failed (``restarting``, or ``failed`` by its restart policy).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ class InstanceState(str, enum.Enum):
     WAITING = "waiting"
     STARTING = "starting"
     READY = "ready"
+    UNRESPONSIVE = "unresponsive"
     RESTARTING = "restarting"
     STOPPING = "stopping"
     EXITED = "exited"
@@ -34,12 +39,18 @@ class InstanceState(str, enum.Enum):
 
 
 LIVE = frozenset(
-    {InstanceState.WAITING, InstanceState.STARTING, InstanceState.READY, InstanceState.RESTARTING}
+    {
+        InstanceState.WAITING,
+        InstanceState.STARTING,
+        InstanceState.READY,
+        InstanceState.UNRESPONSIVE,
+        InstanceState.RESTARTING,
+    }
 )
 """States from which a stop request moves an instance to ``stopping``."""
 FINAL = frozenset({InstanceState.EXITED, InstanceState.FAILED})
 """States an instance never leaves."""
-RUNNING = frozenset({InstanceState.STARTING, InstanceState.READY})
+RUNNING = frozenset({InstanceState.STARTING, InstanceState.READY, InstanceState.UNRESPONSIVE})
 """States in which an instance's process runs (a replica peer to take down)."""
 LOADING = frozenset(
     {
@@ -51,7 +62,13 @@ LOADING = frozenset(
 )
 """Not ready yet, and on the way there: what the console's progress line waits on."""
 NOTABLE = frozenset(
-    {InstanceState.READY, InstanceState.FAILED, InstanceState.RESTARTING, InstanceState.EXITED}
+    {
+        InstanceState.READY,
+        InstanceState.UNRESPONSIVE,
+        InstanceState.FAILED,
+        InstanceState.RESTARTING,
+        InstanceState.EXITED,
+    }
 )
 """The transitions the console prints without ``-v``."""
 ALLOWED: dict[InstanceState, set[InstanceState]] = {
@@ -65,6 +82,14 @@ ALLOWED: dict[InstanceState, set[InstanceState]] = {
         InstanceState.FAILED,
     },
     InstanceState.READY: {
+        InstanceState.UNRESPONSIVE,
+        InstanceState.RESTARTING,
+        InstanceState.STOPPING,
+        InstanceState.EXITED,
+        InstanceState.FAILED,
+    },
+    InstanceState.UNRESPONSIVE: {
+        InstanceState.READY,
         InstanceState.RESTARTING,
         InstanceState.STOPPING,
         InstanceState.EXITED,

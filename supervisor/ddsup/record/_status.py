@@ -39,6 +39,8 @@ class InstanceStatus:
     reason: str | None = None
     probe: str | None = None  # the verdict: ok, none, pending, timed out (…)
     ready_seconds: float | None = None
+    liveness_failures: int = 0  # liveness probes failed in a row (unresponsive lanes)
+    served_names: tuple[str, ...] = ()  # lane replicas: every model name it answers to
 
     def with_record(self, record: InstanceRecord) -> InstanceStatus:
         """This row with the state ``record`` (the fold of its events) gives it."""
@@ -52,6 +54,7 @@ class InstanceStatus:
             reason=record.reason,
             probe=record.probe_verdict,
             ready_seconds=record.ready_seconds,
+            liveness_failures=record.liveness_failures,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -61,6 +64,7 @@ class InstanceStatus:
             "type": self.type.value,
             "node": self.node,
             "model": self.model,
+            "served_names": list(self.served_names),
             "gpus": list(self.gpus),
             "port": self.port,
             "state": self.state.value,
@@ -71,6 +75,7 @@ class InstanceStatus:
             "reason": self.reason,
             "probe": self.probe,
             "ready_seconds": self.ready_seconds,
+            "liveness_failures": self.liveness_failures,
         }
 
     @classmethod
@@ -93,6 +98,8 @@ class InstanceStatus:
             reason=_optional(data, "reason", str),
             probe=_optional(data, "probe", str),
             ready_seconds=_optional(data, "ready_seconds", float),
+            liveness_failures=int(data.get("liveness_failures") or 0),
+            served_names=tuple(str(n) for n in data.get("served_names") or ()),
         )
 
 
@@ -110,9 +117,11 @@ class RunSnapshot:
     stopping: bool
     instances: tuple[InstanceStatus, ...]
     containment: tuple[Contained, ...] = ()
+    ends_at: float | None = None  # the Slurm job's end time (its time limit), when known
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "ends_at": self.ends_at,
             "invocation_id": self.invocation_id,
             "launcher": self.launcher,
             "started_at": self.started_at,
@@ -137,6 +146,7 @@ class RunSnapshot:
             stopping=data.get("stopping") is True,
             instances=tuple(InstanceStatus.from_json(i) for i in instances),
             containment=_contained(data.get("containment")),
+            ends_at=_optional(data, "ends_at", float),
         )
 
 

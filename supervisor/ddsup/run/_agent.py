@@ -14,12 +14,14 @@ import argparse
 import contextlib
 import math
 import os
+import reprlib
 from pathlib import Path
 
 import trio
 
 from ddsup._errors import UsageError
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, connect_channel
+from ddsup.channel._heartbeat import receive_within, send_heartbeats
 from ddsup.channel._messages import (
     AgentStopped,
     ChannelError,
@@ -27,6 +29,7 @@ from ddsup.channel._messages import (
     Hello,
     Kill,
     Message,
+    Restart,
     Role,
     Setup,
     Shutdown,
@@ -36,12 +39,13 @@ from ddsup.channel._messages import (
     Stop,
 )
 from ddsup.plan._model import Plan
-from ddsup.process import open_containment
+from ddsup.process import AGENT_ENV, open_containment
 from ddsup.record._events import Contained, RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._preflight import HeldPorts, run_preflight
 from ddsup.run._process_end import end_process
+from ddsup.run._rehearsal import rehearsal_units
 from ddsup.run._signals import ignore_stop_signals, stop_signal_receiver
 from ddsup.service._environment import RunContext
 from ddsup.units import UnitSet, load_unit_set
@@ -77,13 +81,18 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
         unit_dir=setup.unit_dir,
         job_id=setup.job_id,
         endpoint_url=setup.endpoint_url,
+        attempt=setup.attempt,
     )
     plan = setup.plan
     units = load_unit_set(run.unit_dir)
+    supervisor = f"agent-{node}"
+    os.environ[AGENT_ENV] = supervisor  # every unit it starts inherits it: its sentinel's mark
+    if setup.rehearse:  # the same units the controller planned: fake-vllm lanes
+        units = rehearsal_units(units)
     try:
         # every no-orphan layer of this node (docs/no-orphans.md), opened once
         async with open_containment(
-            run.invocation_id, state_dir=run.state_dir, name=f"agent-{node}", root=False
+            run.invocation_id, state_dir=run.state_dir, name=supervisor, root=False
         ) as containment:
             layers = containment.layers  # the controller records them (status shows them)
             assert layers is not None
@@ -94,17 +103,32 @@ async def _agent_main(node: str, address: str, secret: str, gpus: int | None) ->
                 details=layers.to_json(),
             )
             await channel.send(EventReport(contained))
-            await _serve_controller(channel, node, units, plan, run, gpus)
+            await _serve_controller(
+                channel, node, units, plan, run, gpus, setup.agent_timeout, rehearse=setup.rehearse
+            )
     finally:
         await channel.aclose()
     return 0
 
 
 async def _serve_controller(
-    channel: Channel, node: str, units: UnitSet, plan: Plan, run: RunContext, gpus: int | None
+    channel: Channel,
+    node: str,
+    units: UnitSet,
+    plan: Plan,
+    run: RunContext,
+    gpus: int | None,
+    silence: float,
+    *,
+    rehearse: bool,
 ) -> None:
     report, held = run_preflight(
-        node, units, plan, gpus_available=gpus, slurm_node=os.environ.get("SLURMD_NODENAME")
+        node,
+        units,
+        plan,
+        gpus_available=gpus,
+        slurm_node=os.environ.get("SLURMD_NODENAME"),
+        check_model_path=not rehearse,
     )
     plan = plan.with_ports(dict(report.ports))
     await channel.send(report)
@@ -134,9 +158,14 @@ async def _serve_controller(
         with trio.CancelScope() as loop_scope:
             services.start_soon(_watch_signals, channel, runner, loop_scope)
             try:
-                await _command_loop(channel, runner, services, held)
-            except ChannelError:
-                pass  # the controller is gone: stop everything below
+                mine = frozenset(p.instance for p in plan.on_node(node))
+                async with trio.open_nursery() as beats:
+                    beats.start_soon(send_heartbeats, outbox_send.send_nowait, silence)
+                    # ChannelError: the controller is gone (or broke the protocol): stop
+                    # everything below
+                    with contextlib.suppress(ChannelError):
+                        await _command_loop(channel, runner, services, silence, mine, held)
+                    beats.cancel_scope.cancel()
             finally:
                 held.release()
                 with trio.CancelScope(shield=True):
@@ -165,23 +194,37 @@ async def _watch_signals(channel: Channel, runner: NodeRunner, loop: trio.Cancel
 
 
 async def _command_loop(
-    channel: Channel, runner: NodeRunner, nursery: trio.Nursery, held: HeldPorts
+    channel: Channel,
+    runner: NodeRunner,
+    nursery: trio.Nursery,
+    silence: float,
+    mine: frozenset[str],
+    held: HeldPorts,
 ) -> None:
-    """The controller's commands until it says shutdown (or goes away).
+    """The controller's commands until it says shutdown (or goes away, or is silent for
+    ``silence`` seconds: ChannelError).
 
-    The ports preflight picked are held until the first start: by then every agent has
+    A command that names an instance this node does not run breaks the protocol like a
+    line that does not decode (ChannelError): the agent then stops what it runs. The
+    ports preflight picked are held until the first start: by then every agent has
     picked its own (the controller starts lanes once all reported).
     """
     while True:
-        message = await channel.receive()
+        message = await receive_within(channel, silence, "the controller")
         if message is None or isinstance(message, Shutdown):
             return
+        named = message.instances if isinstance(message, Start | Stop | SignalInstances) else ()
+        if not set(named) <= mine:
+            strange = reprlib.repr(sorted(set(named) - mine))
+            raise ChannelError(f"the controller named instances not on this node: {strange}")
         if isinstance(message, Start):
             held.release()
             for instance in message.instances:
                 runner.start(instance)
         elif isinstance(message, Stop):
             nursery.start_soon(runner.stop, message.instances, message.reason)
+        elif isinstance(message, Restart):
+            runner.restart(message.instances, message.reason)
         elif isinstance(message, Kill):
             runner.kill_all()
         elif isinstance(message, SignalInstances):

@@ -44,7 +44,7 @@ class AgentFleet:
     @staticmethod
     async def _watch(agent: AgentProcess, feed: Callable[[Input], None]) -> None:
         status = await agent.process.wait()
-        feed(AgentProcessExited(agent.label, status))
+        feed(AgentProcessExited(agent.label, status, agent.nodes))
 
     def kill_unconnected(self, connected: Collection[str]) -> None:
         """SIGKILL the agents that cannot be asked: none of their nodes is connected."""

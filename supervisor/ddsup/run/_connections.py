@@ -3,27 +3,36 @@
 - an **agent** gets :class:`Setup` (its node's part of the plan), becomes a
   :class:`RemoteNode` for as long as its connection lasts, and its reports become the
   run's inputs (preflight, events, a stop signal it received); when the connection ends,
+  or the agent says nothing (not even a heartbeat) for ``agent_timeout``,
   :class:`AgentGone` says how;
 - the endpoint's **lane feed** is served by the :class:`LanePublisher`;
-- an **operator** (``ddsup status``, ``ddsup stop``) asks for a snapshot or a stop.
+- an **operator** (``ddsup status``, ``ddsup stop``, ``ddsup restart``) asks for a
+  snapshot, a stop, or a restart (whose progress the controller reports on the same
+  connection until it is over).
 
-A message a peer may not send ends its connection, like one that does not decode.
+A message a peer may not send ends its connection, like one that does not decode; so
+does an agent's hello for a node that has no agent in the plan or whose agent is already
+connected, and a report about an instance its node does not run: an authenticated peer
+can break its own connection, never the run's record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Awaitable, Callable, Set
 from dataclasses import dataclass
 
 import trio
 
 from ddsup.channel._channel import Channel
+from ddsup.channel._heartbeat import receive_within, send_heartbeats
 from ddsup.channel._messages import (
     AgentStopped,
     ChannelError,
     EventReport,
     Hello,
     PreflightReport,
+    RestartRequest,
     Role,
     Setup,
     Signalled,
@@ -31,6 +40,13 @@ from ddsup.channel._messages import (
     StatusRequest,
     StopAnswer,
     StopRequest,
+)
+from ddsup.record._events import (
+    Contained,
+    ProcessExited,
+    ProcessStarted,
+    RecordedEvent,
+    UnitTransition,
 )
 from ddsup.record._status import RunSnapshot
 from ddsup.run._lane_feed import LanePublisher
@@ -45,6 +61,15 @@ from ddsup.run._run_inputs import (
     StopRequested,
 )
 
+_INSTANCE_EVENTS = (UnitTransition, ProcessStarted, ProcessExited)  # what an agent's services emit
+
+
+def _of_node(event: RecordedEvent, node: str, instances: Set[str]) -> bool:
+    """An agent reports on its own node only: its instances, and its no-orphan layers."""
+    if isinstance(event, _INSTANCE_EVENTS):
+        return event.instance in instances
+    return isinstance(event, Contained) and event.node == node
+
 
 @dataclass
 class ControlServer:
@@ -56,17 +81,23 @@ class ControlServer:
     stopping: Callable[[], bool]
     nodes: dict[Host, RunNode]
     lanes: LanePublisher
+    agent_instances: Callable[[str], Set[str] | None]  # None: no agent belongs on the node
+    agent_timeout: float  # an agent silent this long is lost (``_heartbeat``)
+    restart: Callable[[RestartRequest, Channel], Awaitable[None]]
 
     async def serve(self, channel: Channel, hello: Hello) -> None:
         """One authenticated connection, until it ends (ChannelError: it broke the rules)."""
         if hello.role is Role.AGENT and hello.node is not None:
-            await self._agent(channel, hello.node)
+            instances = self.agent_instances(hello.node)
+            if instances is None or Host(hello.node, agent=True) in self.nodes:
+                return  # not a node of this run's agents, or its agent is connected
+            await self._agent(channel, hello.node, instances)
         elif hello.role is Role.LANES:
             await self.lanes.serve(channel)
         elif hello.role is Role.CONTROL:
             await self._operator(channel)
 
-    async def _agent(self, channel: Channel, node: str) -> None:
+    async def _agent(self, channel: Channel, node: str, instances: Set[str]) -> None:
         await channel.send(self.setup(node))
         host, remote = Host(node, agent=True), RemoteNode(node)
         self.nodes[host] = remote
@@ -75,8 +106,9 @@ class ControlServer:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(remote.send_all, channel)
+                nursery.start_soon(send_heartbeats, remote.put, self.agent_timeout)
                 try:
-                    reason = await self._agent_reports(channel, node)
+                    reason = await self._agent_reports(channel, node, instances)
                 except ChannelError as err:  # caught in here: a nursery would wrap it
                     reason = f"lost the agent on {node}: {err}"
                 nursery.cancel_scope.cancel()
@@ -85,16 +117,25 @@ class ControlServer:
                 del self.nodes[host]
         self.feed(AgentGone(node, reason))
 
-    async def _agent_reports(self, channel: Channel, node: str) -> str:
+    async def _agent_reports(self, channel: Channel, node: str, instances: Set[str]) -> str:
         """An agent's reports until it stops; how it went away (ChannelError: broken)."""
+        # Preflight blocks the agent (no heartbeats) and has its own bound in the
+        # controller (PreflightOver): silence counts only once the agent has reported.
+        silence = math.inf
         while True:
-            message = await channel.receive()
+            message = await receive_within(channel, silence, f"the agent on {node}")
             if message is None or isinstance(message, AgentStopped):
                 return f"the agent on {node} went away"
             if isinstance(message, PreflightReport):
+                if message.node != node or not set(message.ports) <= instances:
+                    raise ChannelError(f"the agent on {node} reported for another node")
+                silence = self.agent_timeout
                 self.feed(PreflightReported(message))
             elif isinstance(message, EventReport):
-                self.feed(Observed(message.event))
+                event = message.event
+                if not _of_node(event, node, instances):
+                    raise ChannelError(f"the agent on {node} reported an event not of its node")
+                self.feed(Observed(event))
             elif isinstance(message, Signalled):
                 self.feed(AgentSignalled(node, message.signum))
             else:
@@ -107,5 +148,7 @@ class ControlServer:
             elif isinstance(message, StopRequest):
                 self.feed(StopRequested())
                 await channel.send(StopAnswer())
+            elif isinstance(message, RestartRequest):
+                await self.restart(message, channel)
             else:
                 raise ChannelError(f"unexpected {message.op!r} message from an operator")

@@ -3,7 +3,9 @@
 Transitions that matter (ready, failed, restarting, exited) are printed by default; every
 transition and process start with ``-v``; only errors and the final result with ``-q``.
 Lines carry a local ``HH:MM:SS`` stamp so job output can be read next to
-``events.jsonl``.
+``events.jsonl``. A unit that fails for good is shown as ``systemctl status`` shows one:
+its last exit status, the last lines of its log, and the ``ddsup logs`` command for more.
+The run's end says its cause on the line that announces it.
 
 On a terminal, one progress line sits below them while lanes load or units stop —
 ``lanes ready 5/8 · waiting on lane@6 (n3) 1m12s`` — redrawn in place at every event and,
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -26,9 +29,14 @@ from typing import TextIO
 
 import trio
 
+from ddsup._errors import DdsupError
+from ddsup.plan._resolve import Allocation
+from ddsup.process import ExitStatus
 from ddsup.record._display import duration, paint, symbol
+from ddsup.record._efficiency import efficiency_line
 from ddsup.record._events import (
     Contained,
+    LivenessFailed,
     ProcessExited,
     ProcessStarted,
     RecordedEvent,
@@ -36,14 +44,19 @@ from ddsup.record._events import (
     RunStopping,
     UnitTransition,
 )
+from ddsup.record._faults import silence
+from ddsup.record._log_files import last_lines
 from ddsup.record._outcome import Outcome
 from ddsup.record._states import FINAL, LOADING, NOTABLE, InstanceState
+from ddsup.units import printable
 
 # Until lanes() names them: lane replicas are the instances numbered by replica (``llama@3``;
 # each-node services are named by node, ranks > 0 carry ``:rank``).
 _LANE_NAME = re.compile(r"[^@:]+@[0-9]+")
 _CLEAR_LINE = "\r\x1b[K"
 REDRAW_INTERVAL = 1.0
+FAILED_LOG_LINES = 10  # of a failed unit's log, on the console
+_INDENT = " " * 16  # lines that belong to the one above: under its text, past the stamp
 
 
 @dataclass(frozen=True)
@@ -68,8 +81,10 @@ class Console:
         stream: TextIO | None = None,
         tty: bool | None = None,
         clock: Callable[[], float] = time.time,
+        state_dir: Path | None = None,
     ) -> None:
         self.verbose = verbose
+        self.state_dir = state_dir  # where failed units' logs are read from
         self.quiet = quiet
         self.stream = stream or sys.stderr
         self.tty = _isatty(self.stream) if tty is None else tty
@@ -77,6 +92,7 @@ class Console:
         self._clock = clock
         self._seen: dict[str, _Seen] = {}
         self._ready: set[str] = set()  # lanes ready now: counted per event, never recounted
+        self._last_exit: dict[str, ExitStatus] = {}
         self._lanes: dict[str, str] | None = None
         self._stop_began: float | None = None  # when the run began to stop
         self._done = False
@@ -89,6 +105,15 @@ class Console:
         self._lanes = dict(lanes)
         self._ready = {i for i, seen in self._seen.items() if self._ready_lane(i, seen.state)}
         self._redraw()
+
+    def rehearsal(self, lanes: tuple[str, ...], allocation: Allocation) -> None:
+        """Say what a rehearsal changed (``ddsup start --rehearse``)."""
+        nodes, gpus = len(allocation.nodes), allocation.gpus_per_node
+        what = ", ".join(lanes) if lanes else "no lane unit"
+        self._print(
+            f"rehearsal: {what} run{'s' * (len(lanes) < 2)} fake-vllm in place of vllm serve, "
+            f"on {nodes} node{'s' * (nodes != 1)} × {gpus} GPU{'s' * (gpus != 1)}"
+        )
 
     def event(self, event: RecordedEvent) -> None:
         if isinstance(event, UnitTransition):
@@ -104,18 +129,54 @@ class Console:
             self._print(line)
         else:
             self._redraw()
+        failed = isinstance(event, UnitTransition) and event.to_state is InstanceState.FAILED
+        if failed and not self.quiet:
+            assert isinstance(event, UnitTransition)
+            self._print_failure(event)
 
     def error(self, text: str) -> None:
         self._print(f"error: {text}")
 
-    def result(self, outcome: Outcome, state_dir: Path) -> None:
-        self._done = True
-        cause = f" ({outcome.unit}: {outcome.reason})" if outcome.unit else f" ({outcome.reason})"
-        status = outcome.status.value
-        self._print(f"finished: {status}, exit {outcome.exit_code}{cause}; state in {state_dir}")
+    def warning(self, text: str) -> None:
+        self._print(f"warning: {text}")
 
-    def efficiency(self, line: str) -> None:
-        """The run's GPU time by category: part of the result, so printed even with ``-q``."""
+    def _print_failure(self, event: UnitTransition) -> None:
+        """Below a unit's failure: its last exit, its last log lines, how to see more."""
+        lines = []
+        exit = event.exit or self._last_exit.get(event.instance)
+        if exit is not None and exit.describe() not in event.reason:
+            lines.append(f"last exit: {exit.describe()}")
+        if self.state_dir is not None:
+            log = self.state_dir / "logs" / f"{event.instance}.log"
+            tail = last_lines(log, FAILED_LOG_LINES)
+            if tail:
+                lines.append(f"last {len(tail)} lines of logs/{log.name}:")
+                lines += [f"  {printable(text)}" for text in tail]
+            lines.append(f"more: {logs_command(event.instance, self.state_dir)}")
+        for line in lines:
+            self._print(line, stamp=False)
+
+    def result(self, outcome: Outcome, state_dir: Path, *, planned: bool) -> None:
+        """The run's last words; with the GPU time line once the run had a plan."""
+        self._done = True
+        status = outcome.status.value
+        self._print(
+            f"finished: {status}, exit {outcome.exit_code} ({_cause(outcome)}); "
+            f"state in {state_dir}"
+        )
+        if planned:
+            self.efficiency(state_dir)
+
+    def efficiency(self, run_dir: Path) -> None:
+        """The run's GPU time by category (docs/operating.md), read from the run's files.
+
+        Part of the result, so printed even with ``-q``; a report, never the run's end, so
+        a file it cannot read makes the line say so instead of failing the run.
+        """
+        try:
+            line = efficiency_line(run_dir)
+        except (DdsupError, OSError, ValueError) as err:
+            line = f"GPU time: not known ({err})"
         self._print(line)
 
     async def run(self) -> None:
@@ -144,14 +205,20 @@ class Console:
         if isinstance(event, ProcessExited):
             where = f"{event.instance}{_where(event.node)}"
             return f"{where}: pid {event.pid} ended ({event.reason})" if self.verbose else None
+        if isinstance(event, LivenessFailed):
+            return f"{event.instance}{_where(event.node)}: {event.reason}"
         if isinstance(event, Contained):
             who = f"{event.supervisor}{_where(event.node)}"
             return f"{who}: no-orphan layers: {event.summary}" if self.verbose else None
-        if self.verbose or isinstance(event, RunStopping | RunEnding):
+        if isinstance(event, RunEnding):
+            return f"run ending: {_cause(event.outcome)}"
+        if self.verbose or isinstance(event, RunStopping):
             return f"run {event.reason}"
         return None
 
     def _unit_line(self, event: UnitTransition) -> str | None:
+        if event.exit is not None:
+            self._last_exit[event.instance] = event.exit
         state = event.to_state
         if not self.verbose and state not in NOTABLE:
             return None
@@ -163,15 +230,18 @@ class Console:
             line += f" · lanes ready {ready}/{total}"
         return line
 
-    def _print(self, text: str) -> None:
-        stamp = time.strftime("%H:%M:%S")
-        # BrokenPipe: nobody reads our output any more; the state dir still has it all.
-        with contextlib.suppress(BrokenPipeError, ValueError):
+    def _print(self, text: str, *, stamp: bool = True) -> None:
+        head = f"{time.strftime('%H:%M:%S')} ddsup: " if stamp else _INDENT
+        # Nobody reads our output any more (a broken pipe), or it is on a full disk: the
+        # stream is silenced (``say``), the state dir still has it all, the run goes on.
+        try:
             clear = _CLEAR_LINE if self.tty and self._progress else ""
             self._progress = ""
-            self.stream.write(f"{clear}{stamp} ddsup: {text}\n")
+            self.stream.write(f"{clear}{head}{text}\n")
             self._redraw(flush=False)
             self.stream.flush()
+        except (OSError, ValueError):
+            silence(self.stream)
 
     # --- the progress line (TTY only) -----------------------------------------------
     def _redraw(self, *, flush: bool = True) -> None:
@@ -181,10 +251,12 @@ class Console:
         if text == self._progress:
             return  # unchanged (the elapsed time moves on only every second)
         width = shutil.get_terminal_size((100, 24)).columns - 1
-        with contextlib.suppress(BrokenPipeError, ValueError):
+        try:
             self.stream.write(f"{_CLEAR_LINE}{text[:width]}")
             if flush:
                 self.stream.flush()
+        except (OSError, ValueError):
+            silence(self.stream)
         was_shown, self._progress = bool(self._progress), text
         if text and not was_shown:
             self._wake.set()
@@ -225,6 +297,20 @@ class Console:
 
 def _where(node: str | None) -> str:
     return f" ({node})" if node else ""
+
+
+def _cause(outcome: Outcome) -> str:
+    """What ended the run, in one line (``lane@3: exit status 1``)."""
+    reason = outcome.reason.splitlines()[0] if outcome.reason else outcome.status.value
+    return f"{outcome.unit}: {reason}" if outcome.unit else reason
+
+
+def logs_command(instance: str, state_dir: Path) -> str:
+    """The ``ddsup logs`` command line that shows all of an instance's log."""
+    shown = state_dir
+    with contextlib.suppress(ValueError):
+        shown = state_dir.relative_to(Path.cwd())
+    return shlex.join(["ddsup", "logs", instance, "--state-dir", str(shown)])
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -7,14 +7,18 @@ decides (what starts when, what a failure means, which cause ends the run) is in
 agents, preflight reports, signals, operators) and carries its decisions out on the
 nodes (``_nodes``). Once the run ends, everything stops in reverse dependency order
 (instances of one level in parallel), the agents shut down, and a sweep by invocation id
-removes whatever escaped. ``result.json`` is written on every path.
+removes whatever escaped. ``result.json`` is written on every path; when the state
+directory cannot be written (a full or read-only disk) the run goes on, one warning says
+so (``record._faults``) and the result is printed on stderr instead.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import signal
-import sys
+import socket
 import time
 import uuid
 from functools import partial
@@ -22,36 +26,48 @@ from typing import Any
 
 import trio
 
-from ddsup._errors import DdsupError, ResultStatus, UnitFileError, UsageError
-from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, new_secret, serve_channel
-from ddsup.channel._messages import Setup
-from ddsup.plan._resolve import Allocation, LauncherKind, plan_for, resolve_allocation
+from ddsup._errors import DdsupError, ResultStatus
+from ddsup.channel._channel import Channel, new_secret
+from ddsup.channel._messages import RestartRequest
+from ddsup.channel._server import serve_channel
+from ddsup.plan._resolve import Allocation, LauncherKind
 from ddsup.process import Containment, open_containment
-from ddsup.record._efficiency import efficiency_line
+from ddsup.process._proc import read_stat
+from ddsup.record._event_log import EventLog
 from ddsup.record._events import (
     Contained,
-    EventLog,
     RecordedEvent,
-    RunEnding,
     RunFinished,
     RunStarting,
     SweepLeftSurvivors,
 )
+from ddsup.record._faults import say
 from ddsup.record._outcome import Outcome
-from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir, write_private
+from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir
 from ddsup.record._status import RunSnapshot
-from ddsup.run._agent_setup import agent_env, agent_setup
 from ddsup.run._agents import AgentFleet
 from ddsup.run._connections import ControlServer
 from ddsup.run._console import Console
-from ddsup.run._lane_feed import LanePublisher, endpoint_setup
+from ddsup.run._control_host import control_host
+from ddsup.run._lane_feed import LanePublisher
 from ddsup.run._launcher import launcher_for
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import LocalNode, RunNode
 from ddsup.run._open_files import ensure_open_files, open_files_needed
-from ddsup.run._options import RunOptions, Verbosity
+from ddsup.run._options import Verbosity
+from ddsup.run._prepare import PreparedRun
+from ddsup.run._restart_requests import serve_restart
+from ddsup.run._run_facts import (
+    RunFacts,
+    agent_environment,
+    agent_setup,
+    feed_environment,
+    run_context,
+)
 from ddsup.run._run_inputs import (
+    AwaitDrain,
     Decision,
+    Drained,
     EndRun,
     Host,
     Input,
@@ -62,6 +78,7 @@ from ddsup.run._run_inputs import (
     PreflightReported,
     PublishLanes,
     Record,
+    RestartOn,
     SignalOn,
     SignalToForward,
     StartOn,
@@ -72,128 +89,107 @@ from ddsup.run._run_inputs import (
 )
 from ddsup.run._run_state import RunState
 from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
-from ddsup.service._environment import RunContext
-from ddsup.units import load_unit_set, printable
+from ddsup.run._slurm_job import attempt_of, settle_requeue
+from ddsup.run._walltime import JobEnd, early_stops
 from ddsup.units._model import UnitSet, UnitType
 
 PREFLIGHT_TIMEOUT = 120.0
+NO_CAUSE = Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
 STOP_GRACE = 10.0  # beyond a level's longest timeout_stop, for reports to come back
 
 
 class Controller:
     """Owns one run from plan to result."""
 
-    def __init__(self, options: RunOptions, state: StateDir) -> None:
-        self.options = options
+    def __init__(self, prepared: PreparedRun, state: StateDir) -> None:
+        self.prepared = prepared
+        self.options = prepared.options
         self.state = state
         self.invocation_id = uuid.uuid4().hex
         self.secret = new_secret()
         self.started = time.time()
-        self.events = EventLog(state.events)
         self._containment_reports: dict[tuple[str, str | None], Contained] = {}
         self.console = Console(
-            verbose=options.verbosity is Verbosity.VERBOSE,
-            quiet=options.verbosity is Verbosity.QUIET,
+            verbose=self.options.verbosity is Verbosity.VERBOSE,
+            quiet=self.options.verbosity is Verbosity.QUIET,
+            state_dir=state.path,
         )
-        self.launcher = LauncherKind.LOCAL  # until the allocation is resolved
-        self.control_port: int | None = None
+        state.faults.warn = self.console.warning  # between the progress line's redraws
+        self.events = EventLog(state.events, state.faults)
+        self.launcher = prepared.allocation.launcher
+        self.control: ControlAddress | None = None  # where the control channel listens
         self.nodes: dict[Host, RunNode] = {}  # the local node, and each connected agent
         self.ending = trio.Event()
-        self._run: RunState | None = None
-        self._early_outcome: Outcome | None = None  # an error before the run had a plan
+        self.run = RunState(prepared.units, prepared.plan)
         self._changed = trio.Event()  # set (and replaced) after every input
         self._preflight_done = trio.Event()
         self._fleet: AgentFleet | None = None
         self._local: NodeRunner | None = None
-        self._lanes: LanePublisher | None = None
+        self._lanes = LanePublisher(prepared.endpoint, self.run.ready_lanes)
+        self._tasks: trio.Nursery | None = None  # for tasks a decision starts (drain waits)
+        self._tickets = itertools.count(1)
         self._containment: Containment | None = None  # ddsup start's no-orphan layers
-
-    @property
-    def run(self) -> RunState:
-        assert self._run is not None, "the run has no plan yet"
-        return self._run
+        slurm = self.launcher is LauncherKind.SLURM
+        self.job_end = JobEnd(os.environ.get("SLURM_JOB_ID") if slurm else None)
 
     # --- top level ------------------------------------------------------------------
     async def main(self) -> int:
         self._write_run_json()
         self._record(RunStarting(invocation_id=self.invocation_id))
+        self.console.lanes(self.run.lane_models())
+        if self.options.rehearse:
+            self.console.rehearsal(self.prepared.rehearsed, self.prepared.allocation)
+        self.state.save(self.state.plan, self.prepared.plan.to_json())
         try:
-            units = self._load_units()
-            allocation = resolve_allocation(self.options.allocation, os.environ)
-            self.launcher = allocation.launcher
-            self._lanes = LanePublisher(endpoint_setup(units))
-            plan = plan_for(units, allocation)
-            self._run = RunState(units, plan)
-            self._lanes.snapshot = self._run.ready_lanes
-            self.console.lanes(self.run.lane_models())
-            write_private(self.state.plan, plan.to_json())
-            await self._supervise(units, allocation, self._lanes)
+            await self._supervise(self.prepared.units, self.prepared.allocation, self._lanes)
         except DdsupError as err:
-            self._fail(err)
-            self.console.error(str(err))
-        outcome = self._outcome() or Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
-        self.state.write_json(self.state.result, outcome.to_dict())
+            self.feed(StartupFailed(err))
+        outcome = self.run.outcome or NO_CAUSE
+        if outcome.status is ResultStatus.REQUEUED:  # everything has stopped: now, or never
+            outcome = await settle_requeue(outcome, os.environ.get("SLURM_JOB_ID"))
+        self._write_result(outcome)
         self._record(RunFinished(outcome=outcome))
         self.events.close()
-        self.console.result(outcome, self.state.path)
-        if self._run is not None:
-            self.console.efficiency(self._efficiency_line())
+        self.console.result(outcome, self.state.path, planned=True)
         return outcome.exit_code
 
-    def _efficiency_line(self) -> str:
-        """Where the allocation's GPU time went (docs/operating.md), from the run's files."""
-        try:
-            return efficiency_line(self.state.path)
-        except (DdsupError, OSError, ValueError) as err:  # a report, never the run's end
-            return f"GPU time: not known ({err})"
-
-    def _load_units(self) -> UnitSet:
-        directory = self.options.directory
-        if not directory.is_dir():
-            raise UsageError(f"{printable(str(directory))} is not a directory of unit files")
-        try:
-            return load_unit_set(directory.resolve())
-        except UnitFileError as err:
-            for problem in err.problems:
-                print(problem, file=sys.stderr)
-            raise UnitFileError(err.problems) from None
-
-    def _fail(self, error: DdsupError) -> None:
-        if self._run is not None:
-            self.feed(StartupFailed(error))
-        elif self._early_outcome is None:
-            self._early_outcome = Outcome.of(error)
-            self._record(RunEnding(outcome=self._early_outcome))
-
-    def _outcome(self) -> Outcome | None:
-        return self._run.outcome if self._run is not None else self._early_outcome
+    def _write_result(self, outcome: Outcome) -> None:
+        """``result.json``; on stderr, one JSON line, when it cannot be written."""
+        result = outcome.to_dict()
+        if not self.state.save_json(self.state.result, result):
+            say(f"ddsup: result.json: {json.dumps(result, sort_keys=True)}\n")
 
     def _write_run_json(self) -> None:
-        port = self.control_port
+        me = read_stat(os.getpid())
         info = RunInfo(
             invocation_id=self.invocation_id,
+            host=socket.gethostname(),
             pid=os.getpid(),
+            pid_start=None if me is None else me.start_time,
             launcher=self.launcher.value,
             unit_dir=str(self.options.directory.resolve()),
             started_at=self.started,
-            control=None if port is None else ControlAddress("127.0.0.1", port),
+            control=self.control,
             containment=self._layers_json(),
         )
-        self.state.write_json(self.state.run, info.to_json())
+        self.state.save_json(self.state.run, info.to_json())
 
     # --- supervision ----------------------------------------------------------------
     async def _supervise(
         self, units: UnitSet, allocation: Allocation, lanes: LanePublisher
     ) -> None:
+        host = await control_host(allocation, os.environ)
         # every no-orphan layer (docs/no-orphans.md), opened once, closed at the very end
         async with open_containment(
             self.invocation_id, state_dir=self.state.path, name="controller", root=True
         ) as containment:
             self._contained(containment)
             async with trio.open_nursery() as nursery:
+                self._tasks = nursery
                 nursery.start_soon(self._watch_signals, units)
                 nursery.start_soon(self.console.run)
-                await self._open_control(nursery, lanes)
+                nursery.start_soon(self.job_end.watch, early_stops(units), self.feed)
+                await self._open_control(nursery, lanes, host)
                 async with trio.open_nursery() as services:
                     self._local = self._local_runner(units, services)
                     self.nodes[Host(self.run.plan.client, agent=False)] = LocalNode(self._local)
@@ -226,20 +222,22 @@ class Controller:
             )
         )
 
-    async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher) -> None:
+    async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher, host: str) -> None:
         """Listen for agents, the endpoint's feed and operators; say where in run.json."""
         server = ControlServer(
             feed=self.feed,
-            setup=self._setup,
+            setup=lambda node: agent_setup(self._facts(), self.run.units, self.run.node_plan(node)),
             snapshot=self._snapshot,
             stopping=lambda: self.run.stopping,
             nodes=self.nodes,
             lanes=lanes,
+            agent_instances=self.run.agent_instances,
+            agent_timeout=self.options.agent_timeout,
+            restart=self._serve_restart,
         )
-        host = "127.0.0.1" if self.launcher is LauncherKind.LOCAL else "0.0.0.0"
         serve = partial(serve_channel, server.serve, self.secret, host=host)
-        self.control_port = await nursery.start(serve)
-        write_private(self.state.secret, self.secret + "\n")
+        self.control = ControlAddress(host, await nursery.start(serve))
+        self.state.save(self.state.secret, self.secret + "\n")
         self._write_run_json()
 
     async def _until_ended(self, units: UnitSet, allocation: Allocation) -> None:
@@ -253,12 +251,14 @@ class Controller:
         """Agents first (each runs preflight), then whatever the run's state says is due."""
         nodes = self.run.agent_nodes()
         if nodes:
-            launcher = launcher_for(allocation, units, self.options.srun_args)
+            launcher = launcher_for(
+                allocation, units, self.options.srun_args, survivable=self.run.survives_node_loss()
+            )
             self._fleet = AgentFleet(launcher, self.state)
             local = len(self.run.plan.on_node(self.run.plan.client))
-            env = agent_env(allocation, self.invocation_id, self.control_port, self.secret)
             try:
                 ensure_open_files(open_files_needed(len(nodes), local))
+                env = agent_environment(self._facts(), units, os.environ)
                 await self._fleet.launch(nodes, env, nursery, self.feed)
             except DdsupError as err:
                 self.feed(StartupFailed(err))
@@ -290,7 +290,7 @@ class Controller:
         self._changed = trio.Event()
 
     def _carry_out(self, decision: Decision) -> None:
-        if isinstance(decision, StartOn | StopOn | SignalOn):
+        if isinstance(decision, StartOn | StopOn | RestartOn | SignalOn):
             node = self.nodes.get(decision.host)
             if node is None:
                 return  # an agent that is not connected: there is nothing to ask
@@ -298,8 +298,13 @@ class Controller:
                 node.start(decision.instances)
             elif isinstance(decision, StopOn):
                 node.stop(decision.instances, decision.reason)
+            elif isinstance(decision, RestartOn):
+                node.restart(decision.instances, decision.reason)
             else:
                 node.signal(decision.instances, decision.signum)
+        elif isinstance(decision, AwaitDrain) and self._tasks is not None:
+            drained = self._lanes.expect_drain(decision.instance)
+            self._tasks.start_soon(self._await_drain, decision, drained)
         elif isinstance(decision, KillEverything):
             for node in list(self.nodes.values()):
                 node.kill()
@@ -312,9 +317,18 @@ class Controller:
         elif isinstance(decision, Record):
             self._record(decision.event)
         elif isinstance(decision, PlanPorted):
-            write_private(self.state.plan, decision.plan.to_json())
+            self.state.save(self.state.plan, decision.plan.to_json())
             if self._local is not None:
                 self._local.plan = decision.plan
+
+    async def _serve_restart(self, request: RestartRequest, channel: Channel) -> None:
+        ticket = next(self._tickets)
+        await serve_restart(request, channel, self.run, self.feed, lambda: self._changed, ticket)
+
+    async def _await_drain(self, decision: AwaitDrain, drained: trio.Event) -> None:
+        with trio.move_on_after(decision.limit) as waited:
+            await drained.wait()
+        self.feed(Drained(decision.instance, timed_out=waited.cancelled_caught))
 
     def _record(self, event: RecordedEvent) -> None:
         self.events.write(event)
@@ -354,11 +368,11 @@ class Controller:
         """The services of the controller's own node; the endpoint gets its feed's address."""
         plan = self.run.plan
         endpoints = [i.instance for i in plan.instances if i.type is UnitType.ENDPOINT]
-        feed = {ADDRESS_ENV: f"127.0.0.1:{self.control_port}", SECRET_ENV: self.secret}
+        feed = feed_environment(self._facts())
         return NodeRunner(
             units=units,
             plan=plan,
-            run=self._run_context(with_key=True),
+            run=run_context(self._facts(), units, plan, os.environ, with_key=True),
             state=self.state,
             nursery=nursery,
             emit=lambda event: self.feed(Observed(event)),
@@ -366,24 +380,19 @@ class Controller:
             extra_env={name: feed for name in endpoints},
         )
 
-    def _run_context(self, *, with_key: bool) -> RunContext:
-        """Facts of the run for specifiers and environments; the key for the worker only."""
-        units = self.run.units
-        api_key = None
-        section = units.endpoint.endpoint if units.endpoint else None
-        if with_key and section is not None and section.api_key_env:
-            api_key = os.environ.get(section.api_key_env)
-        return RunContext(
+    def _facts(self) -> RunFacts:
+        assert self.control is not None, "the control channel is not open yet"
+        unit_dir = str(self.options.directory.resolve())
+        return RunFacts(
             invocation_id=self.invocation_id,
             state_dir=str(self.state.path),
-            unit_dir=str(self.options.directory.resolve()),
-            job_id=os.environ.get("SLURM_JOB_ID", self.invocation_id[:12]),
-            endpoint_url=self.run.plan.endpoint_url,
-            api_key=api_key,
+            unit_dir=unit_dir,
+            control=self.control,
+            agent_timeout=self.options.agent_timeout,
+            attempt=attempt_of(os.environ),
+            rehearse=self.options.rehearse,
+            secret=self.secret,
         )
-
-    def _setup(self, node: str) -> Setup:
-        return agent_setup(self._run_context(with_key=False), self.run.node_plan(node))
 
     def _snapshot(self) -> RunSnapshot:
         return RunSnapshot(
@@ -395,4 +404,5 @@ class Controller:
             stopping=self.run.stopping,
             instances=self.run.status_rows(),
             containment=tuple(self._containment_reports.values()),
+            ends_at=self.job_end.at,
         )

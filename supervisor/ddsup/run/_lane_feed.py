@@ -8,26 +8,46 @@ data, not as a command line), then the set of ready lanes as it is at that momen
 lane that stops being ready leaves the rotation at once. Changes, not sets: each costs
 the same at 8 lanes or 1,024. Changes that queue up while a message is being sent go
 out as one (:func:`merge_changes`): a burst of 1,024 lanes becoming ready is a few
-messages, and the endpoint rebuilds its table a few times, not 1,024. When the
-controller goes away the feed ends and so does the endpoint.
+messages, and the endpoint rebuilds its table a few times, not 1,024. The endpoint
+answers on the same connection when a lane that left its rotation has no request in
+flight any more (:class:`LaneDrained`), which a restart waits for. When the controller
+goes away the feed ends and so does the endpoint.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import trio
 
 from ddsup._errors import UsageError
 from ddsup.channel._channel import Channel
-from ddsup.channel._messages import EndpointSetup, LanesChanged, LanesUpdate, ReadyLane
+from ddsup.channel._messages import (
+    ChannelError,
+    EndpointSetup,
+    LaneDrained,
+    LanesChanged,
+    LanesUpdate,
+)
+from ddsup.run._lane_rotation import merge_changes
 from ddsup.units._model import UnitSet
+
+log = logging.getLogger(__name__)
 
 
 def endpoint_setup(units: UnitSet) -> EndpointSetup | None:
-    """The endpoint's section, checked first: its ``api_key_env`` must name a set variable."""
+    """The endpoint's section, checked first: each ``api_key_env`` must name a set variable.
+
+    The endpoint's own, and every lane's (the key the endpoint sends that lane, which
+    the lane checks): a run that would answer 401 to every request fails at once.
+    """
+    for lane in units.lanes:
+        name = lane.lane.api_key_env if lane.lane is not None else None
+        if name and not os.environ.get(name):
+            raise UsageError(f"{lane.source.path}: api_key_env names {name}, which is not set")
     endpoint = units.endpoint
     if endpoint is None or endpoint.endpoint is None:
         return None
@@ -43,8 +63,11 @@ class LanePublisher:
     """The controller's side of the feed: every subscriber gets each change of the set.
 
     ``snapshot`` gives the whole set now (the run's state); a new subscriber gets it, then
-    the changes after it. Each subscriber has its own unbounded queue drained by its
-    connection's task, so a slow endpoint never delays the controller.
+    the changes after it. Each subscriber (one per endpoint process) has its own unbounded
+    queue drained by its connection's task, so a slow endpoint never delays the
+    controller. A subscriber answers :class:`LaneDrained` once a lane that left its
+    rotation has nothing in flight; :meth:`expect_drain` turns "every subscriber said so"
+    (or went away) into one event, for a restart that drains a lane first.
     """
 
     def __init__(
@@ -53,6 +76,7 @@ class LanePublisher:
         self._setup = setup
         self.snapshot = snapshot
         self._subscribers: list[trio.MemorySendChannel[LanesChanged]] = []
+        self._draining: dict[str, tuple[set[object], trio.Event]] = {}
 
     def publish(self, changed: LanesChanged) -> None:
         for subscriber in list(self._subscribers):
@@ -61,8 +85,23 @@ class LanePublisher:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._subscribers.remove(subscriber)
 
+    def expect_drain(self, instance: str) -> trio.Event:
+        """An event set once every current subscriber reports ``instance`` drained.
+
+        Call it right after publishing the set without ``instance``: subscribers answer
+        only after they have applied it.
+        """
+        waiting: set[object] = set(self._subscribers)
+        event = trio.Event()
+        if waiting:
+            self._draining[instance] = (waiting, event)
+        else:
+            event.set()
+        return event
+
     async def serve(self, channel: Channel) -> None:
-        """Send the settings and the current set, then every change, until it goes away."""
+        """Send the settings and the current set, then every change, until it goes away;
+        meanwhile read what the endpoint reports (lanes drained)."""
         send, receive = trio.open_memory_channel[LanesChanged](math.inf)
         current = self.snapshot()  # taken with the subscription: no change falls between
         self._subscribers.append(send)
@@ -70,12 +109,40 @@ class LanePublisher:
             if self._setup is not None:
                 await channel.send(self._setup)
             await channel.send(current)
-            async with receive:
-                async for changed in receive:
-                    await channel.send(merge_changes([changed, *_queued(receive)]))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_reports, channel, send, nursery.cancel_scope)
+                async with receive:
+                    async for changed in receive:
+                        await channel.send(merge_changes([changed, *_queued(receive)]))
         finally:
             if send in self._subscribers:
                 self._subscribers.remove(send)
+            for instance in list(self._draining):
+                self._drained(send, instance)  # gone: it has nothing in flight either
+
+    async def _read_reports(
+        self, channel: Channel, subscriber: object, scope: trio.CancelScope
+    ) -> None:
+        """The endpoint's reports until it goes away (then the subscription ends)."""
+        try:
+            while (message := await channel.receive()) is not None:
+                if not isinstance(message, LaneDrained):
+                    raise ChannelError(f"unexpected {message.op!r} message on the lane feed")
+                self._drained(subscriber, message.instance)
+        except ChannelError as err:
+            log.warning("the endpoint's lane feed broke: %s", err)
+        finally:
+            scope.cancel()
+
+    def _drained(self, subscriber: object, instance: str) -> None:
+        entry = self._draining.get(instance)
+        if entry is None:
+            return  # a lane nobody waits for (it left the rotation on its own)
+        waiting, event = entry
+        waiting.discard(subscriber)
+        if not waiting:
+            del self._draining[instance]
+            event.set()
 
 
 def _queued(receive: trio.MemoryReceiveChannel[LanesChanged]) -> list[LanesChanged]:
@@ -86,23 +153,3 @@ def _queued(receive: trio.MemoryReceiveChannel[LanesChanged]) -> list[LanesChang
             queued.append(receive.receive_nowait())
         except trio.WouldBlock:
             return queued
-
-
-def merge_changes(changes: Sequence[LanesChanged]) -> LanesChanged:
-    """One change with the effect of ``changes`` applied in order.
-
-    The endpoint applies a change's removals, then its additions (``LaneTable.change``):
-    a lane that left and came back is in both, one that came and left only in
-    ``removed`` (the endpoint ignores an unknown removal), the last URL of a lane wins.
-    """
-    if len(changes) == 1:
-        return changes[0]
-    added: dict[str, ReadyLane] = {}
-    removed: dict[str, None] = {}  # ordered, without repeats
-    for change in changes:
-        for instance in change.removed:
-            added.pop(instance, None)
-            removed[instance] = None
-        for lane in change.added:
-            added[lane.instance] = lane
-    return LanesChanged(added=tuple(added.values()), removed=tuple(removed))

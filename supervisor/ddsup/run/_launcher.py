@@ -4,6 +4,12 @@ The interface is deliberately narrow — "start agents on these nodes, give me t
 processes to own" — so the controller is the same for a laptop rehearsal and a
 128-node allocation. Under Slurm, all agents form ONE job step (``--ntasks=K
 --ntasks-per-node=1``): job steps stay O(lane units), never one per lane or probe.
+
+The step is fail-fast by default (``--kill-on-bad-exit=1``: one agent's death ends the
+others). When the run may survive losing a node (``_node_loss``: every unit there says
+``on_failure = "continue"``), it is ``--kill-on-bad-exit=0 --no-kill`` instead, so the
+other agents keep running, and the controller owns fail-fast for whatever may not be
+lost.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from ddsup._errors import UsageError
@@ -55,8 +62,13 @@ class LocalLauncher:
         agents = []
         for node in nodes:
             argv = (*AGENT_ARGV, "--node", node, "--gpus", str(self.gpus_per_node))
+            log = state.log(f"agent-{node}")
             child = await spawn(
-                argv, env={**env, "DDSUP_NODE": node}, cwd=".", log_path=state.log(f"agent-{node}")
+                argv,
+                env={**env, "DDSUP_NODE": node},
+                cwd=".",
+                log_path=log,
+                on_log_error=partial(state.faults.failed, log),
             )
             agents.append(AgentProcess(f"agent on {node}", (node,), child))
         return agents
@@ -70,6 +82,8 @@ class SlurmLauncher:
     srun_args: tuple[str, ...] = ()
     shared_address: bool = False
     name: str = "slurm"
+    survivable: bool = False  # the run may go on without a node: agents outlive each other
+    het_group: int | None = None  # a heterogeneous job: the component of the lane nodes
 
     async def launch(
         self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir
@@ -80,7 +94,8 @@ class SlurmLauncher:
         argv = [
             srun,
             "--overlap",
-            "--kill-on-bad-exit=1",
+            *(() if self.het_group is None else (f"--het-group={self.het_group}",)),
+            *self._fail_fast(),
             f"--nodes={len(nodes)}",
             f"--ntasks={len(nodes)}",
             "--ntasks-per-node=1",
@@ -92,11 +107,22 @@ class SlurmLauncher:
         ]
         if self.gpus_per_node is not None:
             argv += ["--gpus", str(self.gpus_per_node)]
-        child = await spawn(argv, env=env, cwd=".", log_path=state.log("agents"))
+        log = state.log("agents")
+        child = await spawn(
+            argv, env=env, cwd=".", log_path=log, on_log_error=partial(state.faults.failed, log)
+        )
         return [AgentProcess("srun step of the agents", tuple(nodes), child)]
 
+    def _fail_fast(self) -> tuple[str, ...]:
+        """Slurm ends every agent when one dies, unless the run may lose a node."""
+        return (
+            ("--kill-on-bad-exit=0", "--no-kill") if self.survivable else ("--kill-on-bad-exit=1",)
+        )
 
-def launcher_for(allocation: Allocation, units: UnitSet, srun_args: Sequence[str]) -> Launcher:
+
+def launcher_for(
+    allocation: Allocation, units: UnitSet, srun_args: Sequence[str], *, survivable: bool = False
+) -> Launcher:
     """The launcher the allocation calls for; ``srun_args`` before the lane units' own."""
     if allocation.launcher is LauncherKind.LOCAL:
         return LocalLauncher(gpus_per_node=allocation.gpus_per_node)
@@ -105,4 +131,6 @@ def launcher_for(allocation: Allocation, units: UnitSet, srun_args: Sequence[str
         gpus_per_node=allocation.gpus_per_node,
         srun_args=extra,
         shared_address=allocation.shared_address,
+        survivable=survivable,
+        het_group=allocation.het_group,
     )

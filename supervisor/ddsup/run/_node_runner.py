@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -16,7 +17,12 @@ import trio
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.record._events import RecordedEvent
 from ddsup.record._state_dir import StateDir
-from ddsup.service._environment import RunContext, specifier_context, unit_environment
+from ddsup.service._environment import (
+    RunContext,
+    specifier_context,
+    unit_environment,
+    withheld_variables,
+)
 from ddsup.service._service import Service, ServiceSpec
 from ddsup.units import resolve_argv
 from ddsup.units._model import UnitSet
@@ -65,9 +71,11 @@ class NodeRunner:
             else unit.service.exec
         )
         argv = resolve_argv(template, context) + self._extra_args.get(planned.instance, ())
-        env = unit_environment(self._base_env, unit, planned, context, self.run)
+        withheld = withheld_variables(self.units, unit)
+        env = unit_environment(self._base_env, unit, planned, context, self.run, withheld)
         env.update(self._extra_env.get(planned.instance, {}))
         cwd = Path(self.run.unit_dir, unit.service.working_directory)
+        log_path = self.state.log(planned.instance)
         return ServiceSpec(
             instance=planned.instance,
             node=planned.node,
@@ -75,10 +83,11 @@ class NodeRunner:
             argv=argv,
             env=env,
             cwd=str(cwd),
-            log_path=self.state.log(planned.instance),
+            log_path=log_path,
             context=context,
             start_delay=planned.start_delay if unit.lane is not None else 0.0,
             probe=not follower,
+            log_error=partial(self.state.faults.failed, log_path),
         )
 
     def start(self, instance: str) -> Service:
@@ -108,6 +117,15 @@ class NodeRunner:
             service = self.services.get(name)
             if service is not None:
                 service.request_stop(reason)
+
+    def restart(self, instances: Iterable[str], reason: str) -> None:
+        """Stop each instance and start it again at once; one that is over starts anew."""
+        for name in instances:
+            service = self.services.get(name)
+            if service is None or service.finished.is_set():
+                self.start(name)
+            else:
+                service.request_restart(reason)
 
     def kill_all(self) -> None:
         for service in self.services.values():

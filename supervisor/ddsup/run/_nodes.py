@@ -20,7 +20,15 @@ from typing import Protocol
 import trio
 
 from ddsup.channel._channel import Channel
-from ddsup.channel._messages import Kill, Message, Shutdown, SignalInstances, Start, Stop
+from ddsup.channel._messages import (
+    Kill,
+    Message,
+    Restart,
+    Shutdown,
+    SignalInstances,
+    Start,
+    Stop,
+)
 from ddsup.run._node_runner import NodeRunner
 
 
@@ -30,6 +38,8 @@ class RunNode(Protocol):
     def start(self, instances: Sequence[str]) -> None: ...
 
     def stop(self, instances: Sequence[str], reason: str) -> None: ...
+
+    def restart(self, instances: Sequence[str], reason: str) -> None: ...
 
     def signal(self, instances: Sequence[str], signum: int) -> None: ...
 
@@ -51,6 +61,9 @@ class LocalNode:
     def stop(self, instances: Sequence[str], reason: str) -> None:
         self.runner.request_stop(instances, reason)
 
+    def restart(self, instances: Sequence[str], reason: str) -> None:
+        self.runner.restart(instances, reason)
+
     def signal(self, instances: Sequence[str], signum: int) -> None:
         self.runner.signal(instances, signum)
 
@@ -69,21 +82,25 @@ class RemoteNode:
         self._send, self._outbox = trio.open_memory_channel[Message](math.inf)
 
     def start(self, instances: Sequence[str]) -> None:
-        self._put(Start(tuple(instances)))
+        self.put(Start(tuple(instances)))
 
     def stop(self, instances: Sequence[str], reason: str) -> None:
-        self._put(Stop(tuple(instances), reason))
+        self.put(Stop(tuple(instances), reason))
+
+    def restart(self, instances: Sequence[str], reason: str) -> None:
+        self.put(Restart(tuple(instances), reason))
 
     def signal(self, instances: Sequence[str], signum: int) -> None:
-        self._put(SignalInstances(tuple(instances), signum))
+        self.put(SignalInstances(tuple(instances), signum))
 
     def kill(self) -> None:
-        self._put(Kill())
+        self.put(Kill())
 
     def shutdown(self) -> None:
-        self._put(Shutdown())
+        self.put(Shutdown())
 
-    def _put(self, message: Message) -> None:
+    def put(self, message: Message) -> None:
+        """Queue ``message`` for the agent (dropped once its connection is gone)."""
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             self._send.send_nowait(message)
 

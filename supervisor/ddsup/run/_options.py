@@ -30,3 +30,5 @@ class RunOptions:
     state_dir: Path | None = None  # None: ./ddsup-<job id or timestamp>
     srun_args: tuple[str, ...] = ()  # extra options for the agents' srun step
     verbosity: Verbosity = Verbosity.NORMAL
+    agent_timeout: float = 30.0  # an agent silent this long is lost (its node with it)
+    rehearse: bool = False  # lanes run fake-vllm in place of vllm serve (run._rehearsal)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from ddsup._errors import PreflightError
 from ddsup.channel._messages import PreflightReport
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.units._model import UnitSet, UnitType
@@ -56,10 +57,19 @@ class HeldPorts:
 
 
 def run_preflight(
-    node: str, units: UnitSet, plan: Plan, *, gpus_available: int | None, slurm_node: str | None
+    node: str,
+    units: UnitSet,
+    plan: Plan,
+    *,
+    gpus_available: int | None,
+    slurm_node: str | None,
+    check_model_path: bool = True,
 ) -> tuple[PreflightReport, HeldPorts]:
     """Check this node against the plan (never raises for a failed check); the ports
-    picked are held until :meth:`HeldPorts.release`."""
+    picked are held until :meth:`HeldPorts.release`.
+
+    ``check_model_path``: False for a rehearsal, whose fake-vllm lanes read no weights.
+    """
     problems: list[str] = []
     if slurm_node is not None and slurm_node != node:
         problems.append(f"this agent runs on node {slurm_node!r}, the plan expected {node!r}")
@@ -78,6 +88,21 @@ def run_preflight(
                 problems.append(f"port {port} planned for {planned.instance} is already in use")
         unit = units.by_name(planned.unit)
         path = unit.lane.model_path if unit.lane else None
-        if path and not os.access(path, os.R_OK):
+        if check_model_path and path and not os.access(path, os.R_OK):
             problems.append(f"model_path {path!r} of {planned.instance} is not readable")
     return PreflightReport(node=node, problems=tuple(problems), ports=ports), held
+
+
+def preflight_verdict(
+    nodes: Sequence[str], reports: Mapping[str, PreflightReport], waited: float
+) -> PreflightError | dict[str, int]:
+    """The run's verdict on every node's report: the error that ends it (a node that did
+    not report within ``waited`` seconds, a problem on any node), or the ports picked."""
+    missing = ", ".join(sorted(set(nodes) - set(reports)))
+    if missing:
+        return PreflightError(f"no agent reported from node(s) {missing} within {waited:g}s")
+    ordered = sorted(reports.items())
+    problems = [f"{node}: {p}" for node, report in ordered for p in report.problems]
+    if problems:
+        return PreflightError("preflight failed: " + "; ".join(problems))
+    return {k: v for _node, report in ordered for k, v in report.ports.items()}

@@ -15,7 +15,7 @@ from ddsup._errors import DdsupError
 from ddsup._exit import ExitStatus
 from ddsup.channel._messages import LanesChanged, PreflightReport
 from ddsup.plan._model import Plan
-from ddsup.record._events import RecordedEvent, RunLifecycle
+from ddsup.record._events import RecordedEvent
 from ddsup.record._outcome import Outcome
 
 
@@ -65,10 +65,14 @@ class AgentSignalled:
 
 @dataclass(frozen=True)
 class AgentProcessExited:
-    """A process hosting agents (one agent, or the ``srun`` step of all) ended."""
+    """A process hosting agents (one agent, or the ``srun`` step of all) ended.
+
+    ``nodes``: the nodes whose agents it hosted (lost with it, unless the run is stopping).
+    """
 
     label: str
     exit: ExitStatus
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,14 @@ class SignalToForward:
 
 
 @dataclass(frozen=True)
+class EndNear:
+    """The job's end is ``stop_before_end`` of ``unit`` away: stop it (``reason`` says so)."""
+
+    unit: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class StartupFailed:
     """Launching the agents (or reaching them) failed before anything started."""
 
@@ -100,6 +112,25 @@ class StartupFailed:
 @dataclass(frozen=True)
 class StopBegins:
     """The run has ended; the stop sequence begins."""
+
+
+@dataclass(frozen=True)
+class RestartRequested:
+    """``ddsup restart``: these instances (checked by :meth:`RunState.restart_targets`),
+    one at a time when ``rolling``; ``ticket`` names the request for its progress."""
+
+    ticket: int
+    instances: tuple[str, ...]
+    rolling: bool = False
+
+
+@dataclass(frozen=True)
+class Drained:
+    """A lane out of the rotation has nothing in flight at the endpoint (every endpoint
+    process said so), or the wait for that ran out (``timed_out``)."""
+
+    instance: str
+    timed_out: bool = False
 
 
 Input = (
@@ -112,8 +143,11 @@ Input = (
     | StopSignalled
     | StopRequested
     | SignalToForward
+    | EndNear
     | StartupFailed
     | StopBegins
+    | RestartRequested
+    | Drained
 )
 
 
@@ -129,6 +163,24 @@ class StopOn:
     host: Host
     instances: tuple[str, ...]
     reason: str = "stop requested"
+
+
+@dataclass(frozen=True)
+class RestartOn:
+    """Stop these instances and start them again at once (or start them again, if over)."""
+
+    host: Host
+    instances: tuple[str, ...]
+    reason: str = "restart requested"
+
+
+@dataclass(frozen=True)
+class AwaitDrain:
+    """Tell the run when the endpoint has nothing in flight to ``instance`` (it just left
+    the rotation), or after ``limit`` seconds: :class:`Drained` either way."""
+
+    instance: str
+    limit: float
 
 
 @dataclass(frozen=True)
@@ -159,9 +211,10 @@ class PublishLanes:
 
 @dataclass(frozen=True)
 class Record:
-    """Write this run event to ``events.jsonl`` (and the console)."""
+    """Write this event to ``events.jsonl`` (and the console): a run event, or a
+    transition the run's state records itself (the instances of a lost node)."""
 
-    event: RunLifecycle
+    event: RecordedEvent
 
 
 @dataclass(frozen=True)
@@ -172,5 +225,14 @@ class PlanPorted:
 
 
 Decision = (
-    StartOn | StopOn | SignalOn | KillEverything | EndRun | PublishLanes | Record | PlanPorted
+    StartOn
+    | StopOn
+    | RestartOn
+    | AwaitDrain
+    | SignalOn
+    | KillEverything
+    | EndRun
+    | PublishLanes
+    | Record
+    | PlanPorted
 )

@@ -13,13 +13,17 @@
   good ends it with :class:`~ddsup._errors.UnitFailed` (70) or
   :class:`~ddsup._errors.ReadinessTimeout` (75) when its ``on_failure`` is ``stop-all``;
   with ``continue``, the instances of the units that ``require`` it are stopped.
-  A lost agent, or its process ending, ends the run (70); a stop signal, an agent's stop
-  signal or ``ddsup stop`` ends it as stopped (128+N). **The first cause wins.**
+  A lost agent, or its process ending, ends the run (70) unless everything on its node
+  says ``continue`` (``_node_loss``: then its instances fail and the run goes on while
+  every model keeps ``min_ready`` lanes); a stop signal, an agent's stop signal or
+  ``ddsup stop`` ends it as stopped (128+N). **The first cause wins.**
 - **Replica peers**: ``_replicas`` (a multi-node replica lives and dies as one).
 - **Ready lanes** for the endpoint: rank 0 of every ready lane replica, kept as events
-  arrive; each change is published as it happens (the lanes that came and went), and
-  the whole set is there for a new subscriber. An event costs the same with 8 lanes or
-  1,024: nothing here walks every instance per event.
+  arrive (``_lane_rotation``); each change is published as it happens (the lanes that
+  came and went), and the whole set is there for a new subscriber. A lane being
+  restarted (``ddsup restart``) is left out from the moment its drain begins until it
+  is ready again (``_restarts``). An event costs the same with 8 lanes or 1,024:
+  nothing here walks every instance per event.
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from ddsup._errors import PreflightError
-from ddsup.channel._messages import LanesChanged, LanesUpdate, PreflightReport, ReadyLane
+from ddsup.channel._messages import LanesUpdate, PreflightReport, RestartStep
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.record._events import (
     KillingEverything,
+    LivenessFailed,
     ProcessStarted,
     RunEnding,
     RunStopping,
@@ -43,13 +48,20 @@ from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import Cause, Outcome, Stopped, UnitFailure, WorkerEnded
 from ddsup.record._states import InstanceState
 from ddsup.record._status import InstanceStatus
+from ddsup.run._lane_rotation import LaneRotation, merge_changes
+from ddsup.run._node_loss import agent_instances, lanes_short, lost_transitions, survivable
 from ddsup.run._ordering import lanes_by_model, runs_on_agent, start_after, stop_levels
+from ddsup.run._preflight import preflight_verdict
 from ddsup.run._replicas import take_down_peers
+from ddsup.run._restarts import RestartRefused, Restarts, restart_targets
 from ddsup.run._run_inputs import (
     AgentGone,
     AgentProcessExited,
     AgentSignalled,
+    AwaitDrain,
     Decision,
+    Drained,
+    EndNear,
     EndRun,
     Host,
     Input,
@@ -60,6 +72,8 @@ from ddsup.run._run_inputs import (
     PreflightReported,
     PublishLanes,
     Record,
+    RestartOn,
+    RestartRequested,
     SignalOn,
     SignalToForward,
     StartOn,
@@ -72,6 +86,7 @@ from ddsup.run._run_inputs import (
 from ddsup.units._model import EndpointSection, OnFailure, UnitSet, UnitType
 
 REQUIRED_FAILED = "a required unit failed"
+RESTART_REASON = "restart requested (ddsup restart)"
 
 
 class RunState:
@@ -87,14 +102,13 @@ class RunState:
         self._ready_once: set[str] = set()
         self._final: set[str] = set()
         self._started: set[str] = set()
+        self._lost: set[str] = set()  # nodes whose agent is gone
         self._may_start = False
         self._stop_signals = 0
         self._preflight: dict[str, PreflightReport] = {}
         self._lane_models = lanes_by_model(units, plan)
         self._model_of = {i: m for m, names in self._lane_models.items() for i in names}
-        self._ready_lanes: dict[str, ReadyLane] = {}  # serving lanes ready now
-        self._ready_count = dict.fromkeys(self._lane_models, 0)  # … of each model
-        self._addresses = {node.name: node.address for node in plan.nodes}
+        self._rotation = LaneRotation(units, plan, self._lane_models)
         self._by_name = {p.instance: p for p in plan.instances}
         # what each instance waits for, worked out once: an event only re-checks these
         self._after = {p.instance: tuple(start_after(units, plan, p)) for p in plan.instances}
@@ -107,6 +121,7 @@ class RunState:
             if planned.nnodes > 1:
                 ranks = self._ranks.get(planned.replica_name, ())
                 self._ranks[planned.replica_name] = (*ranks, planned)
+        self.restarts = Restarts()
 
     # --- queries --------------------------------------------------------------------
     def host_of(self, planned: PlannedInstance) -> Host:
@@ -131,9 +146,19 @@ class RunState:
             }
         return self._node_plans[node]
 
+    def agent_instances(self, node: str) -> frozenset[str] | None:
+        """The instances the agent on ``node`` runs; None when no agent belongs there."""
+        if node not in self.agent_nodes():
+            return None
+        return frozenset(p.instance for p in self.plan.on_node(node) if self.host_of(p).agent)
+
     @property
     def preflight_complete(self) -> bool:
         return self._preflight.keys() >= set(self._agent_nodes)
+
+    def survives_node_loss(self) -> bool:
+        """Whether losing some agent node would not end the run (its units all continue)."""
+        return any(survivable(self.units, self.plan, node) for node in self.agent_nodes())
 
     def is_final(self, instance: str) -> bool:
         return instance in self._final
@@ -143,19 +168,27 @@ class RunState:
         return dict(self._model_of)
 
     def ready_lanes(self) -> LanesUpdate:
-        """Every ready serving lane now, in plan order (what a new feed subscriber gets)."""
-        lanes = self._ready_lanes
-        ready = tuple(lanes[p.instance] for p in self.plan.instances if p.instance in lanes)
-        return LanesUpdate(ready, tuple(sorted(self._lane_models)))
+        """The endpoint's rotation now, in plan order (what a new feed subscriber gets)."""
+        return self._rotation.snapshot()
 
     def status_rows(self) -> tuple[InstanceStatus, ...]:
         """One ``status`` row per planned instance, in plan order."""
         rows = []
         for p in self.plan.instances:
             model = self._model_of.get(p.instance)
-            row = InstanceStatus(p.instance, p.unit, p.type, p.node, p.gpus, p.port, model)
+            names = p.served_names if model else ()
+            row = InstanceStatus(
+                p.instance, p.unit, p.type, p.node, p.gpus, p.port, model, served_names=names
+            )
             rows.append(row.with_record(self.records.get(p.instance, InstanceRecord())))
         return tuple(rows)
+
+    def restart_targets(self, names: Sequence[str]) -> tuple[str, ...]:
+        """The instances a ``ddsup restart`` of ``names`` covers (RestartRefused: why not)."""
+        if self.stopping or self.outcome is not None:
+            raise RestartRefused("the run is stopping")
+        states = {i: self._record(i).state for i in self._started}
+        return restart_targets(names, self.plan, self.units, states, self.restarts)
 
     def stop_levels(self) -> list[list[PlannedInstance]]:
         """Instances by start depth, deepest first: the order in which to stop them."""
@@ -197,38 +230,60 @@ class RunState:
             return self._preflight_over(event.waited)
         if isinstance(event, StopBegins):
             self.stopping = True
-            return [Record(RunStopping())]
+            held = [i for i in self._model_of if self.restarts.holds_out(i)]
+            self.restarts.abandon()  # what it held out is as ready as it is now
+            return [Record(RunStopping()), *self._publish(held)]
+        if isinstance(event, RestartRequested | Drained):
+            return [] if self.stopping else self._restart(event)
         if isinstance(event, SignalToForward):
             return self._forward(event.signum)
+        if isinstance(event, EndNear):
+            return self._stop_unit(event.unit, event.reason)
         if isinstance(event, StopSignalled):
             return self._stop_signal(event.signum)
-        if isinstance(event, AgentGone):  # what it ran can report nothing more
-            node = self.plan.on_node(event.node)
-            self._final.update(p.instance for p in node if self.host_of(p).agent)
+        if isinstance(event, AgentGone):
+            cause = UnitFailure(f"agent on {event.node}", event.reason)
+            return self._node_lost(event.node, event.reason, cause)
+        if isinstance(event, AgentProcessExited):
+            reason = f"{event.label} exited unexpectedly ({event.exit.describe()})"
+            cause = UnitFailure(event.label, reason, event.exit)
+            return [d for node in event.nodes for d in self._node_lost(node, reason, cause)]
         return self._end(self._cause(event))
 
-    def _cause(
-        self,
-        event: AgentGone | AgentSignalled | AgentProcessExited | StopRequested | StartupFailed,
-    ) -> Cause | None:
+    def _node_lost(self, node: str, reason: str, cause: Cause) -> list[Decision]:
+        """What it ran can report nothing more: it fails, or the run ends (``_node_loss``)."""
+        if node in self._lost:
+            return []
+        self._lost.add(node)
+        names = [p.instance for p in agent_instances(self.units, self.plan, node)]
+        if self.stopping or self.outcome is not None or not survivable(self.units, self.plan, node):
+            self._final.update(names)
+            return [] if self.stopping else self._end(cause)
+        self._started.update(names)  # nothing more starts there
+        self._not_started = [p for p in self._not_started if p.instance not in self._started]
+        decisions: list[Decision] = []
+        for lost in lost_transitions(
+            self.units, self.plan, node, reason, self.records, self._final
+        ):
+            decisions.append(Record(lost))
+            decisions += self._observed(Observed(lost))
+        # the lanes that left, said once
+        changes = [d.changed for d in decisions if isinstance(d, PublishLanes)]
+        published = [PublishLanes(merge_changes(changes))] if changes else []
+        return [d for d in decisions if not isinstance(d, PublishLanes)] + published
+
+    def _cause(self, event: AgentSignalled | StopRequested | StartupFailed) -> Cause | None:
         """The cause an input would end the run with (None: it does not end it)."""
         if isinstance(event, StopRequested):
             return Stopped(signal.SIGTERM, "ddsup stop")
         if isinstance(event, StartupFailed):
             return event.error
-        if isinstance(event, AgentSignalled):
-            reason = f"the agent on {event.node} received {signal.Signals(event.signum).name}"
-            return Stopped(event.signum, reason)
-        if isinstance(event, AgentGone):
-            return None if self.stopping else UnitFailure(f"agent on {event.node}", event.reason)
-        if self.stopping:
-            return None
-        reason = f"{event.label} exited unexpectedly ({event.exit.describe()})"
-        return UnitFailure(event.label, reason, event.exit)
+        reason = f"the agent on {event.node} received {signal.Signals(event.signum).name}"
+        return Stopped(event.signum, reason)
 
     def _observed(self, observed: Observed) -> list[Decision]:
         event = observed.event
-        if isinstance(event, ProcessStarted):
+        if isinstance(event, ProcessStarted | LivenessFailed):
             self.records[event.instance] = self._record(event.instance).apply(event)
         if not isinstance(event, UnitTransition):
             return []
@@ -244,7 +299,15 @@ class RunState:
         if event.to_state.final:
             self._final.add(event.instance)
             decisions += self._on_final(event)
-        decisions += self._publish(event.instance, event.to_state)
+            if not self.stopping:
+                decisions += self._end(lanes_short(self.units, self._lane_models, self._final))
+        begun: list[Decision] = []
+        changed = [event.instance]
+        if not self.stopping:
+            for instance in self.restarts.observe(event.instance, event.to_state):
+                begun += self._begin_restart(instance)
+                changed.append(instance)
+        decisions += self._publish(changed) + begun
         decisions += self._due_starts()
         return decisions
 
@@ -253,7 +316,7 @@ class RunState:
 
     def _on_final(self, event: UnitTransition) -> list[Decision]:
         """The worker's end ends the run; a unit failed for good ends it or its requirers."""
-        planned = self._planned(event.instance)
+        planned = self._by_name.get(event.instance)
         if self.stopping or planned is None:
             return []
         unit = self.units.by_name(planned.unit)
@@ -271,21 +334,16 @@ class RunState:
     def _preflight_over(self, waited: float) -> list[Decision]:
         if self.outcome is not None:
             return []
-        missing = ", ".join(sorted(set(self._agent_nodes) - set(self._preflight)))
-        if missing:
-            return self._end(
-                PreflightError(f"no agent reported from node(s) {missing} within {waited:g}s")
-            )
-        reports = sorted(self._preflight.items())
-        problems = [f"{node}: {p}" for node, report in reports for p in report.problems]
-        if problems:
-            return self._end(PreflightError("preflight failed: " + "; ".join(problems)))
-        ports = {k: v for _node, report in reports for k, v in report.ports.items()}
+        verdict = preflight_verdict(self.agent_nodes(), self._preflight, waited)
+        if isinstance(verdict, PreflightError):
+            return self._end(verdict)
+        ports = verdict
         decisions: list[Decision] = []
         if ports:
             self.plan = self.plan.with_ports(ports)
             self._node_plans = {}
             self._by_name = {p.instance: p for p in self.plan.instances}
+            self._rotation.use_plan(self.plan)
             self._not_started = list(self.plan.instances)
             decisions.append(PlanPorted(self.plan))
         self._may_start = True
@@ -312,25 +370,57 @@ class RunState:
         endpoint = self.units.endpoint
         section = (endpoint.endpoint if endpoint else None) or EndpointSection()
         for model, instances in self._lane_models.items():
-            if self._ready_count[model] < section.min_ready.required(len(instances)):
+            if self._rotation.ready_count(model) < section.min_ready.required(len(instances)):
                 return False
         return True
 
-    def _publish(self, instance: str, state: InstanceState) -> list[Decision]:
-        """A serving lane that joined or left the ready set: that change, for the feed."""
-        model = self._model_of.get(instance)
-        ready = state is InstanceState.READY
-        if model is None or ready == (instance in self._ready_lanes):
-            return []
-        if not ready:
-            del self._ready_lanes[instance]
-            self._ready_count[model] -= 1
-            return [PublishLanes(LanesChanged(removed=(instance,)))]
-        planned = self._by_name[instance]
-        url = f"http://{self._addresses[planned.node]}:{planned.port}"
-        lane = self._ready_lanes[instance] = ReadyLane(instance, model, url)
-        self._ready_count[model] += 1
-        return [PublishLanes(LanesChanged(added=(lane,)))]
+    def _publish(self, instances: Iterable[str]) -> list[Decision]:
+        """What ``instances`` changing did to the endpoint's rotation, for the feed."""
+        held_out = self.restarts.holds_out
+        changed = self._rotation.update(instances, self._state_of, held_out)
+        return [] if changed is None else [PublishLanes(changed)]
+
+    def _state_of(self, instance: str) -> InstanceState:
+        return self._record(instance).state
+
+    def _in_rotation(self, instance: str) -> bool:
+        """Ready, and not being drained for a restart: the endpoint may send it requests."""
+        ready = self._record(instance).state is InstanceState.READY
+        return ready and not self.restarts.holds_out(instance)
+
+    # --- ddsup restart --------------------------------------------------------------
+    def _restart(self, event: RestartRequested | Drained) -> list[Decision]:
+        """A request begins (its first instance, or all); a drained lane restarts."""
+        if isinstance(event, Drained):
+            if self.restarts.step_of(event.instance) is not RestartStep.DRAINING:
+                return []
+            return self._restart_now(event.instance)
+        begun: list[Decision] = []
+        instances = self.restarts.add(event.ticket, event.instances, event.rolling)
+        for instance in instances:
+            begun += self._begin_restart(instance)
+        return self._publish(instances) + begun
+
+    def _begin_restart(self, instance: str) -> list[Decision]:
+        """A lane in the rotation drains first (the caller publishes the set without it)."""
+        if self._in_rotation(instance) and instance in self._model_of and self._endpoint_up():
+            self.restarts.set_step(instance, RestartStep.DRAINING)
+            unit = self.units.by_name(self._by_name[instance].unit)
+            return [AwaitDrain(instance, unit.service.timeout_stop)]
+        return self._restart_now(instance)
+
+    def _restart_now(self, instance: str) -> list[Decision]:
+        self.restarts.set_step(instance, RestartStep.RESTARTING)
+        self._final.discard(instance)  # a failed instance starts again
+        host = self.host_of(self._by_name[instance])
+        return [RestartOn(host, (instance,), RESTART_REASON)]
+
+    def _endpoint_up(self) -> bool:
+        """The endpoint runs (it has lanes in its rotation that a drain could concern)."""
+        endpoint = self.units.endpoint
+        if endpoint is None:
+            return False
+        return endpoint.name in self._started and endpoint.name not in self._final
 
     def _forward(self, signum: int) -> list[Decision]:
         targets = [
@@ -340,6 +430,15 @@ class RunState:
         ]
         decisions: list[Decision] = [Record(SignalForwarded(signum=signum))]
         return decisions + [SignalOn(h, names, signum) for h, names in _by_host(self, targets)]
+
+    def _stop_unit(self, unit: str, reason: str) -> list[Decision]:
+        """Stop every instance of ``unit`` (the job's end is near); none of them starts later."""
+        if self.outcome is not None or self.stopping:
+            return []
+        level = [p for p in self.plan.instances if p.unit == unit]
+        self._started.update(p.instance for p in level)
+        self._not_started = [p for p in self._not_started if p.unit != unit]
+        return [StopOn(host, names, reason) for host, names in _by_host(self, level)]
 
     def _stop_signal(self, signum: int) -> list[Decision]:
         """The first stop signal ends the run; any later one kills everything at once."""
@@ -357,9 +456,6 @@ class RunState:
             return []
         self.outcome = Outcome.of(cause)
         return [Record(RunEnding(outcome=self.outcome)), EndRun(self.outcome)]
-
-    def _planned(self, instance: str) -> PlannedInstance | None:
-        return self._by_name.get(instance)
 
 
 def _by_host(

@@ -1,4 +1,9 @@
-"""``ddsup start``: the command line becomes :class:`RunOptions`, then the controller runs."""
+"""``ddsup start``: the command line becomes :class:`RunOptions`, then the controller runs.
+
+Everything that can be decided before the run begins (units, allocation, plan) is
+checked first (:func:`~ddsup.run._prepare.prepare_run`): a failure there prints each
+problem once, whatever the verbosity, and leaves no state directory behind.
+"""
 
 from __future__ import annotations
 
@@ -9,33 +14,79 @@ from pathlib import Path
 
 import trio
 
+from ddsup._errors import UnitFileError, UsageError
 from ddsup.plan._resolve import AllocationRequest, LauncherChoice
-from ddsup.record._state_dir import StateDir, default_state_dir
+from ddsup.record._state_dir import create_state_dir
 from ddsup.run._controller import Controller
 from ddsup.run._options import RunOptions, Verbosity
+from ddsup.run._prepare import prepare_run
 from ddsup.run._process_end import end_process
+from ddsup.run._slurm_job import attempt_of
+from ddsup.units import printable
+from ddsup.units._durations import parse_duration
+
+DESCRIPTION = """\
+Run the units of DIR in the foreground: plan, preflight on every node, lanes
+(staggered per node), the endpoint once enough lanes are ready, then the worker. The
+run ends when the worker exits (its status is ddsup's), on SIGTERM/SIGINT (128+N), or
+when a unit fails for good (70; 75: not ready in time). Bad command lines (64),
+invalid unit files (65) and plans that do not fit (69) are reported before anything
+starts, and leave no state directory."""
 
 
 def configure_start(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", metavar="DIR", help="directory of unit files")
+    parser.description = DESCRIPTION
+    parser.add_argument("directory", metavar="DIR", help="directory of unit files (*.toml)")
     parser.add_argument(
-        "--launcher", choices=[c.value for c in LauncherChoice], default=LauncherChoice.AUTO.value
+        "--launcher",
+        choices=[c.value for c in LauncherChoice],
+        default=LauncherChoice.AUTO.value,
+        help="how node agents start: slurm inside an allocation, else local (default: auto)",
     )
     parser.add_argument(
-        "--nodes", type=int, default=None, help="local: simulate N nodes; Slurm: use the first N"
+        "--nodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="local: simulate N nodes; Slurm: use the first N (default: 1 local, all in Slurm)",
     )
-    parser.add_argument("--gpus-per-node", type=int, default=None, metavar="G")
-    parser.add_argument("--state-dir", type=Path, default=None, metavar="PATH")
+    parser.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=None,
+        metavar="G",
+        help="GPUs of each node instead of detecting them (default: detected)",
+    )
+    parser.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="run lanes' `vllm serve` as fake-vllm with the same flags; simulate GPUs if none",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the run's state directory (default: ./ddsup-<job id or timestamp>)",
+    )
     parser.add_argument(
         "--srun-arg",
         action="append",
         default=[],
         metavar="ARG",
-        help="extra srun option for the agents' step (repeatable)",
+        help="extra srun option for the agents' step (repeatable; default: none)",
+    )
+    parser.add_argument(
+        "--agent-timeout",
+        default="30s",
+        metavar="DURATION",
+        help="a node agent silent this long is lost, and its node with it (default 30s)",
     )
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("-v", "--verbose", action="store_true", help="print every transition")
-    verbosity.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+    verbosity.add_argument(
+        "-q", "--quiet", action="store_true", help="print only errors and the result"
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> RunOptions:
@@ -45,8 +96,15 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         verbosity = Verbosity.VERBOSE
     elif args.quiet:
         verbosity = Verbosity.QUIET
+    try:
+        agent_timeout = parse_duration(args.agent_timeout, typical=30.0)
+    except ValueError as err:
+        raise UsageError(f"--agent-timeout: {err}") from None
+    if agent_timeout <= 0:
+        raise UsageError("--agent-timeout must be longer than 0s")
     return RunOptions(
         directory=Path(args.directory),
+        agent_timeout=agent_timeout,
         allocation=AllocationRequest(
             launcher=LauncherChoice(args.launcher),
             nodes=args.nodes,
@@ -55,15 +113,29 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         state_dir=args.state_dir,
         srun_args=tuple(args.srun_arg),
         verbosity=verbosity,
+        rehearse=args.rehearse,
     )
 
 
 def run_start(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    state = StateDir((options.state_dir or default_state_dir()).resolve())
-    state.create()
+    try:
+        prepared = prepare_run(options)
+    except UnitFileError as err:
+        for problem in err.problems:
+            print(problem, file=sys.stderr)
+        count = len(err.problems)
+        shown = printable(str(options.directory))
+        print(
+            f"ddsup: error: {count} problem{'s' * (count != 1)} in the unit files of "
+            f"{shown}; nothing was started",
+            file=sys.stderr,
+        )
+        return err.exit_status
+    # a requeued job: each attempt its own state dir
+    state = create_state_dir(options.state_dir, attempt_of(os.environ))
     _put_own_interpreter_first_on_path()
-    controller = Controller(options, state)
+    controller = Controller(prepared, state)
     status = trio.run(controller.main, restrict_keyboard_interrupt_to_checkpoints=True)
     end_process(status)
 

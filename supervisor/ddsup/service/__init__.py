@@ -1,7 +1,8 @@
 """One unit instance's life: its environment, its readiness probe, start, restart, stop.
 
-``_environment`` (what the process sees), ``_readiness`` (is it ready yet), ``_service``
-(the state machine and restart policy, owned by one task). Both the controller and every
+``_environment`` (what the process sees), ``_readiness`` (is it ready yet), ``_spec``
+(what a service is given and shows), ``_restart_policy`` (start limit and backoff),
+``_service`` (the state machine, owned by one task). Both the controller and every
 node agent run their instances through these, so supervision behaves the same wherever
 a unit runs.
 """

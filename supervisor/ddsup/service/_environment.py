@@ -5,6 +5,11 @@ Units inherit the environment of ``ddsup start`` (as ``srun --export=ALL`` does)
 last so a unit cannot accidentally fake its identity. Variables that only ddsup's own
 processes need (the control secret) are never passed on.
 
+API keys reach only the processes that use them (docs/security.md): the variable an
+``[endpoint] api_key_env`` names reaches the endpoint and the worker, the one a
+``[lane] api_key_env`` names reaches that lane and the endpoint; every other unit, and
+every node agent, is started without them (:func:`withheld_variables`).
+
 ``SPT_NOENV=1`` is set too: it keeps the ``setproctitle`` package (vLLM names its engine
 processes with it) from overwriting ``/proc/PID/environ``, where the run's tag is read
 (docs/no-orphans.md). A unit can still clear it; the other no-orphan layers do not rely
@@ -13,13 +18,14 @@ on the tag.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from ddsup._errors import EXIT_REQUEUE
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.units import resolve_specifiers
-from ddsup.units._model import Unit, UnitType
+from ddsup.units._model import Unit, UnitSet, UnitType
 
 INVOCATION_ENV = "DDSUP_INVOCATION_ID"
 PRIVATE_VARIABLES = (SECRET_ENV, ADDRESS_ENV)
@@ -35,6 +41,7 @@ class RunContext:
     job_id: str
     endpoint_url: str | None = None
     api_key: str | None = None  # the endpoint's key, handed to the worker only
+    attempt: int = 0  # the Slurm job's attempt: 0, then 1, 2, … after each requeue
 
 
 def specifier_context(
@@ -59,6 +66,7 @@ def specifier_context(
         "job_id": run.job_id,
         "endpoint_url": run.endpoint_url or "",
         "unit_dir": run.unit_dir,
+        "attempt": str(run.attempt),
     }
     if unit.lane is not None:
         lane = unit.lane
@@ -68,7 +76,29 @@ def specifier_context(
         values["lead_standoff"] = f"{lane.lead_standoff:g}s"
         values["replicas"] = "auto" if lane.replicas is None else str(lane.replicas)
         values["nodes"] = str(lane.nodes)
+        values["api_key_env"] = lane.api_key_env or ""
     return values
+
+
+def key_grants(units: UnitSet) -> dict[str, frozenset[str]]:
+    """Each variable that names an API key → the units that may see it."""
+    grants: dict[str, set[str]] = {}
+    endpoint, worker = units.endpoint, units.worker
+    section = endpoint.endpoint if endpoint is not None else None
+    if endpoint is not None and section is not None and section.api_key_env:
+        users = {endpoint.name} | ({worker.name} if worker is not None else set())
+        grants.setdefault(section.api_key_env, set()).update(users)
+    for lane in units.lanes:
+        if lane.lane is not None and lane.lane.api_key_env:
+            users = {lane.name} | ({endpoint.name} if endpoint is not None else set())
+            grants.setdefault(lane.lane.api_key_env, set()).update(users)
+    return {name: frozenset(users) for name, users in grants.items()}
+
+
+def withheld_variables(units: UnitSet, unit: Unit | None = None) -> frozenset[str]:
+    """Key variables ``unit`` may not see; ``None``: a node agent (it runs lanes only)."""
+    users = {unit.name} if unit is not None else {lane.name for lane in units.lanes}
+    return frozenset(name for name, granted in key_grants(units).items() if not granted & users)
 
 
 def unit_environment(
@@ -77,9 +107,11 @@ def unit_environment(
     planned: PlannedInstance,
     context: Mapping[str, str],
     run: RunContext,
+    withheld: Collection[str] = (),
 ) -> dict[str, str]:
-    """The full environment of one unit instance's process."""
-    env = {k: v for k, v in base.items() if k not in PRIVATE_VARIABLES}
+    """The full environment of one unit instance's process (without ``withheld``)."""
+    hidden = {*PRIVATE_VARIABLES, *withheld}
+    env = {k: v for k, v in base.items() if k not in hidden}
     for key, value in unit.service.environment.items():
         env[key] = resolve_specifiers(value, context)
     for key in unit.service.unset_environment:
@@ -91,6 +123,7 @@ def unit_environment(
             "DDSUP_INSTANCE": planned.instance,
             "DDSUP_NODE": planned.node,
             "DDSUP_STATE_DIR": run.state_dir,
+            "DDSUP_ATTEMPT": str(run.attempt),
             "SPT_NOENV": "1",
         }
     )
@@ -99,6 +132,8 @@ def unit_environment(
         env["DDSUP_LANE_REPLICA"] = str(planned.replica)
         env["DDSUP_LANE_RANK"] = str(planned.rank or 0)
         env["DDSUP_LANE_PORT"] = "" if planned.port is None else str(planned.port)
+    if unit.type is UnitType.WORKER:
+        env["DDSUP_REQUEUE_EXIT"] = str(EXIT_REQUEUE)  # exit with it to ask for a requeue
     if unit.type is UnitType.WORKER and run.endpoint_url:
         env["DDSUP_ENDPOINT_URL"] = run.endpoint_url
         env["OPENAI_BASE_URL"] = run.endpoint_url.rstrip("/") + "/v1"

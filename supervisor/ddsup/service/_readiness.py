@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from ddsup.process import SpawnError, spawn
+from ddsup.process import LogError, SpawnError, spawn
 from ddsup.units import resolve_argv, resolve_specifiers
 from ddsup.units._model import ProbeKind, ReadySection
 
@@ -37,11 +37,13 @@ class Probe:
         env: Mapping[str, str],
         cwd: str,
         log_path: Path,
+        log_error: LogError | None = None,
     ) -> None:
         self.section = section
         self._env = env
         self._cwd = cwd
         self._log_path = log_path
+        self._log_error = log_error
         if isinstance(section.target, str):
             self.target: str | tuple[str, ...] = resolve_specifiers(section.target, context)
         else:
@@ -60,6 +62,13 @@ class Probe:
                     self.last_result = "ok"
                     return
             await trio.sleep(self.section.interval)
+
+    async def check(self, within: float) -> bool:
+        """One attempt that must pass ``within`` seconds (the liveness probes after ready)."""
+        with trio.move_on_after(within):
+            return await self._attempt()
+        self.last_result = f"no answer within {within:g}s"
+        return False
 
     async def _attempt(self) -> bool:
         kind = self.section.kind
@@ -81,7 +90,13 @@ class Probe:
             return True
         assert isinstance(self.target, tuple)
         try:
-            child = await spawn(self.target, env=self._env, cwd=self._cwd, log_path=self._log_path)
+            child = await spawn(
+                self.target,
+                env=self._env,
+                cwd=self._cwd,
+                log_path=self._log_path,
+                on_log_error=self._log_error,
+            )
         except SpawnError as err:
             self.last_result = str(err)
             return False

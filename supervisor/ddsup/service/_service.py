@@ -3,30 +3,40 @@
 A :class:`Service` is owned by exactly one task (``run``), which always reaps its process.
 Its states and the transitions allowed between them are ``ddsup.record._states``.
 
-Restart rule (documented in docs/units.md): after an unclean exit (or any exit with
-``restart = "always"``) the next start waits ``restart_sec · 2^k`` (k consecutive
-failures), capped at ``restart_max_sec``, with ±10 % jitter (never above the cap). k resets
-to 0 once the unit has stayed ready for ``restart_max_sec``. More than
-``start_limit_burst`` starts inside ``start_limit_interval`` = the unit has failed.
-A readiness timeout stops the process and counts as a failure for the restart policy;
-when it is what finally fails the unit, the run exits 75 (``readiness_timeout``).
+Restart rule (docs/units.md; the arithmetic is ``_restart_policy``): after an unclean
+exit (or any exit with ``restart = "always"``) the next start waits a backoff; too many
+starts inside ``start_limit_interval`` fail the unit. A readiness timeout stops the
+process and counts as a failure; when it fails the unit, the run exits 75. A ready
+lane that fails its liveness probes (``_liveness``) is SIGKILLed, and that counts as a
+failure too.
+
+A requested restart (``ddsup restart``, :meth:`Service.request_restart`) stops the
+process (``kill_signal``, ``timeout_stop``) and starts it again at once; it neither
+counts against ``start_limit_burst`` nor as a failure for the backoff.
 """
 
 from __future__ import annotations
 
-import random
+import os
 import signal
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import trio
 
-from ddsup.process import ChildProcess, ExitStatus, SpawnError, spawn
+from ddsup.process import (
+    ChildProcess,
+    ExitStatus,
+    OutputLog,
+    SpawnError,
+    output_pipe,
+    spawn,
+)
+from ddsup.record._display import human_duration
 from ddsup.record._events import (
     COMPLETED,
+    LivenessFailed,
     ProcessExited,
     ProcessStarted,
     RecordedEvent,
@@ -35,38 +45,16 @@ from ddsup.record._events import (
 from ddsup.record._states import ALLOWED as _ALLOWED
 from ddsup.record._states import LIVE as _LIVE
 from ddsup.record._states import IllegalTransition, InstanceState
+from ddsup.service._liveness import Liveness, watch_liveness
 from ddsup.service._readiness import Probe
-from ddsup.units._model import Restart, Unit, UnitType
+from ddsup.service._restart_policy import RestartPolicy
+from ddsup.service._spec import ServiceSpec as ServiceSpec
+from ddsup.service._spec import ServiceStatus
+from ddsup.units._durations import format_duration
+from ddsup.units._model import Restart, UnitType
 
-
-@dataclass(frozen=True)
-class ServiceSpec:
-    """Everything needed to run one instance, with specifiers already resolved."""
-
-    instance: str
-    node: str
-    unit: Unit
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    cwd: str
-    log_path: Path
-    context: Mapping[str, str]
-    start_delay: float = 0.0
-    probe: bool = True  # False for ranks > 0 of a multi-node lane: rank 0 serves HTTP
-
-
-@dataclass
-class ServiceStatus:
-    """Where the service is now (in-process callers and tests; others read its events)."""
-
-    state: InstanceState = InstanceState.INACTIVE
-    since: float = 0.0
-    pid: int | None = None
-    restarts: int = 0
-    last_exit: ExitStatus | None = None
-    probe: str | None = None  # the readiness probe's last answer in the current start
-    reason: str | None = None
-    readiness_timeout: bool = False  # the latest start was not ready within timeout_start
+OUTPUT_GRACE = 1.0  # seconds the output of a service's processes may drain after its end
+RESTART_REQUESTED = "restart requested"
 
 
 @dataclass
@@ -76,13 +64,7 @@ class _Watch:
     ready_at: float | None = None
     timed_out: bool = False
     exited: bool = False
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
+    unresponsive: str | None = None  # why the liveness probes ended it (None: they did not)
 
 
 class Service:
@@ -97,11 +79,22 @@ class Service:
         self._scope = trio.CancelScope()
         self._stop_requested = False
         self._child: ChildProcess | None = None
-        self._starts: deque[float] = deque()
-        self._failures = 0
+        self._policy = RestartPolicy(spec.unit.service)
         self._started_once = False
         self._timeout_reason = ""
+        self._unresponsive: str | None = None  # the latest start failed its liveness probes
         self._stopped_exit: ExitStatus | None = None  # how the last process ended
+        self._restart_requested = False
+        self._process_scope: trio.CancelScope | None = None  # the running process's
+        self._delay_scope: trio.CancelScope | None = None  # a restart delay's
+        self._copiers: trio.Nursery | None = None  # the tasks copying output into the log
+        service = spec.unit.service
+        self.output = OutputLog(
+            spec.log_path,
+            max_size=service.log_max_size,
+            max_files=service.log_max_files,
+            on_error=spec.log_error,
+        )
 
     # --- control from outside -------------------------------------------------------
     def request_stop(self, reason: str = "stop requested") -> None:
@@ -119,6 +112,26 @@ class Service:
         if self._child is not None:
             self._child.signal_group(signal.SIGKILL)
 
+    def request_restart(self, reason: str = RESTART_REQUESTED) -> bool:
+        """Stop the process and start it again at once; False when there is none to restart.
+
+        A process that runs (starting or ready) is stopped as for a stop; one waiting out a
+        restart delay starts now.
+        """
+        if self._stop_requested or self._restart_requested:
+            return False
+        state = self.status.state
+        if state in (InstanceState.STARTING, InstanceState.READY) and self._process_scope:
+            self._restart_requested = True
+            self._transition(InstanceState.RESTARTING, reason)
+            self._process_scope.cancel()
+            return True
+        if state is InstanceState.RESTARTING and self._delay_scope is not None:
+            self._restart_requested = True
+            self._delay_scope.cancel()
+            return True
+        return False
+
     def send_signal(self, sig: int) -> None:
         if self._child is not None and self._child.status is None:
             self._child.signal_group(sig)
@@ -126,11 +139,17 @@ class Service:
     # --- the owning task ------------------------------------------------------------
     async def run(self) -> None:
         try:
-            with self._scope:
-                await self._run()
+            async with trio.open_nursery() as copiers:
+                self._copiers = copiers
+                try:
+                    with self._scope:
+                        await self._run()
+                finally:  # over: what its processes wrote drains a moment more, then ends
+                    self.output.end_copies(trio.current_time() + OUTPUT_GRACE)
         finally:
             if not self.status.state.final:
                 self._finish_stopped()
+            self.output.close()
             self.finished.set()
 
     def _finish_stopped(self) -> None:
@@ -144,9 +163,11 @@ class Service:
 
     async def _run(self) -> None:
         if self.spec.start_delay > 0:
-            self._transition(InstanceState.WAITING, f"stagger {self.spec.start_delay:g}s")
+            stagger = human_duration(self.spec.start_delay)
+            self._transition(InstanceState.WAITING, f"stagger {stagger}")
             await trio.sleep(self.spec.start_delay)
-        while self._may_start():
+        requested = False
+        while requested or self._may_start():
             if self._started_once:
                 self.status.restarts += 1
             self._started_once = True
@@ -155,26 +176,43 @@ class Service:
                 return  # failed for good inside _run_once (the process could not start)
             if self._stop_requested:
                 return  # stopped while it exited: run() records the stop, not a restart
+            requested, self._restart_requested = self._restart_requested, False
+            if requested:
+                continue  # ddsup restart: at once, not counted
             delay = self._verdict(status, ready_for)
             if delay is None:
                 return
+            requested = await self._wait_to_restart(delay)
+
+    async def _wait_to_restart(self, delay: float) -> bool:
+        """The restart delay; True when a requested restart cut it short."""
+        with trio.CancelScope() as scope:
+            self._delay_scope = scope
             await trio.sleep(delay)
+        self._delay_scope = None
+        if self._restart_requested:
+            self._restart_requested = False
+            return True
+        return False
 
     def _may_start(self) -> bool:
         """Count this start against the start limit; past it, the unit has failed."""
         service = self.spec.unit.service
-        now = trio.current_time()
-        while self._starts and now - self._starts[0] > service.start_limit_interval:
-            self._starts.popleft()
-        if len(self._starts) < service.start_limit_burst:
-            self._starts.append(now)
+        if self._policy.admit(trio.current_time()):
             return True
         timed_out = self.status.readiness_timeout
-        last = f"; last: {self._timeout_reason}" if timed_out else ""
+        last_exit = None if timed_out else self.status.last_exit
+        if timed_out:
+            last = f"; last: {self._timeout_reason}"
+        elif last_exit is not None:
+            last = f"; last exit: {last_exit.describe()}"
+        else:
+            last = ""
         self._fail(
-            f"start limit hit: {len(self._starts)} starts within "
-            f"{service.start_limit_interval:g}s (start_limit_burst = "
+            f"start limit hit: {self._policy.recent_starts} starts within "
+            f"{format_duration(service.start_limit_interval)} (start_limit_burst = "
             f"{service.start_limit_burst}){last}",
+            exit=last_exit,
             timed_out=timed_out,
         )
         return False
@@ -188,11 +226,11 @@ class Service:
             self._transition(InstanceState.EXITED, COMPLETED, exit=status)
             return None
         timed_out = self.status.readiness_timeout
-        clean = not timed_out and success
+        clean = not timed_out and not self._unresponsive and success
         restart = service.restart is Restart.ALWAYS or (
             service.restart is Restart.ON_FAILURE and not clean
         )
-        why = self._timeout_reason if timed_out else status.describe()
+        why = self._timeout_reason if timed_out else self._unresponsive or status.describe()
         exit = None if timed_out else status
         if not restart:
             if clean:
@@ -200,36 +238,37 @@ class Service:
             else:
                 self._fail(why, exit=exit, timed_out=timed_out)
             return None
-        if ready_for >= service.restart_max_sec:
-            self._failures = 0
-        delay = self._backoff()
-        self._failures += 1
+        delay = self._policy.next_delay(ready_for)
         self._transition(
             InstanceState.RESTARTING,
-            f"{why}; restart in {delay:.3g}s",
+            f"{why}; restart in {human_duration(delay)}",
             exit=exit,
             timed_out=timed_out,
         )
         return delay
 
-    def _backoff(self) -> float:
-        service = self.spec.unit.service
-        base: float = min(service.restart_sec * (2.0**self._failures), service.restart_max_sec)
-        return min(base * random.uniform(0.9, 1.1), service.restart_max_sec)
-
     async def _run_once(self) -> tuple[ExitStatus | None, float]:
-        """One start of the process; returns its exit and how long it was ready."""
+        """One start of the process; returns its exit and how long it was ready.
+
+        Its output is copied into the log by a task of its own, which outlives the process
+        until the pipe's last writer is gone (at most :data:`OUTPUT_GRACE` after the
+        service's end).
+        """
         spec = self.spec
         self.status.probe = None
         self._transition(InstanceState.STARTING, "starting")
-        log_offset = _size(spec.log_path)
+        log_offset = self.output.size
+        read_end, write_end = output_pipe()
         try:
             child = await spawn(  # ddsup:containment: unit= puts it in its unit's cgroup
-                spec.argv, env=spec.env, cwd=spec.cwd, log_path=spec.log_path, unit=spec.instance
+                spec.argv, env=spec.env, cwd=spec.cwd, output=write_end, unit=spec.instance
             )
         except SpawnError as err:
+            os.close(read_end)
             self._fail(str(err))
             return None, 0.0
+        finally:
+            os.close(write_end)
         self._child = child
         self.status.pid = child.pid
         # log_offset: where this process's output begins in the log (``logs --since``)
@@ -239,25 +278,10 @@ class Service:
             )
         )
         watch = _Watch()
+        assert self._copiers is not None  # an engine may outlive it: the next start never waits
+        self.output.copy_in(self._copiers, read_end, name=f"output of {spec.instance}")
         try:
-            async with trio.open_nursery() as nursery:
-                oneshot = spec.unit.type is UnitType.ONESHOT
-                probe = None if oneshot else self._make_probe()
-                if probe is None and not oneshot:
-                    # Ready once started, decided here and now: a separate task could run
-                    # after the exit below was seen (the order of one scheduler batch is
-                    # random), and report a process that has already ended as ready.
-                    self._become_ready(watch, "started")
-                else:
-                    nursery.start_soon(self._watch_readiness, probe, watch, nursery.cancel_scope)
-                ended = await child.wait()
-                watch.exited = True
-                # recorded now, as seen: the stop below (the sweep for escaped
-                # descendants) and the restart decision come after
-                self._emit(
-                    ProcessExited(instance=spec.instance, node=spec.node, pid=child.pid, exit=ended)
-                )
-                nursery.cancel_scope.cancel()
+            await self._watch_process(child, watch)
         finally:
             with trio.CancelScope(shield=True):
                 final = await child.stop(
@@ -268,7 +292,36 @@ class Service:
             self.status.last_exit = final
             self.status.pid = None
             self._child = None
+            if self._restart_requested and not watch.exited:
+                self._emit(
+                    ProcessExited(instance=spec.instance, node=spec.node, pid=child.pid, exit=final)
+                )
         return final, self._ready_for(watch)
+
+    async def _watch_process(self, child: ChildProcess, watch: _Watch) -> None:
+        """Until the process exits (or its scope is cancelled: a readiness timeout, a
+        requested restart), with its readiness watched beside it."""
+        spec = self.spec
+        async with trio.open_nursery() as nursery:
+            self._process_scope = nursery.cancel_scope
+            oneshot = spec.unit.type is UnitType.ONESHOT
+            probe = None if oneshot else self._make_probe()
+            if probe is None and not oneshot:
+                # Ready once started, decided here and now: a separate task could run
+                # after the exit below was seen (the order of one scheduler batch is
+                # random), and report a process that has already ended as ready.
+                self._become_ready(watch, "started")
+            else:
+                nursery.start_soon(self._watch_readiness, probe, watch, nursery.cancel_scope)
+            ended = await child.wait()
+            watch.exited = True
+            # recorded now, as seen: the stop below (the sweep for escaped
+            # descendants) and the restart decision come after
+            self._emit(
+                ProcessExited(instance=spec.instance, node=spec.node, pid=child.pid, exit=ended)
+            )
+            nursery.cancel_scope.cancel()
+        self._process_scope = None
 
     async def _watch_readiness(
         self, probe: Probe | None, watch: _Watch, process_scope: trio.CancelScope
@@ -287,6 +340,39 @@ class Service:
             process_scope.cancel()
             return
         self._become_ready(watch, "probe passed")
+        liveness = Liveness.of(self.spec.unit)
+        if probe is not None and liveness is not None and watch.ready_at is not None:
+            await self._watch_liveness(probe, liveness, watch)
+
+    async def _watch_liveness(self, probe: Probe, liveness: Liveness, watch: _Watch) -> None:
+        """Until ``liveness.limit`` probes in a row failed: then SIGKILL (see ``_liveness``)."""
+
+        def failed(failures: int, answer: str) -> None:
+            if self._stop_requested or watch.exited:
+                return
+            self.status.probe = answer
+            instance, node, limit = self.spec.instance, self.spec.node, liveness.limit
+            self._emit(
+                LivenessFailed(
+                    instance=instance, node=node, failures=failures, limit=limit, probe=answer
+                )
+            )
+            if self.status.state is InstanceState.READY:
+                self._transition(InstanceState.UNRESPONSIVE, f"liveness probe failed: {answer}")
+
+        def passed() -> None:
+            if self.status.state is InstanceState.UNRESPONSIVE and not self._stop_requested:
+                self.status.probe = probe.last_result
+                self.ready.set()
+                self._transition(InstanceState.READY, "liveness probe passed again")
+
+        last = await watch_liveness(probe, liveness, failed=failed, passed=passed)
+        watch.unresponsive = (
+            f"not answering: {liveness.limit} liveness probes failed in a row "
+            f"(last: {last}); killed"
+        )
+        if self._child is not None:
+            self._child.signal_group(signal.SIGKILL)
 
     def _become_ready(self, watch: _Watch, reason: str) -> None:
         if self._stop_requested or watch.exited:
@@ -298,9 +384,11 @@ class Service:
     def _ready_for(self, watch: _Watch) -> float:
         """How long the process was ready; records a readiness timeout for the verdict."""
         self.status.readiness_timeout = watch.timed_out
+        self._unresponsive = watch.unresponsive
         if watch.timed_out:
             timeout_start = self.spec.unit.service.timeout_start
-            self._timeout_reason = f"not ready within timeout_start = {timeout_start:g}s" + (
+            limit = format_duration(timeout_start)
+            self._timeout_reason = f"not ready within timeout_start = {limit}" + (
                 f" (last probe: {self.status.probe})" if self.status.probe else ""
             )
             return 0.0
@@ -311,7 +399,12 @@ class Service:
         if spec.unit.ready is None or not spec.probe:
             return None
         return Probe(
-            spec.unit.ready, spec.context, env=spec.env, cwd=spec.cwd, log_path=spec.log_path
+            spec.unit.ready,
+            spec.context,
+            env=spec.env,
+            cwd=spec.cwd,
+            log_path=spec.log_path,
+            log_error=spec.log_error,
         )
 
     # --- state machine --------------------------------------------------------------

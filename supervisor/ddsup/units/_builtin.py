@@ -13,11 +13,15 @@ complete unit. An explicit ``[service] exec`` or ``[ready]`` section still wins.
   where its ``bind`` accepts connections from the same machine: the bind address
   itself, or loopback when it binds every interface. Probes run where the endpoint
   runs (the client node). ``/health`` answers 200 once every model has a ready lane.
+  It asks without the endpoint's key, so with ``api_key_env`` set, ``/health`` must
+  stay among ``open_routes`` unless the unit gives its own ``[ready]``
+  (:func:`closed_health`).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 
 from ddsup.units._model import EndpointSection, ProbeKind, ReadySection
 
@@ -41,6 +45,19 @@ def endpoint_ready(section: EndpointSection) -> ReadySection:
         kind=ProbeKind.HTTP,
         target=f"http://{_literal(host)}:{{port}}/health",
         interval=ENDPOINT_PROBE_INTERVAL,
+    )
+
+
+def closed_health(endpoint: Mapping[str, object] | None, *, has_ready: bool) -> str | None:
+    """What is wrong when ``[endpoint]`` closes ``/health`` to the built-in probe, if it does."""
+    if endpoint is None or has_ready or not endpoint.get("api_key_env"):
+        return None
+    routes = endpoint.get("open_routes", ("/health",))
+    if isinstance(routes, tuple | list) and "/health" in routes:
+        return None
+    return (
+        'the built-in readiness probe asks GET /health without the key: keep "/health" '
+        "in open_routes, or give the unit a [ready] probe of your own"
     )
 
 

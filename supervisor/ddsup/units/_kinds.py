@@ -23,6 +23,7 @@ from ddsup.units._durations import (
     signal_names,
 )
 from ddsup.units._model import MinReady
+from ddsup.units._sizes import SIZE_HELP, SIZE_PATTERN, format_size, parse_size
 
 Json = dict[str, Any]
 SubPath = tuple[str | int, ...]
@@ -233,6 +234,25 @@ def duration(*, positive: bool, typical: float) -> Kind:
 
 def _duration_json() -> Json:
     return {"type": "string", "pattern": DURATION_PATTERN, "description": DURATION_HELP}
+
+
+def size(low: int) -> Kind:
+    """A byte size of at least ``low`` (``"64M"``, or an integer of bytes)."""
+
+    def convert(value: object) -> int:
+        try:
+            parsed = parse_size(value)
+        except ValueError as err:
+            raise Invalid(str(err)) from None
+        if parsed < low:
+            raise Invalid(f"must be at least {format_size(low)}, got {value!r}")
+        return parsed
+
+    def json() -> Json:
+        text = {"type": "string", "pattern": SIZE_PATTERN, "description": SIZE_HELP}
+        return {"oneOf": [{"type": "integer", "minimum": low}, text]}
+
+    return Kind(f"size (at least {format_size(low)})", convert, json)
 
 
 def _signal(value: object) -> object:

@@ -71,6 +71,8 @@ class ServiceSection:
     kill_signal: signal.Signals = signal.SIGTERM
     forward_signals: tuple[signal.Signals, ...] = ()
     on_failure: OnFailure = OnFailure.STOP_ALL
+    log_max_size: int = 64 << 20  # bytes of logs/<instance>.log before it is rotated
+    log_max_files: int = 2  # rotated files kept (<instance>.log.1 …)
 
 
 class ProbeKind(str, enum.Enum):
@@ -83,11 +85,18 @@ class ProbeKind(str, enum.Enum):
 
 @dataclass(frozen=True)
 class ReadySection:
-    """``[ready]``: one probe. ``target`` is a URL (http), ``host:port`` (tcp) or argv (exec)."""
+    """``[ready]``: one probe. ``target`` is a URL (http), ``host:port`` (tcp) or argv (exec).
+
+    Lanes keep running the probe once ready (liveness): every ``liveness_interval``,
+    each attempt answered within that interval; ``liveness_failures`` failed attempts in
+    a row restart the lane (0: no liveness probing).
+    """
 
     kind: ProbeKind
     target: str | tuple[str, ...]
     interval: float = 0.5
+    liveness_interval: float = 5.0
+    liveness_failures: int = 3
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,8 @@ class LaneSection:
     port: int | None = 8000  # None = "auto": the agent picks free ports at preflight
     stagger: float = 5.0
     lead_standoff: float = 0.0
+    api_key_env: str | None = None  # the variable holding this lane's own API key
+    served_model_names: tuple[str, ...] | None = None  # None: read from exec's vllm flags
 
 
 @dataclass(frozen=True)
@@ -137,11 +148,16 @@ class EndpointSection:
     retry_after: float = 1.0
     retries: int = 2
     api_key_env: str | None = None
+    open_routes: tuple[str, ...] = ("/health", "/metrics")  # answered without the key
     min_ready: MinReady = MinReady()
-    max_body_bytes: int = 100 * 1024 * 1024
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_buffered_bytes: int = 512 * 1024 * 1024  # request bodies in memory, per worker
     max_concurrent: int = 4096
+    max_connections: int = 8192  # per worker
     upstream_timeout: float = 600.0
     workers: int | None = 1  # None = "auto": one per CPU the endpoint may run on
+    eject_after: int = 5  # connect errors or 5xx of a lane in a row; 0: never eject
+    eject_for: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -178,6 +194,7 @@ class Unit:
     lane: LaneSection | None = None
     slurm: SlurmSection = SlurmSection()
     endpoint: EndpointSection | None = None
+    stop_before_end: float | None = None  # stop it this long before the job's end time
 
     @property
     def base_name(self) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ddsup._errors import Problem
 from ddsup.units import _schema as schema
-from ddsup.units._builtin import endpoint_exec, endpoint_ready
+from ddsup.units._builtin import closed_health, endpoint_exec, endpoint_ready
 from ddsup.units._kinds import UNIT_NAME, Invalid
 from ddsup.units._locate import KeyPath, Locator
 from ddsup.units._model import (
@@ -150,6 +150,8 @@ def _check(parsed: ParsedFile) -> None:
     _check_required(parsed)
     _check_ready(parsed)
     _check_restart_delays(parsed, values.get("service", {}))
+    if problem := closed_health(values.get("endpoint"), has_ready="ready" in parsed.doc):
+        parsed.problem(("endpoint", "open_routes"), problem, at_value=True)
     _check_name(parsed)
     if not parsed.problems and parsed.unit_type is not None:
         parsed.unit = _build(parsed, parsed.unit_type, values)
@@ -382,6 +384,7 @@ def _build(parsed: ParsedFile, kind: UnitType, values: dict[str, dict[str, Any]]
         lane=LaneSection(**values["lane"]) if "lane" in values else None,
         slurm=SlurmSection(**values.get("slurm", {})),
         endpoint=endpoint,
+        stop_before_end=unit.get("stop_before_end"),
     )
 
 
@@ -389,5 +392,6 @@ def _build_ready(values: dict[str, Any] | None) -> ReadySection | None:
     if values is None:
         return None
     probe = next(p for p in schema.READY_PROBES if p in values)
-    extra = {"interval": values["interval"]} if "interval" in values else {}
+    timing = ("interval", "liveness_interval", "liveness_failures")
+    extra = {key: values[key] for key in timing if key in values}
     return ReadySection(kind=ProbeKind(probe), target=values[probe], **extra)

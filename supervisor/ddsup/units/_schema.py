@@ -9,15 +9,16 @@ the default of the matching field in :mod:`ddsup.units._model`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ddsup.units import _kinds as k
 from ddsup.units import _kinds_env as ke
-from ddsup.units._durations import parse_duration
+from ddsup.units._keyspec import ALL_TYPES as _ALL_TYPES
+from ddsup.units._keyspec import KeySpec as KeySpec
+from ddsup.units._keyspec import SectionSpec as SectionSpec
+from ddsup.units._keyspec import duration_key
 from ddsup.units._model import OnFailure, Placement, Restart, UnitType
+from ddsup.units._schema_endpoint import ENDPOINT as ENDPOINT
 from ddsup.units._specifiers import BASE_SPECIFIERS
 
-_ALL_TYPES = frozenset(UnitType)
 _LANE = frozenset({UnitType.LANE})
 # Kinds whose program is ddsup itself: [service] exec and [ready] have built-in defaults
 # (see ddsup.units._builtin), so a unit of such a type needs neither.
@@ -25,46 +26,7 @@ BUILT_IN = frozenset({UnitType.ENDPOINT})
 _NOT_BUILT_IN = _ALL_TYPES - BUILT_IN
 
 
-@dataclass(frozen=True)
-class KeySpec:
-    """One key: its kind, documentation, default (as written in TOML) and restrictions.
-
-    ``required_for``: the unit types whose files must give this key (when they have its
-    section at all; whether they must is :attr:`SectionSpec.required_for`).
-    """
-
-    name: str
-    kind: k.Kind
-    doc: str
-    default: object = None
-    example: object = None
-    required_for: frozenset[UnitType] = frozenset()
-    specifiers: bool = False
-    only: frozenset[UnitType] = _ALL_TYPES
-
-
-@dataclass(frozen=True)
-class SectionSpec:
-    """One ``[section]``: its keys and which unit types may (or must) have it."""
-
-    name: str
-    doc: str
-    keys: tuple[KeySpec, ...]
-    only: frozenset[UnitType] = _ALL_TYPES
-    required_for: frozenset[UnitType] = frozenset()
-
-    def key(self, name: str) -> KeySpec | None:
-        return next((key for key in self.keys if key.name == name), None)
-
-
-def _duration_key(
-    name: str, doc: str, default: str, example: str, *, positive: bool = False
-) -> KeySpec:
-    """A duration key; its default (or example, when the default is 0) is the typical
-    value that steers the hint for a bare number (``interval = 250`` → ``"250ms"``)."""
-    typical = parse_duration(default) or parse_duration(example)
-    kind = k.duration(positive=positive, typical=typical)
-    return KeySpec(name, kind, doc, default, example)
+_duration_key = duration_key
 
 
 UNIT = SectionSpec(
@@ -100,6 +62,13 @@ UNIT = SectionSpec(
             "client",
             "each-node",
             only=frozenset({UnitType.SERVICE, UnitType.ONESHOT}),
+        ),
+        KeySpec(
+            "stop_before_end",
+            k.duration(positive=True, typical=600.0),
+            "In a Slurm job with a time limit: stop this unit gracefully (kill_signal, "
+            "timeout_stop) this long before the job's end time. Absent: no early stop.",
+            example="10m",
         ),
     ),
     required_for=_ALL_TYPES,
@@ -204,6 +173,20 @@ SERVICE = SectionSpec(
             "stop-all",
             "continue",
         ),
+        KeySpec(
+            "log_max_size",
+            k.size(64 << 10),
+            "Size of logs/<instance>.log at which it is rotated (renamed .log.1, …).",
+            "64M",
+            "1G",
+        ),
+        KeySpec(
+            "log_max_files",
+            k.integer(0, 100),
+            "Rotated log files kept per instance; the oldest beyond them is deleted.",
+            2,
+            5,
+        ),
     ),
     required_for=_NOT_BUILT_IN,
 )
@@ -236,6 +219,24 @@ READY = SectionSpec(
             specifiers=True,
         ),
         _duration_key("interval", "Time between probes.", "500ms", "1s", positive=True),
+        KeySpec(
+            "liveness_interval",
+            k.duration(positive=True, typical=5.0),
+            "Lanes, once ready: time between liveness probes (the same probe); each must "
+            "answer within it.",
+            "5s",
+            "10s",
+            only=_LANE,
+        ),
+        KeySpec(
+            "liveness_failures",
+            k.integer(0),
+            "Lanes: liveness probes failed in a row that restart the lane; the first one "
+            "takes it out of the endpoint's rotation. 0: no liveness probing.",
+            3,
+            5,
+            only=_LANE,
+        ),
     ),
 )
 
@@ -276,6 +277,20 @@ LANE = SectionSpec(
         _duration_key(
             "lead_standoff", "Extra wait before any lane but the first starts.", "0s", "30s"
         ),
+        KeySpec(
+            "api_key_env",
+            ke.VARIABLE,
+            "The variable holding this lane's own API key: the endpoint sends it to the "
+            "lane; only the lane and the endpoint get the variable.",
+            example="VLLM_API_KEY",
+        ),
+        KeySpec(
+            "served_model_names",
+            k.STRINGS,
+            "Other names the lane answers to (aliases, LoRA adapters); absent: read from "
+            "exec's --served-model-name and --lora-modules.",
+            example=["llama", "sql-lora"],
+        ),
     ),
     only=_LANE,
     required_for=_LANE,
@@ -296,74 +311,14 @@ SLURM = SectionSpec(
     only=_LANE,
 )
 
-ENDPOINT = SectionSpec(
-    "endpoint",
-    "The logical endpoint (router) in front of the lanes. Endpoint units only; optional there.",
-    (
-        KeySpec("port", k.PORT, "Port the endpoint listens on.", 9000, 8080),
-        KeySpec(
-            "bind", k.NONEMPTY_STRING, "Address the endpoint listens on.", "127.0.0.1", "0.0.0.0"
-        ),
-        KeySpec(
-            "max_queue_per_lane",
-            k.integer(1),
-            "Admission limit: outstanding requests per lane before answering 429.",
-            128,
-            64,
-        ),
-        _duration_key("retry_after", "Retry-After sent with 429 answers.", "1s", "2s"),
-        KeySpec(
-            "retries",
-            k.integer(0),
-            "Further distinct lanes tried before any response byte went out.",
-            2,
-            1,
-        ),
-        KeySpec(
-            "api_key_env",
-            ke.VARIABLE,
-            "Require this variable's value as bearer token (absent: no key needed).",
-            example="DDSUP_API_KEY",
-        ),
-        KeySpec(
-            "min_ready",
-            k.MIN_READY,
-            "Lanes per model that must be ready before the endpoint starts: a count or a percentage.",
-            "100%",
-            "50%",
-        ),
-        KeySpec(
-            "max_body_bytes",
-            k.integer(1),
-            "Largest request body accepted (413 above).",
-            104857600,
-            1048576,
-        ),
-        KeySpec("max_concurrent", k.integer(1), "Most requests served at once.", 4096, 1024),
-        _duration_key(
-            "upstream_timeout",
-            "Longest wait for a lane's answer before trying another.",
-            "10m",
-            "5m",
-            positive=True,
-        ),
-        KeySpec(
-            "workers",
-            k.WORKERS,
-            'Processes that serve the endpoint\'s port; "auto": one per CPU it may run on.',
-            1,
-            "auto",
-        ),
-    ),
-    only=frozenset({UnitType.ENDPOINT}),
-)
-
 SECTIONS: tuple[SectionSpec, ...] = (UNIT, SERVICE, READY, LANE, SLURM, ENDPOINT)
 SECTION_NAMES: tuple[str, ...] = tuple(section.name for section in SECTIONS)
 READY_PROBES: tuple[str, ...] = ("http", "tcp", "exec")
 
-# Every specifier a unit file may use: the runtime ones plus each key of [lane].
-SPECIFIERS: frozenset[str] = BASE_SPECIFIERS | {key.name for key in LANE.keys}
+# Every specifier a unit file may use: the runtime ones plus each scalar key of [lane].
+SPECIFIERS: frozenset[str] = BASE_SPECIFIERS | {
+    key.name for key in LANE.keys if key.kind is not k.STRINGS
+}
 
 
 def section(name: str) -> SectionSpec | None:

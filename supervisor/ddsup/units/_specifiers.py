@@ -21,6 +21,7 @@ from ddsup._errors import DdsupError
 # The names every unit may use; the keys of ``[lane]`` are added by the schema module.
 BASE_SPECIFIERS: frozenset[str] = frozenset(
     {
+        "attempt",
         "unit",
         "instance",
         "node",

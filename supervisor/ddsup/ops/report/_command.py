@@ -7,7 +7,6 @@ last states reach "now"), and from any machine that mounts the directory.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from ddsup.ops._run_handle import add_state_dir, find_state
 from ddsup.ops.report._model import Rows, build_report
 from ddsup.ops.report._page import render_report
 from ddsup.record._efficiency import summary_line
+from ddsup.record._private import write_private
 from ddsup.record._run_files import load_run
 
 
@@ -60,13 +60,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 def _write(target: Path, page: str) -> None:
     """Atomically, owner-only (it names the run's units and reasons), no symlink followed."""
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-        fd = os.open(temporary, flags, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(page)
-        os.replace(temporary, target)
+        write_private(target, page)
     except OSError as err:
-        temporary.unlink(missing_ok=True)
         raise RunStateError(f"cannot write {target}: {err.strerror or err}") from err

@@ -33,6 +33,7 @@ STATE_CLASS = {
     "starting": "s-starting",
     "ready": "s-ready",
     "restarting": "s-restarting",
+    "unresponsive": "s-restarting",  # ready but not answering: out of the rotation
     "stopping": "s-stopping",
     "failed": "s-failed",
 }

@@ -1,0 +1,64 @@
+"""Which model a request names: the ``model`` of its JSON body, or of its form.
+
+Every vLLM route the endpoint forwards takes a JSON object with an optional ``model``,
+except speech to text (``/v1/audio/transcriptions`` and ``…/translations``), which takes
+``multipart/form-data`` with a ``model`` field beside the audio file. ``None`` means the
+request names no model (vLLM then uses its own; the endpoint, the one it serves when it
+serves one). Anything else the endpoint refuses with a typed 400 that says what is wrong,
+never a 500: a body nested so deeply that the JSON parser would exhaust the stack
+(``[`` × 100,000, issue 17) is one of those. The JSON depth limit is then Python's
+recursion limit (about 1,000 levels less the stack in use, so a little under 1,000).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ddsup.endpoint._errors import ApiError, bad_request
+
+_BOUNDARY = re.compile(rb'boundary="?([^";\r\n]{1,200})"?', re.IGNORECASE)
+_MODEL_PART = re.compile(rb'\r\ncontent-disposition:[^\r\n]*;\s*name="?model"?[;\s\r]', re.I)
+
+
+def model_of_json(body: bytes) -> str | None:
+    """The body's ``model``: ``None`` when absent or null, 400 when it is not a name."""
+    try:
+        payload = json.loads(body)
+    except RecursionError as err:
+        raise bad_request("the body's JSON is nested too deeply") from err
+    except (ValueError, UnicodeDecodeError) as err:
+        raise bad_request(f"the body is not valid JSON: {err}") from err
+    if not isinstance(payload, dict):
+        raise bad_request("the body must be a JSON object")
+    model = payload.get("model")
+    if model is None:
+        return None
+    if not isinstance(model, str) or not model:
+        raise bad_request('the body\'s "model" must be a non-empty string')
+    return model
+
+
+def model_of_form(body: bytes, content_type: bytes) -> str | None:
+    """The ``model`` field of a ``multipart/form-data`` body (``None``: it has none)."""
+    if not content_type.lower().startswith(b"multipart/form-data"):
+        raise bad_request("this route takes multipart/form-data (a model field and a file)")
+    boundary = _BOUNDARY.search(content_type)
+    if boundary is None:
+        raise bad_request("multipart/form-data without a boundary")
+    delimiter = b"\r\n--" + boundary.group(1)
+    for part in (b"\r\n" + body).split(delimiter)[1:]:
+        head, blank, value = part.partition(b"\r\n\r\n")
+        if blank and _MODEL_PART.search(head + b"\r"):
+            return _form_value(value)
+    return None
+
+
+def _form_value(value: bytes) -> str:
+    try:
+        model = value.decode("utf-8").strip()
+    except UnicodeDecodeError as err:
+        raise ApiError(400, "invalid_request_error", "the form's model is not UTF-8") from err
+    if not model:
+        raise bad_request("the form's model field is empty")
+    return model

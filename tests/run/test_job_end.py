@@ -1,0 +1,119 @@
+"""The job's end and its attempts: end times, early stops, requeue, per-attempt state dirs.
+
+The pure parts are checked here (what squeue prints, what a stop before the end does to
+the run's state, what a requeue request becomes); ``tests/slurm/test_long_jobs.py`` runs
+them in real jobs. A requeue outside Slurm, and an attempt number from the environment,
+are checked through real local runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from ddsup._errors import ResultStatus
+from ddsup.plan import Plan
+from ddsup.process import ExitStatus
+from ddsup.record._events import UnitTransition
+from ddsup.record._outcome import Outcome, WorkerEnded
+from ddsup.record._state_dir import create_state_dir, for_attempt
+from ddsup.record._states import InstanceState as S
+from ddsup.run._run_inputs import EndNear, Host, Observed, PreflightOver, StartOn, StopOn
+from ddsup.run._run_state import RunState
+from ddsup.run._slurm_job import attempt_of, parse_end_time, settle_requeue
+from ddsup.units._model import UnitSet
+from support import units as u
+from support.runs import PY, run_start
+from support.unit_dirs import UnitDir
+
+
+def test_squeue_end_times_are_local_time_and_unlimited_jobs_have_none() -> None:
+    expected = time.mktime((2026, 12, 3, 4, 14, 6, 0, 0, -1))
+    assert parse_end_time("2026-12-03T04:14:06\n") == expected
+    assert parse_end_time("2026-12-03T04:14:06\n2026-12-03T04:14:06\n") == expected  # het job
+    for nothing in ("", "N/A\n", "Unknown", "NONE"):
+        assert parse_end_time(nothing) is None
+
+
+def test_attempts_come_from_slurm_restart_count_and_get_their_own_state_dir() -> None:
+    assert attempt_of({}) == 0 and attempt_of({"SLURM_RESTART_COUNT": "2"}) == 2
+    assert attempt_of({"SLURM_RESTART_COUNT": "x"}) == 0
+    assert for_attempt(Path("/s/run-42"), 0) == Path("/s/run-42")
+    assert for_attempt(Path("/s/run-42"), 2) == Path("/s/run-42.attempt2")
+
+
+def test_default_state_dir_of_a_requeued_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.chdir(tmp_path)
+    assert create_state_dir(None).path == tmp_path / "ddsup-4242"
+    assert create_state_dir(None, attempt=1).path == tmp_path / "ddsup-4242.attempt1"
+    given = create_state_dir(tmp_path / "run", attempt=2)
+    assert given.path == tmp_path / "run.attempt2" and given.path.is_dir()
+
+
+def test_the_end_near_stops_the_unit_and_it_never_starts_later() -> None:
+    run = RunState(*_units_and_plan())
+    run.handle(PreflightOver(120.0))
+    assert run.handle(EndNear("worker", "stop_before_end = 10m")) == [
+        StopOn(Host("n1", agent=False), ("worker",), "stop_before_end = 10m")
+    ]
+    ready = Observed(
+        UnitTransition(
+            instance="svc", node="n1", from_state=S.STARTING, to_state=S.READY, reason="r"
+        )
+    )
+    assert [d for d in run.handle(ready) if isinstance(d, StartOn)] == []
+
+
+def _units_and_plan() -> tuple[UnitSet, Plan]:
+    units = u.unit_set(u.service("svc"), u.worker(after=("svc",)))
+    return units, u.plan(units)
+
+
+def test_a_worker_asking_for_a_requeue_outside_slurm_fails_saying_why() -> None:
+    outcome = Outcome.of(WorkerEnded("worker", ExitStatus(code=85), "exit status 85"))
+    assert (outcome.status, outcome.exit_code) == (ResultStatus.REQUEUED, 85)
+    settled = trio.run(settle_requeue, outcome, None)
+    assert (settled.status, settled.exit_code) == (ResultStatus.WORKER_FAILED, 85)
+    assert settled.reason == (
+        "exit status 85: it asked for a requeue (exit status 85), but this run is not in a "
+        "Slurm job"
+    )
+
+
+# The worker: its attempt and requeue status as ddsup gave them, then the requeue status.
+WORKER_PY = """\
+import json, os, sys
+seen = {k: os.environ[k] for k in ("DDSUP_ATTEMPT", "DDSUP_REQUEUE_EXIT", "DDSUP_STATE_DIR")}
+with open(os.path.join(os.environ["DDSUP_STATE_DIR"], "seen.json"), "w") as out:
+    json.dump({**seen, "argv": sys.argv[1:]}, out)
+sys.exit(int(os.environ["DDSUP_REQUEUE_EXIT"]))
+"""
+
+
+async def test_a_later_attempt_runs_in_its_own_state_dir_and_tells_the_units(
+    tmp_path: Path,
+) -> None:
+    units = UnitDir(tmp_path / "units")
+    (units.path / "worker.py").write_text(WORKER_PY)
+    units.add("worker", "worker", [PY, "{unit_dir}/worker.py", "{attempt}"])
+    run = await run_start(units, tmp_path / "state", env={"SLURM_RESTART_COUNT": "2"})
+    state = tmp_path / "state.attempt2"
+    assert not (tmp_path / "state").exists()
+    seen = json.loads((state / "seen.json").read_text())
+    assert seen == {
+        "DDSUP_ATTEMPT": "2",
+        "DDSUP_REQUEUE_EXIT": "85",
+        "DDSUP_STATE_DIR": str(state),
+        "argv": ["2"],
+    }
+    assert run.returncode == 85
+    result = json.loads((state / "result.json").read_text())
+    assert result["status"] == "worker_failed"
+    assert "but this run is not in a Slurm job" in result["cause"]["reason"]
