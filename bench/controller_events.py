@@ -55,9 +55,9 @@ def _lane_unit() -> Any:
 
 def measure(lanes: int, reps: int) -> dict[str, float]:
     """CPU µs per event for ``lanes`` lanes (start, then a tenth restarting)."""
-    from ddsup.channel._messages import EventReport, StatusReply, decode, encode
+    from ddsup.channel._messages import EventReport, StatusReply
     from ddsup.plan import Node, make_plan
-    from ddsup.record._events import EventLog, ProcessExited, ProcessStarted, UnitTransition
+    from ddsup.record._events import ProcessExited, ProcessStarted, UnitTransition
     from ddsup.record._states import InstanceState as S
     from ddsup.record._status import RunSnapshot
     from ddsup.run._run_inputs import Observed, PreflightOver, PublishLanes
@@ -68,6 +68,12 @@ def measure(lanes: int, reps: int) -> dict[str, float]:
         from ddsup._exit import ExitStatus
     except ImportError:  # before it had a module of its own
         from ddsup.process import ExitStatus
+    try:
+        from ddsup.channel._codec import decode, encode
+        from ddsup.record._event_log import EventLog
+    except ImportError:  # before the codec and the event log had modules of their own
+        from ddsup.channel._messages import decode, encode  # type: ignore[attr-defined,no-redef]
+        from ddsup.record._events import EventLog  # type: ignore[attr-defined,no-redef]
 
     units = UnitSet("u", (_lane_unit(),))
     nodes = [
