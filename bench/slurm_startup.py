@@ -1,29 +1,35 @@
 """ddsup's own start-up and clean-up overhead inside a real Slurm job (3-node test cluster).
 
-Run: ``.venv/bin/python bench/slurm_startup.py [--runs 5]`` (needs Slurm installed; it
-starts a private cluster of three ``slurmd`` on this host, see docs/testing-slurm.md).
+Run: ``.venv/bin/python bench/slurm_startup.py [--runs 5] [--baseline REV]`` (needs Slurm
+installed; it starts a private cluster of three ``slurmd`` on this host, see
+docs/testing-slurm.md).
+
+ddsup is installed as a user installs it: a wheel of the checkout (``pip wheel``) into a
+fresh virtual environment (``pip install`` compiles every module to bytecode), and the
+job script runs that environment's ``ddsup`` console script. ``--baseline REV`` builds
+a second wheel from ``git archive REV`` into a second environment, and the jobs of both
+alternate, so before and after come from one run.
 
 Each run is ``sbatch -N3`` of ``exec ddsup start`` with six tiny HTTP lanes (two per
-node, ``stagger = "0s"``) and a worker that exits at once. From ``events.jsonl``:
+node, ``stagger = "0s"``) and a worker that exits at once. The job script writes a
+timestamp just before ``exec``. From it and ``events.jsonl``:
 
-- **overhead** = (``run starting`` → worker ``starting``) minus the slowest lane's own
-  ``starting`` → ``ready``: what ddsup adds before the user's work begins (goal ≤ 1 s);
-- split into *to first lane start* (plan, ``srun`` of the agent step, agents' Python
-  start-up, connect, preflight) and *after the last ready* (until the worker starts);
-- **exec → run starting**: the controller's own Python start-up (the job script writes
-  a timestamp just before ``exec``).
+- **overhead, end to end** = (exec of ``ddsup start`` → the worker's ``starting``) minus
+  the slowest lane's own exec → listening (its process start time, from ``/proc``, to the
+  moment it bound its port, which it writes down): everything ddsup adds before the
+  user's work begins, its own Python start-up included (goal ≤ 1 s);
+- split into *exec → run starting* (the controller's Python start-up), *run starting →
+  srun spawned*, *srun spawned → last agent forked*, *last agent forked → first lane
+  start* (the agents' Python start-up, connect, set-up, preflight), the lanes, and
+  *after the last ready* (until the worker starts);
+- **overhead from run starting** = (``run starting`` → worker ``starting``) minus the
+  slowest lane's own ``starting`` → ``ready``: the figure BENCHMARKS.md gave before,
+  which leaves out ``ddsup start``'s own start-up.
 
 Then, for the causes: ``srun --overlap -N3 true`` and ``srun --overlap -N3 python -c
 'import ddsup.run._agent'`` inside a job (the agent step's floor), and the import time of
 ``ddsup.run._agent`` here. Last, ``scancel`` of a running job: seconds until no process of
 the run is alive on any node (Slurm's ``KillWait`` is 5 s on this cluster).
-
-Bytecode: ``pip install`` compiles every module to bytecode, so an installed ddsup never
-compiles Python source at start-up. A source checkout run with ``PYTHONDONTWRITEBYTECODE``
-set (as on these sandboxes) does, in every process: about 0.13 s of CPU per agent, 0.3 s
-of the overhead on this cluster. So the bench first compiles the checkout's ``ddsup``
-(``compileall``, into the ignored ``__pycache__`` folders, as Python itself would), which
-is the installed case.
 """
 
 from __future__ import annotations
@@ -37,13 +43,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/support, as ``support`` (as pytest has it)
 
-from tests.slurm.cluster import SlurmCluster, wait_until  # noqa: E402 (needs the path above)
+from tests.slurm.cluster import SlurmCluster, wait_until  # noqa: E402
 from tests.slurm.jobs import (  # noqa: E402
     DdsupJob,
     run_processes,
@@ -51,6 +58,8 @@ from tests.slurm.jobs import (  # noqa: E402
     wait_no_processes,
     worker_unit,
 )
+
+from support import procs  # noqa: E402 (needs the path above)
 
 SRUN_FLOOR = (
     "#!/bin/bash\n"
@@ -62,21 +71,67 @@ SRUN_FLOOR = (
 )
 
 
+@dataclass(frozen=True)
+class Install:
+    """One installed ddsup: a fresh virtual environment with a wheel in it."""
+
+    name: str
+    venv: Path
+
+    @property
+    def python(self) -> str:
+        return str(self.venv / "bin" / "python")
+
+    @property
+    def ddsup(self) -> str:
+        return str(self.venv / "bin" / "ddsup")
+
+
+def install(name: str, source: Path, work: Path) -> Install:
+    """``pip wheel`` of ``source``, then ``pip install`` of it into a new venv (compiled)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    wheels, venv = work / f"wheel-{name}", work / f"venv-{name}"
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    _quiet([*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)])
+    _quiet([sys.executable, "-m", "venv", str(venv)])
+    [wheel] = wheels.glob("*.whl")
+    venv_pip = [str(venv / "bin" / "python"), "-m", "pip", "-q", "--disable-pip-version-check"]
+    _quiet([*venv_pip, "install", str(wheel)], env=env)
+    return Install(name, venv)
+
+
+def _quiet(argv: list[str], env: dict[str, str] | None = None) -> None:
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"bench: {argv[:4]} failed:\n{done.stdout}{done.stderr}")
+
+
+def baseline_source(rev: str, directory: Path) -> Path:
+    directory.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive.stdout, check=True)
+    return directory
+
+
 def _units(job: DdsupJob, worker: str) -> None:
     lane = tiny_lane_unit("--stamp", "--me", "{instance}")
     job.write_units({"lane@.toml": lane, "worker.toml": worker})
 
 
-def _timed_script(job: DdsupJob) -> str:
+def _timed_script(job: DdsupJob, ddsup: Install) -> str:
+    """The one line a user writes, with the installed ``ddsup``, and a stamp before it."""
     stamp = shlex.quote(str(job.root / "exec-time"))
-    head, _, exec_line = job.script().partition("\n")
-    return f"{head}\ndate +%s.%N > {stamp}\n{exec_line}"
+    argv = [ddsup.ddsup, "start", str(job.units), *job.start_args]
+    argv += ["--state-dir", str(job.state), "-v"]
+    return f"#!/bin/bash\ndate +%s.%N > {stamp}\nexec {shlex.join(argv)}\n"
 
 
-def _startup_run(cluster: SlurmCluster, root: Path) -> dict[str, float]:
+def _startup_run(cluster: SlurmCluster, root: Path, ddsup: Install) -> dict[str, float]:
     job = DdsupJob(root)
     _units(job, '[unit]\ntype = "worker"\nafter = ["lane"]\n[service]\nexec = ["true"]\n')
-    job_id = cluster.sbatch(_timed_script(job), extra_args=["-N3"])
+    job_id = cluster.sbatch(_timed_script(job, ddsup), extra_args=["-N3"])
     started = _watch_processes(job)
     result = cluster.wait_job(job_id, timeout=60)
     if result.exit_code != 0:
@@ -96,30 +151,30 @@ def _startup_run(cluster: SlurmCluster, root: Path) -> dict[str, float]:
     last_ready = max(first(i, "ready") for i in lanes)
     exec_time = float((root / "exec-time").read_text())
     listening = {i: float((job.state / f"listening-{i}").read_text()) for i in lanes}
-    # process start times are in clock ticks since boot; the batch shell (which execs
-    # ddsup, same PID) started just before it wrote exec-time: that anchors them
+    # process start times are clock ticks (10 ms) after boot, on CLOCK_BOOTTIME
     ticks = os.sysconf("SC_CLK_TCK")
-    anchor = exec_time - started["controller"] / ticks
-    srun = anchor + started["srun"] / ticks
-    agents = anchor + started["agents"] / ticks
+    boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    srun = boot + started["srun"] / ticks
+    agents = boot + started["agents"] / ticks
+    lane_exec = {i: boot + started[f"lane {i}"] / ticks for i in lanes}
+    own = max(listening[i] - lane_exec[i] for i in lanes)  # fork/exec → listening
     return {
-        "overhead": worker - start - slowest,
-        "to first lane start": first_lane - start,
+        "overhead, end to end (exec → worker − lane's own)": worker - exec_time - own,
+        "  exec → run starting (controller start-up)": start - exec_time,
         "  run starting → srun spawned": srun - start,
-        "  srun spawned → last agent exec'd": agents - srun,
-        "  last agent exec'd → first lane start": first_lane - agents,
-        "after the last ready": worker - last_ready,
-        "slowest lane start→ready": slowest,
-        "  of it: ddsup's spawn (starting→exec'd)": max(
-            anchor + started[f"lane {i}"] / ticks - first(i, "starting") for i in lanes
+        "  srun spawned → last agent forked": agents - srun,
+        "  last agent forked → first lane start (its start-up)": first_lane - agents,
+        "  first lane start → last ready": last_ready - first_lane,
+        "    of it: the slowest lane's own exec → listening": own,
+        "  last ready → worker starting": worker - last_ready,
+        "overhead from run starting (the old figure)": worker - start - slowest,
+        "slowest lane starting → ready": slowest,
+        "  of it: ddsup's spawn (starting → forked)": max(
+            lane_exec[i] - first(i, "starting") for i in lanes
         ),
-        "  of it: lane's own start (exec'd→bound)": max(
-            listening[i] - anchor - started[f"lane {i}"] / ticks for i in lanes
-        ),
-        "  of it: probe latency (bound→ready)": max(
+        "  of it: probe latency (listening → ready)": max(
             first(i, "ready") - listening[i] for i in lanes
         ),
-        "exec → run starting": start - exec_time,
         "run finished after worker start": job.run_event_time("finished") - worker,
     }
 
@@ -133,8 +188,8 @@ def _watch_processes(job: DdsupJob) -> dict[str, int]:
     wait_until(lambda: (job.state / "run.json").exists(), 30, lambda: "no run.json")
     invocation, controller = job.invocation_id(), int(job._json("run.json")["pid"])
     seen = {"controller": _start_ticks(controller)}
-    agents: dict[int, int] = {}
-    lanes: dict[str, int] = {}
+    agents: dict[bytes, int] = {}  # node → the first fork: an agent's own children (its
+    lanes: dict[str, int] = {}  # sentinel) carry its argv from their fork to their exec
     deadline = time.monotonic() + 30
     while len(agents) < 3 or len(lanes) < 6:  # no event for "exec'd": poll /proc
         if time.monotonic() > deadline:
@@ -145,7 +200,8 @@ def _watch_processes(job: DdsupJob) -> dict[str, int]:
                 if argv[0].endswith(b"srun"):
                     seen.setdefault("srun", _start_ticks(pid))
                 elif argv[1:4] == [b"-m", b"ddsup", b"agent"]:
-                    agents.setdefault(pid, _start_ticks(pid))
+                    node = procs.environ(pid).get(b"SLURMD_NODENAME", b"?")
+                    agents[node] = min(agents.get(node, 1 << 62), _start_ticks(pid))
                 elif argv[2:3] == [b"lane"]:
                     lanes.setdefault(argv[argv.index(b"--me") + 1].decode(), _start_ticks(pid))
             except (OSError, IndexError, ValueError):
@@ -156,10 +212,10 @@ def _watch_processes(job: DdsupJob) -> dict[str, int]:
     return seen
 
 
-def _scancel_run(cluster: SlurmCluster, root: Path) -> float:
+def _scancel_run(cluster: SlurmCluster, root: Path, ddsup: Install) -> float:
     job = DdsupJob(root)
     _units(job, worker_unit("await-signal", "--marker", "signals", "--limit", "60"))
-    job_id = job.submit(cluster)
+    job_id = cluster.sbatch(_timed_script(job, ddsup), extra_args=["-N3"])
     job.wait_event(lambda e: e.get("instance") == "worker" and e.get("to") == "starting", 30, "")
     invocation = job.invocation_id()
     began = time.monotonic()
@@ -171,9 +227,9 @@ def _scancel_run(cluster: SlurmCluster, root: Path) -> float:
     return took
 
 
-def _srun_floor(cluster: SlurmCluster, root: Path) -> dict[str, float]:
+def _srun_floor(cluster: SlurmCluster, ddsup: Install) -> dict[str, float]:
     job_id = cluster.sbatch(
-        SRUN_FLOOR.replace("@PY@", shlex.quote(sys.executable)), extra_args=["-N3"]
+        SRUN_FLOOR.replace("@PY@", shlex.quote(ddsup.python)), extra_args=["-N3"]
     )
     cluster.wait_job(job_id, timeout=60)
     samples: dict[str, list[float]] = {}
@@ -189,12 +245,12 @@ def _srun_floor(cluster: SlurmCluster, root: Path) -> dict[str, float]:
     }
 
 
-def _import_time() -> tuple[float, float]:
-    """Median wall and CPU (user + sys) seconds of ``python -c 'import ddsup.run._agent'``.
+def _import_time(ddsup: Install, module: str) -> tuple[float, float]:
+    """Median wall and CPU (user + sys) seconds of ``python -c 'import MODULE'``.
 
-    The CPU figure does not depend on how busy the machine is; the wall figure does.
+    The CPU figure depends less on how busy the machine is than the wall figure.
     """
-    argv = [sys.executable, "-c", "import ddsup.run._agent"]
+    argv = [ddsup.python, "-c", f"import {module}"]
     walls, cpus = [], []
     for _ in range(5):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -210,38 +266,57 @@ def _row(name: str, values: list[float]) -> str:
     return f"{name:<52} {statistics.median(values):7.2f} s  ({min(values):.2f}–{max(values):.2f})"
 
 
-def _compile_bytecode() -> None:
-    """What ``pip install`` does for an installed ddsup (a no-op where it is compiled)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    package = ROOT / "supervisor" / "ddsup"
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], env=env, check=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="jobs per figure (default 5)")
+    parser.add_argument("--baseline", metavar="REV", help="also measure ddsup as of REV")
     args = parser.parse_args()
-    _compile_bytecode()
     with tempfile.TemporaryDirectory(prefix="ddsup-bench-") as tmp:
-        cluster = SlurmCluster.start(Path(tmp, "cluster"))
+        work = Path(tmp)
+        installs = [install("checkout", ROOT, work)]
+        if args.baseline:
+            source = baseline_source(args.baseline, work / "baseline-src")
+            installs.insert(0, install(args.baseline, source, work))
+        cluster = SlurmCluster.start(work / "cluster")
+        runs: dict[str, list[dict[str, float]]] = {i.name: [] for i in installs}
+        cancels: dict[str, list[float]] = {i.name: [] for i in installs}
         try:
-            runs = [_startup_run(cluster, Path(tmp, f"run{i}")) for i in range(args.runs)]
-            cancels = [_scancel_run(cluster, Path(tmp, f"cancel{i}")) for i in range(args.runs)]
-            floor = _srun_floor(cluster, Path(tmp))
+            for index in range(args.runs):  # the installs alternate, run by run
+                for ddsup in installs:
+                    root = work / f"{ddsup.name}-run{index}"
+                    runs[ddsup.name].append(_startup_run(cluster, root, ddsup))
+            for index in range(args.runs):
+                for ddsup in installs:
+                    root = work / f"{ddsup.name}-cancel{index}"
+                    cancels[ddsup.name].append(_scancel_run(cluster, root, ddsup))
+            floor = _srun_floor(cluster, installs[-1])
         finally:
             cluster.stop()
+        _print(args.runs, installs, runs, cancels, floor)
+
+
+def _print(
+    count: int,
+    installs: list[Install],
+    runs: dict[str, list[dict[str, float]]],
+    cancels: dict[str, list[float]],
+    floor: dict[str, float],
+) -> None:
     print(
-        f"ddsup on a 3-node Slurm test cluster, 6 tiny lanes, bytecode compiled; "
-        f"median of {args.runs} jobs"
+        f"ddsup on a 3-node Slurm test cluster, 6 tiny lanes, installed from a wheel into a "
+        f"fresh venv; median (min–max) of {count} jobs each"
     )
-    for key in runs[0]:
-        print(_row(key, [run[key] for run in runs]))
-    print(_row("scancel → no process of the run left", cancels))
+    for ddsup in installs:
+        print(f"\n## {ddsup.name}")
+        for key in runs[ddsup.name][0]:
+            print(_row(key, [run[key] for run in runs[ddsup.name]]))
+        print(_row("scancel → no process of the run left", cancels[ddsup.name]))
+        for module in ("ddsup.run._agent", "ddsup.run._controller", "ddsup.ops._status"):
+            wall, cpu = _import_time(ddsup, module)
+            print(f"{'python -c import ' + module + ' (wall, CPU)':<52} {wall:7.2f} s  {cpu:.2f} s")
+    print()
     for name, value in floor.items():
         print(f"{name:<52} {value:7.2f} s  (median of 3)")
-    wall, cpu = _import_time()
-    print(f"{'python -c import ddsup.run._agent (here), wall':<52} {wall:7.2f} s")
-    print(f"{'python -c import ddsup.run._agent (here), CPU':<52} {cpu:7.2f} s")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 

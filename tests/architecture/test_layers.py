@@ -17,6 +17,7 @@ PACKAGE = Path(ddsup.__file__).parent
 # Bottom up. A layer may import any layer before it in this list, never one after it.
 LAYERS = (
     "_errors",
+    "_exit",
     "units",
     "plan",
     "process",

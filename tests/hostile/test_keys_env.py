@@ -121,10 +121,13 @@ def test_the_lane_feed_names_a_lane_s_key_variable_never_its_value() -> None:
         event = UnitTransition(
             instance=instance, node="n1", from_state=S.STARTING, to_state=S.READY, reason="ok"
         )
-        published += [d.update for d in run.handle(Observed(event)) if isinstance(d, PublishLanes)]
-    keys = {lane.instance: lane.api_key_env for lane in published[-1].lanes}
+        published += [d.changed for d in run.handle(Observed(event)) if isinstance(d, PublishLanes)]
+    keys = {lane.instance: lane.api_key_env for change in published for lane in change.added}
     assert keys == {"a@0": "LANE_KEY", "b@0": None}
-    assert decode(encode(published[-1])) == published[-1]
+    assert all(decode(encode(change)) == change for change in published)
+    whole = run.ready_lanes()  # what a new subscriber gets first
+    assert {lane.instance: lane.api_key_env for lane in whole.lanes} == keys
+    assert decode(encode(whole)) == whole
 
 
 # The worker: one completion through the endpoint with the client's key; exit 0 on 200.

@@ -50,7 +50,7 @@ async def test_a_refused_agent_gets_no_setup_and_is_no_node_of_the_run() -> None
     fed: list[Input] = []
     nodes: dict[Host, RunNode] = {}
 
-    async def setup() -> Setup:
+    async def setup(node: str) -> Setup:
         return Setup(plan, "inv", "/state", "/units", "job")
 
     async def no_restart(request: RestartRequest, channel: Channel) -> None:

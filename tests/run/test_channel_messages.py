@@ -26,6 +26,7 @@ from ddsup.channel._messages import (
     Inventory,
     Kill,
     LaneDrained,
+    LanesChanged,
     LanesUpdate,
     Message,
     PreflightReport,
@@ -98,6 +99,7 @@ SAMPLES: list[Message] = [
     AgentStopped("n1"),
     EndpointSetup(EndpointSection(port=9100, api_key_env="KEY", min_ready=MinReady(count=2))),
     LanesUpdate((ReadyLane("m@0", "m", "http://10.0.0.1:8000"),), ("m",)),
+    LanesChanged((ReadyLane("m@1", "m", "http://10.0.0.1:8001"),), ("m@0",)),
     StatusRequest(),
     StatusReply(RunSnapshot("inv", "local", 1.0, 2.0, "/state", False, (ROW,))),
     StopRequest(),
@@ -157,6 +159,7 @@ def _line(data: object) -> bytes:
         (_line({"op": "endpoint", "section": {"port": "9000"}}), "'port' must be int"),
         (_line({"op": "endpoint", "section": {"prot": 9000}}), "unknown fields ['prot']"),
         (_line({"op": "lanes", "lanes": [{"instance": "a"}]}), "missing field 'model'"),
+        (_line({"op": "lanes_changed", "removed": [1]}), "'removed' must be str"),
         (_line({"op": "status_reply", "snapshot": []}), "expected an object"),
     ],
 )

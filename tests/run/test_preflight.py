@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ddsup.plan import Node, Plan, make_plan
+from ddsup.channel._messages import PreflightReport
 from ddsup.plan._gpus import GpuList
 from ddsup.run._preflight import address_problem, run_preflight
 from ddsup.units._model import BusyGpus, UnitSet
@@ -23,6 +25,13 @@ from support import units as u
 from support.fake_smi import FakeApp, FakeGpu, FakeSmi
 
 TEST_NET = "192.0.2.7"  # RFC 5737: never an address of this machine
+
+
+def _report(*args: Any, **kwargs: Any) -> PreflightReport:
+    """The report alone: the ports it picked are let go at once (no lane here binds them)."""
+    report, held = run_preflight(*args, **kwargs)
+    held.release()
+    return report
 
 
 def _plan(
@@ -51,7 +60,7 @@ def test_an_unresolvable_address_is_a_problem() -> None:
 
 def test_preflight_reports_a_foreign_address_and_gpus_that_differ() -> None:
     units, plan = _plan(TEST_NET, ("4", "5"))
-    report = run_preflight("n1", units, plan, gpus=GpuList(("4",), "CUDA_VISIBLE_DEVICES"))
+    report = _report("n1", units, plan, gpus=GpuList(("4",), "CUDA_VISIBLE_DEVICES"))
     assert len(report.problems) == 2, report.problems
     assert "not an address of this machine" in report.problems[0]
     assert report.problems[1] == (
@@ -66,7 +75,7 @@ def test_gpus_held_by_other_processes(
     smi = FakeSmi([FakeGpu("GPU-a0"), FakeGpu("GPU-b1")], [FakeApp(1, 4242, 20480)])
     monkeypatch.setenv("PATH", f"{smi.install(tmp_path)}{os.pathsep}{os.environ['PATH']}")
     units, plan = _plan("127.0.0.1", ("0", "1"), busy)
-    report = run_preflight("n1", units, plan, gpus=GpuList(("0", "1"), "nvidia-smi"))
+    report = _report("n1", units, plan, gpus=GpuList(("0", "1"), "nvidia-smi"))
     said = "GPU 1 of lane@1 is in use by another process: pid 4242 holds 20480 MiB"
     found = report.problems if busy is BusyGpus.FAIL else report.warnings
     other = report.warnings if busy is BusyGpus.FAIL else report.problems
@@ -81,5 +90,5 @@ def test_simulated_gpus_are_not_checked_for_holders(
     smi = FakeSmi([FakeGpu("GPU-a0"), FakeGpu("GPU-b1")], [FakeApp(1, 4242, 20480)])
     monkeypatch.setenv("PATH", f"{smi.install(tmp_path)}{os.pathsep}{os.environ['PATH']}")
     units, plan = _plan("127.0.0.1", ())
-    report = run_preflight("n1", units, plan, gpus=GpuList.simulated(2))
+    report = _report("n1", units, plan, gpus=GpuList.simulated(2))
     assert (report.problems, report.warnings) == ((), ())

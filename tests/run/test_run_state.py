@@ -9,9 +9,10 @@ small unit sets. The end-to-end tests in ``tests/engine`` check the same rules t
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 
 from ddsup._errors import ResultStatus
-from ddsup.channel._messages import PreflightReport, ReadyLane
+from ddsup.channel._messages import LanesChanged, LanesUpdate, PreflightReport, ReadyLane
 from ddsup.process import ExitStatus
 from ddsup.record._events import (
     COMPLETED,
@@ -156,9 +157,33 @@ def test_agents_report_preflight_then_ports_are_planned_and_lanes_published() ->
     }
     assert _starts(decisions) == [(Host("n1", True), ("a@0",)), (Host("n2", True), ("a@1",))]
     [publish] = [d for d in run.handle(_to("a@1", S.READY)) if isinstance(d, PublishLanes)]
-    assert publish.update.lanes == (ReadyLane("a@1", "a", "http://10.0.0.2:8200", ("a",)),)
-    assert publish.update.models == ("a",) and publish.update.served_names == ("a",)
+    lane = ReadyLane("a@1", "a", "http://10.0.0.2:8200", served_names=("a",))
+    assert publish.changed == LanesChanged(added=(lane,))
+    assert run.ready_lanes() == LanesUpdate(publish.changed.added, ("a",), ("a",))
     assert [d for d in run.handle(_to("a@1", S.READY)) if isinstance(d, PublishLanes)] == []
+
+
+def _published(decisions: list[Decision]) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    return [
+        (tuple(lane.instance for lane in d.changed.added), d.changed.removed)
+        for d in decisions
+        if isinstance(d, PublishLanes)
+    ]
+
+
+def test_the_feed_gets_each_lane_that_comes_or_goes_and_a_new_subscriber_the_whole_set() -> None:
+    """One change per lane that joins or leaves the ready set, never the whole set again;
+    ``ready_lanes`` (what a new subscriber gets first) is the set in plan order."""
+    units = u.unit_set(u.lane("a@", replicas=4), u.endpoint(min_ready=MinReady(count=1)))
+    run = RunState(units, u.plan(units, count=2, gpus=2))
+    run.handle(PreflightOver(120.0))
+    assert _published(run.handle(_to("a@2", S.READY))) == [(("a@2",), ())]
+    assert _published(run.handle(_to("a@0", S.READY))) == [(("a@0",), ())]
+    assert [lane.instance for lane in run.ready_lanes().lanes] == ["a@0", "a@2"]
+    assert _published(run.handle(_to("a@2", S.RESTARTING))) == [((), ("a@2",))]
+    assert _published(run.handle(_to("a@2", S.STARTING))) == []
+    assert _published(run.handle(_to("endpoint", S.READY))) == []  # not a lane
+    assert [lane.instance for lane in run.ready_lanes().lanes] == ["a@0"]
 
 
 def test_an_unresponsive_lane_leaves_the_rotation_and_returns_when_ready_again() -> None:
@@ -167,12 +192,9 @@ def test_an_unresponsive_lane_leaves_the_rotation_and_returns_when_ready_again()
     run.handle(_to("a@0", S.READY))
     run.handle(_to("a@1", S.READY))
 
-    def published(decisions: list[Decision]) -> list[str]:
-        [publish] = [d for d in decisions if isinstance(d, PublishLanes)]
-        return [lane.instance for lane in publish.update.lanes]
-
-    assert published(run.handle(_to("a@0", S.UNRESPONSIVE))) == ["a@1"]
-    assert published(run.handle(_to("a@0", S.READY))) == ["a@0", "a@1"]
+    assert _published(run.handle(_to("a@0", S.UNRESPONSIVE))) == [((), ("a@0",))]
+    assert _published(run.handle(_to("a@0", S.READY))) == [(("a@0",), ())]
+    assert [lane.instance for lane in run.ready_lanes().lanes] == ["a@0", "a@1"]
 
 
 def test_preflight_problems_or_silence_end_the_run_69_and_nothing_starts() -> None:
@@ -286,8 +308,9 @@ def test_a_lost_node_whose_units_all_continue_fails_them_and_the_run_goes_on() -
         ("a@2", "lost with its node: lost the agent on n2: connection lost"),
         ("a@3", "lost with its node: lost the agent on n2: connection lost"),
     ]
-    [publish] = [d for d in decisions if isinstance(d, PublishLanes)]
-    assert [lane.instance for lane in publish.update.lanes] == ["a@0", "a@1"]
+    [publish] = [d for d in decisions if isinstance(d, PublishLanes)]  # both lanes at once
+    assert publish.changed == LanesChanged(removed=("a@2", "a@3"))
+    assert [lane.instance for lane in run.ready_lanes().lanes] == ["a@0", "a@1"]
     assert run.outcome is None and run.is_final("a@3")
     assert run.status_rows()[2].state is S.FAILED
     exited = AgentProcessExited("agent on n2", ExitStatus(signal=9), ("n2",))
@@ -360,3 +383,48 @@ def test_a_stop_level_stops_what_can_report_and_waits_for_it() -> None:
     assert awaited == {"a@0"}  # z@0 never reported: its agent will not either
     run.handle(_to("a@0", S.EXITED))
     assert run.stop_level(levels[1])[1] == set()
+
+
+def test_each_agent_is_sent_its_own_node_of_the_plan() -> None:
+    """An agent's set-up carries its node and its instances, not the whole allocation."""
+    units = u.unit_set(u.lane("a@", replicas=4), u.endpoint())
+    run = RunState(units, u.plan(units, count=2, gpus=2))
+    part = run.node_plan("n2")
+    assert [n.name for n in part.nodes] == ["n2"]
+    assert [p.instance for p in part.instances] == [
+        p.instance for p in run.plan.instances if p.node == "n2"
+    ]
+    assert part.client == run.plan.client and part.endpoint_url == run.plan.endpoint_url
+    run.handle(PreflightReported(PreflightReport("n2", (), {"a@2": 8300})))
+    run.handle(PreflightReported(PreflightReport("n1", ())))
+    run.handle(PreflightOver(120.0))
+    assert {p.instance: p.port for p in run.node_plan("n2").instances}["a@2"] == 8300
+
+
+class _CountingInstances(tuple):  # type: ignore[type-arg]
+    """The plan's instances, counting the walks over them."""
+
+    walks = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        _CountingInstances.walks += 1
+        return super().__iter__()
+
+
+def test_an_event_never_walks_every_instance_of_the_plan() -> None:
+    """At 1,024 lanes, each event walked the plan (the ready set, node lookups, replica
+    peers, the quorum): 1,000 events × 1,000 instances. Events now cost the same at any
+    size; only a new feed subscriber or ``status`` reads every instance."""
+    units = u.unit_set(u.lane("a@", replicas=16), u.endpoint())
+    plan = u.plan(units, count=4, gpus=4)
+    counted = replace(plan, instances=_CountingInstances(plan.instances))
+    run = RunState(units, counted)
+    run.handle(PreflightOver(120.0))
+    _CountingInstances.walks = 0
+    for index in range(16):
+        run.handle(_to(f"a@{index}", S.STARTING))
+        run.handle(_to(f"a@{index}", S.READY))
+        run.handle(_to(f"a@{index}", S.RESTARTING))
+        run.handle(_to(f"a@{index}", S.READY))
+    assert _CountingInstances.walks == 0
+    assert len(run.ready_lanes().lanes) == 16 and _CountingInstances.walks == 1

@@ -3,24 +3,53 @@
 Agents, the endpoint's lane feed and the operator commands talk to ``ddsup start``
 through it. ``_messages`` holds every message, ``_codec`` the one encode/decode pair
 (``_typed`` checks each field); ``_channel`` frames and bounds the bytes of one
-connection; ``_server`` accepts, bounds and authenticates the connections to ``ddsup
-start`` (``docs/security.md``); ``_heartbeat`` turns an agent connection's silence into
-its loss.
+connection (trio); ``_server`` accepts, bounds and authenticates the connections to
+``ddsup start`` (``docs/security.md``); ``_heartbeat`` turns an agent connection's
+silence into its loss; ``_client`` is the operator commands' blocking one-request client.
+
+The names of ``_channel`` and ``_server`` are imported when first used (PEP 562, as
+``concurrent.futures`` does for its process pool): reading a run's messages
+(``ddsup status``) then never imports trio.
 """
 
 from __future__ import annotations
 
-from ddsup.channel._channel import ADDRESS_ENV as ADDRESS_ENV
-from ddsup.channel._channel import SECRET_ENV as SECRET_ENV
-from ddsup.channel._channel import Channel as Channel
-from ddsup.channel._channel import LineChannel as LineChannel
-from ddsup.channel._channel import connect_channel as connect_channel
-from ddsup.channel._channel import new_secret as new_secret
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ddsup.channel._codec import decode as decode
 from ddsup.channel._codec import encode as encode
 from ddsup.channel._messages import ChannelError as ChannelError
 from ddsup.channel._messages import Hello as Hello
 from ddsup.channel._messages import Message as Message
 from ddsup.channel._messages import Role as Role
-from ddsup.channel._server import ServerLimits as ServerLimits
-from ddsup.channel._server import serve_channel as serve_channel
+
+if TYPE_CHECKING:
+    from ddsup.channel._channel import ADDRESS_ENV as ADDRESS_ENV
+    from ddsup.channel._channel import SECRET_ENV as SECRET_ENV
+    from ddsup.channel._channel import Channel as Channel
+    from ddsup.channel._channel import LineChannel as LineChannel
+    from ddsup.channel._channel import connect_channel as connect_channel
+    from ddsup.channel._channel import new_secret as new_secret
+    from ddsup.channel._server import ServerLimits as ServerLimits
+    from ddsup.channel._server import serve_channel as serve_channel
+
+_LAZY = {
+    "ADDRESS_ENV": "ddsup.channel._channel",
+    "SECRET_ENV": "ddsup.channel._channel",
+    "Channel": "ddsup.channel._channel",
+    "LineChannel": "ddsup.channel._channel",
+    "connect_channel": "ddsup.channel._channel",
+    "new_secret": "ddsup.channel._channel",
+    "ServerLimits": "ddsup.channel._server",
+    "serve_channel": "ddsup.channel._server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

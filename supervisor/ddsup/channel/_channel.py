@@ -19,11 +19,8 @@ from typing import Generic, TypeVar
 import trio
 
 from ddsup.channel._codec import decode, encode
-from ddsup.channel._messages import ChannelError, Hello, Message
+from ddsup.channel._messages import MAX_LINE, ChannelError, Hello, Message
 
-# An authenticated peer's longest line: a Setup carries the whole plan (thousands of
-# lanes are a few MB). Before authentication the server allows far less (``_server``).
-MAX_LINE = 16 * 1024 * 1024
 RECEIVE_SIZE = 65536
 
 SECRET_ENV = "DDSUP_CONTROL_SECRET"

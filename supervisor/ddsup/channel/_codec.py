@@ -20,8 +20,10 @@ from ddsup.channel._messages import (
     EndpointSetup,
     EventReport,
     Hello,
+    LanesChanged,
     LanesUpdate,
     Message,
+    ReadyLane,
     Setup,
     StatusReply,
 )
@@ -49,17 +51,31 @@ def _fields(message: Message) -> dict[str, Any]:
     if isinstance(message, EndpointSetup):
         return {"section": dataclasses.asdict(message.section)}
     if isinstance(message, LanesUpdate):
-        lanes = [
-            {k: _plain(v) for k, v in dataclasses.asdict(lane).items()} for lane in message.lanes
-        ]
         return {
-            "lanes": lanes,
+            "lanes": _lanes(message.lanes),
             "models": list(message.models),
             "served_names": list(message.served_names),
         }
+    if isinstance(message, LanesChanged):
+        return {"added": _lanes(message.added), "removed": list(message.removed)}
     if isinstance(message, Hello):
         return {k: v for k, v in dataclasses.asdict(message).items() if v is not None}
     return {k: _plain(v) for k, v in dataclasses.asdict(message).items()}
+
+
+def _lanes(lanes: tuple[ReadyLane, ...]) -> list[dict[str, Any]]:
+    """Lane records by hand: ``dataclasses.asdict`` deep-copies each one, and a feed of
+    a thousand lanes wrote a thousand of them per message."""
+    return [
+        {
+            "instance": x.instance,
+            "model": x.model,
+            "url": x.url,
+            "api_key_env": x.api_key_env,
+            "served_names": list(x.served_names),
+        }
+        for x in lanes
+    ]
 
 
 def _plain(value: Any) -> Any:

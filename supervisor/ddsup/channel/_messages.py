@@ -11,7 +11,8 @@ that connection: no other module handles the protocol as dictionaries. Who sends
                             TakeDown, Resume, FailHeld (a multi-node replica's restart)
     agent → controller      PreflightReport, EventReport, Signalled, AgentStopped
     controller ⇄ agent      Heartbeat (every agent_timeout / 5, so that silence means loss)
-    controller → endpoint   EndpointSetup (first), then LanesUpdate on every change
+    controller → endpoint   EndpointSetup (first), LanesUpdate (every ready lane), then
+                            LanesChanged (the lanes that came and went) on every change
     endpoint → controller   LaneDrained (a lane out of the rotation has nothing in flight)
     operator ⇄ controller   StatusRequest → StatusReply; StopRequest → StopAnswer;
                             RestartRequest → RestartAnswer, RestartProgress…, RestartOver
@@ -30,6 +31,11 @@ from ddsup.plan._model import Plan
 from ddsup.record._events import RecordedEvent
 from ddsup.record._status import RunSnapshot
 from ddsup.units._model import EndpointSection
+
+# An authenticated peer's longest line: a Setup carries its node's part of the plan (a
+# thousand lanes are a few MB). Before authentication the server allows far less
+# (``_server``). Here, not in ``_channel``, so that the blocking client imports no trio.
+MAX_LINE = 16 * 1024 * 1024
 
 
 class ChannelError(DdsupError):
@@ -332,6 +338,16 @@ class RestartOver:
 
 
 @dataclass(frozen=True)
+class LanesChanged:
+    """The lanes that joined and left the ready set since the feed's previous message
+    (after one full :class:`LanesUpdate`: 1,024 lanes as full sets were 0.5 M records)."""
+
+    op: ClassVar[str] = "lanes_changed"
+    added: tuple[ReadyLane, ...] = ()
+    removed: tuple[str, ...] = ()  # instance names
+
+
+@dataclass(frozen=True)
 class StatusRequest:
     op: ClassVar[str] = "status"
 
@@ -374,6 +390,7 @@ Message = (
     | AgentStopped
     | EndpointSetup
     | LanesUpdate
+    | LanesChanged
     | StatusRequest
     | StatusReply
     | StopRequest
@@ -389,7 +406,7 @@ Message = (
 MESSAGES: tuple[type[Any], ...] = (
     Hello, Inventory, Setup, Heartbeat, Start, Stop, SignalInstances, TakeDown, Resume,
     FailHeld, Kill, Shutdown, PreflightReport, EventReport, Signalled, AgentStopped,
-    EndpointSetup, LanesUpdate, StatusRequest, StatusReply, StopRequest, StopAnswer,
+    EndpointSetup, LanesUpdate, LanesChanged, StatusRequest, StatusReply, StopRequest, StopAnswer,
     Restart, LaneDrained, RestartRequest, RestartAnswer, RestartProgress, RestartOver,
 )  # fmt: skip
 """Every kind of message, each with a unique ``op`` (``tests/run/test_channel_messages.py``)."""

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import trio
 
-from ddsup.channel._channel import MAX_LINE, Channel
-from ddsup.channel._messages import ChannelError, Hello
+from ddsup.channel._channel import Channel
+from ddsup.channel._messages import MAX_LINE, ChannelError, Hello
 
 log = logging.getLogger("ddsup.channel")
 

@@ -1,11 +1,12 @@
 """The endpoint's side of the live feed from ``ddsup start`` (``run._lane_feed``).
 
-The controller sends the endpoint's ``[endpoint]`` section first, then the full set of
-ready lanes on every change; the table follows it, so a lane that stops being ready
-leaves the rotation at once. When such a lane has no request in flight any more, the
-endpoint says so on the same connection (:class:`LaneDrained`: ``ddsup restart`` waits
-for it before it stops the lane). When the controller goes away (or says something that is
-not a lane update) the feed ends, and so does the endpoint.
+The controller sends the endpoint's ``[endpoint]`` section first, then the set of ready
+lanes, then each change of it (lanes that joined, lanes that left); the table follows
+it, so a lane that stops being ready leaves the rotation at once. When such a lane has
+no request in flight any more, the endpoint says so on the same connection
+(:class:`LaneDrained`: ``ddsup restart`` waits for it before it stops the lane). When
+the controller goes away (or says something that is not a lane update) the feed ends,
+and so does the endpoint.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ddsup.channel._messages import (
     EndpointSetup,
     Hello,
     LaneDrained,
+    LanesChanged,
     LanesUpdate,
     ReadyLane,
     Role,
@@ -70,10 +72,13 @@ class ControllerFeed:
     async def _apply_updates(self, table: LaneTable) -> None:
         try:
             while (message := await self.channel.receive()) is not None:
-                if not isinstance(message, LanesUpdate):
+                if isinstance(message, LanesChanged):
+                    table.change(map(_lane_info, message.added), message.removed)
+                elif isinstance(message, LanesUpdate):
+                    table.declare_models(message.models)
+                    table.set_ready(map(_lane_info, message.lanes))
+                else:
                     raise ChannelError(f"unexpected {message.op!r} message on the lane feed")
-                table.declare_models(message.models)
-                table.set_ready(_lane_info(lane) for lane in message.lanes)
         except ChannelError as err:
             log.warning("the lane feed from ddsup start ended: %s", err)
 

@@ -1,7 +1,8 @@
 """The live set of lanes the endpoint routes to, and each lane's load.
 
 The controller's feed (or a static list) changes the set at any time with
-:meth:`LaneTable.set_ready`, :meth:`LaneTable.add` and :meth:`LaneTable.remove`; the
+:meth:`LaneTable.set_ready`, :meth:`LaneTable.change`, :meth:`LaneTable.add` and
+:meth:`LaneTable.remove`; the
 request path only reads a per-model tuple that is rebuilt on each change, so a lane that
 stops being ready leaves the rotation at once while requests already sent to it finish
 on the :class:`LaneState` they hold.
@@ -181,6 +182,17 @@ class LaneTable:
         for lane in wanted.values():
             if lane.instance not in self._lanes:
                 self._lanes[lane.instance] = self._state(lane)
+        self._rebuild()
+
+    def change(self, added: Iterable[LaneInfo], removed: Iterable[str]) -> None:
+        """Lanes joined (replacing any of the same instance name) and left, at once."""
+        for instance in removed:
+            if instance in self._lanes:
+                self._drop(instance)
+        for lane in added:
+            if lane.instance in self._lanes:
+                self._drop(lane.instance)
+            self._lanes[lane.instance] = self._state(lane)
         self._rebuild()
 
     def add(self, lane: LaneInfo) -> None:

@@ -35,11 +35,9 @@ from ddsup.endpoint._routes import Endpoint, handle_request
 from ddsup.endpoint._timeseries import open_series, write_series  # [series hook]
 from ddsup.endpoint._wire import Wire
 from ddsup.endpoint._workers import WorkerFailed, WorkerPool
-from ddsup.record._state_dir import write_private
+from ddsup.record._state_dir import WORKERS_FILE, write_private
 
 log = logging.getLogger("ddsup.endpoint")
-
-WORKERS_FILE = "endpoint-workers.json"  # in $DDSUP_STATE_DIR: what `ddsup status` can show
 
 
 @dataclass(frozen=True)

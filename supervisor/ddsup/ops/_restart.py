@@ -25,7 +25,8 @@ from ddsup.channel._messages import (
     RestartRequest,
     RestartStep,
 )
-from ddsup.ops._run_handle import add_state_dir, connect, find_state
+from ddsup.ops._run_channel import connect
+from ddsup.ops._run_handle import add_state_dir, find_state
 from ddsup.record._state_dir import StateDir
 
 DESCRIPTION = """\

@@ -24,17 +24,15 @@ import socket
 import sys
 from pathlib import Path
 
-import trio
-
 from ddsup._errors import RunStateError, UntrustedRunError
-from ddsup.channel._channel import Channel, connect_channel
+from ddsup.channel._client import request
 from ddsup.channel._messages import ChannelError, Hello, Message, Role, StatusReply
 from ddsup.process._proc import read_stat
 from ddsup.record._event_log import read_events
 from ddsup.record._events import RecordedEvent
 from ddsup.record._outcome import Outcome
 from ddsup.record._private import check_private
-from ddsup.record._state_dir import RunInfo, StateDir, newest_state_dir
+from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir, newest_state_dir
 from ddsup.units import printable
 
 ASK_TIMEOUT = 10.0
@@ -101,8 +99,9 @@ def events_of(state: StateDir) -> list[RecordedEvent]:
 
 
 # --- the control channel ------------------------------------------------------------------
-async def connect(state: StateDir) -> Channel | None:
-    """An authenticated channel to the live run; None when nothing answers there.
+def reach(state: StateDir) -> tuple[ControlAddress, Hello] | None:
+    """Where the live run listens and the hello that authenticates to it; None when the
+    run is finished or is not there any more.
 
     The secret goes only to a controller that is still the run's own: on this host its
     pid is checked (:func:`controller_pid`); a run on another host is trusted through
@@ -118,35 +117,31 @@ async def connect(state: StateDir) -> Channel | None:
         check_private(
             state.secret, directory=False, secret=True, error=UntrustedRunError, hint=HINT
         )
-    except FileNotFoundError:
-        return None
-    try:
         secret = state.secret.read_text().strip()
-        hello = Hello(Role.CONTROL, secret)
-        return await connect_channel(str(control), hello)
-    except (OSError, ChannelError):
+    except OSError:
         return None
+    return control, Hello(Role.CONTROL, secret)
 
 
-async def ask(state: StateDir, message: Message) -> Message | None:
-    """Send one request to the live run; None when the run is no longer reachable."""
-    channel = await connect(state)
-    if channel is None:
+def run_id(state: StateDir) -> str:
+    return state.read_run().invocation_id
+
+
+def ask(state: StateDir, message: Message) -> Message | None:
+    """One request to the live run (a blocking exchange: no event loop to start); None
+    when the run is finished or does not answer (killed, or its channel is out of reach),
+    or when another run answered."""
+    reached = reach(state)
+    if reached is None:
         return None
+    control, hello = reached
     try:
-        await channel.send(message)
-        with trio.move_on_after(ASK_TIMEOUT):
-            answer = await channel.receive()
-            if isinstance(answer, StatusReply):
-                run = state.read_run()
-                if answer.snapshot.invocation_id != run.invocation_id:
-                    return None  # another run answered: not this one's state
-            return answer
+        answer = request((control.host, control.port), hello, message, ASK_TIMEOUT)
+    except ChannelError:
         return None
-    except (ChannelError, trio.BrokenResourceError, OSError):
-        return None
-    finally:
-        await channel.aclose()
+    if isinstance(answer, StatusReply) and answer.snapshot.invocation_id != run_id(state):
+        return None  # another run answered: not this one's state
+    return answer
 
 
 def summary(result: Outcome) -> str:

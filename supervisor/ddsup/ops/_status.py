@@ -13,14 +13,12 @@ import sys
 import time
 from typing import Any
 
-import trio
-
 from ddsup._errors import DdsupError
+from ddsup._exit import ExitStatus
 from ddsup.channel._messages import StatusReply, StatusRequest
 from ddsup.ops._metrics import render_supervisor_metrics
 from ddsup.ops._run_handle import add_state_dir, ask, find_state, one_line, silence_stdout
 from ddsup.ops._status_view import StatusView, status_view
-from ddsup.process import ExitStatus
 from ddsup.record._display import duration, paint, symbol
 from ddsup.record._efficiency import efficiency_json
 from ddsup.record._state_dir import StateDir
@@ -45,7 +43,7 @@ def configure_status(parser: argparse.ArgumentParser) -> None:
 
 def run_status(args: argparse.Namespace) -> int:
     state = find_state(args)
-    view = status_view(state, trio.run(_snapshot, state))
+    view = status_view(state, _snapshot(state))
     if args.metrics:  # from the live snapshot when the run answers, else from its files
         text = render_supervisor_metrics(view.instances, view.uptime)
     elif args.json:
@@ -71,9 +69,9 @@ def _efficiency(state: StateDir) -> dict[str, Any] | None:
         return None  # a torn or foreign file: status still answers
 
 
-async def _snapshot(state: StateDir) -> RunSnapshot | None:
+def _snapshot(state: StateDir) -> RunSnapshot | None:
     """The live run's answer, or None when it does not answer (finished, killed, far)."""
-    answer = await ask(state, StatusRequest())
+    answer = ask(state, StatusRequest())
     return answer.snapshot if isinstance(answer, StatusReply) else None
 
 

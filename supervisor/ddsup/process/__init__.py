@@ -10,41 +10,95 @@ sweep), ``_unit_scope`` (one unit's cgroup and records), ``_containment`` (all l
 one supervisor, opened once: the entry point), ``_output_log`` (a unit's output into its
 rotating log file), ``_child`` (spawn, wait, stop a tree). ``docs/no-orphans.md`` tells
 which layer catches what.
+
+Its names are imported when first used (PEP 562, as in ``ddsup.channel``): a command
+that only reads one module of it (``ddsup status`` checking a pid with ``_proc``) then
+imports neither trio nor psutil.
 """
 
 from __future__ import annotations
 
-from ddsup.process._cgroup import find_run_cgroups as find_run_cgroups
-from ddsup.process._child import ChildProcess as ChildProcess
-from ddsup.process._child import ExitStatus as ExitStatus
-from ddsup.process._child import LogError as LogError
-from ddsup.process._child import SpawnError as SpawnError
-from ddsup.process._child import identity_of as identity_of
-from ddsup.process._child import spawn as spawn
-from ddsup.process._child import supervised as supervised
-from ddsup.process._containment import CGROUP_ENV as CGROUP_ENV
-from ddsup.process._containment import Containment as Containment
-from ddsup.process._containment import Layers as Layers
-from ddsup.process._containment import open_containment as open_containment
-from ddsup.process._ending import Ended as Ended
-from ddsup.process._ending import end_on_this_node as end_on_this_node
-from ddsup.process._final_sweep import sweep_until_gone as sweep_until_gone
-from ddsup.process._managed import ManagedChildren as ManagedChildren
-from ddsup.process._managed import managed_children as managed_children
-from ddsup.process._output_log import CopyTask as CopyTask
-from ddsup.process._output_log import OutputLog as OutputLog
-from ddsup.process._output_log import output_pipe as output_pipe
-from ddsup.process._output_log import rotated_log as rotated_log
-from ddsup.process._proc import read_environ as read_environ
-from ddsup.process._sentinel import Sentinel as Sentinel
-from ddsup.process._sentinel import start_sentinel as start_sentinel
-from ddsup.process._subreaper import become_subreaper as become_subreaper
-from ddsup.process._subreaper import is_subreaper as is_subreaper
-from ddsup.process._subreaper import reap_adopted_children as reap_adopted_children
-from ddsup.process._sweep import AGENT_ENV as AGENT_ENV
-from ddsup.process._sweep import find_run_processes as find_run_processes
-from ddsup.process._sweep import sweep as sweep
-from ddsup.process._sweep import sweep_until_gone_sync as sweep_until_gone_sync
-from ddsup.process._table import ProcessTable as ProcessTable
-from ddsup.process._table import process_table as process_table
-from ddsup.process._table import read_process_table as read_process_table
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ddsup._exit import ExitStatus as ExitStatus
+
+if TYPE_CHECKING:
+    from ddsup.process._cgroup import find_run_cgroups as find_run_cgroups
+    from ddsup.process._child import ChildProcess as ChildProcess
+    from ddsup.process._child import LogError as LogError
+    from ddsup.process._child import SpawnError as SpawnError
+    from ddsup.process._child import identity_of as identity_of
+    from ddsup.process._child import spawn as spawn
+    from ddsup.process._child import supervised as supervised
+    from ddsup.process._containment import CGROUP_ENV as CGROUP_ENV
+    from ddsup.process._containment import Containment as Containment
+    from ddsup.process._containment import Layers as Layers
+    from ddsup.process._containment import open_containment as open_containment
+    from ddsup.process._ending import Ended as Ended
+    from ddsup.process._ending import end_on_this_node as end_on_this_node
+    from ddsup.process._final_sweep import sweep_until_gone as sweep_until_gone
+    from ddsup.process._managed import ManagedChildren as ManagedChildren
+    from ddsup.process._managed import managed_children as managed_children
+    from ddsup.process._output_log import CopyTask as CopyTask
+    from ddsup.process._output_log import OutputLog as OutputLog
+    from ddsup.process._output_log import output_pipe as output_pipe
+    from ddsup.process._output_log import rotated_log as rotated_log
+    from ddsup.process._proc import read_environ as read_environ
+    from ddsup.process._sentinel import Sentinel as Sentinel
+    from ddsup.process._sentinel import start_sentinel as start_sentinel
+    from ddsup.process._subreaper import become_subreaper as become_subreaper
+    from ddsup.process._subreaper import is_subreaper as is_subreaper
+    from ddsup.process._subreaper import reap_adopted_children as reap_adopted_children
+    from ddsup.process._sweep import AGENT_ENV as AGENT_ENV
+    from ddsup.process._sweep import find_run_processes as find_run_processes
+    from ddsup.process._sweep import sweep as sweep
+    from ddsup.process._sweep import sweep_until_gone_sync as sweep_until_gone_sync
+    from ddsup.process._table import ProcessTable as ProcessTable
+    from ddsup.process._table import process_table as process_table
+    from ddsup.process._table import read_process_table as read_process_table
+
+_LAZY = {
+    "find_run_cgroups": "ddsup.process._cgroup",
+    "ChildProcess": "ddsup.process._child",
+    "LogError": "ddsup.process._child",
+    "SpawnError": "ddsup.process._child",
+    "identity_of": "ddsup.process._child",
+    "spawn": "ddsup.process._child",
+    "supervised": "ddsup.process._child",
+    "CGROUP_ENV": "ddsup.process._containment",
+    "Containment": "ddsup.process._containment",
+    "Layers": "ddsup.process._containment",
+    "open_containment": "ddsup.process._containment",
+    "Ended": "ddsup.process._ending",
+    "end_on_this_node": "ddsup.process._ending",
+    "sweep_until_gone": "ddsup.process._final_sweep",
+    "ManagedChildren": "ddsup.process._managed",
+    "managed_children": "ddsup.process._managed",
+    "CopyTask": "ddsup.process._output_log",
+    "OutputLog": "ddsup.process._output_log",
+    "output_pipe": "ddsup.process._output_log",
+    "rotated_log": "ddsup.process._output_log",
+    "read_environ": "ddsup.process._proc",
+    "Sentinel": "ddsup.process._sentinel",
+    "start_sentinel": "ddsup.process._sentinel",
+    "become_subreaper": "ddsup.process._subreaper",
+    "is_subreaper": "ddsup.process._subreaper",
+    "reap_adopted_children": "ddsup.process._subreaper",
+    "AGENT_ENV": "ddsup.process._sweep",
+    "find_run_processes": "ddsup.process._sweep",
+    "sweep": "ddsup.process._sweep",
+    "sweep_until_gone_sync": "ddsup.process._sweep",
+    "ProcessTable": "ddsup.process._table",
+    "process_table": "ddsup.process._table",
+    "read_process_table": "ddsup.process._table",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -25,12 +25,12 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
 
 import psutil
 import trio
 
 from ddsup._errors import DdsupError
+from ddsup._exit import ExitStatus
 from ddsup.process._containment import current_containment
 from ddsup.process._managed import ManagedChildren, managed_children
 from ddsup.process._proc import read_environ
@@ -45,43 +45,6 @@ _ESCAPED_GRACE = 5.0  # seconds for SIGKILLed escaped descendants to die (no eve
 
 class SpawnError(DdsupError):
     """A unit's program could not be started (not found, not executable, bad directory)."""
-
-
-@dataclass(frozen=True)
-class ExitStatus:
-    """How a process ended: ``code`` when it exited, ``signal`` when a signal killed it."""
-
-    code: int | None = None
-    signal: int | None = None
-
-    def __post_init__(self) -> None:
-        if (self.code is None) == (self.signal is None):
-            raise ValueError("ExitStatus needs exactly one of code and signal")
-
-    @classmethod
-    def from_returncode(cls, returncode: int) -> ExitStatus:
-        """From Popen's convention, where a negative return code is the killing signal."""
-        return cls(signal=-returncode) if returncode < 0 else cls(code=returncode)
-
-    def signal_name(self) -> str:
-        assert self.signal is not None
-        try:
-            return signal.Signals(self.signal).name
-        except ValueError:
-            return f"signal {self.signal}"
-
-    def describe(self) -> str:
-        if self.code is not None:
-            return f"exit status {self.code}"
-        return f"killed by {self.signal_name()}"
-
-    def to_json(self) -> dict[str, object]:
-        if self.code is not None:
-            return {"code": self.code}
-        return {"signal": self.signal_name()}
-
-    def is_success(self, success_codes: frozenset[int]) -> bool:
-        return self.code is not None and self.code in success_codes
 
 
 def identity_of(env: Mapping[str, str]) -> frozenset[tuple[bytes, bytes]]:

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddsup.process import ExitStatus
+from ddsup._exit import ExitStatus
 from ddsup.record._outcome import Outcome
 from ddsup.record._states import InstanceState
 

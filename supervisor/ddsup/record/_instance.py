@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ddsup.process import ExitStatus
+from ddsup._exit import ExitStatus
 from ddsup.record._events import (
     LivenessFailed,
     ProbeAnswered,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddsup._errors import EXIT_REQUEUE, DdsupError, ReadinessTimeout, ResultStatus, UnitFailed
-from ddsup.process import ExitStatus
+from ddsup._exit import ExitStatus
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,9 @@ class RunInfo:
         )
 
 
+WORKERS_FILE = "endpoint-workers.json"  # the endpoint's processes, while it serves (status)
+
+
 @dataclass(frozen=True)
 class StateDir:
     """Paths inside one run's state directory; ``faults`` collects failed writes there."""
@@ -133,6 +136,10 @@ class StateDir:
     @property
     def result(self) -> Path:
         return self.path / "result.json"
+
+    @property
+    def endpoint_workers(self) -> Path:
+        return self.path / WORKERS_FILE
 
     def log(self, instance: str) -> Path:
         return self.logs / f"{instance}.log"

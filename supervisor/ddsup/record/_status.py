@@ -12,8 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ddsup._exit import ExitStatus
 from ddsup.plan._model import Plan
-from ddsup.process import ExitStatus
+from ddsup.record._event_parse import parse_event
+from ddsup.record._events import Contained
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import exit_from_json
 from ddsup.record._states import InstanceState
@@ -148,7 +150,9 @@ def planned_facts(
 
 @dataclass(frozen=True)
 class RunSnapshot:
-    """What a live run answers to ``status``: its instances and how long it has been up."""
+    """What a live run answers to ``status``: its instances, how long it has been up, and
+    each supervisor's latest report on its no-orphan layers (so that ``status`` of a live
+    run need not read its ``events.jsonl``: ~3,000 lines at 1,024 lanes)."""
 
     invocation_id: str
     launcher: str
@@ -157,6 +161,7 @@ class RunSnapshot:
     state_dir: str
     stopping: bool
     instances: tuple[InstanceStatus, ...]
+    containment: tuple[Contained, ...] = ()
     ends_at: float | None = None  # the Slurm job's end time (its time limit), when known
 
     def to_json(self) -> dict[str, Any]:
@@ -169,6 +174,7 @@ class RunSnapshot:
             "state_dir": self.state_dir,
             "stopping": self.stopping,
             "instances": [i.to_json() for i in self.instances],
+            "containment": [c.to_json() for c in self.containment],
         }
 
     @classmethod
@@ -184,8 +190,16 @@ class RunSnapshot:
             state_dir=str(data["state_dir"]),
             stopping=data.get("stopping") is True,
             instances=tuple(InstanceStatus.from_json(i) for i in instances),
+            containment=_contained(data.get("containment")),
             ends_at=_optional(data, "ends_at", float),
         )
+
+
+def _contained(data: object) -> tuple[Contained, ...]:
+    """The ``containment`` reports of a snapshot (none from a controller that sends none)."""
+    if not isinstance(data, list):
+        return ()
+    return tuple(e for e in map(parse_event, data) if isinstance(e, Contained))
 
 
 def _optional(data: Mapping[str, Any], key: str, kind: type[Any]) -> Any:

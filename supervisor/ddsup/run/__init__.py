@@ -7,8 +7,11 @@ replica lives and dies as one), ``_ordering`` (start and stop order), ``_control
 (agents, the lane feed, operators), ``_nodes`` (``LocalNode``/``RemoteNode``),
 ``_node_runner`` (the services of one node), ``_agents`` and ``_launcher`` (the agent
 processes: local or srun), ``_agent`` and ``_preflight`` (a node agent), ``_signals``,
+``_lane_rotation`` (ready lanes and the endpoint's rotation, kept per event),
 ``_lane_feed`` (the endpoint's settings and ready lanes), ``_console`` (what
-``ddsup start`` prints). docs/architecture.md tells how they fit.
+``ddsup start`` prints), ``_open_files`` (its file limit for K agents), ``_process_end``
+(how its processes end).
+docs/architecture.md tells how they fit.
 """
 
 from __future__ import annotations

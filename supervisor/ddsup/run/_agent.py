@@ -50,7 +50,9 @@ from ddsup.process import AGENT_ENV, open_containment
 from ddsup.record._events import Contained, RecordedEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
+from ddsup.run._ports import HeldPorts
 from ddsup.run._preflight import run_preflight
+from ddsup.run._process_end import end_process
 from ddsup.run._rehearsal import rehearsal_units
 from ddsup.run._signals import ignore_stop_signals, stop_signal_receiver
 from ddsup.service._environment import RunContext
@@ -72,7 +74,8 @@ def run_agent(args: argparse.Namespace) -> int:
     node = args.node or os.environ.get("SLURMD_NODENAME")
     if not secret or not address or not node:
         raise UsageError("ddsup agent is started by ddsup start, not by hand")
-    return trio.run(_agent_main, node, address, secret, _node_gpus(args.gpus_per_node))
+    status = trio.run(_agent_main, node, address, secret, _node_gpus(args.gpus_per_node))
+    end_process(status)
 
 
 def _node_gpus(simulated: int | None) -> GpuList:
@@ -140,7 +143,7 @@ async def _serve_controller(
     *,
     rehearse: bool,
 ) -> None:
-    report = run_preflight(node, units, plan, gpus=gpus, check_model_path=not rehearse)
+    report, held = run_preflight(node, units, plan, gpus=gpus, check_model_path=not rehearse)
     plan = plan.with_ports(dict(report.ports))
     await channel.send(report)
     outbox_send, outbox_receive = trio.open_memory_channel[Message](math.inf)
@@ -173,9 +176,10 @@ async def _serve_controller(
                     beats.start_soon(send_heartbeats, outbox_send.send_nowait, silence)
                     # ChannelError: the controller is gone (or broke the protocol)
                     with contextlib.suppress(ChannelError):
-                        await _command_loop(channel, runner, services, silence, mine)
+                        await _command_loop(channel, runner, services, silence, mine, held)
                     beats.cancel_scope.cancel()
             finally:
+                held.release()
                 with trio.CancelScope(shield=True):
                     await runner.stop()
                     with trio.move_on_after(2):
@@ -210,12 +214,15 @@ async def _command_loop(
     nursery: trio.Nursery,
     silence: float,
     mine: frozenset[str],
+    held: HeldPorts,
 ) -> None:
     """The controller's commands until it says shutdown (or goes away, or is silent for
     ``silence`` seconds: ChannelError).
 
     A command that names an instance this node does not run breaks the protocol like a
-    line that does not decode (ChannelError): the agent then stops what it runs.
+    line that does not decode (ChannelError): the agent then stops what it runs. The
+    ports preflight picked are held until the first start: by then every agent has
+    picked its own (the controller starts lanes once all reported).
     """
     while True:
         message = await receive_within(channel, silence, "the controller")
@@ -226,6 +233,7 @@ async def _command_loop(
             strange = reprlib.repr(sorted(set(named) - mine))
             raise ChannelError(f"the controller named instances not on this node: {strange}")
         if isinstance(message, Start):
+            held.release()
             for instance in message.instances:
                 runner.start(instance)
         elif isinstance(message, Stop):

@@ -2,7 +2,7 @@
 
 - an **agent** first reports what its node has (:class:`Inventory`) and is admitted or
   refused (``_inventory``); admitted, it becomes a :class:`RemoteNode` for as long as its
-  connection lasts, gets :class:`Setup` once the run has a plan (which may wait for every
+  connection lasts, gets :class:`Setup` (its node's part of the plan) once the run has a plan (which may wait for every
   node's inventory), and its reports become the run's inputs (preflight, events, a stop
   signal it received); when the connection ends, or the agent says nothing (not even a
   heartbeat) for ``agent_timeout``, :class:`AgentGone` says how;
@@ -82,7 +82,7 @@ class ControlServer:
 
     feed: Callable[[Input], None]
     admit: Callable[[str, Inventory], str | None]  # why an agent is refused (None: admitted)
-    setup: Callable[[], Awaitable[Setup | None]]  # once there is a plan (None: the run ended)
+    setup: Callable[[str], Awaitable[Setup | None]]  # a node's, once there is a plan (None: ended)
     snapshot: Callable[[], RunSnapshot]
     stopping: Callable[[], bool]
     nodes: dict[Host, RunNode]
@@ -113,7 +113,7 @@ class ControlServer:
             remote.shutdown()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._send_to_agent, remote, channel)
+                nursery.start_soon(self._send_to_agent, remote, channel, node)
                 nursery.start_soon(send_heartbeats, remote.put, self.agent_timeout)
                 try:
                     reason = await self._agent_reports(channel, node)
@@ -125,9 +125,9 @@ class ControlServer:
                 del self.nodes[host]
         self.feed(AgentGone(node, reason))
 
-    async def _send_to_agent(self, remote: RemoteNode, channel: Channel) -> None:
+    async def _send_to_agent(self, remote: RemoteNode, channel: Channel, node: str) -> None:
         """Setup once the run has a plan, then whatever the run asks of the node, in order."""
-        setup = await self.setup()
+        setup = await self.setup(node)
         if setup is not None:
             try:
                 await channel.send(setup)

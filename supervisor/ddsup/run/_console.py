@@ -93,6 +93,7 @@ class Console:
         self.colour = self.tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
         self._clock = clock
         self._seen: dict[str, _Seen] = {}
+        self._ready: set[str] = set()  # lanes ready now: counted per event, never recounted
         self._last_exit: dict[str, ExitStatus] = {}
         self._lanes: dict[str, str] | None = None
         self._stop_began: float | None = None  # when the run began to stop
@@ -104,6 +105,7 @@ class Console:
     def lanes(self, lanes: Mapping[str, str]) -> None:
         """Name the lane replicas (instance → model), once the plan is known."""
         self._lanes = dict(lanes)
+        self._ready = {i for i, seen in self._seen.items() if self._ready_lane(i, seen.state)}
         self._redraw()
 
     def rehearsal(self, lanes: tuple[str, ...], allocation: Allocation) -> None:
@@ -121,6 +123,10 @@ class Console:
     def event(self, event: RecordedEvent) -> None:
         if isinstance(event, UnitTransition):
             self._seen[event.instance] = _Seen(event.to_state, event.node, event.time)
+            if self._ready_lane(event.instance, event.to_state):
+                self._ready.add(event.instance)
+            else:
+                self._ready.discard(event.instance)
         elif isinstance(event, RunStopping | RunEnding):
             self._stop_began = self._stop_began or event.time
         line = None if self.quiet else self._line(event)
@@ -289,13 +295,14 @@ class Console:
             return instance in self._lanes
         return _LANE_NAME.fullmatch(instance) is not None
 
+    def _ready_lane(self, instance: str, state: InstanceState) -> bool:
+        return state is InstanceState.READY and self._is_lane(instance)
+
     def _counts(self) -> tuple[int, int]:
-        names = list(self._lanes) if self._lanes is not None else list(self._seen)
-        names = [n for n in names if self._is_lane(n)]
-        ready = sum(
-            1 for n in names if n in self._seen and self._seen[n].state is InstanceState.READY
-        )
-        return ready, len(names)
+        """(lanes ready, lanes): one line per ready lane must not cost a walk over all."""
+        if self._lanes is not None:
+            return len(self._ready), len(self._lanes)
+        return len(self._ready), sum(1 for n in self._seen if self._is_lane(n))
 
 
 def _where(node: str | None) -> str:

@@ -58,6 +58,7 @@ from ddsup.run._lane_feed import LanePublisher
 from ddsup.run._launcher import launcher_for
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import NODE_DECISIONS, LocalNode, RunNode, deliver
+from ddsup.run._open_files import ensure_open_files, open_files_needed
 from ddsup.run._options import Verbosity
 from ddsup.run._prepare import PreparedRun
 from ddsup.run._restart_requests import serve_restart
@@ -108,6 +109,7 @@ class Controller:
         self.invocation_id = uuid.uuid4().hex
         self.secret = new_secret()
         self.started = time.time()
+        self._containment_reports: dict[tuple[str, str | None], Contained] = {}
         self.console = Console(
             verbose=self.options.verbosity is Verbosity.VERBOSE,
             quiet=self.options.verbosity is Verbosity.QUIET,
@@ -130,7 +132,8 @@ class Controller:
         self._preflight_done = trio.Event()
         self._fleet: AgentFleet | None = None
         self._local: NodeRunner | None = None
-        self._lanes = LanePublisher(prepared.endpoint)
+        # the current RunState's lanes: an agents-first run replaces it once it has a plan
+        self._lanes = LanePublisher(prepared.endpoint, lambda: self.run.ready_lanes())
         self._tasks: trio.Nursery | None = None  # for tasks a decision starts (drain waits)
         self._tickets = itertools.count(1)
         self._containment: Containment | None = None  # ddsup start's no-orphan layers
@@ -277,7 +280,9 @@ class Controller:
                 allocation, units, self.options.srun_args, survivable=self.run.survives_node_loss()
             )
             self._fleet = AgentFleet(launcher, self.state)
+            local = len(self.run.plan.on_node(self.run.plan.client))
             try:
+                ensure_open_files(open_files_needed(len(nodes), local))
                 env = agent_environment(self._facts(), units, os.environ)
                 await self._fleet.launch(nodes, env, nursery, self.feed)
                 if not self._has_plan:
@@ -331,7 +336,7 @@ class Controller:
             self.ending.set()
             self._planned.set()  # agents waiting for a plan are told to shut down instead
         elif isinstance(decision, PublishLanes) and self._lanes is not None:
-            self._lanes.publish(decision.update)
+            self._lanes.publish(decision.changed)
         elif isinstance(decision, Record):
             self._record(decision.event)
         elif isinstance(decision, PlanPorted):
@@ -350,6 +355,8 @@ class Controller:
 
     def _record(self, event: RecordedEvent) -> None:
         self.events.write(event)
+        if isinstance(event, Contained):  # the latest of each supervisor, for status
+            self._containment_reports[(event.supervisor, event.node)] = event
         self.console.event(event)
 
     def _connected(self) -> set[str]:
@@ -396,13 +403,13 @@ class Controller:
             self.console.error(f"refused: {refused}")
         return refused
 
-    async def _setup(self) -> Setup | None:
-        """What an admitted agent is told once the run has its plan (never a secret);
-        None when the run ended before it had one."""
+    async def _setup(self, node: str) -> Setup | None:
+        """What an admitted agent is told once the run has its plan (its node's part,
+        never a secret); None when the run ended before it had one."""
         await self._planned.wait()
         if not self._has_plan:
             return None
-        return agent_setup(self._facts(), self.run.units, self.run.plan)
+        return agent_setup(self._facts(), self.run.units, self.run.node_plan(node))
 
     def _local_runner(self, units: UnitSet, nursery: trio.Nursery) -> NodeRunner:
         """The services of the controller's own node; the endpoint gets its feed's address."""
@@ -443,6 +450,7 @@ class Controller:
             state_dir=str(self.state.path),
             stopping=self.run.stopping,
             instances=self.run.status_rows(),
+            containment=tuple(self._containment_reports.values()),
             ends_at=self.job_end.at,
         )
 

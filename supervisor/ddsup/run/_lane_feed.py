@@ -3,11 +3,15 @@
 When ``ddsup start`` runs the endpoint it passes the control address and secret in the
 endpoint's environment (never argv). The endpoint subscribes once; the controller sends
 the ``[endpoint]`` section first (:class:`EndpointSetup`: the endpoint's settings as
-data, not as a command line), then the full set of ready lanes on every change, so a lane
-that stops being ready leaves the rotation at once. The endpoint answers on the same
-connection when a lane that left its rotation has no request in flight any more
-(:class:`LaneDrained`), which a restart waits for. When the controller goes away the
-feed ends and so does the endpoint.
+data, not as a command line), then the set of ready lanes as it is at that moment
+(:class:`LanesUpdate`), then every change as it happens (:class:`LanesChanged`), so a
+lane that stops being ready leaves the rotation at once. Changes, not sets: each costs
+the same at 8 lanes or 1,024. Changes that queue up while a message is being sent go
+out as one (:func:`merge_changes`): a burst of 1,024 lanes becoming ready is a few
+messages, and the endpoint rebuilds its table a few times, not 1,024. The endpoint
+answers on the same connection when a lane that left its rotation has no request in
+flight any more (:class:`LaneDrained`), which a restart waits for. When the controller
+goes away the feed ends and so does the endpoint.
 """
 
 from __future__ import annotations
@@ -15,12 +19,20 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Callable
 
 import trio
 
 from ddsup._errors import UsageError
 from ddsup.channel._channel import Channel
-from ddsup.channel._messages import ChannelError, EndpointSetup, LaneDrained, LanesUpdate
+from ddsup.channel._messages import (
+    ChannelError,
+    EndpointSetup,
+    LaneDrained,
+    LanesChanged,
+    LanesUpdate,
+)
+from ddsup.run._lane_rotation import merge_changes
 from ddsup.units._model import UnitSet
 
 log = logging.getLogger(__name__)
@@ -48,28 +60,28 @@ def endpoint_setup(units: UnitSet) -> EndpointSetup | None:
 
 
 class LanePublisher:
-    """The controller's side of the feed: every subscriber gets each new ready-lane set.
+    """The controller's side of the feed: every subscriber gets each change of the set.
 
-    Each subscriber (one per endpoint process) has its own unbounded queue drained by its
-    connection's task, so a slow endpoint never delays the controller; unchanged sets are
-    not sent again. A subscriber answers :class:`LaneDrained` once a lane that left its
+    ``snapshot`` gives the whole set now (the run's state); a new subscriber gets it, then
+    the changes after it. Each subscriber (one per endpoint process) has its own unbounded
+    queue drained by its connection's task, so a slow endpoint never delays the
+    controller. A subscriber answers :class:`LaneDrained` once a lane that left its
     rotation has nothing in flight; :meth:`expect_drain` turns "every subscriber said so"
     (or went away) into one event, for a restart that drains a lane first.
     """
 
-    def __init__(self, setup: EndpointSetup | None) -> None:
+    def __init__(
+        self, setup: EndpointSetup | None, snapshot: Callable[[], LanesUpdate] = LanesUpdate
+    ) -> None:
         self._setup = setup
-        self._subscribers: list[trio.MemorySendChannel[LanesUpdate]] = []
-        self._current = LanesUpdate()
+        self.snapshot = snapshot
+        self._subscribers: list[trio.MemorySendChannel[LanesChanged]] = []
         self._draining: dict[str, tuple[set[object], trio.Event]] = {}
 
-    def publish(self, update: LanesUpdate) -> None:
-        if update == self._current:
-            return
-        self._current = update
+    def publish(self, changed: LanesChanged) -> None:
         for subscriber in list(self._subscribers):
             try:
-                subscriber.send_nowait(update)
+                subscriber.send_nowait(changed)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._subscribers.remove(subscriber)
 
@@ -90,17 +102,18 @@ class LanePublisher:
     async def serve(self, channel: Channel) -> None:
         """Send the settings and the current set, then every change, until it goes away;
         meanwhile read what the endpoint reports (lanes drained)."""
-        send, receive = trio.open_memory_channel[LanesUpdate](math.inf)
+        send, receive = trio.open_memory_channel[LanesChanged](math.inf)
+        current = self.snapshot()  # taken with the subscription: no change falls between
         self._subscribers.append(send)
         try:
             if self._setup is not None:
                 await channel.send(self._setup)
-            await channel.send(self._current)
+            await channel.send(current)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_reports, channel, send, nursery.cancel_scope)
                 async with receive:
-                    async for update in receive:
-                        await channel.send(update)
+                    async for changed in receive:
+                        await channel.send(merge_changes([changed, *_queued(receive)]))
         finally:
             if send in self._subscribers:
                 self._subscribers.remove(send)
@@ -130,3 +143,13 @@ class LanePublisher:
         if not waiting:
             del self._draining[instance]
             event.set()
+
+
+def _queued(receive: trio.MemoryReceiveChannel[LanesChanged]) -> list[LanesChanged]:
+    """Every change already waiting in ``receive`` (none of them waits for more)."""
+    queued = []
+    while True:
+        try:
+            queued.append(receive.receive_nowait())
+        except trio.WouldBlock:
+            return queued

@@ -1,6 +1,11 @@
 """Free TCP ports on this node: is a planned one free, and which ones the kernel picks.
 
-Preflight checks planned ports and picks ports for ``port = "auto"``; a multi-node
+Preflight checks planned ports and picks ports for ``port = "auto"`` and holds them
+(:class:`HeldPorts`) until the controller starts its lanes: released at once, the kernel
+handed the same ports to the next agent on the same host (128 simulated nodes picking
+1,024 ports always had a few clashes, lanes failing "address already in use"); held, no
+agent can pick another's, since the controller starts lanes only once every agent has
+reported; a multi-node
 replica's rank 0 checks its rendezvous port again before each restart. A port is free
 when a socket can bind it on every address (``SO_REUSEADDR``, as servers bind: a port in
 ``TIME_WAIT`` after its last user ended counts as free).
@@ -33,3 +38,25 @@ def pick_ports(count: int) -> list[int]:
     finally:
         for sock in socks:
             sock.close()
+
+
+class HeldPorts:
+    """Ports picked for ``port = "auto"`` lanes, bound (not listening) until released."""
+
+    def __init__(self, count: int) -> None:
+        self._sockets: list[socket.socket] = []
+        try:
+            for _ in range(count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                self._sockets.append(sock)
+                sock.bind(("0.0.0.0", 0))
+        except BaseException:
+            self.release()
+            raise
+        self.ports = [int(s.getsockname()[1]) for s in self._sockets]
+
+    def release(self) -> None:
+        """Let the lanes bind them (idempotent)."""
+        for sock in self._sockets:
+            sock.close()
+        self._sockets.clear()

@@ -11,7 +11,8 @@ Each node agent checks, against the plan:
   checked);
 - **the ports** planned here are free; lanes with ``port = "auto"`` get theirs here (the
   agent binds port 0 to let the kernel pick: on a shared node this avoids other jobs'
-  ports);
+  ports), held (:class:`~ddsup.run._ports.HeldPorts`) until the controller starts its
+  lanes, so that no other agent on the same host is given the same ones;
 - **``model_path``** is readable.
 
 Problems are collected, not raised, so the controller can report every node's at once.
@@ -27,7 +28,7 @@ from ddsup._errors import PreflightError
 from ddsup.channel._messages import PreflightReport
 from ddsup.plan._gpus import GpuList, gpu_holders
 from ddsup.plan._model import Node, Plan, PlannedInstance
-from ddsup.run._ports import pick_ports, port_free
+from ddsup.run._ports import HeldPorts, port_free
 from ddsup.units import printable
 from ddsup.units._model import BusyGpus, UnitSet, UnitType
 
@@ -57,8 +58,9 @@ def address_problem(node: Node) -> str | None:
 
 def run_preflight(
     node: str, units: UnitSet, plan: Plan, *, gpus: GpuList, check_model_path: bool = True
-) -> PreflightReport:
-    """Check this node against the plan; never raises for a failed check.
+) -> tuple[PreflightReport, HeldPorts]:
+    """Check this node against the plan (never raises for a failed check); the ports
+    picked are held until :meth:`HeldPorts.release`.
 
     ``check_model_path``: False for a rehearsal, whose fake-vllm lanes read no weights.
     """
@@ -72,7 +74,8 @@ def run_preflight(
     problems += _gpu_problems(planned_node, mine, gpus)
     _busy_gpus(units, planned_node, mine, problems, warnings)
     auto = [i for i in mine if i.type is UnitType.LANE and i.port is None and not i.rank]
-    ports = {i.instance: port for i, port in zip(auto, pick_ports(len(auto)), strict=True)}
+    held = HeldPorts(len(auto))
+    ports = {i.instance: port for i, port in zip(auto, held.ports, strict=True)}
     for planned in mine:
         for port in (planned.port, planned.master_port if not planned.rank else None):
             if port is not None and not port_free(port):
@@ -81,9 +84,10 @@ def run_preflight(
         path = unit.lane.model_path if unit.lane else None
         if check_model_path and path and not os.access(path, os.R_OK):
             problems.append(f"model_path {path!r} of {planned.instance} is not readable")
-    return PreflightReport(
+    report = PreflightReport(
         node=node, problems=tuple(problems), ports=ports, warnings=tuple(warnings)
     )
+    return report, held
 
 
 def _gpu_problems(node: Node, mine: Sequence[PlannedInstance], gpus: GpuList) -> list[str]:

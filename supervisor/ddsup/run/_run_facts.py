@@ -54,7 +54,9 @@ def run_context(
 
 
 def agent_setup(facts: RunFacts, units: UnitSet, plan: Plan) -> Setup:
-    """What an agent that said hello is told (the run's facts, never a secret)."""
+    """What an agent that said hello is told: the run's facts (never a secret) and
+    ``plan``, its node's part of the plan (``RunState.node_plan``), so an agent's set-up
+    costs the same at 8 nodes or 1,000 (the whole plan is 2 MB at 1,000 × 8)."""
     run = run_context(facts, units, plan, os.environ, with_key=False)
     return Setup(
         plan=plan,

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddsup._errors import DdsupError
-from ddsup.channel._messages import LanesUpdate, PreflightReport
+from ddsup._exit import ExitStatus
+from ddsup.channel._messages import LanesChanged, PreflightReport
 from ddsup.plan._model import Plan
-from ddsup.process import ExitStatus
 from ddsup.record._events import RecordedEvent
 from ddsup.record._outcome import Outcome
 
@@ -238,7 +238,9 @@ class EndRun:
 
 @dataclass(frozen=True)
 class PublishLanes:
-    update: LanesUpdate
+    """Serving lanes joined or left the ready set: tell the endpoint's feed."""
+
+    changed: LanesChanged
 
 
 @dataclass(frozen=True)

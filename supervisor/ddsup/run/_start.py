@@ -20,6 +20,7 @@ from ddsup.record._state_dir import create_state_dir
 from ddsup.run._controller import Controller
 from ddsup.run._options import RunOptions, Verbosity
 from ddsup.run._prepare import prepare_run
+from ddsup.run._process_end import end_process
 from ddsup.run._slurm_job import attempt_of
 from ddsup.units import printable
 from ddsup.units._durations import parse_duration
@@ -135,7 +136,8 @@ def run_start(args: argparse.Namespace) -> int:
     state = create_state_dir(options.state_dir, attempt_of(os.environ))
     _put_own_interpreter_first_on_path()
     controller = Controller(prepared, state)
-    return trio.run(controller.main, restrict_keyboard_interrupt_to_checkpoints=True)
+    status = trio.run(controller.main, restrict_keyboard_interrupt_to_checkpoints=True)
+    end_process(status)
 
 
 def _put_own_interpreter_first_on_path() -> None:
