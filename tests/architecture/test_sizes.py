@@ -20,17 +20,10 @@ LONG_MODULES: dict[str, str] = {
     # Data, not logic: every `vllm serve` flag and its arity, as vLLM's own parser lists
     # them, kept in one table so that a new vLLM release is one diff.
     "fake_vllm/_vllm_flags.py": "the table of vLLM's command-line flags",
-    # Debt, not design: four branches (#16, #17, #20, #22) each added decisions to the
-    # run's state and its trio shell; both are to be split again (issue 14 stays open
-    # until they are). Listed so that the debt is visible and cannot grow unnoticed.
-    "run/_controller.py": "the run's trio shell, after four merges (split pending)",
-    "run/_run_state.py": "the run's decisions, after four merges (split pending)",
 }
-# The debt above may not grow: each listed module stays at or under its size today.
+# A listed module may not grow unnoticed: each stays at or under its size today.
 LONG_MODULE_CAPS: dict[str, int] = {
     "fake_vllm/_vllm_flags.py": 410,
-    "run/_controller.py": 460,
-    "run/_run_state.py": 435,
 }
 
 

@@ -113,7 +113,7 @@ def test_the_lane_feed_names_a_lane_s_key_variable_never_its_value() -> None:
     keyed = replace(keyed, lane=replace(keyed.lane, api_key_env="LANE_KEY"))  # type: ignore[arg-type]
     units = u.unit_set(keyed, u.lane("b@", replicas=1), u.endpoint())
     run = RunState(units, u.plan(units))
-    for node in run.agent_nodes():
+    for node in run.layout.agent_nodes():
         run.handle(PreflightReported(PreflightReport(node)))
     run.handle(PreflightOver(120.0))
     published = []

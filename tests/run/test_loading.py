@@ -45,7 +45,7 @@ def _to(instance: str, state: S) -> Observed:
 def _run(*units: Unit, count: int = 2, gpus: int = 2) -> tuple[RunState, list[Decision]]:
     unit_set = u.unit_set(*units)
     run = RunState(unit_set, u.plan(unit_set, count=count, gpus=gpus))
-    for node in run.agent_nodes():
+    for node in run.layout.agent_nodes():
         run.handle(PreflightReported(PreflightReport(node)))
     return run, run.handle(PreflightOver(120.0))
 

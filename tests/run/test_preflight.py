@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from ddsup.plan import Node, Plan, make_plan
 from ddsup.channel._messages import PreflightReport
+from ddsup.plan import Node, Plan, make_plan
 from ddsup.plan._gpus import GpuList
 from ddsup.run._preflight import address_problem, run_preflight
 from ddsup.units._model import BusyGpus, UnitSet

@@ -84,7 +84,7 @@ def _run(*units: Unit) -> RunState:
 
 def _preflight(run: RunState) -> list[Decision]:
     """Every agent reports a clean preflight; then it is over."""
-    for node in run.agent_nodes():
+    for node in run.layout.agent_nodes():
         run.handle(PreflightReported(PreflightReport(node)))
     return run.handle(PreflightOver(120.0))
 
@@ -144,7 +144,7 @@ def test_percent_quorum_rounds_up() -> None:
 def test_agents_report_preflight_then_ports_are_planned_and_lanes_published() -> None:
     units = u.unit_set(u.lane("a@", replicas=2), u.endpoint())
     run = RunState(units, u.plan(units, count=2, gpus=1))
-    assert run.agent_nodes() == ("n1", "n2") and not run.preflight_complete
+    assert run.layout.agent_nodes() == ("n1", "n2") and not run.preflight_complete
     run.handle(PreflightReported(PreflightReport("n1", (), {"a@0": 8100})))
     run.handle(PreflightReported(PreflightReport("n2", (), {"a@1": 8200})))
     assert run.preflight_complete
@@ -280,7 +280,7 @@ def test_a_lost_agent_ends_the_run_70_and_its_instances_are_final() -> None:
     exited = run.handle(AgentProcessExited("agent on n1", ExitStatus(signal=9), ("n1",)))
     assert _outcome(exited) == (ResultStatus.UNIT_FAILED, 70, "agent on n1")
     assert run.outcome is not None and run.outcome.exit == ExitStatus(signal=9)
-    assert run.is_final("a@0") and not run.survives_node_loss()
+    assert run.is_final("a@0") and not run.layout.survives_node_loss()
 
 
 def _lost_lanes(decisions: list[Decision]) -> list[tuple[str, str]]:
@@ -299,7 +299,7 @@ def test_a_lost_node_whose_units_all_continue_fails_them_and_the_run_goes_on() -
         u.worker(),
     )
     run = RunState(units, u.plan(units))  # a@0, a@1 on n1; a@2, a@3 on n2
-    assert run.survives_node_loss()
+    assert run.layout.survives_node_loss()
     _preflight(run)
     for lane in ("a@0", "a@1", "a@2", "a@3"):
         run.handle(_to(lane, S.READY))
@@ -373,7 +373,7 @@ def test_a_stop_level_stops_what_can_report_and_waits_for_it() -> None:
     assert _starts(run.handle(_to("a@0", S.READY))) == [(CLIENT, ("worker",))]
     run.handle(StopRequested())
     run.handle(StopBegins())
-    levels = run.stop_levels()
+    levels = run.layout.stop_levels()
     names = [sorted(p.instance for p in level) for level in levels]
     assert names == [["never", "worker"], ["a@0", "z@0"]]
     decisions, awaited = run.stop_level(levels[0])
@@ -389,7 +389,7 @@ def test_each_agent_is_sent_its_own_node_of_the_plan() -> None:
     """An agent's set-up carries its node and its instances, not the whole allocation."""
     units = u.unit_set(u.lane("a@", replicas=4), u.endpoint())
     run = RunState(units, u.plan(units, count=2, gpus=2))
-    part = run.node_plan("n2")
+    part = run.layout.node_plan("n2")
     assert [n.name for n in part.nodes] == ["n2"]
     assert [p.instance for p in part.instances] == [
         p.instance for p in run.plan.instances if p.node == "n2"
@@ -398,7 +398,7 @@ def test_each_agent_is_sent_its_own_node_of_the_plan() -> None:
     run.handle(PreflightReported(PreflightReport("n2", (), {"a@2": 8300})))
     run.handle(PreflightReported(PreflightReport("n1", ())))
     run.handle(PreflightOver(120.0))
-    assert {p.instance: p.port for p in run.node_plan("n2").instances}["a@2"] == 8300
+    assert {p.instance: p.port for p in run.layout.node_plan("n2").instances}["a@2"] == 8300
 
 
 class _CountingInstances(tuple):  # type: ignore[type-arg]

@@ -16,6 +16,7 @@ that connection: no other module handles the protocol as dictionaries. Who sends
     endpoint → controller   LaneDrained (a lane out of the rotation has nothing in flight)
     operator ⇄ controller   StatusRequest → StatusReply; StopRequest → StopAnswer;
                             RestartRequest → RestartAnswer, RestartProgress…, RestartOver
+                            (``_operator_messages``, re-exported here)
 """
 
 from __future__ import annotations
@@ -27,9 +28,17 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ddsup._errors import DdsupError
+from ddsup.channel._operator_messages import RestartAnswer as RestartAnswer
+from ddsup.channel._operator_messages import RestartOver as RestartOver
+from ddsup.channel._operator_messages import RestartProgress as RestartProgress
+from ddsup.channel._operator_messages import RestartRequest as RestartRequest
+from ddsup.channel._operator_messages import RestartStep as RestartStep
+from ddsup.channel._operator_messages import StatusReply as StatusReply
+from ddsup.channel._operator_messages import StatusRequest as StatusRequest
+from ddsup.channel._operator_messages import StopAnswer as StopAnswer
+from ddsup.channel._operator_messages import StopRequest as StopRequest
 from ddsup.plan._model import Plan
 from ddsup.record._events import RecordedEvent
-from ddsup.record._status import RunSnapshot
 from ddsup.units._model import EndpointSection
 
 # An authenticated peer's longest line: a Setup carries its node's part of the plan (a
@@ -289,54 +298,6 @@ class LaneDrained:
     instance: str
 
 
-class RestartStep(str, enum.Enum):
-    """Where one instance of a ``ddsup restart`` is."""
-
-    QUEUED = "queued"  # --rolling: waiting for the one before it
-    DRAINING = "draining"  # out of the endpoint's rotation, its requests finishing
-    RESTARTING = "restarting"  # stopped and started again, not ready yet
-    READY = "ready"  # ready again (back in the rotation)
-    FAILED = "failed"  # it did not come back (it failed, or the run stopped)
-    SKIPPED = "skipped"  # --rolling: not restarted, since one before it failed
-
-    @property
-    def over(self) -> bool:
-        return self in (RestartStep.READY, RestartStep.FAILED, RestartStep.SKIPPED)
-
-
-@dataclass(frozen=True)
-class RestartRequest:
-    """``ddsup restart``: instances or units (``lane``: all its instances)."""
-
-    op: ClassVar[str] = "restart"
-    names: tuple[str, ...]
-    rolling: bool = False
-
-
-@dataclass(frozen=True)
-class RestartAnswer:
-    """The instances the restart covers, in order; or why it was refused (``error``)."""
-
-    op: ClassVar[str] = "restart_answer"
-    instances: tuple[str, ...] = ()
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class RestartProgress:
-    op: ClassVar[str] = "restart_progress"
-    instance: str
-    step: RestartStep
-
-
-@dataclass(frozen=True)
-class RestartOver:
-    """Every instance of the restart is ready again (``ok``), or some are not."""
-
-    op: ClassVar[str] = "restart_over"
-    ok: bool
-
-
 @dataclass(frozen=True)
 class LanesChanged:
     """The lanes that joined and left the ready set since the feed's previous message
@@ -345,29 +306,6 @@ class LanesChanged:
     op: ClassVar[str] = "lanes_changed"
     added: tuple[ReadyLane, ...] = ()
     removed: tuple[str, ...] = ()  # instance names
-
-
-@dataclass(frozen=True)
-class StatusRequest:
-    op: ClassVar[str] = "status"
-
-
-@dataclass(frozen=True)
-class StatusReply:
-    op: ClassVar[str] = "status_reply"
-    snapshot: RunSnapshot
-
-
-@dataclass(frozen=True)
-class StopRequest:
-    """``ddsup stop``: like SIGTERM to ``ddsup start``."""
-
-    op: ClassVar[str] = "stop_run"
-
-
-@dataclass(frozen=True)
-class StopAnswer:
-    op: ClassVar[str] = "stopping"
 
 
 Message = (
@@ -406,7 +344,7 @@ Message = (
 MESSAGES: tuple[type[Any], ...] = (
     Hello, Inventory, Setup, Heartbeat, Start, Stop, SignalInstances, TakeDown, Resume,
     FailHeld, Kill, Shutdown, PreflightReport, EventReport, Signalled, AgentStopped,
-    EndpointSetup, LanesUpdate, LanesChanged, StatusRequest, StatusReply, StopRequest, StopAnswer,
-    Restart, LaneDrained, RestartRequest, RestartAnswer, RestartProgress, RestartOver,
+    EndpointSetup, LanesUpdate, LanesChanged, StatusRequest, StatusReply, StopRequest,
+    StopAnswer, Restart, LaneDrained, RestartRequest, RestartAnswer, RestartProgress, RestartOver,
 )  # fmt: skip
 """Every kind of message, each with a unique ``op`` (``tests/run/test_channel_messages.py``)."""

@@ -107,6 +107,12 @@ class Allocation:
     het_group: int | None = None  # a heterogeneous job: the lanes' component (srun --het-group)
     client_apart: bool = False  # the client holds no lanes (het job, outside the allocation)
 
+    def lane_nodes(self) -> list[str]:
+        """The nodes that may hold lanes: all, but a client that has no GPUs of its own (a
+        heterogeneous job's component 0, a host outside the allocation)."""
+        apart = self.client if self.client_apart else None
+        return [n.name for n in self.nodes if n.name != apart]
+
     def with_gpus(self, found: Mapping[str, GpuList]) -> Allocation:
         """The allocation with the GPUs each node's agent found (nodes not in ``found``
         keep theirs); they are what is placed on now."""

@@ -19,14 +19,9 @@ so (``record._faults``) and the result is printed on stderr instead.
 from __future__ import annotations
 
 import itertools
-import json
 import os
-import signal
-import socket
-import time
 import uuid
 from functools import partial
-from typing import Any
 
 import trio
 
@@ -36,19 +31,14 @@ from ddsup.channel._messages import Inventory, RestartRequest, Setup
 from ddsup.channel._server import serve_channel
 from ddsup.plan._model import Plan
 from ddsup.plan._resolve import Allocation, LauncherKind, plan_for
-from ddsup.process import Containment, open_containment
-from ddsup.process._proc import read_stat
-from ddsup.record._event_log import EventLog
+from ddsup.process import open_containment
 from ddsup.record._events import (
-    Contained,
-    RecordedEvent,
     RunFinished,
     RunStarting,
     SweepLeftSurvivors,
 )
-from ddsup.record._faults import say
 from ddsup.record._outcome import Outcome
-from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir
+from ddsup.record._state_dir import ControlAddress, StateDir
 from ddsup.record._status import RunSnapshot
 from ddsup.run._agents import AgentFleet
 from ddsup.run._connections import ControlServer
@@ -88,8 +78,9 @@ from ddsup.run._run_inputs import (
     StopBegins,
     StopSignalled,
 )
+from ddsup.run._run_record import RunRecord
 from ddsup.run._run_state import RunState
-from ddsup.run._signals import STOP_SIGNALS, stop_signal_receiver
+from ddsup.run._signals import watch_signals
 from ddsup.run._slurm_job import attempt_of, settle_requeue
 from ddsup.run._walltime import JobEnd, early_stops
 from ddsup.units._model import UnitSet, UnitType
@@ -108,16 +99,20 @@ class Controller:
         self.state = state
         self.invocation_id = uuid.uuid4().hex
         self.secret = new_secret()
-        self.started = time.time()
-        self._containment_reports: dict[tuple[str, str | None], Contained] = {}
         self.console = Console(
             verbose=self.options.verbosity is Verbosity.VERBOSE,
             quiet=self.options.verbosity is Verbosity.QUIET,
             state_dir=state.path,
         )
         state.faults.warn = self.console.warning  # between the progress line's redraws
-        self.events = EventLog(state.events, state.faults)
         self.launcher = prepared.allocation.launcher
+        self.record = RunRecord(
+            state,
+            self.console,
+            invocation_id=self.invocation_id,
+            launcher=self.launcher.value,
+            unit_dir=str(self.options.directory.resolve()),
+        )
         self.control: ControlAddress | None = None  # where the control channel listens
         self.nodes: dict[Host, RunNode] = {}  # the local node, and each connected agent
         self.ending = trio.Event()
@@ -136,14 +131,13 @@ class Controller:
         self._lanes = LanePublisher(prepared.endpoint, lambda: self.run.ready_lanes())
         self._tasks: trio.Nursery | None = None  # for tasks a decision starts (drain waits)
         self._tickets = itertools.count(1)
-        self._containment: Containment | None = None  # ddsup start's no-orphan layers
         slurm = self.launcher is LauncherKind.SLURM
         self.job_end = JobEnd(os.environ.get("SLURM_JOB_ID") if slurm else None)
 
     # --- top level ------------------------------------------------------------------
     async def main(self) -> int:
-        self._write_run_json()
-        self._record(RunStarting(invocation_id=self.invocation_id))
+        self.record.write_run_json()
+        self.record.write(RunStarting(invocation_id=self.invocation_id))
         if self.options.rehearse:
             self.console.rehearsal(self.prepared.rehearsed, self.prepared.allocation)
         if self.prepared.plan is not None:
@@ -155,9 +149,9 @@ class Controller:
         outcome = self.run.outcome or NO_CAUSE
         if outcome.status is ResultStatus.REQUEUED:  # everything has stopped: now, or never
             outcome = await settle_requeue(outcome, os.environ.get("SLURM_JOB_ID"))
-        self._write_result(outcome)
-        self._record(RunFinished(outcome=outcome))
-        self.events.close()
+        self.record.write_result(outcome)
+        self.record.write(RunFinished(outcome=outcome))
+        self.record.close()
         self.console.result(outcome, self.state.path, planned=self._has_plan)
         return outcome.exit_code
 
@@ -166,32 +160,11 @@ class Controller:
         if plan is not self.run.plan and self.run.outcome is None and not self.run.stopping:
             self.run = RunState(self.prepared.units, plan)
         self.state.save(self.state.plan, plan.to_json())
-        self.console.lanes(self.run.lane_models())
+        self.console.lanes(self.run.layout.model_of)
         self._has_plan = True
         self._planned.set()
         if self._services is not None:
             self._local_node(self._services)
-
-    def _write_result(self, outcome: Outcome) -> None:
-        """``result.json``; on stderr, one JSON line, when it cannot be written."""
-        result = outcome.to_dict()
-        if not self.state.save_json(self.state.result, result):
-            say(f"ddsup: result.json: {json.dumps(result, sort_keys=True)}\n")
-
-    def _write_run_json(self) -> None:
-        me = read_stat(os.getpid())
-        info = RunInfo(
-            invocation_id=self.invocation_id,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            pid_start=None if me is None else me.start_time,
-            launcher=self.launcher.value,
-            unit_dir=str(self.options.directory.resolve()),
-            started_at=self.started,
-            control=self.control,
-            containment=self._layers_json(),
-        )
-        self.state.save_json(self.state.run, info.to_json())
 
     # --- supervision ----------------------------------------------------------------
     async def _supervise(
@@ -202,10 +175,13 @@ class Controller:
         async with open_containment(
             self.invocation_id, state_dir=self.state.path, name="controller", root=True
         ) as containment:
-            self._contained(containment)
+            self.record.contained(containment)
             async with trio.open_nursery() as nursery:
                 self._tasks = nursery
-                nursery.start_soon(self._watch_signals, units)
+                forwarded = {s for u in units.units for s in u.service.forward_signals}
+                forward = lambda signum: self.feed(SignalToForward(signum))  # noqa: E731
+                stop = lambda signum: self.feed(StopSignalled(signum))  # noqa: E731
+                nursery.start_soon(watch_signals, forwarded, forward, stop)
                 nursery.start_soon(self.console.run)
                 nursery.start_soon(self.job_end.watch, early_stops(units), self.feed)
                 await self._open_control(nursery, lanes, host)
@@ -221,26 +197,7 @@ class Controller:
                         services.cancel_scope.cancel()
                 nursery.cancel_scope.cancel()
         if containment.survivors:
-            self._record(SweepLeftSurvivors(pids=tuple(containment.survivors)))
-
-    def _layers_json(self) -> dict[str, Any] | None:
-        layers = None if self._containment is None else self._containment.layers
-        return None if layers is None else layers.to_json()
-
-    def _contained(self, containment: Containment) -> None:
-        """Say which no-orphan layers hold here: in run.json (for status) and an event."""
-        self._containment = containment
-        self._write_run_json()
-        layers = containment.layers
-        assert layers is not None
-        self._record(
-            Contained(
-                node=None,
-                supervisor=layers.supervisor,
-                summary=layers.summary(),
-                details=layers.to_json(),
-            )
-        )
+            self.record.write(SweepLeftSurvivors(pids=tuple(containment.survivors)))
 
     async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher, host: str) -> None:
         """Listen for agents, the endpoint's feed and operators; say where in run.json."""
@@ -252,14 +209,14 @@ class Controller:
             stopping=lambda: self.run.stopping,
             nodes=self.nodes,
             lanes=lanes,
-            agent_instances=lambda node: self.run.agent_instances(node),
+            agent_instances=lambda node: self.run.layout.agent_instances(node),
             agent_timeout=self.options.agent_timeout,
             restart=self._serve_restart,
         )
         serve = partial(serve_channel, server.serve, self.secret, host=host)
         self.control = ControlAddress(host, await nursery.start(serve))
         self.state.save(self.state.secret, self.secret + "\n")
-        self._write_run_json()
+        self.record.listening(self.control)
 
     async def _until_ended(self, units: UnitSet, allocation: Allocation) -> None:
         """Start everything in order, then wait until something ends the run."""
@@ -274,10 +231,13 @@ class Controller:
         Without a plan yet, agents start on every node that may hold lanes and the plan
         is made from the GPUs they report (the launcher's fail-fast is then Slurm's
         default: whether a node may be lost is the plan's to say)."""
-        nodes = self.run.agent_nodes() if self._has_plan else _lane_nodes(allocation)
+        nodes = self.run.layout.agent_nodes() if self._has_plan else allocation.lane_nodes()
         if nodes:
             launcher = launcher_for(
-                allocation, units, self.options.srun_args, survivable=self.run.survives_node_loss()
+                allocation,
+                units,
+                self.options.srun_args,
+                survivable=self.run.layout.survives_node_loss(),
             )
             self._fleet = AgentFleet(launcher, self.state)
             local = len(self.run.plan.on_node(self.run.plan.client))
@@ -291,27 +251,17 @@ class Controller:
             except DdsupError as err:
                 self.feed(StartupFailed(err))
                 return
-            if self.run.agent_nodes():
+            if self.run.layout.agent_nodes():
                 with trio.move_on_after(PREFLIGHT_TIMEOUT):
                     await self._preflight_done.wait()
         self._starting = False  # an agent refused from now on does not end the run
         self.feed(PreflightOver(PREFLIGHT_TIMEOUT))
 
-    async def _watch_signals(self, units: UnitSet) -> None:
-        forwarded = {s for u in units.units for s in u.service.forward_signals}
-        # SIGUSR1/2 are received even when no unit wants them: they must not kill ddsup
-        with stop_signal_receiver(*forwarded, signal.SIGUSR1, signal.SIGUSR2) as signals:
-            async for signum in signals:
-                if signum in forwarded:
-                    self.feed(SignalToForward(signum))
-                elif signum in STOP_SIGNALS:
-                    self.feed(StopSignalled(signum))
-
     # --- the run's state in, its decisions out --------------------------------------
     def feed(self, event: Input) -> None:
         """Give the run's state one input and carry out what it decides, in order."""
         if isinstance(event, Observed):
-            self._record(event.event)
+            self.record.write(event.event)
         for decision in self.run.handle(event):
             self._carry_out(decision)
         if isinstance(event, PreflightReported) and self.run.preflight_complete:
@@ -338,7 +288,7 @@ class Controller:
         elif isinstance(decision, PublishLanes) and self._lanes is not None:
             self._lanes.publish(decision.changed)
         elif isinstance(decision, Record):
-            self._record(decision.event)
+            self.record.write(decision.event)
         elif isinstance(decision, PlanPorted):
             self.state.save(self.state.plan, decision.plan.to_json())
             if self._local is not None:
@@ -353,12 +303,6 @@ class Controller:
             await drained.wait()
         self.feed(Drained(decision.instance, timed_out=waited.cancelled_caught))
 
-    def _record(self, event: RecordedEvent) -> None:
-        self.events.write(event)
-        if isinstance(event, Contained):  # the latest of each supervisor, for status
-            self._containment_reports[(event.supervisor, event.node)] = event
-        self.console.event(event)
-
     def _connected(self) -> set[str]:
         return {host.node for host in self.nodes if host.agent}
 
@@ -366,11 +310,11 @@ class Controller:
     async def _stop_everything(self) -> None:
         """Level by level, deepest first, each bounded; then the agents shut down."""
         self.feed(StopBegins())
-        for level in self.run.stop_levels():
+        for level in self.run.layout.stop_levels():
             decisions, awaited = self.run.stop_level(level)
             for decision in decisions:
                 self._carry_out(decision)
-            with trio.move_on_after(self.run.stop_limit(level) + STOP_GRACE):
+            with trio.move_on_after(self.run.layout.stop_limit(level) + STOP_GRACE):
                 await self._until_final(awaited)
         connected = self._connected()
         for node in list(self.nodes.values()):
@@ -409,7 +353,7 @@ class Controller:
         await self._planned.wait()
         if not self._has_plan:
             return None
-        return agent_setup(self._facts(), self.run.units, self.run.node_plan(node))
+        return agent_setup(self._facts(), self.run.units, self.run.layout.node_plan(node))
 
     def _local_runner(self, units: UnitSet, nursery: trio.Nursery) -> NodeRunner:
         """The services of the controller's own node; the endpoint gets its feed's address."""
@@ -442,21 +386,4 @@ class Controller:
         )
 
     def _snapshot(self) -> RunSnapshot:
-        return RunSnapshot(
-            invocation_id=self.invocation_id,
-            launcher=self.launcher.value,
-            started_at=self.started,
-            uptime=time.time() - self.started,
-            state_dir=str(self.state.path),
-            stopping=self.run.stopping,
-            instances=self.run.status_rows(),
-            containment=tuple(self._containment_reports.values()),
-            ends_at=self.job_end.at,
-        )
-
-
-def _lane_nodes(allocation: Allocation) -> list[str]:
-    """The nodes that may hold lanes: all, but a client that has no GPUs of its own (a
-    heterogeneous job's component 0, a host outside the allocation)."""
-    apart = allocation.client if allocation.client_apart else None
-    return [n.name for n in allocation.nodes if n.name != apart]
+        return self.record.snapshot(self.run.status_rows(), self.run.stopping, self.job_end.at)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
 from ddsup._errors import PreflightError
 from ddsup.channel._messages import LanesUpdate, PreflightReport, RestartStep
@@ -55,7 +54,6 @@ from ddsup.record._status import InstanceStatus, status_rows
 from ddsup.run._lane_rotation import LaneRotation, merge_changes
 from ddsup.run._loading import LoadingGate
 from ddsup.run._node_loss import agent_instances, lanes_short, lost_transitions, survivable
-from ddsup.run._ordering import lanes_by_model, runs_on_agent, start_after, stop_levels
 from ddsup.run._preflight import preflight_verdict
 from ddsup.run._replicas import ReplicaPolicy
 from ddsup.run._restarts import RestartRefused, Restarts, restart_targets
@@ -68,7 +66,6 @@ from ddsup.run._run_inputs import (
     Drained,
     EndNear,
     EndRun,
-    Host,
     Input,
     KillEverything,
     Observed,
@@ -88,8 +85,9 @@ from ddsup.run._run_inputs import (
     StopRequested,
     StopSignalled,
 )
-from ddsup.run._stop_sequence import by_host, stop_level, stop_limit
-from ddsup.units._model import EndpointSection, OnFailure, UnitSet, UnitType
+from ddsup.run._run_layout import RunLayout
+from ddsup.run._stop_sequence import stop_level
+from ddsup.units._model import OnFailure, UnitSet, UnitType
 
 REQUIRED_FAILED = "a required unit failed"
 RESTART_REASON = "restart requested (ddsup restart)"
@@ -100,7 +98,7 @@ class RunState:
 
     def __init__(self, units: UnitSet, plan: Plan) -> None:
         self.units = units
-        self.plan = plan
+        self.layout = RunLayout(units, plan)
         self.records: dict[str, InstanceRecord] = {}
         self.outcome: Outcome | None = None
         self.stopping = False
@@ -112,63 +110,23 @@ class RunState:
         self._may_start = False
         self._stop_signals = 0
         self._preflight: dict[str, PreflightReport] = {}
-        self._lane_models = lanes_by_model(units, plan)
-        self._model_of = {i: m for m, names in self._lane_models.items() for i in names}
-        self._rotation = LaneRotation(units, plan, self._lane_models)
-        self._by_name = {p.instance: p for p in plan.instances}
-        # what each instance waits for, worked out once: an event only re-checks these
-        self._after = {p.instance: tuple(start_after(units, plan, p)) for p in plan.instances}
+        self._rotation = LaneRotation(units, plan, self.layout.lane_models)
         self._not_started = list(plan.instances)
         self._replicas = ReplicaPolicy(units, plan)
         self._gate = LoadingGate(units, plan)
-        agents = {p.node for p in plan.instances if runs_on_agent(units, p)}
-        self._agent_nodes = tuple(n.name for n in plan.nodes if n.name in agents)
-        self._node_plans: dict[str, Plan] = {}
         self.restarts = Restarts()
 
     # --- queries --------------------------------------------------------------------
-    def host_of(self, planned: PlannedInstance) -> Host:
-        return Host(planned.node, runs_on_agent(self.units, planned))
-
-    def agent_nodes(self) -> tuple[str, ...]:
-        """Nodes that need an agent, in plan order."""
-        return self._agent_nodes
-
-    def node_plan(self, node: str) -> Plan:
-        """What the agent of ``node`` needs of the plan: its node and its instances (which
-        carry all their specifiers need, rank 0's address included). Sent to each agent
-        instead of the whole plan, which at 1,000 nodes × 8 lanes is 2 MB per agent."""
-        if not self._node_plans:
-            nodes = {n.name: n for n in self.plan.nodes}
-            slices: dict[str, list[PlannedInstance]] = {}
-            for planned in self.plan.instances:
-                slices.setdefault(planned.node, []).append(planned)
-            self._node_plans = {
-                name: replace(self.plan, nodes=(n,), instances=tuple(slices.get(name, ())))
-                for name, n in nodes.items()
-            }
-        return self._node_plans[node]
-
-    def agent_instances(self, node: str) -> frozenset[str] | None:
-        """The instances the agent on ``node`` runs; None when no agent belongs there."""
-        if node not in self.agent_nodes():
-            return None
-        return frozenset(p.instance for p in self.plan.on_node(node) if self.host_of(p).agent)
+    @property
+    def plan(self) -> Plan:
+        return self.layout.plan
 
     @property
     def preflight_complete(self) -> bool:
-        return self._preflight.keys() >= set(self._agent_nodes)
-
-    def survives_node_loss(self) -> bool:
-        """Whether losing some agent node would not end the run (its units all continue)."""
-        return any(survivable(self.units, self.plan, node) for node in self.agent_nodes())
+        return self._preflight.keys() >= set(self.layout.agent_nodes())
 
     def is_final(self, instance: str) -> bool:
         return instance in self._final
-
-    def lane_models(self) -> dict[str, str]:
-        """Serving lane instance (rank 0 of a replica) → model."""
-        return dict(self._model_of)
 
     def ready_lanes(self) -> LanesUpdate:
         """The endpoint's rotation now, in plan order (what a new feed subscriber gets)."""
@@ -176,7 +134,7 @@ class RunState:
 
     def status_rows(self) -> tuple[InstanceStatus, ...]:
         """One ``status`` row per planned instance, in plan order."""
-        return status_rows(self.plan, self._model_of, self.records)
+        return status_rows(self.plan, self.layout.model_of, self.records)
 
     def restart_targets(self, names: Sequence[str]) -> tuple[str, ...]:
         """The instances a ``ddsup restart`` of ``names`` covers (RestartRefused: why not)."""
@@ -185,17 +143,9 @@ class RunState:
         states = {i: self._record(i).state for i in self._started}
         return restart_targets(names, self.plan, self.units, states, self.restarts)
 
-    def stop_levels(self) -> list[list[PlannedInstance]]:
-        """Instances by start depth, deepest first: the order in which to stop them."""
-        return stop_levels(self.units, self.plan)
-
     def stop_level(self, level: Sequence[PlannedInstance]) -> tuple[list[Decision], set[str]]:
         """Stop one level (``_stop_sequence``): what to send where, what to wait for."""
-        return stop_level(level, self.host_of, self._started, self.records, self._final)
-
-    def stop_limit(self, level: Sequence[PlannedInstance]) -> float:
-        """The longest ``timeout_stop`` in a level."""
-        return stop_limit(self.units, level)
+        return stop_level(level, self.layout.host_of, self._started, self.records, self._final)
 
     # --- inputs ---------------------------------------------------------------------
     def handle(self, event: Input) -> list[Decision]:
@@ -209,7 +159,7 @@ class RunState:
             return self._preflight_over(event.waited)
         if isinstance(event, StopBegins):
             self.stopping = True
-            held = [i for i in self._model_of if self.restarts.holds_out(i)]
+            held = [i for i in self.layout.model_of if self.restarts.holds_out(i)]
             self.restarts.abandon()  # what it held out is as ready as it is now
             return [Record(RunStopping()), *self._publish(held)]
         if isinstance(event, RestartRequested | Drained):
@@ -279,7 +229,9 @@ class RunState:
             self._final.add(event.instance)
             decisions += self._on_final(event)
             if not self.stopping:
-                decisions += self._end(lanes_short(self.units, self._lane_models, self._final))
+                decisions += self._end(
+                    lanes_short(self.units, self.layout.lane_models, self._final)
+                )
         begun: list[Decision] = []
         changed = [event.instance]
         if not self.stopping:
@@ -295,7 +247,7 @@ class RunState:
 
     def _on_final(self, event: UnitTransition) -> list[Decision]:
         """The worker's end ends the run; a unit failed for good ends it or its requirers."""
-        planned = self._by_name.get(event.instance)
+        planned = self.layout.by_name.get(event.instance)
         if self.stopping or planned is None:
             return []
         unit = self.units.by_name(planned.unit)
@@ -309,21 +261,19 @@ class RunState:
 
     def _failed(self, failure: UnitFailure) -> list[Decision]:
         """An instance (or a replica) failed for good: the run ends, or its requirers stop."""
-        planned = self._by_name.get(failure.instance)
+        planned = self.layout.by_name.get(failure.instance)
         assert planned is not None
         unit = self.units.by_name(planned.unit)
         if unit.service.on_failure is OnFailure.STOP_ALL:
             return self._end(failure)
         requirers = {u.name for u in self.units.units if unit.base_name in u.requires}
         level = [p for p in self.plan.instances if p.unit in requirers]
-        return [
-            StopOn(host, names, REQUIRED_FAILED) for host, names in by_host(self.host_of, level)
-        ]
+        return [StopOn(host, names, REQUIRED_FAILED) for host, names in self.layout.by_host(level)]
 
     def _preflight_over(self, waited: float) -> list[Decision]:
         if self.outcome is not None:
             return []
-        verdict = preflight_verdict(self.agent_nodes(), self._preflight, waited)
+        verdict = preflight_verdict(self.layout.agent_nodes(), self._preflight, waited)
         if isinstance(verdict, PreflightError):
             return self._end(verdict)
         ports = verdict
@@ -333,9 +283,7 @@ class RunState:
             for warning in report.warnings
         ]
         if ports:
-            self.plan = self.plan.with_ports(ports)
-            self._node_plans = {}
-            self._by_name = {p.instance: p for p in self.plan.instances}
+            self.layout = self.layout.with_ports(ports)
             self._rotation.use_plan(self.plan)
             self._not_started = list(self.plan.instances)
             self._replicas = ReplicaPolicy(self.units, self.plan)
@@ -353,21 +301,17 @@ class RunState:
             return []
         self._started.update(p.instance for p in due)
         self._not_started = [p for p in self._not_started if p.instance not in self._started]
-        return [StartOn(host, names) for host, names in by_host(self.host_of, due)]
+        return [StartOn(host, names) for host, names in self.layout.by_host(due)]
 
     def _due(self, planned: PlannedInstance) -> bool:
-        if not all(name in self._ready_once for name in self._after[planned.instance]):
+        if not all(name in self._ready_once for name in self.layout.after[planned.instance]):
             return False
         return planned.type is not UnitType.ENDPOINT or self._quorum()
 
     def _quorum(self) -> bool:
         """``min_ready`` lanes of every model ready now (the endpoint's condition to start)."""
-        endpoint = self.units.endpoint
-        section = (endpoint.endpoint if endpoint else None) or EndpointSection()
-        for model, instances in self._lane_models.items():
-            if self._rotation.ready_count(model) < section.min_ready.required(len(instances)):
-                return False
-        return True
+        ready = self._rotation.ready_count
+        return all(ready(model) >= n for model, n in self.layout.min_ready.items())
 
     def _publish(self, instances: Iterable[str]) -> list[Decision]:
         """What ``instances`` changing did to the endpoint's rotation, for the feed."""
@@ -398,16 +342,16 @@ class RunState:
 
     def _begin_restart(self, instance: str) -> list[Decision]:
         """A lane in the rotation drains first (the caller publishes the set without it)."""
-        if self._in_rotation(instance) and instance in self._model_of and self._endpoint_up():
+        if self._in_rotation(instance) and instance in self.layout.model_of and self._endpoint_up():
             self.restarts.set_step(instance, RestartStep.DRAINING)
-            unit = self.units.by_name(self._by_name[instance].unit)
+            unit = self.units.by_name(self.layout.by_name[instance].unit)
             return [AwaitDrain(instance, unit.service.timeout_stop)]
         return self._restart_now(instance)
 
     def _restart_now(self, instance: str) -> list[Decision]:
         self.restarts.set_step(instance, RestartStep.RESTARTING)
         self._final.discard(instance)  # a failed instance starts again
-        host = self.host_of(self._by_name[instance])
+        host = self.layout.host_of(self.layout.by_name[instance])
         return [RestartOn(host, (instance,), RESTART_REASON)]
 
     def _endpoint_up(self) -> bool:
@@ -418,15 +362,9 @@ class RunState:
         return endpoint.name in self._started and endpoint.name not in self._final
 
     def _forward(self, signum: int) -> list[Decision]:
-        targets = [
-            p
-            for p in self.plan.instances
-            if signum in self.units.by_name(p.unit).service.forward_signals
-        ]
+        targets = self.layout.by_host(self.layout.forwarded_to(signum))
         decisions: list[Decision] = [Record(SignalForwarded(signum=signum))]
-        return decisions + [
-            SignalOn(h, names, signum) for h, names in by_host(self.host_of, targets)
-        ]
+        return decisions + [SignalOn(h, names, signum) for h, names in targets]
 
     def _stop_unit(self, unit: str, reason: str) -> list[Decision]:
         """Stop every instance of ``unit`` (the job's end is near); none of them starts later."""
@@ -435,7 +373,7 @@ class RunState:
         level = [p for p in self.plan.instances if p.unit == unit]
         self._started.update(p.instance for p in level)
         self._not_started = [p for p in self._not_started if p.unit != unit]
-        return [StopOn(host, names, reason) for host, names in by_host(self.host_of, level)]
+        return [StopOn(host, names, reason) for host, names in self.layout.by_host(level)]
 
     def _stop_signal(self, signum: int) -> list[Decision]:
         """The first stop signal ends the run; any later one kills everything at once."""

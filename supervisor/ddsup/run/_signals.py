@@ -11,7 +11,7 @@ installed, so they start with the default dispositions.
 from __future__ import annotations
 
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Set
 from contextlib import contextmanager
 
 import trio
@@ -23,6 +23,20 @@ def ignore_stop_signals() -> None:
     """Until a receiver watches them, stop signals do nothing."""
     for stop in STOP_SIGNALS:
         signal.signal(stop, signal.SIG_IGN)
+
+
+async def watch_signals(
+    forwarded: Set[int], forward: Callable[[int], None], stop: Callable[[int], None]
+) -> None:
+    """``ddsup start``'s signals until cancelled: those a unit forwards (``forward``), and
+    the stop signals (``stop``). SIGUSR1/2 are received even when no unit wants them: their
+    default action would kill ``ddsup start``."""
+    with stop_signal_receiver(*forwarded, signal.SIGUSR1, signal.SIGUSR2) as signals:
+        async for signum in signals:
+            if signum in forwarded:
+                forward(signum)
+            elif signum in STOP_SIGNALS:
+                stop(signum)
 
 
 @contextmanager
