@@ -10,9 +10,9 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
+import httpx
 import psutil
 import trio
 from endpoint_fakes import FakeLane, http_client, running_endpoint, wait_until
@@ -46,21 +46,28 @@ async def test_admission_counts_requests_held_by_every_worker() -> None:
     lane = FakeLane("a")
     lane.hold = trio.Event()
     held = 6
-    async with (
-        running_endpoint([lane], max_queue_per_lane=held, workers=2) as ep,
-        trio.open_nursery() as nursery,
-    ):
+    answers: list[int] = []
+
+    async def post(client: httpx.AsyncClient, url: str) -> None:
+        answers.append((await client.post(url, json={"model": "m"})).status_code)
+
+    async with running_endpoint([lane], max_queue_per_lane=held, workers=2) as ep:
+        url = f"{ep.url}/v1/completions"
         clients = [http_client() for _ in range(held + 1)]
-        for client in clients[:held]:  # one connection each: they spread over the workers
-            post = partial(client.post, f"{ep.url}/v1/completions", json={"model": "m"})
-            nursery.start_soon(post)
-        with trio.fail_after(10):
-            await wait_until([lane], lambda: lane.completions == held)
-        response = await clients[-1].post(f"{ep.url}/v1/completions", json={"model": "m"})
-        assert response.status_code == 429
-        assert response.json()["error"]["type"] == "overloaded"
-        assert ep.table.ready("m")[0].outstanding == held
-        lane.hold.set()
+        async with trio.open_nursery() as nursery:
+            for client in clients[:held]:  # one connection each: they spread over the workers
+                nursery.start_soon(post, client, url)
+            with trio.fail_after(10):
+                await wait_until([lane], lambda: lane.completions == held)
+            response = await clients[-1].post(url, json={"model": "m"})
+            assert response.status_code == 429
+            assert response.json()["error"]["type"] == "overloaded"
+            assert ep.table.ready("m")[0].outstanding == held
+            lane.hold.set()
+        # the nursery waited for every held request's answer: a worker's count drops once
+        # it has written an answer, which can be before the client has read it, so the
+        # count reaching 0 is no sign that the clients may be closed
+        assert answers == [200] * held
         with trio.fail_after(10):
             while ep.table.ready("m")[0].outstanding:  # noqa: ASYNC110
                 await trio.sleep(0.01)  # shared-memory counts: no event, bounded poll
