@@ -8,7 +8,11 @@ Every variant runs in front of the same upstream lanes with wrk on the same core
   process tree is charged: parent and workers);
 - ``floor h11`` / ``floor httptools``: a bare trio server answering a fixed body, parsing
   with h11 or with httptools (the floor of a Python server, not a proxy);
-- ``direct``: wrk against a lane itself.
+- ``direct``: wrk against a lane itself;
+- with ``--baseline REV`` (a git revision, e.g. ``main``): ``REV 1w`` / ``REV 2w``, the
+  endpoint of that revision (its ``supervisor/`` tree, exported with ``git archive`` and
+  put first on ``PYTHONPATH``), run beside this tree's in the same rotations: a change's
+  before and after, side by side in one run.
 
 For plain requests (two fast lanes, ``Upstream`` of ``endpoint_proxy.py``) and for SSE
 (``--events`` events ``--gap`` s apart) it prints req/s, p50/p99, CPU per request (user +
@@ -20,7 +24,7 @@ seconds each): 2xx/s through nginx and through the endpoint at the same concurre
 at 1× and 4× their capacity (open loop: ``endpoint_overload.py``'s generator). The
 last lines check the goals of the endpoint issue and say "met" or "missed".
 
-    .venv/bin/python bench/endpoint_compare.py [--seconds 5] [--reps 3]
+    .venv/bin/python bench/endpoint_compare.py [--seconds 5] [--reps 3] [--baseline main]
 
 Needs wrk and nginx (``apt-get install -y nginx wrk``); takes about 10 minutes.
 """
@@ -168,8 +172,10 @@ def _ms(text: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
 
 
-def start(argv: list[str], cpus: set[int] | frozenset[int]) -> Child:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+def start(
+    argv: list[str], cpus: set[int] | frozenset[int], env: dict[str, str] | None = None
+) -> Child:
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
     os.sched_setaffinity(proc.pid, cpus)
     return proc
 
@@ -208,14 +214,44 @@ def start_nginx(binary: str, lanes: list[str], cores: list[int], tmp: Path) -> t
     return proc, f"http://127.0.0.1:{port}"
 
 
-def endpoint(lanes: list[str], workers: int, cores: set[int], *extra: str) -> tuple[Child, str]:
+def endpoint(
+    lanes: list[str], workers: int, cores: set[int], *extra: str, source: Path | None = None
+) -> tuple[Child, str]:
+    """``ddsup endpoint`` of this tree, or of the ``supervisor/`` tree at ``source``."""
     argv = [sys.executable, "-m", "ddsup", "endpoint", "--port", "0", "--workers", str(workers)]
     argv += [a for lane in lanes for a in ("--lane", f"m={lane}")]
-    proc = start([*argv, *extra], cores)
+    env = None if source is None else baseline_env(source)
+    proc = start([*argv, *extra], cores, env)
     url = first_line_url(proc)
     for child in psutil.Process(proc.pid).children():  # the workers inherit the parent's
         os.sched_setaffinity(child.pid, cores)  # affinity already; say it explicitly
     return proc, url
+
+
+def export_baseline(rev: str, tmp: Path) -> Path:
+    """The ``supervisor/`` tree of git revision ``rev``, exported under ``tmp``."""
+    root = Path(__file__).resolve().parent.parent
+    out = tmp / "baseline"
+    out.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", rev, "supervisor"], capture_output=True, check=False
+    )
+    if archive.returncode:
+        raise SystemExit(f"--baseline {rev}: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    source = out / "supervisor"
+    check = [sys.executable, "-c", "import ddsup; print(ddsup.__file__)"]
+    found = subprocess.run(check, env=baseline_env(source), capture_output=True, text=True)
+    if not found.stdout.startswith(str(source)):
+        raise SystemExit(f"--baseline {rev}: ddsup was imported from {found.stdout.strip()!r}")
+    return source
+
+
+def baseline_env(source: Path) -> dict[str, str]:
+    """The environment that imports ``ddsup`` from ``source``: first on ``PYTHONPATH``,
+    before this tree's editable install."""
+    path = [str(source), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
 
 
 def rotations(variants: list[Variant], reps: int) -> list[list[Variant]]:
@@ -244,6 +280,16 @@ def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[
     e1, e1_url = endpoint(lane_urls, 1, proxy)
     e2, e2_url = endpoint(lane_urls, 2, both)
     children += [n1, n2, e1, e2]
+    before: list[Variant] = []
+    if args.baseline:
+        source = export_baseline(args.baseline, tmp)
+        b1, b1_url = endpoint(lane_urls, 1, proxy, source=source)
+        b2, b2_url = endpoint(lane_urls, 2, both, source=source)
+        children += [b1, b2]
+        before = [
+            Variant(f"{args.baseline} 1w", b1_url, frozenset(proxy), (psutil.Process(b1.pid),)),
+            Variant(f"{args.baseline} 2w", b2_url, frozenset(both), (psutil.Process(b2.pid),)),
+        ]
 
     def of(*procs: Child) -> tuple[psutil.Process, ...]:
         return tuple(psutil.Process(p.pid) for p in procs)
@@ -260,12 +306,10 @@ def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[
         ),
         Variant("nginx 2w", n2_url, frozenset(both), of(n2)),
         Variant("endpoint 2w", e2_url, frozenset(both), of(e2)),
+        *before,
     ]
-    sse = [
-        v
-        for v in plain
-        if v.name in ("direct", "nginx 1w", "endpoint 1w", "nginx 2w", "endpoint 2w")
-    ]
+    sse_names = {"direct", "nginx 1w", "endpoint 1w", "nginx 2w", "endpoint 2w"}
+    sse = [v for v in plain if v.name in sse_names or v in before]
     results: dict[str, dict[str, list[Sample]]] = {"plain": {}, "sse": {}}
     for kind, variants, body in (("plain", plain, PLAIN), ("sse", sse, STREAM)):
         for v in variants:  # warm-up: pools, caches, page faults
@@ -358,6 +402,18 @@ def report_cpu(cpu: dict[str, Any], args: argparse.Namespace) -> dict[str, float
             f"{share:.0f} % of its cores during SSE)"
         )
     plain = med["plain"]
+    if args.baseline:
+        for kind, figure in (("plain", "CPU per request"), ("sse", "CPU per SSE request")):
+            for workers in ("1w", "2w"):
+                now, then = (
+                    med[kind][f"endpoint {workers}"],
+                    med[kind][f"{args.baseline} {workers}"],
+                )
+                print(
+                    f"  {kind:<5} {figure} endpoint {workers} {now['cpu']:.1f} µs, "
+                    f"{args.baseline} {workers} {then['cpu']:.1f} µs "
+                    f"(x {now['cpu'] / then['cpu']:.2f}); req/s x {now['rps'] / then['rps']:.2f}"
+                )
     return {
         "cpu": plain["endpoint 1w"]["cpu"],
         "event": per_event["endpoint 1w"],
@@ -459,6 +515,9 @@ def main() -> None:
         help="offered load in multiples of the lanes' capacity",
     )
     parser.add_argument("--only", choices=("cpu", "goodput"), help="one part only")
+    parser.add_argument(
+        "--baseline", metavar="REV", help="also run the endpoint of this git revision (CPU part)"
+    )
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     parser.add_argument("--floor-h11", help=argparse.SUPPRESS)
     parser.add_argument("--floor-httptools", help=argparse.SUPPRESS)

@@ -3,10 +3,12 @@
 Where a proxied request's CPU goes, apart from the kernel and the load generator:
 
 - **path**: the endpoint's fast path (``FastClient`` → routes → proxy → upstream) driven
-  in-process over socketpairs whose every read finds its bytes already there, so no wait
-  and no wake-up is counted: parsing, JSON, lane choice, shared counts, metrics, framing,
-  and the socket calls themselves (tiny, on Unix socketpairs). Plain JSON, then SSE with
-  ``--events`` events in one read.
+  in-process over socketpairs whose bytes are all there before they are asked for:
+  parsing, JSON, lane choice, shared counts, metrics, framing, the socket calls
+  themselves (tiny, on Unix socketpairs), and two trio waits that return at once (the
+  path waits for a kept-alive client's next request and for the lane's answer before it
+  reads them, since in real use neither is ever there yet; from the first request on).
+  Plain JSON, then SSE with ``--events`` events in one read.
 - **wait**: two trio tasks playing ping-pong over socketpairs: the cost of a trio
   wait-and-wake plus its socket calls (a proxied request makes at least two).
 - **parsers**: one typical request head (with its small body) parsed by httptools, by a

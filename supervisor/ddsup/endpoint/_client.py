@@ -33,7 +33,7 @@ import h11
 import trio
 
 from ddsup.endpoint._config import EndpointConfig
-from ddsup.endpoint._connection import Abort, ClientGone, Framing, Request
+from ddsup.endpoint._connection import Abort, ClientGone, Framing, Hangup, Request
 from ddsup.endpoint._errors import (
     ApiError,
     ambiguous_framing,
@@ -67,7 +67,7 @@ class Client:
         "stream",
     )
 
-    hangup_fd: int | None = None  # hang-ups are watched here (:meth:`watch`), not upstream
+    hangup: Hangup | None = None  # hang-ups are watched here (:meth:`watch`), not upstream
     verbatim = False  # h11 frames body data itself: the proxy hands it decoded bytes
 
     def __init__(

@@ -13,6 +13,7 @@ from typing import Protocol
 
 import trio
 
+from ddsup.endpoint._deadlines import Timed
 from ddsup.endpoint._errors import ApiError
 
 
@@ -22,6 +23,26 @@ class ClientGone(Exception):
 
 class Abort(Exception):
     """Close the connection at once without another byte (a response was cut short)."""
+
+
+class Hangup:
+    """A fast-path client's hang-up, as the server's hang-up watch sees it (:mod:`._hangups`).
+
+    ``gone`` once the client hung up; ``serving`` is the lane connection its request
+    uses right now, whose waits a hang-up interrupts with :class:`ClientGone`.
+    """
+
+    __slots__ = ("gone", "serving")
+
+    def __init__(self) -> None:
+        self.gone = False
+        self.serving: Timed | None = None
+
+    def hung_up(self) -> None:
+        self.gone = True
+        serving = self.serving
+        if serving is not None:
+            serving.interrupt(ClientGone("the client hung up"))
 
 
 class Framing(enum.Enum):
@@ -67,14 +88,14 @@ class Request:
 class ClientConnection(Protocol):
     """One client connection, as the routes and the proxy use it.
 
-    ``hangup_fd`` is the socket the proxy's upstream waits watch for the client hanging
-    up (fast path), or ``None`` when the connection watches for itself (h11 path: see
-    :meth:`watch`). ``verbatim`` says the client takes a lane's chunked body as it came.
+    ``hangup`` is the state the server's hang-up watch keeps for the client (fast path:
+    see :mod:`._hangups`), or ``None`` when the connection watches for itself (h11
+    path: see :meth:`watch`). ``verbatim`` says the client takes a lane's chunked body as it came.
     ``last_upstream`` lets the pool give a keep-alive client the same lane connection
     again (see :mod:`._upstream`).
     """
 
-    hangup_fd: int | None
+    hangup: Hangup | None
     verbatim: bool
     last_upstream: object | None  # the lane connection its last request used
 

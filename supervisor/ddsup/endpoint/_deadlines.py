@@ -8,7 +8,7 @@ So, as nginx does with its event timers, a :class:`Timed` object (a client conne
 an upstream connection in use) stores a plain deadline and, while it waits, what it
 waits on; :meth:`Deadlines.run` wakes every :attr:`Deadlines.tick` seconds and, for each
 object waiting past its deadline, calls ``trio.lowlevel.notify_closing`` on it. The
-waiting task gets ``trio.ClosedResourceError`` and, seeing :attr:`Timed.expired`, turns
+waiting task gets ``trio.ClosedResourceError`` and, seeing :attr:`Timed.interrupted`, turns
 it into the timeout it is (408, a lane that did not answer, a silent lane). The object
 is closed by its owner right after: a timed-out connection is never reused.
 
@@ -38,44 +38,65 @@ class Timed:
     """Something that waits with a deadline (a plain float, :func:`time.monotonic`).
 
     Its waits go through :meth:`wait_readable` and :meth:`wait_writable`, which raise
-    :class:`Expired` when :class:`Deadlines` ends them.
+    :class:`Expired` when :class:`Deadlines` ends them, or whatever :meth:`interrupt`
+    was given (the hang-up watch of :mod:`._hangups` ends a lane connection's waits so).
     """
 
-    __slots__ = ("deadline", "expired", "waiting_on")
+    __slots__ = ("deadline", "interrupted", "waiting_on")
 
     def __init__(self) -> None:
         self.deadline = math.inf
         self.waiting_on: Waitable | None = None  # what a task waits on right now
-        self.expired = False
+        self.interrupted: Exception | None = None  # for the current or next wait to raise
 
     def expire(self) -> None:
-        """Wake the task waiting on :attr:`waiting_on` with ``trio.ClosedResourceError``."""
+        """End the wait in progress, if any, with :class:`Expired`."""
+        if self.waiting_on is not None:
+            self.interrupt(Expired())
+
+    def interrupt(self, error: Exception) -> None:
+        """Raise ``error`` from the wait in progress, or else from the next one.
+
+        The wait is woken with ``trio.lowlevel.notify_closing``, which unregisters the
+        socket: its owner closes it right after (it is never reused).
+        """
+        self.interrupted = error
         waiting_on = self.waiting_on
         if waiting_on is not None:
-            self.expired = True
             trio.lowlevel.notify_closing(waiting_on)
 
     async def wait_readable(self, target: Waitable) -> None:
+        if self.interrupted is not None:
+            raise self._take_interruption()
         self.waiting_on = target
         try:
             await trio.lowlevel.wait_readable(target)
         except trio.ClosedResourceError:
-            if self.expired:
-                raise Expired from None
+            if self.interrupted is not None:
+                raise self._take_interruption() from None
             raise
         finally:
             self.waiting_on = None
 
     async def wait_writable(self, target: socket.socket) -> None:
+        if self.interrupted is not None:
+            raise self._take_interruption()
         self.waiting_on = target
         try:
             await trio.lowlevel.wait_writable(target)
         except trio.ClosedResourceError:
-            if self.expired:
-                raise Expired from None
+            if self.interrupted is not None:
+                raise self._take_interruption() from None
             raise
         finally:
             self.waiting_on = None
+
+    def _take_interruption(self) -> Exception:
+        """The interruption, no longer held: raised, it holds frames that hold ``self``,
+        and the process collects no cyclic garbage while it serves (:mod:`._gc_pacing`)."""
+        error, self.interrupted = self.interrupted, None
+        assert error is not None
+        return error
 
 
 class Deadlines:

@@ -24,8 +24,12 @@ Timeouts are the h11 path's: ``client_idle_timeout`` for the next request's firs
 the whole body (a total, not per read: a client sending a byte every few seconds is cut
 off all the same). The head waits are :class:`Timed` (see :mod:`._deadlines`: no cancel
 scope per request); a body that did not come with its head is read under a cancel scope. A
-hang-up while the request is forwarded is noticed by the upstream connection, which
-watches :attr:`hangup_fd` (see :mod:`._upstream`): no reader task per connection.
+hang-up while the request is forwarded is noticed by the server's hang-up watch, which
+interrupts the lane connection's wait (see :mod:`._hangups`): no reader task per
+connection. After a response the next request is waited for before a read is tried: a
+client that waits for its answer has not sent the next request yet, so that read would
+only fail (one system call and one exception per request); a pipelined one is read
+after one wait that returns at once.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import httptools
 import trio
 
 from ddsup.endpoint._config import EndpointConfig
-from ddsup.endpoint._connection import Abort, ClientGone, Framing, Request
+from ddsup.endpoint._connection import Abort, ClientGone, Framing, Hangup, Request
 from ddsup.endpoint._deadlines import Expired, Timed
 from ddsup.endpoint._errors import (
     ApiError,
@@ -109,6 +113,7 @@ class FastClient(Timed):
 
     __slots__ = (
         "_body_unread",
+        "_parsed",
         "_parser",
         "_proto",
         "_reframe",
@@ -116,7 +121,7 @@ class FastClient(Timed):
         "buffer",
         "config",
         "eof",
-        "hangup_fd",
+        "hangup",
         "keep",
         "last_upstream",
         "linger_wanted",
@@ -134,12 +139,13 @@ class FastClient(Timed):
         self.out: list[bytes] = []
         self.keep = True  # the client wants the connection kept open
         self.linger_wanted = False
-        self.hangup_fd: int | None = wire.fd
+        self.hangup: Hangup | None = Hangup()
         self.verbatim = True
         self.last_upstream: object | None = None
         self._proto = _Head()
         self._parser = httptools.HttpRequestParser(self._proto)
         self._body_unread = False
+        self._parsed = False  # a request was parsed: the client waits for its answer
         self._started = False
         self._reframe = False
 
@@ -166,6 +172,13 @@ class FastClient(Timed):
         if buf:
             self.deadline = time.monotonic() + config.client_header_timeout
         waited = False
+        if not buf and self._parsed:  # the next request comes after the answer: wait first
+            self.deadline = time.monotonic() + config.client_idle_timeout
+            waited = True
+            try:
+                await self.wait_readable(sock)
+            except Expired:
+                raise HeadTimeout from None
         while True:
             if buf.count(b"\n") != buf.count(b"\r\n"):
                 raise Unusual  # bare LF line ends: h11 parses them (and bounds their size)
@@ -223,6 +236,7 @@ class FastClient(Timed):
         ):
             raise Unusual
         self.buffer = buf[head_end:]
+        self._parsed = True
         self.keep = not proto.close  # HTTP/1.1: kept open unless the client says otherwise
         self._body_unread = bool(length)
         self._started = False

@@ -223,10 +223,9 @@ class Proxy:
         """Send ``request`` and read the response head, on a fresh connection if a kept one
         died; :class:`UpstreamError` when the lane fails before answering.
 
-        A fast-path client (one with a ``hangup_fd``) is watched by the connection.
+        A fast-path client's hang-up (its ``hangup``) ends the connection's waits.
         """
-        fd = client.hangup_fd
-        watcher = None if fd is None else client
+        hangup = client.hangup
         config = self.config
         conn = await pool.acquire(config.upstream_connect_timeout, client.last_upstream)
         data = request_bytes(
@@ -238,7 +237,7 @@ class Proxy:
             pool.auth,
         )
         for last in (False, True):
-            conn.checkout(self.deadlines, watcher, -1 if fd is None else fd)
+            conn.checkout(self.deadlines, hangup)
             conn.deadline = time.monotonic() + config.upstream_timeout
             try:
                 await conn.send(data)

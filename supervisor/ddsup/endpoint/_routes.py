@@ -32,6 +32,7 @@ from ddsup.endpoint._errors import (
     unauthorized,
     unknown_model,
 )
+from ddsup.endpoint._hangups import Hangups
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._model_field import model_of_form, model_of_json
@@ -58,6 +59,7 @@ class Endpoint:
         self.deadlines = Deadlines(
             config.client_idle_timeout, config.client_header_timeout, config.upstream_timeout
         )
+        self.hangups = Hangups()
         self.proxy = Proxy(config, lanes, self.metrics, self.deadlines)
         self.bodies = BodyBudget(config.max_buffered_bytes)
         self.open_routes = frozenset(route.encode() for route in config.open_routes)
@@ -231,9 +233,9 @@ def _requested(ep: Endpoint, request: Request, body: bytes) -> str:
 async def _watched(ep: Endpoint, client: ClientConnection, forward: Forward, model: str) -> int:
     """Forward while watching the client: if it hangs up, the lane's request is cancelled.
 
-    A fast-path client is watched by the upstream connection itself (its ``hangup_fd``).
+    A fast-path client is watched by the server's hang-up watch (its ``hangup``).
     """
-    if client.hangup_fd is not None:
+    if client.hangup is not None:
         return await ep.proxy.forward(client, forward, model)
     scope = trio.CancelScope()
     client.watch(scope)

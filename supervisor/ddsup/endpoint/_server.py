@@ -176,6 +176,7 @@ async def serve_connections(
     endpoint.metrics.series = open_series(os.environ)  # [series hook] one file per process
     async with trio.open_nursery() as nursery:
         nursery.start_soon(endpoint.deadlines.run)
+        await nursery.start(endpoint.hangups.run)
         nursery.start_soon(write_series, endpoint.metrics.series)  # [series hook]
         handler = partial(_serve_connection, endpoint)
         await nursery.start(partial(serve_listeners, handler, listeners, max_connections=cap))
@@ -187,6 +188,8 @@ async def _serve_connection(endpoint: Endpoint, stream: trio.SocketStream) -> No
     wire = Wire.from_stream(stream)
     client = FastClient(wire, endpoint.config)
     endpoint.deadlines.add(client)
+    if client.hangup is not None:
+        endpoint.hangups.add(wire.fd, client.hangup)
     try:
         try:
             await _serve_fast(endpoint, client)
@@ -199,6 +202,7 @@ async def _serve_connection(endpoint: Endpoint, stream: trio.SocketStream) -> No
         log.exception("bug on a client connection; closing it")
     finally:
         endpoint.deadlines.discard(client)
+        endpoint.hangups.discard(wire.fd)
         wire.close()
 
 

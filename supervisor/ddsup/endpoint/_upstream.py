@@ -6,35 +6,27 @@ connections. A connection goes back to the pool only when its response ended cle
 at a message boundary; anything else (cancelled mid-request, truncated body) is closed.
 Requests are written directly and responses parsed by :mod:`._http1`.
 
-While a request of a fast-path client is forwarded, its connection also watches that
-client for a hang-up, without a task of its own: the client's socket is in a small epoll
-set that holds this connection's socket (EPOLLRDHUP only: the peer's FIN or RST, never
-its pipelined bytes), and the wait for the lane's bytes is a wait on that set. One wait
-then wakes for either event, instead of a watcher task's wake-ups (which had cost a
-quarter of a request's CPU). A client's socket stays in the set after its request, and
-the pool hands a keep-alive client the connection it used last when that one is idle,
-so a steady client costs no ``epoll_ctl`` at all; the set is told only of a change of
-client. (A closed socket leaves every epoll set by itself.)
+While a request of a fast-path client is forwarded, a hang-up of that client ends the
+connection's waits with :class:`ClientGone` (:mod:`._hangups`); its waits are plain
+waits on its own socket. The response head is waited for before the first read is
+tried: a lane never answers before the request's task has yielded, so that read would
+only fail (one system call and one exception per request).
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
-import select
 from urllib.parse import urlsplit
 
 import trio
 
-from ddsup.endpoint._connection import ClientGone
+from ddsup.endpoint._connection import Hangup
 from ddsup.endpoint._deadlines import Deadlines, Timed
 from ddsup.endpoint._http1 import BodyDecoder, ProtocolError, ResponseHead, parse_head, split_head
 from ddsup.endpoint._wire import RECEIVE_SIZE, Wire
 
 log = logging.getLogger("ddsup.endpoint")
-
-_HANGUP = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
 
 
 class UpstreamError(Exception):
@@ -52,56 +44,44 @@ class UpstreamConnection(Timed):
     :class:`Deadlines` (:meth:`checkout`), and the proxy sets :attr:`deadline`.
     """
 
-    __slots__ = (
-        "_deadlines",
-        "_poller",
-        "_watched",
-        "_watcher",
-        "_watching",
-        "buffer",
-        "closed",
-        "decoder",
-        "reused",
-        "wire",
-    )
+    __slots__ = ("_deadlines", "_hangup", "buffer", "closed", "decoder", "reused", "wire")
 
     def __init__(self, wire: Wire) -> None:
         super().__init__()
         self._deadlines: Deadlines | None = None
+        self._hangup: Hangup | None = None
         self.wire = wire
         self.buffer = b""
         self.decoder: BodyDecoder | None = None
         self.reused = False
         self.closed = False
-        self._poller: select.epoll | None = None
-        self._watcher: object | None = None  # the client whose socket is in the set
-        self._watched = -1  # its socket
-        self._watching = False  # a hang-up of it ends the waits (while it is served)
 
-    def checkout(self, deadlines: Deadlines, client: object | None, client_fd: int) -> None:
-        """A request uses the connection: time its waits, and (with a ``client``) watch
-        ``client_fd`` for a hang-up, which ends the waits with :class:`ClientGone`."""
+    def checkout(self, deadlines: Deadlines, hangup: Hangup | None) -> None:
+        """A request uses the connection: time its waits, and (with a ``hangup``) end them
+        with :class:`~ddsup.endpoint._connection.ClientGone` when that client hangs up."""
         self._deadlines = deadlines
         deadlines.add(self)
-        self._watching = client is not None
-        if client is None or client is self._watcher:
-            return  # no client to watch, or it is in the set from its last request
-        poller = self._poller
-        if poller is None:
-            poller = self._poller = select.epoll()
-            poller.register(self.wire.fd, select.EPOLLIN)
-        if self._watched >= 0:
-            with contextlib.suppress(OSError):  # that client's socket is closed already
-                poller.unregister(self._watched)
-        poller.register(client_fd, _HANGUP)
-        self._watcher, self._watched = client, client_fd
+        if hangup is not None:
+            self._hangup = hangup
+            hangup.serving = self
+            if hangup.gone:
+                hangup.hung_up()
 
     def checkin(self) -> None:
-        """The request is done with the connection (kept or closed)."""
+        """The request is done with the connection (kept or closed).
+
+        A hang-up that came after the connection's last wait (the answer was in) leaves
+        it clean: the next user of the connection must not get that client's hang-up.
+        """
+        self.interrupted = None
         if self._deadlines is not None:
             self._deadlines.discard(self)
             self._deadlines = None
-        self._watching = False
+        hangup = self._hangup
+        if hangup is not None:
+            if hangup.serving is self:
+                hangup.serving = None
+            self._hangup = None
 
     def reusable(self) -> bool:
         decoder = self.decoder
@@ -117,17 +97,13 @@ class UpstreamConnection(Timed):
         """Close without awaiting: for use where no checkpoint may happen."""
         self.checkin()
         self.wire.close()
-        if self._poller is not None:
-            self._poller.close()
-            self._poller = None
-        self._watcher, self._watched = None, -1
 
     async def read_head(self) -> ResponseHead:
         """The response head (1xx skipped); :class:`UpstreamError` if the lane closes first."""
         while True:
             split = split_head(self.buffer)
             if split is None:
-                await self.receive()
+                await self.receive(wait_first=not self.buffer)
                 if self.closed:
                     raise UpstreamError("reset", "the lane closed the connection before answering")
                 continue
@@ -164,33 +140,19 @@ class UpstreamConnection(Timed):
     async def receive(self, *, wait_first: bool = False) -> None:
         """One read from the lane into the buffer; at EOF, check the body was complete.
 
-        While a client is watched, the wait is on the small epoll set: it wakes for the
-        lane's bytes or for the client's hang-up, and only when the lane has nothing is
-        the set asked which (one syscall less on the common path). ``wait_first``: the
-        bytes are not expected yet (a stream's next event), so skip the read that would
-        fail.
+        ``wait_first``: the bytes are not expected yet (a response head, a stream's next
+        event), so skip the read that would fail. The waits end with ``ClientGone`` when
+        the client being served hangs up (see :meth:`checkout`).
         """
         sock = self.wire.sock
+        if wait_first:
+            await self.wait_readable(sock)
         while True:
-            if wait_first:
-                wait_first = False
-            else:
-                try:
-                    data = sock.recv(RECEIVE_SIZE)
-                    break
-                except BlockingIOError:
-                    pass
-            poller = self._poller
-            if not self._watching or poller is None:
-                await self.wait_readable(sock)
-                continue
-            await self.wait_readable(poller)
             try:
                 data = sock.recv(RECEIVE_SIZE)
                 break
             except BlockingIOError:
-                if any(fd == self._watched for fd, _events in poller.poll(0)):
-                    raise ClientGone("the client hung up") from None
+                await self.wait_readable(sock)
         if data:
             self.buffer += data
             return
