@@ -14,9 +14,9 @@ The names of ``_channel`` and ``_server`` are imported when first used (PEP 562,
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ddsup._lazy import lazy_names
 from ddsup.channel._codec import decode as decode
 from ddsup.channel._codec import encode as encode
 from ddsup.channel._messages import ChannelError as ChannelError
@@ -45,11 +45,4 @@ _LAZY = {
     "serve_channel": "ddsup.channel._server",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY, globals())

@@ -18,10 +18,10 @@ imports neither trio nor psutil.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ddsup._exit import ExitStatus as ExitStatus
+from ddsup._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ddsup.process._cgroup import find_run_cgroups as find_run_cgroups
@@ -94,11 +94,4 @@ _LAZY = {
     "read_process_table": "ddsup.process._table",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY, globals())
