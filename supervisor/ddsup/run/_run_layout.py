@@ -42,6 +42,7 @@ class RunLayout:
         agents = {p.node for p in plan.instances if runs_on_agent(units, p)}
         self._agent_nodes = tuple(n.name for n in plan.nodes if n.name in agents)
         self._node_plans: dict[str, Plan] = {}
+        self._agent_instances: dict[str, frozenset[str]] = {}
 
     def with_ports(self, ports: dict[str, int]) -> RunLayout:
         """The layout of the plan once preflight has picked ``port = "auto"`` ports."""
@@ -82,10 +83,17 @@ class RunLayout:
         return self._node_plans[node]
 
     def agent_instances(self, node: str) -> frozenset[str] | None:
-        """The instances the agent on ``node`` runs; None when no agent belongs there."""
+        """The instances the agent on ``node`` runs; None when no agent belongs there.
+
+        Asked for every message an agent sends: worked out once per node."""
         if node not in self._agent_nodes:
             return None
-        return frozenset(p.instance for p in self.plan.on_node(node) if self.host_of(p).agent)
+        if node not in self._agent_instances:
+            mine = self.plan.on_node(node)
+            self._agent_instances[node] = frozenset(
+                p.instance for p in mine if self.host_of(p).agent
+            )
+        return self._agent_instances[node]
 
     def survives_node_loss(self) -> bool:
         """Whether losing some agent node would not end the run (its units all continue)."""
