@@ -11,12 +11,12 @@ ready again before the next leaves the rotation.
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 from control_helpers import ddsup, events, wait_for
 
+from support.ports import free_port
 from support.runs import end, simulated, start_process
 
 LANE = """
@@ -66,17 +66,11 @@ sys.exit(3 if counts["failed"] else 0)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _units(path: Path, flag: Path, workers: int = 1) -> Path:
     path.mkdir(parents=True)
     (path / "lane@.toml").write_text(LANE)
     (path / "endpoint.toml").write_text(
-        f'[unit]\ntype = "endpoint"\n[endpoint]\nport = {_free_port()}\nworkers = {workers}\n'
+        f'[unit]\ntype = "endpoint"\n[endpoint]\nport = {free_port()}\nworkers = {workers}\n'
     )
     (path / "client.py").write_text(CLIENT)
     (path / "worker.toml").write_text(

@@ -9,13 +9,14 @@ sends requests through ``OPENAI_BASE_URL`` on fresh connections, asks ``ddsup st
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from pathlib import Path
 
 import psutil
 import pytest
 import trio
+
+from support.ports import free_port
 
 CLIENT = """\
 import json, os, subprocess, sys, urllib.request
@@ -51,13 +52,6 @@ with open(sys.argv[1], "w") as handle:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 def _units(path: Path, seen: Path) -> None:
     ddsup = json.dumps([sys.executable, "-m", "ddsup"])[1:-1]
     (path / "client.py").write_text(CLIENT)
@@ -89,7 +83,7 @@ timeout_stop = "15s"
 http = "http://{{host}}:{{port}}/health"
 interval = "100ms"
 [endpoint]
-port = {_free_port()}
+port = {free_port()}
 workers = 2
 """
     )

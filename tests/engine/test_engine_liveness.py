@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +19,11 @@ import httpx
 import pytest
 import trio
 
+from support.ports import free_port
 from support.runs import running
 from support.unit_dirs import UnitDir
 
 pytestmark = pytest.mark.slow  # node agents and fake-vllm lanes: several seconds each
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _units(path: Path, port: int, failures: int) -> UnitDir:
@@ -83,7 +77,7 @@ async def _ask(url: str, count: int) -> list[tuple[str, float]]:
 
 
 async def test_a_frozen_lane_leaves_the_rotation_and_is_restarted(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     units = _units(tmp_path / "units", port, failures=3)
     args = ("--nodes", "1", "--gpus-per-node", "2")
     async with running(units, tmp_path / "state", *args) as run:
@@ -130,7 +124,7 @@ async def test_a_frozen_lane_leaves_the_rotation_and_is_restarted(tmp_path: Path
 
 
 async def test_a_lane_that_answers_again_returns_to_the_rotation(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     units = _units(tmp_path / "units", port, failures=5)
     args = ("--nodes", "1", "--gpus-per-node", "2")
     async with running(units, tmp_path / "state", *args) as run:

@@ -9,13 +9,13 @@ its later requests reach them, as those lanes' own request counters say.
 from __future__ import annotations
 
 import json
-import socket
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from support.ports import free_port
 from support.runs import PY, Run, run_start
 from support.unit_dirs import UnitDir
 
@@ -112,7 +112,7 @@ async def test_min_ready_below_100_percent_end_to_end(tmp_path: Path) -> None:
     _fake_vllm_lane(units, "lane@", 0.0, replicas=1)
     _fake_vllm_lane(units, "slow@", 4.0, replicas=2)
     units.add("worker", "worker", [PY, units.script("client.py")])
-    port = _free_port()
+    port = free_port()
     (units.path / "endpoint.toml").write_text(
         f'[unit]\ntype = "endpoint"\n[endpoint]\nport = {port}\nmin_ready = 1\n'
     )
@@ -130,9 +130,3 @@ async def test_min_ready_below_100_percent_end_to_end(tmp_path: Path) -> None:
         reached = [at for at, lane in client["seen"] if lane == slow]
         assert reached and min(reached) >= ready, (slow, ready, client["seen"])
     assert client["seen"][0][1] == "lane@0"  # the first request: only the fast lane
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

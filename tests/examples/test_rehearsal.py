@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+from support.ports import free_port
 from support.runs import run_start, simulated
 
 REHEARSAL = Path(__file__).resolve().parents[2] / "units" / "examples" / "rehearsal"
@@ -21,9 +23,15 @@ PROMPTS = sum(1 for line in (REHEARSAL / "prompts.jsonl").read_text().splitlines
 
 @pytest.mark.slow
 async def test_rehearsal_runs_end_to_end(tmp_path: Path) -> None:
-    state = tmp_path / "state"
+    state, units = tmp_path / "state", tmp_path / "rehearsal"
+    # the example as shipped, but for the endpoint's port: 9000 may be another run's
+    shutil.copytree(REHEARSAL, units)
+    endpoint = units / "endpoint.toml"
+    text = endpoint.read_text()
+    assert text.count("port = 9000") == 1, text
+    endpoint.write_text(text.replace("port = 9000", f"port = {free_port()}"))
     flags = ("--launcher", "local", *simulated(2, 2))
-    done = await run_start(REHEARSAL, state, *flags, limit=120)
+    done = await run_start(units, state, *flags, limit=120)
     assert done.returncode == 0, done.output[-3000:]
 
     result = json.loads((state / "result.json").read_text())

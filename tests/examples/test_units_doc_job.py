@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import trio
 from ddsup.plan import local_nodes, make_plan
 from ddsup.service._environment import RunContext, specifier_context, unit_environment
 from ddsup.units import UnitType, load_unit_set, parse_unit_set
+from support.ports import free_port
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "units.md"
 BLOCK = re.compile(
@@ -59,13 +59,6 @@ def test_the_page_shows_both_jobs() -> None:
     assert sorted(jobs["two-models"]) == ["chat@.toml", "code@.toml"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("job", "models"),
@@ -77,7 +70,7 @@ async def test_the_documented_job_runs(tmp_path: Path, job: str, models: dict[st
     for name, text in job_files(job).items():
         if name == "endpoint.toml":
             assert text.count("port = 9000\n") == 1
-            text = text.replace("port = 9000\n", f"port = {_free_port()}\n")
+            text = text.replace("port = 9000\n", f"port = {free_port()}\n")
         (directory / name).write_text(text, encoding="utf-8")
     state = tmp_path / "state"
     argv = [sys.executable, "-m", "ddsup", "start", str(directory)]

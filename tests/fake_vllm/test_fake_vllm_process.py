@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import uuid
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from fake_vllm_helpers import Lane, fake_vllm_process, read_port
 
 from ddsup._cli import main
 from ddsup.fake_vllm import CRASH_EXIT_STATUS
+from support.ports import free_port
 
 EXIT_DEADLINE = 10.0
 
@@ -41,12 +41,6 @@ async def _refused(port: int) -> bool:
     return False
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -62,7 +56,7 @@ async def _wait_gone(pid: int) -> None:
 
 async def test_refuses_connections_until_loaded(client: httpx.AsyncClient) -> None:
     """Bound only after the delay: a bound socket would accept handshakes even unserved."""
-    port = _free_port()
+    port = free_port()
     delay = 1.0
     start = trio.current_time()
     async with fake_vllm_process(

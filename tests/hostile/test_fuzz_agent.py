@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import subprocess
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -117,7 +118,9 @@ def _drive(
     hello = controller.receive()
     assert isinstance(hello, Hello) and hello.secret == SECRET
     assert isinstance(controller.receive(), Inventory)  # its node's GPUs, before any plan
-    setup = Setup(plan, "fuzz0invocation", str(state), str(units), "fuzz", None)
+    # a fresh invocation id: the run's cgroup and tag are named by it, and a fixed one
+    # would let another suite's agent on this machine end this test's lane (and ours its)
+    setup = Setup(plan, uuid.uuid4().hex, str(state), str(units), "fuzz", None)
     controller.send(encode(setup) + b"\n")
     while isinstance(reply := controller.receive(), EventReport):
         assert isinstance(reply.event, Contained), reply  # its own node's containment

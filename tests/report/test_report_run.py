@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import sys
 from functools import partial
 from pathlib import Path
@@ -24,6 +23,7 @@ import trio
 from ddsup.ops.report import Rows, build_report, render_report
 from ddsup.record import efficiency_json, efficiency_line, load_run
 from ddsup.record._efficiency import efficiency_of
+from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 REHEARSAL = ROOT / "units" / "examples" / "rehearsal"
@@ -55,12 +55,6 @@ with open(os.path.join(os.environ["DDSUP_STATE_DIR"], "worker-times.json"), "w")
     json.dump({"first": first, "last": last}, out)
 time.sleep(1.5)
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _units(directory: Path) -> Path:
@@ -97,7 +91,7 @@ timeout_start = "30s"
 http = "http://{{host}}:{{port}}/health"
 interval = "100ms"
 [endpoint]
-port = {_free_port()}
+port = {free_port()}
 """
     )
     (directory / "worker.py").write_text(WORKER)
@@ -160,7 +154,7 @@ async def test_the_rehearsal_produces_a_report(tmp_path: Path) -> None:
     state, units = tmp_path / "state", tmp_path / "rehearsal"
     shutil.copytree(REHEARSAL, units)  # on a free port: 9000 may be taken on a shared machine
     endpoint = units / "endpoint.toml"
-    endpoint.write_text(endpoint.read_text().replace("port = 9000", f"port = {_free_port()}"))
+    endpoint.write_text(endpoint.read_text().replace("port = 9000", f"port = {free_port()}"))
     await _start(units, state, "--nodes", "2", "--gpus-per-node", "2")
     argv = [sys.executable, "-m", "ddsup", "report", "--state-dir", str(state)]
     with trio.fail_after(60):

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from support.polls import until
+from support.ports import free_port
 from support.runs import running
 from support.unit_dirs import UnitDir
 
@@ -80,7 +81,8 @@ def _surviving_units(tmp_path: Path) -> UnitDir:
     lane = {"model": "m", "gpus": 1, "replicas": 4, "port": "auto", "stagger": "0s"}
     service = {"on_failure": "continue", "timeout_stop": "2s"}
     units.add("lane@", "lane", ["sleep", "60"], lane=lane, service=service)
-    units.add("endpoint", "endpoint", ["ddsup", "endpoint"], endpoint={"min_ready": "50%"})
+    endpoint = {"min_ready": "50%", "port": free_port()}  # not 9000: another suite may hold it
+    units.add("endpoint", "endpoint", ["ddsup", "endpoint"], endpoint=endpoint)
     return units
 
 

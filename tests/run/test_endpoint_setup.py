@@ -9,12 +9,12 @@ that names an unset variable stops the run before anything starts (64, no traceb
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 
+from support.ports import free_port
 from support.runs import run_start
 
 # The worker: the endpoint answers on its planned URL, refuses a request without the key
@@ -75,15 +75,9 @@ api_key_env = "TEST_ENDPOINT_KEY"
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.slow  # a node agent and fake-vllm: a few seconds
 async def test_the_endpoint_serves_with_its_section(tmp_path: Path) -> None:
-    units = _units(tmp_path / "units", _free_port())
+    units = _units(tmp_path / "units", free_port())
     env = {"TEST_ENDPOINT_KEY": "k3y-of-the-test"}
     run = await run_start(units, tmp_path / "state", "--gpus-per-node", "1", env=env, limit=120)
     assert run.returncode == 0, run.output[-3000:]
@@ -91,7 +85,7 @@ async def test_the_endpoint_serves_with_its_section(tmp_path: Path) -> None:
 
 
 async def test_an_unset_api_key_env_is_a_usage_error(tmp_path: Path) -> None:
-    units = _units(tmp_path / "units", _free_port())
+    units = _units(tmp_path / "units", free_port())
     run = await run_start(units, tmp_path / "state", "--gpus-per-node", "1")
     assert run.returncode == 64, run.output
     assert run.output.count("api_key_env names TEST_ENDPOINT_KEY, which is not set") == 1

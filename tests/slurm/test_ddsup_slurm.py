@@ -30,6 +30,7 @@ from ddsup.plan import make_plan
 from ddsup.plan._model import Node
 from ddsup.process._proc import start_time
 from ddsup.units import load_unit_set
+from support.ports import free_port
 
 from .cluster import KILL_WAIT_S, SlurmCluster, wait_until
 from .jobs import (
@@ -51,12 +52,6 @@ REHEARSAL = Path(__file__).resolve().parents[2] / "units" / "examples" / "rehear
 NODES = ("n1", "n2", "n3")
 ALL_LANES = [f"lane@{i}" for i in range(len(NODES) * GPUS_PER_NODE)]
 CLEAN_WITHIN_S = KILL_WAIT_S + 5
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -115,7 +110,7 @@ def test_three_node_job_through_the_endpoint(slurm_cluster: SlurmCluster, job: D
     job.write_units(
         {
             "lane@.toml": (REHEARSAL / "lane@.toml").read_text(),
-            "endpoint.toml": endpoint.replace("port = 9000", f"port = {_free_port()}"),
+            "endpoint.toml": endpoint.replace("port = 9000", f"port = {free_port()}"),
             "worker.toml": worker,
         }
     )
@@ -309,7 +304,7 @@ def _listening(port: int) -> Iterator[None]:
 def _free_port_block(count: int) -> int:
     """A base port whose next ``count`` ports are all free right now."""
     for _ in range(100):
-        base = _free_port()
+        base = free_port()
         try:
             for port in range(base, base + count):
                 with socket.socket() as sock:

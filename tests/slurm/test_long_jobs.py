@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from support.ports import free_port
+
 from .cluster import SlurmCluster, wait_until
 from .jobs import (
     DdsupJob,
@@ -36,12 +38,6 @@ from .jobs import (
 pytestmark = pytest.mark.slurm
 
 REHEARSAL = Path(__file__).resolve().parents[2] / "units" / "examples" / "rehearsal"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -68,7 +64,7 @@ def _surviving_job(job: DdsupJob, prompts: int) -> None:
         '"--model", "{model}"]', '"--model", "{model}", "--tokens-per-second", "25"]'
     ).replace('timeout_stop = "5s"', 'timeout_stop = "5s"\non_failure = "continue"')
     endpoint = (REHEARSAL / "endpoint.toml").read_text()
-    endpoint = endpoint.replace("port = 9000", f"port = {_free_port()}")
+    endpoint = endpoint.replace("port = 9000", f"port = {free_port()}")
     endpoint = endpoint.replace('min_ready = "100%"', 'min_ready = "50%"')
     worker = (REHEARSAL / "worker.toml").read_text()
     worker = worker.replace(
@@ -223,7 +219,7 @@ def _through_the_endpoint(job: DdsupJob, prompts: int = 12) -> None:
     job.write_units(
         {
             "lane@.toml": (REHEARSAL / "lane@.toml").read_text(),
-            "endpoint.toml": endpoint.replace("port = 9000", f"port = {_free_port()}"),
+            "endpoint.toml": endpoint.replace("port = 9000", f"port = {free_port()}"),
             "worker.toml": worker,
         }
     )
