@@ -7,8 +7,10 @@ import os
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from ddsup.process import ExitStatus
+from ddsup.process._managed import managed_children
 from ddsup.record._events import ProcessExited, ProcessStarted, RecordedEvent, UnitTransition
 from ddsup.record._states import InstanceState
 from ddsup.service._service import Service, ServiceSpec
@@ -136,3 +138,23 @@ async def test_a_stopped_process_has_no_exit_event(tmp_path: Path) -> None:
         service.request_stop()
     assert _states(events) == ["starting", "ready", "stopping", "exited"]
     assert [e for e in events if isinstance(e, ProcessExited)] == []
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+async def test_a_start_cancelled_before_its_spawn_leaves_no_pipe_open(tmp_path: Path) -> None:
+    """A stop that cancels a start while it waits to fork (the registry's lock is held by
+    another start or the reaper) closes both ends of the output pipe it made: a leaked
+    read end per cancelled start would exhaust the descriptors of a long run."""
+    events: list[RecordedEvent] = []
+    service = _service(tmp_path, ("sleep", "60"), events, timeout_stop=5.0)
+    before = _open_fds()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery, managed_children().lock:  # fork waits
+            nursery.start_soon(service.run)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not [e for e in events if isinstance(e, ProcessStarted)]
+            nursery.cancel_scope.cancel()
+    assert _open_fds() - before == set()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import trio
 
-from ddsup.process import ChildProcess, ExitStatus, OutputLog, SpawnError, output_pipe, spawn
+from ddsup.process import ChildProcess, ExitStatus, OutputLog, output_pipe, spawn
 from ddsup.record._events import (
     LivenessFailed,
     ProbeAnswered,
@@ -83,7 +83,7 @@ class OneStart:
             child = await spawn(  # ddsup:containment: unit= puts it in its unit's cgroup
                 spec.argv, env=spec.env, cwd=spec.cwd, output=write_end, unit=spec.instance
             )
-        except SpawnError:
+        except BaseException:  # SpawnError, or a stop that cancelled us before the fork
             os.close(read_end)
             raise
         finally:
