@@ -130,7 +130,11 @@ class Containment:
         machine = _registry.Machine.here()
         for name, data in _registry.supervisors_here(self._records_dir, machine):
             sentinel = data.get("sentinel")
-            if name == self._covered_by and isinstance(sentinel, int) and _alive(sentinel):
+            if (
+                name == self._covered_by
+                and isinstance(sentinel, int)
+                and not _proc.is_dead(sentinel)
+            ):
                 return name
         return None
 
@@ -242,16 +246,6 @@ class Containment:
         if self._placement is None or self._own is None:
             return []
         return [self._placement.run if self.root else self._own]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _adopted(children: dict[int, list[int]], exclude: frozenset[int]) -> list[int]:
