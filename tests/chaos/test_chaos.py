@@ -98,7 +98,8 @@ def _grandchildren(run: ChaosRun) -> dict[int, str]:
 
 def test_kill9_of_start_leaves_no_setsid_grandchild_on_two_nodes(tmp_path: Path) -> None:
     """kill -9 of ``ddsup start`` while lanes on two simulated nodes (and the worker) have
-    setsid grandchildren: within 2 s nothing of the run is alive (the sentinels)."""
+    setsid grandchildren: within 2 s nothing of the run is alive (ddsup start's sentinel:
+    simulated nodes' agents run none of their own)."""
     lanes = (
         LaneUnit("a-setsid", LaneKind.SETSID, 3, False, 0.1),
         LaneUnit("b-fakevllm", LaneKind.FAKE_VLLM, 1, False, 0.1),

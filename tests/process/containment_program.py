@@ -47,6 +47,7 @@ async def main(config: dict[str, Any]) -> None:
         name=config.get("name", "controller"),
         root=config.get("root", True),
         cgroup=config.get("cgroup", "auto"),
+        covered_by=config.get("covered_by"),
     ) as containment:
         assert containment.layers is not None
         child = await spawn(config["argv"], env=env, cwd="/", log_path=config["log"], unit="u1")

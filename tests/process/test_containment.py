@@ -329,6 +329,47 @@ def test_cleanup_ends_what_the_registry_and_cgroup_hold(
 # --- what is reported ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("alive", [True, False], ids=["covered", "not-covered"])
+def test_an_agent_covered_by_the_controller_s_live_sentinel_starts_none(
+    alive: bool, tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """A simulated node's agent (``covered_by="controller"``) starts no sentinel while the
+    controller's layers file on this machine names a live one; else it starts its own."""
+    directory = tmp_path / "state" / "containment"
+    directory.mkdir(parents=True)
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        if not alive:
+            stand_in.kill()
+            stand_in.wait()
+        machine = _registry.Machine.here().to_json()
+        layers = {"machine": machine, "sentinel": stand_in.pid}
+        _registry.write_layers(str(directory), "controller", layers)
+        run = Supervisor(
+            tmp_path,
+            invocation_id,
+            cgroup="off",
+            state_dir=str(tmp_path / "state"),
+            name="agent-node1",
+            root=False,
+            covered_by="controller",
+        )
+        supervisors.append(run)
+        found = run.step()["layers"]
+        run.step()  # the unit ended
+        assert run.step()["engine_alive"] is False  # closed: adoption ended the engine
+        assert run.finish() == 0
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+    if alive:
+        assert found["sentinel"] is None and found["sentinel_of"] == "controller", found
+        assert "sentinel of controller" in found["layers"], found
+    else:
+        assert isinstance(found["sentinel"], int) and found["sentinel_of"] is None, found
+        assert "sentinel" in found["layers"], found
+
+
 def test_no_writable_cgroup_never_fails_and_says_why(
     tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
 ) -> None:

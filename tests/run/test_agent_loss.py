@@ -119,6 +119,44 @@ async def test_a_node_whose_lanes_continue_is_lost_and_the_run_goes_on(tmp_path:
     assert "Traceback" not in done.output
 
 
+def _sentinels(start_pid: int) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.Process(start_pid).children(recursive=True):
+        try:
+            if any(arg.endswith("_sentinel.py") for arg in proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:  # gone, or a zombie not reaped yet
+            continue
+    return found
+
+
+@pytest.mark.slow  # two node agents and the endpoint: several seconds
+@pytest.mark.parametrize("cgroup", ["auto", "off"])
+async def test_a_killed_simulated_node_agent_s_units_are_ended_by_the_controller(
+    tmp_path: Path, cgroup: str
+) -> None:
+    """Simulated nodes' agents run no sentinel of their own (``ddsup start``'s covers the
+    machine): when one is SIGKILLed, the controller ends what it ran, at once, with the
+    cgroup or (``off``) with the registry and the agent's tag, and the run goes on."""
+    args = ("--nodes", "2", "--gpus-per-node", "2")
+    env = {"DDSUP_CGROUP": cgroup}
+    async with running(_surviving_units(tmp_path), tmp_path / "state", *args, env=env) as run:
+        events = await run.wait_ready("lane@0", "lane@1", "lane@2", "lane@3", "endpoint")
+        assert len(_sentinels(run.process.pid)) == 1, "one sentinel: ddsup start's"
+        lanes = [e["pid"] for e in events if e["event"] == "process" and e.get("node") == "node1"]
+        assert len(lanes) == 2, events
+        os.kill(_agent_of(run.process.pid, "node1"), signal.SIGKILL)
+        await until(
+            lambda: not any(psutil.pid_exists(p) for p in lanes), "node1 lanes to end", limit=10
+        )
+        events = await run.wait_for(lambda es: len(_lost(es)) == 2)
+        assert not [e for e in events if e.get("reason") == "ending"], "the run went on"
+        run.signal(signal.SIGTERM)
+        done = await run.wait()
+    assert done.returncode == 143, done.describe()
+    assert "Traceback" not in done.output
+
+
 @pytest.mark.slow  # two node agents: several seconds
 async def test_a_silent_agent_is_lost_after_agent_timeout_and_stops_its_lanes(
     tmp_path: Path,

@@ -33,11 +33,11 @@ if TYPE_CHECKING:
     from ddsup.process._child import supervised as supervised
     from ddsup.process._containment import CGROUP_ENV as CGROUP_ENV
     from ddsup.process._containment import Containment as Containment
-    from ddsup.process._containment import Layers as Layers
     from ddsup.process._containment import open_containment as open_containment
     from ddsup.process._ending import Ended as Ended
     from ddsup.process._ending import end_on_this_node as end_on_this_node
     from ddsup.process._final_sweep import sweep_until_gone as sweep_until_gone
+    from ddsup.process._layers import Layers as Layers
     from ddsup.process._managed import ManagedChildren as ManagedChildren
     from ddsup.process._managed import managed_children as managed_children
     from ddsup.process._output_log import CopyTask as CopyTask
@@ -68,7 +68,7 @@ _LAZY = {
     "supervised": "ddsup.process._child",
     "CGROUP_ENV": "ddsup.process._containment",
     "Containment": "ddsup.process._containment",
-    "Layers": "ddsup.process._containment",
+    "Layers": "ddsup.process._layers",
     "open_containment": "ddsup.process._containment",
     "Ended": "ddsup.process._ending",
     "end_on_this_node": "ddsup.process._ending",

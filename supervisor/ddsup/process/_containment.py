@@ -2,16 +2,21 @@
 
 ``ddsup start`` and each node agent open one :func:`open_containment` around all their
 work. Opening it makes this process a child subreaper (orphans of our units become our
-children) and starts the sentinel (it ends the run if we die uncleanly); where the node
+children) and starts the sentinel (it ends the run if we die uncleanly), unless another
+supervisor's sentinel on this machine already covers us (``covered_by``: a simulated
+node's agent, whose ``ddsup start`` runs on the same machine, ends the whole run there
+if it dies, and ends a dead agent's share itself: ``ddsup.run._agents``); where the node
 offers a writable cgroup (``_cgroup``) it creates the run's cgroup and moves this
 process into it, and every unit spawned with ``spawn(..., unit=NAME)`` starts in a
 cgroup of its own; and it opens this supervisor's registry of (PID, start time) of the
 processes its units have (``_registry``), which it fills as the run goes:
 
 - when a unit's process starts (its PID, at once);
-- every ``SCAN_INTERVAL`` while units run: with a cgroup, the members of each unit's
-  cgroup (a few small files); without, one pass over ``/proc`` (shared with concurrent
-  stops) for each unit's descendants and for orphans adopted by us;
+- without a cgroup, every ``SCAN_INTERVAL`` while units run: one pass over ``/proc``
+  (shared with concurrent stops) for each unit's descendants and for orphans adopted by
+  us. With a cgroup there is no periodic scan: nothing a unit forks leaves its cgroup
+  (short of a privileged move), and every layer that ends the registry's entries ends
+  the cgroups first, so a scan would only record what the cgroup already holds;
 - without a cgroup, also when a unit's process has stopped: what it orphaned is ours.
 
 When a unit's process stops (``ChildProcess.stop``), whatever it left is ended with it
@@ -31,13 +36,12 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
 
 import trio
 
 from ddsup.process import _cgroup, _proc, _registry
 from ddsup.process._final_sweep import sweep_until_gone
+from ddsup.process._layers import Layers
 from ddsup.process._managed import managed_children
 from ddsup.process._sentinel import Sentinel, start_sentinel
 from ddsup.process._subreaper import become_subreaper, is_subreaper, reap_adopted_children
@@ -59,70 +63,24 @@ def current_containment() -> Containment | None:
     return _CURRENT.get()
 
 
-@dataclass(frozen=True)
-class Layers:
-    """The no-orphan layers of one supervisor on its node, as status shows them."""
-
-    supervisor: str
-    pid: int
-    machine: _registry.Machine
-    subreaper: bool
-    sentinel: int | None
-    registry: str | None  # the .pids file
-    cgroup: _cgroup.Cgroup | None  # this supervisor's subtree (<run>/<supervisor>)
-    run_cgroup: _cgroup.Cgroup | None  # the run's cgroup on this node
-    cgroup_reason: str | None  # why there is none
-    registry_reason: str | None
-    tag_sweep: bool  # ends everything tagged with the invocation id at close
-
-    def names(self) -> list[str]:
-        """The active layers, strongest first (the events and status line)."""
-        found = []
-        if self.cgroup is not None:
-            found.append(f"cgroup {self.cgroup.kind.value}")
-        if self.registry is not None:
-            found.append("registry")
-        if self.subreaper:
-            found.append("subreaper")
-        if self.sentinel is not None:
-            found.append("sentinel")
-        found.append("process group")
-        found.append("tag sweep" if self.tag_sweep else "tag match")
-        return found
-
-    def summary(self) -> str:
-        """One line: the active layers, and why a cgroup is not among them."""
-        line = ", ".join(self.names())
-        return line if self.cgroup_reason is None else f"{line} (no cgroup: {self.cgroup_reason})"
-
-    def to_json(self) -> dict[str, Any]:
-        cgroup = None
-        if self.cgroup is not None and self.run_cgroup is not None:
-            cgroup = {**self.cgroup.to_json(), "own": self.cgroup.path, "run": self.run_cgroup.path}
-        return {
-            "supervisor": self.supervisor,
-            "pid": self.pid,
-            "machine": self.machine.to_json(),
-            "layers": self.names(),
-            "subreaper": self.subreaper,
-            "sentinel": self.sentinel,
-            "registry": self.registry,
-            "registry_reason": self.registry_reason,
-            "cgroup": cgroup,
-            "cgroup_reason": self.cgroup_reason,
-        }
-
-
 class Containment:
     """The no-orphan layers of one supervisor (see the module docstring)."""
 
     def __init__(
-        self, invocation_id: str, *, state_dir: str | None, name: str, root: bool, cgroup: str
+        self,
+        invocation_id: str,
+        *,
+        state_dir: str | None,
+        name: str,
+        root: bool,
+        cgroup: str,
+        covered_by: str | None = None,
     ) -> None:
         self.invocation_id = invocation_id
         self.name = name
         self.root = root
         self._choice = cgroup
+        self._covered_by = covered_by
         self._records_dir = None if state_dir is None else os.path.join(state_dir, "containment")
         self._sentinel: Sentinel | None = None
         self._placement: _cgroup.Placement | None = None
@@ -136,9 +94,11 @@ class Containment:
     def _open(self) -> Layers:
         become_subreaper()
         registry_reason = self._open_records()
-        self._sentinel = start_sentinel(
-            self.invocation_id, self._records_dir, self.name, root=self.root
-        )
+        sentinel_of = self._covering_sentinel()
+        if sentinel_of is None:
+            self._sentinel = start_sentinel(
+                self.invocation_id, self._records_dir, self.name, root=self.root
+            )
         cgroup_reason = self._open_cgroup()
         own, run = self._own, self._placement.run if self._placement else None
         self.layers = Layers(
@@ -146,7 +106,8 @@ class Containment:
             pid=os.getpid(),
             machine=_registry.Machine.here(),
             subreaper=is_subreaper(),
-            sentinel=self._sentinel.pid,
+            sentinel=None if self._sentinel is None else self._sentinel.pid,
+            sentinel_of=sentinel_of,
             registry=None if self._records.file is None else self._records.file.path,
             cgroup=own,
             run_cgroup=run,
@@ -158,6 +119,24 @@ class Containment:
             with contextlib.suppress(OSError):
                 _registry.write_layers(self._records_dir, self.name, self.layers.to_json())
         return self.layers
+
+    def _covering_sentinel(self) -> str | None:
+        """``covered_by`` when its sentinel covers us: it wrote its layers into our
+        registry directory (so its sentinel ends our records and cgroups too) from this
+        machine, and its sentinel is alive. None: we start our own."""
+        if self._covered_by is None or self._records.file is None:
+            return None
+        assert self._records_dir is not None
+        machine = _registry.Machine.here()
+        for name, data in _registry.supervisors_here(self._records_dir, machine):
+            sentinel = data.get("sentinel")
+            if (
+                name == self._covered_by
+                and isinstance(sentinel, int)
+                and not _proc.is_dead(sentinel)
+            ):
+                return name
+        return None
 
     def _open_records(self) -> str | None:
         if self._records_dir is None:
@@ -178,8 +157,8 @@ class Containment:
             return str(err)
         own = placement.run.child(self.name)
         try:
-            assert self._sentinel is not None
-            placement.base.move(self._sentinel.pid)  # it must survive the run's cgroup
+            if self._sentinel is not None:
+                placement.base.move(self._sentinel.pid)  # it must survive the run's cgroup
             own.child(_cgroup.SUPERVISOR_LEAF).create()
             own.child(_cgroup.SUPERVISOR_LEAF).move(os.getpid())
         except OSError as err:
@@ -206,8 +185,11 @@ class Containment:
         return scope
 
     async def _scan_forever(self) -> None:
-        """Record what the units have, every SCAN_INTERVAL while any runs (no event
-        exists for "a process forked"; the interval bounds the cost, see the docs)."""
+        """Without a cgroup, record what the units have, every SCAN_INTERVAL while any
+        runs (no event exists for "a process forked"; the interval bounds the cost, see
+        the docs). With a cgroup, nothing: the cgroup holds all of it (module docstring)."""
+        if self._own is not None:
+            return
         while True:
             await trio.sleep(SCAN_INTERVAL)
             if any(scope.running for scope in self._scopes.values()):
@@ -330,9 +312,16 @@ async def open_containment(
     name: str,
     root: bool,
     cgroup: str | None = None,
+    covered_by: str | None = None,
 ) -> AsyncIterator[Containment]:
     """Open the no-orphan layers of one supervisor (``name``: ``controller`` or
     ``agent-<node>``; ``root``: this is ``ddsup start``); see the module docstring.
+
+    ``covered_by`` names a supervisor on this machine whose sentinel covers this one
+    (``controller``, for a simulated node's agent): when its layers say so, no sentinel
+    of our own is started (a process and ~14 MiB each, 128 of them at 128 simulated
+    nodes); whoever covers us must then end our share if we die (``end_on_this_node``
+    with ``names=[name]``).
 
     ``cgroup`` picks the hierarchy (``auto``, ``off``, ``v2``, ``v1-freezer``,
     ``v1-pids``; default ``$DDSUP_CGROUP`` or ``auto``). No layer's absence fails: it is
@@ -341,7 +330,12 @@ async def open_containment(
     choice = cgroup or os.environ.get(CGROUP_ENV) or "auto"
     directory = None if state_dir is None else os.fspath(state_dir)
     containment = Containment(
-        invocation_id, state_dir=directory, name=name, root=root, cgroup=choice
+        invocation_id,
+        state_dir=directory,
+        name=name,
+        root=root,
+        cgroup=choice,
+        covered_by=covered_by,
     )
     containment._open()
     token = _CURRENT.set(containment)

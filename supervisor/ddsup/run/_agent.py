@@ -66,6 +66,12 @@ def configure_agent(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpus-per-node", type=int, default=None, help="simulated GPUs (default: detected)"
     )
+    parser.add_argument(
+        "--covered-by",
+        metavar="SUPERVISOR",
+        help="a supervisor on this machine whose sentinel covers this agent (a simulated"
+        " node: ddsup start's, which ends this agent's units if it dies): start none",
+    )
 
 
 def run_agent(args: argparse.Namespace) -> int:
@@ -74,7 +80,8 @@ def run_agent(args: argparse.Namespace) -> int:
     node = args.node or os.environ.get("SLURMD_NODENAME")
     if not secret or not address or not node:
         raise UsageError("ddsup agent is started by ddsup start, not by hand")
-    status = trio.run(_agent_main, node, address, secret, _node_gpus(args.gpus_per_node))
+    gpus = _node_gpus(args.gpus_per_node)
+    status = trio.run(_agent_main, node, address, secret, gpus, args.covered_by)
     end_process(status)
 
 
@@ -86,7 +93,9 @@ def _node_gpus(simulated: int | None) -> GpuList:
     return found or GpuList((), "no CUDA_VISIBLE_DEVICES, Slurm GPU variables or nvidia-smi")
 
 
-async def _agent_main(node: str, address: str, secret: str, gpus: GpuList) -> int:
+async def _agent_main(
+    node: str, address: str, secret: str, gpus: GpuList, covered_by: str | None = None
+) -> int:
     # Until the signal watcher runs, a stop signal (scancel) must not kill the agent
     # half-way: nothing runs yet, and the controller will tell it to shut down.
     ignore_stop_signals()
@@ -113,7 +122,11 @@ async def _agent_main(node: str, address: str, secret: str, gpus: GpuList) -> in
     try:
         # every no-orphan layer of this node (docs/no-orphans.md), opened once
         async with open_containment(
-            run.invocation_id, state_dir=run.state_dir, name=supervisor, root=False
+            run.invocation_id,
+            state_dir=run.state_dir,
+            name=supervisor,
+            root=False,
+            covered_by=covered_by,
         ) as containment:
             layers = containment.layers  # the controller records them (status shows them)
             assert layers is not None

@@ -5,21 +5,34 @@ all); an agent then connects back and becomes a :class:`~ddsup.run._nodes.Remote
 The processes themselves are owned here: one task waits for each, and its end while the
 run is not stopping ends the run. Which agents are admitted, and what each reported of its
 node, is the fleet's :class:`~ddsup.run._inventory.NodeInventory`.
+
+Agents on this machine (simulated nodes) run no sentinel: ``ddsup start``'s covers the
+machine if it dies. So when such an agent ends uncleanly (SIGKILL, or any exit but 0:
+a clean exit has ended its units itself), the fleet does its sentinel's work: it ends
+that agent's share of the run (its cgroup subtree, its registry entries, the processes
+tagged ``DDSUP_AGENT=agent-<node>``), within seconds, while the run goes on as its
+policy says (``_node_loss``).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 from collections.abc import Callable, Collection, Mapping, Sequence
+from functools import partial
 
 import trio
 
 from ddsup._errors import PreflightError
 from ddsup.plan._gpus import GpuList
+from ddsup.process import end_on_this_node
 from ddsup.record._state_dir import StateDir
 from ddsup.run._inventory import NodeInventory
 from ddsup.run._launcher import AgentProcess, Launcher
 from ddsup.run._run_inputs import AgentProcessExited, Input
+
+log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 10.0  # for a connected agent to stop its units and exit
 TERM_GRACE = 5.0  # then SIGTERM, this long, then SIGKILL
@@ -28,9 +41,10 @@ TERM_GRACE = 5.0  # then SIGTERM, this long, then SIGKILL
 class AgentFleet:
     """Every process hosting agents of one run."""
 
-    def __init__(self, launcher: Launcher, state: StateDir) -> None:
+    def __init__(self, launcher: Launcher, state: StateDir, invocation_id: str) -> None:
         self.launcher = launcher
         self.state = state
+        self.invocation_id = invocation_id
         self.processes: list[AgentProcess] = []
         self.inventory = NodeInventory()
 
@@ -59,10 +73,28 @@ class AgentFleet:
             )
         return self.inventory.found
 
-    @staticmethod
-    async def _watch(agent: AgentProcess, feed: Callable[[Input], None]) -> None:
+    async def _watch(self, agent: AgentProcess, feed: Callable[[Input], None]) -> None:
         status = await agent.process.wait()
         feed(AgentProcessExited(agent.label, status, agent.nodes))
+        if self.launcher.covers_agents and status.code != 0:
+            with trio.CancelScope(shield=True):  # the run may be ending: this still must
+                await self._end_share(agent)
+
+    async def _end_share(self, agent: AgentProcess) -> None:
+        """What the dead agent's sentinel would have ended (the module docstring)."""
+        records = os.path.join(self.state.path, "containment")
+        for node in agent.nodes:
+            name = f"agent-{node}"
+            end = partial(end_on_this_node, self.invocation_id, records, names=[name], agent=name)
+            ended = await trio.to_thread.run_sync(end)
+            if ended.hit or ended.survivors:
+                log.warning(
+                    "%s ended uncleanly: killed %d process(es) it left, %d survived: %s",
+                    name,
+                    len(ended.hit),
+                    len(ended.survivors),
+                    ended.survivors,
+                )
 
     def kill_unconnected(self, connected: Collection[str]) -> None:
         """SIGKILL the agents that cannot be asked: none of their nodes is connected."""

@@ -45,7 +45,7 @@ from ddsup.run._connections import ControlServer
 from ddsup.run._console import Console
 from ddsup.run._control_host import control_host
 from ddsup.run._lane_feed import LanePublisher
-from ddsup.run._launcher import launcher_for
+from ddsup.run._launcher import CONTROLLER, launcher_for
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import NODE_DECISIONS, LocalNode, RunNode, deliver
 from ddsup.run._open_files import ensure_open_files, open_files_needed
@@ -173,7 +173,7 @@ class Controller:
         host = await control_host(allocation, os.environ)
         # every no-orphan layer (docs/no-orphans.md), opened once, closed at the very end
         async with open_containment(
-            self.invocation_id, state_dir=self.state.path, name="controller", root=True
+            self.invocation_id, state_dir=self.state.path, name=CONTROLLER, root=True
         ) as containment:
             self.record.contained(containment)
             async with trio.open_nursery() as nursery:
@@ -239,7 +239,7 @@ class Controller:
                 self.options.srun_args,
                 survivable=self.run.layout.survives_node_loss(),
             )
-            self._fleet = AgentFleet(launcher, self.state)
+            self._fleet = AgentFleet(launcher, self.state, self.invocation_id)
             local = len(self.run.plan.on_node(self.run.plan.client))
             try:
                 ensure_open_files(open_files_needed(len(nodes), local))

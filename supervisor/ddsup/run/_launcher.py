@@ -30,6 +30,7 @@ from ddsup.record._state_dir import StateDir
 from ddsup.units._model import UnitSet
 
 AGENT_ARGV = (sys.executable, "-m", "ddsup", "agent")
+CONTROLLER = "controller"  # ddsup start's name among the run's supervisors
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class AgentProcess:
 class Launcher(Protocol):
     name: str
     shared_address: bool
+    # the agents run on this machine, inside ddsup start's containment: they start no
+    # sentinel of their own, and the controller ends what a dead one left (_agents)
+    covers_agents: bool
 
     async def launch(
         self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir
@@ -57,19 +61,31 @@ class LocalLauncher:
     Each simulated node is handed its share of this machine's GPUs as
     ``CUDA_VISIBLE_DEVICES`` (``shares``), as Slurm hands a node's step its own, and its
     agent reports what it finds there; ``--gpus-per-node`` GPUs are simulated instead.
+
+    The agents share this machine, its cgroup tree and the run's registry directory with
+    ``ddsup start``, whose sentinel ends all of it if ``ddsup start`` dies: so each agent
+    is told (``--covered-by controller``) to start no sentinel of its own, and the
+    fleet ends a dead agent's units instead (``AgentFleet``).
     """
 
     simulated_gpus: int | None
     shares: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     name: str = "local"
     shared_address: bool = True
+    covers_agents: bool = True
 
     async def launch(
         self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir
     ) -> list[AgentProcess]:
         agents = []
         for node in nodes:
-            argv = (*AGENT_ARGV, "--node", node, *_simulated(self.simulated_gpus))
+            argv = (
+                *AGENT_ARGV,
+                "--node",
+                node,
+                *_simulated(self.simulated_gpus),
+                *(("--covered-by", CONTROLLER) if self.covers_agents else ()),
+            )
             node_env = {**env, "DDSUP_NODE": node}
             if self.simulated_gpus is None and node in self.shares:
                 node_env["CUDA_VISIBLE_DEVICES"] = ",".join(self.shares[node])
@@ -97,6 +113,7 @@ class SlurmLauncher:
     srun_args: tuple[str, ...] = ()
     shared_address: bool = False
     name: str = "slurm"
+    covers_agents: bool = False  # each node's agent has its own sentinel
     survivable: bool = False  # the run may go on without a node: agents outlive each other
     het_group: int | None = None  # a heterogeneous job: the component of the lane nodes
 
