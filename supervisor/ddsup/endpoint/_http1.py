@@ -249,6 +249,9 @@ class BodyDecoder:
         return self._take(data, verbatim=False)
 
     def scan(self, data: bytes) -> bytes:
+        if self._state == "size" and self.framing is Framing.CHUNKED and not self._pending:
+            pos = self._whole_chunks(data)  # a stream's read: whole chunks, nothing else
+            return data if pos == len(data) else self._chunks(data, True, pos)
         return self._take(data, verbatim=True)
 
     def _take(self, data: bytes, *, verbatim: bool) -> bytes:
