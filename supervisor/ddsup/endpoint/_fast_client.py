@@ -11,7 +11,8 @@ regular-expression parser that checks less, and 38 µs with h11
 Anything else raises :class:`Unusual` before a byte of the request is consumed, and the
 connection continues on h11 (:mod:`._client`) with the bytes received so far: HTTP/1.0,
 Transfer-Encoding, ``Expect``, ``Upgrade``, a method other than GET and POST (HEAD
-included), a GET with a body, a non-ASCII target, bare LF line ends, and anything
+included), a GET with a body, a non-ASCII target, a request line with more than one
+space between its parts (llhttp takes it, h11 does not), bare LF line ends, and anything
 httptools refuses. So every strict check h11 makes still decides the unusual cases, and
 the fast path only ever accepts requests h11 accepts. Two refusals are made here, as
 :class:`ApiError` with ``close`` set (answered, then the connection ends): a head over
@@ -225,11 +226,13 @@ class FastClient(Timed):
         if parser.get_http_version() != "1.1":
             _check_version(buf)
             raise Unusual  # HTTP/1.0: h11 knows its keep-alive rules
-        # llhttp passed "METHOD SP target SP HTTP/1.1 CRLF": the target lies between (no
-        # on_url callback, which cost a Python call per request).
+        # llhttp passed "METHOD SP+ target SP+ HTTP/1.1 CRLF": the target lies between (no
+        # on_url callback, which cost a Python call per request). Extra spaces, which h11
+        # refuses, leave a space in it: h11 answers.
         target = buf[len(method) + 1 : buf.find(b"\r\n") - 9]
         if (
             proto.odd
+            or b" " in target
             or not target.isascii()
             or (method != b"POST" and (method != b"GET" or length))
         ):
