@@ -15,20 +15,27 @@ Where a proxied request's CPU goes, apart from the kernel and the load generator
   minimal regular-expression parser, and by h11: why the fast path uses httptools.
 
 Prints process CPU per request (minimum and median of ``--runs``), and, with
-``--profile``, the top functions of one run under cProfile.
+``--profile``, the top functions of one run under cProfile. With ``--opcodes``, the
+Python bytecodes executed per request (plain and SSE) and the modules that run most of
+them: a count, not a time, so it does not move with the machine's load, and two trees
+compare exactly (``PYTHONPATH=<other tree>/supervisor`` runs another one's endpoint);
+it misses work done in C (parsers, regular expressions, coroutine creation).
 
-    .venv/bin/python bench/endpoint_path.py [--requests 5000] [--runs 7] [--profile]
+    .venv/bin/python bench/endpoint_path.py [--requests 5000] [--runs 7] [--profile] [--opcodes]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import pstats
 import re
 import socket
 import statistics
+import sys
 import time
+import types
 
 import h11
 import httptools
@@ -183,14 +190,47 @@ def parsers(count: int) -> dict[str, float]:
     return out
 
 
+def opcodes(count: int, events: int) -> tuple[float, collections.Counter[str]]:
+    """Python bytecodes executed per request through the path, and per module."""
+    by_file: collections.Counter[str] = collections.Counter()
+
+    def trace(frame: types.FrameType, event: str, arg: object) -> object:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            by_file[frame.f_code.co_filename] += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        trio.run(path, count, events)
+    finally:
+        sys.settrace(None)
+    return sum(by_file.values()) / count, by_file
+
+
+def print_opcodes(count: int, events: int) -> None:
+    per_request, by_file = opcodes(count, events)
+    label = f"SSE ({events} events in one read)" if events else "plain"
+    print(f"bytecodes per request, {label}: {per_request:.0f}")
+    for name, n in by_file.most_common(8):
+        short = name.split("site-packages/")[-1].split("supervisor/")[-1]
+        print(f"  {n / count:6.0f}  {short}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--events", type=int, default=20)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--opcodes", action="store_true", help="bytecodes per request")
     args = parser.parse_args()
     trio.run(path, 1000, 0)  # warm-up: imports, pools, caches
+    if args.opcodes:
+        trio.run(path, 1000, args.events)
+        for events in (0, args.events):
+            print_opcodes(min(args.requests, 2000), events)
+        return
     for label, fn, extra in (
         ("plain request through the path", path, (0,)),
         (f"SSE request ({args.events} events in one read)", path, (args.events,)),

@@ -118,6 +118,24 @@ async def test_unusual_requests_go_to_h11_on_the_same_connection(workers: int) -
     assert [r.body for r in lane.received] == [b'{"model":"m"}'] * 3
 
 
+async def test_a_request_line_with_extra_spaces_is_refused_as_h11_refuses_it(
+    workers: int,
+) -> None:
+    """llhttp takes ``GET  /x HTTP/1.1``; h11 does not, and the fast path accepts only
+    what h11 accepts: 400, and the lane never sees it."""
+    lane = FakeLane("a")
+    async with running_endpoint([lane], workers=workers) as ep:
+        for line in (b"POST  /v1/completions HTTP/1.1", b"POST /v1/completions  HTTP/1.1"):
+            talk = await Conversation.open(ep.url)
+            async with talk.stream:
+                body = b'{"model":"m"}'
+                await talk.stream.send_all(
+                    line + b"\r\nhost: x\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+                )
+                assert (await talk.response())[0].startswith(b"HTTP/1.1 400 ")
+    assert lane.received == []
+
+
 async def test_http10_and_connection_close_end_the_connection(workers: int) -> None:
     lane = FakeLane("a")
     async with running_endpoint([lane], workers=workers) as ep:

@@ -11,7 +11,8 @@ regular-expression parser that checks less, and 38 µs with h11
 Anything else raises :class:`Unusual` before a byte of the request is consumed, and the
 connection continues on h11 (:mod:`._client`) with the bytes received so far: HTTP/1.0,
 Transfer-Encoding, ``Expect``, ``Upgrade``, a method other than GET and POST (HEAD
-included), a GET with a body, a non-ASCII target, bare LF line ends, and anything
+included), a GET with a body, a non-ASCII target, a request line with more than one
+space between its parts (llhttp takes it, h11 does not), bare LF line ends, and anything
 httptools refuses. So every strict check h11 makes still decides the unusual cases, and
 the fast path only ever accepts requests h11 accepts. Two refusals are made here, as
 :class:`ApiError` with ``close`` set (answered, then the connection ends): a head over
@@ -77,19 +78,15 @@ class _Head:
     be dropped as well) leaves that to the proxy (``listed``).
     """
 
-    __slots__ = ("close", "content_length", "forwarded", "headers", "listed", "odd", "target")
+    __slots__ = ("close", "content_length", "forwarded", "headers", "listed", "odd")
 
     def __init__(self) -> None:
-        self.target = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.forwarded: list[bytes] = []
         self.content_length: int | None = None
         self.odd = False  # a header that sends the request to h11
         self.close = False  # Connection: close
         self.listed = False  # Connection names more than keep-alive and close
-
-    def on_url(self, url: bytes) -> None:
-        self.target += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
@@ -216,7 +213,7 @@ class FastClient(Timed):
         if head_end > self.config.max_header_bytes:
             raise header_too_large(self.config.max_header_bytes)
         proto = self._proto
-        proto.target, proto.headers, proto.forwarded, proto.content_length = b"", [], [], None
+        proto.headers, proto.forwarded, proto.content_length = [], [], None
         proto.odd = proto.close = proto.listed = False
         parser = self._parser
         try:
@@ -229,9 +226,14 @@ class FastClient(Timed):
         if parser.get_http_version() != "1.1":
             _check_version(buf)
             raise Unusual  # HTTP/1.0: h11 knows its keep-alive rules
+        # llhttp passed "METHOD SP+ target SP+ HTTP/1.1 CRLF": the target lies between (no
+        # on_url callback, which cost a Python call per request). Extra spaces, which h11
+        # refuses, leave a space in it: h11 answers.
+        target = buf[len(method) + 1 : buf.find(b"\r\n") - 9]
         if (
             proto.odd
-            or not proto.target.isascii()
+            or b" " in target
+            or not target.isascii()
             or (method != b"POST" and (method != b"GET" or length))
         ):
             raise Unusual
@@ -241,7 +243,7 @@ class FastClient(Timed):
         self._body_unread = bool(length)
         self._started = False
         forwarded = None if proto.listed else b"".join(proto.forwarded)
-        return Request(method, proto.target, proto.headers, length, forwarded)
+        return Request(method, target, proto.headers, length, forwarded)
 
     async def read_body(self, request: Request, limit: int) -> bytes:
         """The whole body; :class:`ApiError` 413/408/400 on a limit, a timeout or an early end."""
@@ -333,7 +335,12 @@ class FastClient(Timed):
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
         try:
-            await self.wire.send_all(data)
+            try:
+                sent = self.wire.sock.send(data)  # nearly always whole: no coroutine for it
+            except BlockingIOError:
+                sent = 0
+            if sent < len(data):
+                await self.wire.send_all(data[sent:])
         except OSError as err:
             raise ClientGone from err
 
