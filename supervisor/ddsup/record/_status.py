@@ -213,19 +213,46 @@ def _optional(data: Mapping[str, Any], key: str, kind: type[Any]) -> Any:
     return value
 
 
+class StatusRows:
+    """One ``status`` row per planned instance, in plan order, for a live run that is asked
+    again and again: the plan's facts of each row are worked out once, and a row is
+    rebuilt only when its instance's record changed since the last ask (records are
+    immutable and replaced on each event, so ``is`` tells). At 1,024 lanes building every
+    row anew was 25 ms of the controller's CPU per ``ddsup status``; ``model_of``:
+    serving lanes."""
+
+    def __init__(self, plan: Plan, model_of: Mapping[str, str]) -> None:
+        self._planned: list[InstanceStatus] = []
+        for p in plan.instances:
+            model = model_of.get(p.instance)
+            names = p.served_names if model else ()
+            row = InstanceStatus(
+                p.instance, p.unit, p.type, p.node, p.gpus, p.port, model, served_names=names
+            )
+            devices = plan.node(p.node).devices
+            row = replace(row, **planned_facts(p.instance, p.rank, p.nnodes, p.gpus, devices))
+            self._planned.append(row.with_record(InstanceRecord()))
+        self._made: dict[str, tuple[InstanceRecord, InstanceStatus]] = {}
+
+    def rows(self, records: Mapping[str, InstanceRecord]) -> tuple[InstanceStatus, ...]:
+        """The rows as ``records`` (instance → the fold of its events) say now; an instance
+        never heard of is ``inactive``."""
+        out = []
+        for planned in self._planned:
+            record = records.get(planned.instance)
+            if record is None:
+                out.append(planned)
+                continue
+            made = self._made.get(planned.instance)
+            if made is None or made[0] is not record:
+                made = (record, planned.with_record(record))
+                self._made[planned.instance] = made
+            out.append(made[1])
+        return tuple(out)
+
+
 def status_rows(
     plan: Plan, model_of: Mapping[str, str], records: Mapping[str, InstanceRecord]
 ) -> tuple[InstanceStatus, ...]:
-    """One ``status`` row per planned instance, in plan order: the plan's facts, then its
-    record's (an instance never heard of is ``inactive``). ``model_of``: serving lanes."""
-    rows = []
-    for p in plan.instances:
-        model = model_of.get(p.instance)
-        names = p.served_names if model else ()
-        row = InstanceStatus(
-            p.instance, p.unit, p.type, p.node, p.gpus, p.port, model, served_names=names
-        )
-        devices = plan.node(p.node).devices
-        row = replace(row, **planned_facts(p.instance, p.rank, p.nnodes, p.gpus, devices))
-        rows.append(row.with_record(records.get(p.instance, InstanceRecord())))
-    return tuple(rows)
+    """One ``status`` row per planned instance, in plan order (:class:`StatusRows`, once)."""
+    return StatusRows(plan, model_of).rows(records)
