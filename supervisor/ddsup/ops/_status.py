@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+from ddsup import record
 from ddsup._errors import DdsupError
 from ddsup._exit import ExitStatus
 from ddsup.channel._messages import StatusReply, StatusRequest
@@ -20,7 +21,6 @@ from ddsup.ops._metrics import render_supervisor_metrics
 from ddsup.ops._run_handle import add_state_dir, ask, find_state, one_line, silence_stdout
 from ddsup.ops._status_view import StatusView, status_view
 from ddsup.record._display import duration, paint, symbol
-from ddsup.record._efficiency import efficiency_json
 from ddsup.record._state_dir import StateDir
 from ddsup.record._status import InstanceStatus, RunSnapshot
 
@@ -60,11 +60,15 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def _efficiency(state: StateDir) -> dict[str, Any] | None:
-    """Where the run's GPU time went so far (docs/operating.md); None before it had a plan."""
+    """Where the run's GPU time went so far (docs/operating.md); None before it had a plan.
+
+    ``record.efficiency_json`` is looked up here, so its modules (which read a whole run
+    back) are imported for ``--json`` only: ``ddsup.record`` imports a name when first used.
+    """
     if not state.plan.exists():
         return None
     try:
-        return efficiency_json(state.path)
+        return record.efficiency_json(state.path)
     except (DdsupError, OSError, ValueError):
         return None  # a torn or foreign file: status still answers
 
