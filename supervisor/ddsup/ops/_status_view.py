@@ -23,7 +23,7 @@ from ddsup.record._instance import fold
 from ddsup.record._outcome import Outcome
 from ddsup.record._state_dir import StateDir
 from ddsup.record._status import InstanceStatus, RunSnapshot, planned_facts
-from ddsup.units._model import UnitType
+from ddsup.units._unit_type import UnitType
 
 STATUS_FORMAT = 1
 

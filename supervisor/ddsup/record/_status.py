@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddsup._exit import ExitStatus
-from ddsup.plan._model import Plan
 from ddsup.record._event_parse import parse_event
 from ddsup.record._events import Contained
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import exit_from_json
 from ddsup.record._states import InstanceState
-from ddsup.units._model import UnitType
+from ddsup.units._unit_type import UnitType
+
+if TYPE_CHECKING:  # only the controller's rows need a plan: ``status`` imports none
+    from ddsup.plan._model import Plan
 
 # states in which "attempt k of N" means something: making a start, or past a failed one
 _ATTEMPTING = frozenset({InstanceState.STARTING, InstanceState.RESTARTING, InstanceState.FAILED})
