@@ -16,7 +16,7 @@ from typing import Any
 from ddsup import record
 from ddsup._errors import DdsupError
 from ddsup._exit import ExitStatus
-from ddsup.channel._messages import StatusReply, StatusRequest
+from ddsup.channel._operator_messages import StatusReply, StatusRequest
 from ddsup.ops._metrics import render_supervisor_metrics
 from ddsup.ops._run_handle import add_state_dir, ask, find_state, one_line, silence_stdout
 from ddsup.ops._status_view import StatusView, status_view
