@@ -147,6 +147,16 @@ def test_the_operator_codec_writes_and_reads_the_same_bytes(message: Message) ->
     assert encode_operator(Hello(Role.CONTROL, "s")) == encode(Hello(Role.CONTROL, "s"))
 
 
+def test_a_status_reply_is_its_snapshot_s_json_with_the_rows_text_joined() -> None:
+    """The controller joins each row's cached text (a reply of 8,000 rows is mostly a
+    join): the same object as encoding the snapshot whole, and JSON a reader parses."""
+    snapshot = RunSnapshot("inv", "local", 1.0, 2.0, "/state", True, (ROW, ROW), ends_at=9.5)
+    data = json.loads(encode(StatusReply(snapshot)))
+    assert data == {"op": "status_reply", "snapshot": snapshot.to_json()}
+    empty = RunSnapshot("inv", "local", 1.0, 2.0, "/state", False, ())
+    assert json.loads(encode(StatusReply(empty)))["snapshot"] == empty.to_json()
+
+
 def test_the_operator_codec_refuses_the_run_s_own_messages() -> None:
     """An operator is answered with an operator's message, never with an agent's."""
     with pytest.raises(ChannelError, match="unknown message 'setup'"):

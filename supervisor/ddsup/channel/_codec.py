@@ -23,12 +23,14 @@ from ddsup.channel._messages import (
     Message,
     ReadyLane,
     Setup,
+    StatusReply,
 )
 from ddsup.channel._operator_codec import (
     OPERATOR_SPECIAL,
     Decoder,
     decode_with,
     encode_fields,
+    encode_operator,
     object_parser,
 )
 from ddsup.channel._typed import from_json
@@ -40,6 +42,8 @@ from ddsup.units._model import EndpointSection
 # --- encode -------------------------------------------------------------------------------
 def encode(message: Message) -> bytes:
     """One message as a JSON line's bytes (without the newline)."""
+    if isinstance(message, StatusReply):
+        return encode_operator(message)
     return json.dumps({"op": message.op, **_fields(message)}, separators=(",", ":")).encode()
 
 

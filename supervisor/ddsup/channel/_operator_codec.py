@@ -36,6 +36,8 @@ def encode_fields(message: Any) -> dict[str, Any]:
 
 def encode_operator(message: Hello | OperatorMessage) -> bytes:
     """One message as a JSON line's bytes (without the newline)."""
+    if isinstance(message, StatusReply):  # its rows' text joined: RunSnapshot.json_text
+        return f'{{"op":"{message.op}","snapshot":{message.snapshot.json_text()}}}'.encode()
     return json.dumps({"op": message.op, **encode_fields(message)}, separators=(",", ":")).encode()
 
 

@@ -8,8 +8,10 @@ builds the same :class:`InstanceStatus` rows for a finished run from ``plan.json
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ddsup._exit import ExitStatus
@@ -107,6 +109,13 @@ class InstanceStatus:
             "liveness_failures": self.liveness_failures,
         }
 
+    @cached_property
+    def json_text(self) -> str:
+        """:meth:`to_json` as compact JSON, worked out once per row: the live run keeps
+        the rows that did not change between two ``status`` requests (:class:`StatusRows`),
+        so its reply is mostly a join of these (``RunSnapshot.json_text``)."""
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> InstanceStatus:
         """Read back :meth:`to_json`; ValueError (or KeyError, TypeError) when it is not one."""
@@ -167,6 +176,17 @@ class RunSnapshot:
     ends_at: float | None = None  # the Slurm job's end time (its time limit), when known
 
     def to_json(self) -> dict[str, Any]:
+        return {**self._head(), "instances": [i.to_json() for i in self.instances]}
+
+    def json_text(self) -> str:
+        """:meth:`to_json` as compact JSON, the rows joined from their own (cached) text:
+        at 8,000 lanes encoding every row anew was 65 ms of the controller's CPU."""
+        head = json.dumps(self._head(), separators=(",", ":"))
+        rows = ",".join(row.json_text for row in self.instances)
+        return f'{head[:-1]},"instances":[{rows}]}}'
+
+    def _head(self) -> dict[str, Any]:
+        """Everything but the rows."""
         return {
             "ends_at": self.ends_at,
             "invocation_id": self.invocation_id,
@@ -175,7 +195,6 @@ class RunSnapshot:
             "uptime": self.uptime,
             "state_dir": self.state_dir,
             "stopping": self.stopping,
-            "instances": [i.to_json() for i in self.instances],
             "containment": [c.to_json() for c in self.containment],
         }
 
