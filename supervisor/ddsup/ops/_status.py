@@ -109,15 +109,26 @@ def render_status(view: StatusView, *, colour: bool, now: float | None = None) -
 
 
 def _containment_lines(view: StatusView) -> list[str]:
-    """One line per supervisor: which no-orphan layers hold on its node (no-orphans.md)."""
+    """One line per set of layers, naming the supervisors that hold it (no-orphans.md):
+    ``ddsup start`` and 128 agents are two lines, not 129."""
     if not view.containment:
         return []
-    if len({c.summary for c in view.containment}) == 1:
+    groups: dict[str, list[str]] = {}
+    for c in view.containment:
+        label = c.supervisor if c.node is None else f"{c.supervisor} ({c.node})"
+        groups.setdefault(c.summary, []).append(label)
+    if len(groups) == 1:
         return [f"no-orphan layers: {view.containment[0].summary}"]
-    return [
-        f"no-orphan layers of {c.supervisor}{'' if c.node is None else f' ({c.node})'}: {c.summary}"
-        for c in view.containment
-    ]
+    return [f"no-orphan layers of {_who(labels)}: {summary}" for summary, labels in groups.items()]
+
+
+_LISTED = 3  # supervisors named on a line; more are counted, the first and last named
+
+
+def _who(labels: list[str]) -> str:
+    if len(labels) <= _LISTED:
+        return ", ".join(labels)
+    return f"{len(labels)} supervisors ({labels[0]} … {labels[-1]})"
 
 
 def _run_state(view: StatusView, now: float) -> str:
