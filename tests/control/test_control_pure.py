@@ -293,10 +293,11 @@ def test_status_names_each_set_of_no_orphan_layers_once() -> None:
     reports = (
         Contained(node=None, supervisor="controller", summary=sweep),
         *(Contained(node=f"n{i}", supervisor=f"agent-n{i}", summary=match) for i in range(128)),
+        # (in the order they reported: shown in node order)
     )
     view = StatusView(
         "abc", "local", "/s", None, None, None, None, 1.0, True, False, None, (),
-        containment=reports,
+        containment=(reports[0], *reversed(reports[1:])),
     )  # fmt: skip
     lines = [x for x in render_status(view, colour=False).splitlines() if "no-orphan" in x]
     assert lines == [

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -126,9 +127,16 @@ _LISTED = 3  # supervisors named on a line; more are counted, the first and last
 
 
 def _who(labels: list[str]) -> str:
+    """The supervisors of one line, in node order (``node2`` before ``node10``)."""
+    labels = sorted(labels, key=_natural)
     if len(labels) <= _LISTED:
         return ", ".join(labels)
     return f"{len(labels)} supervisors ({labels[0]} … {labels[-1]})"
+
+
+def _natural(label: str) -> list[tuple[int, str]]:
+    """Sort key: runs of digits as numbers, the rest as text."""
+    return [(int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"(\d+)", label)]
 
 
 def _run_state(view: StatusView, now: float) -> str:
