@@ -6,15 +6,18 @@ the run's state, and encode what it decides for the endpoint's feed. Lanes on no
 8 GPUs each go ``starting`` → ``process`` → ``ready`` one after the other (the start of
 an allocation), then a tenth of them restart (``exit`` → ``restarting`` → ``starting``
 → ``process`` → ``ready``). Last, what one ``ddsup status`` costs the controller (its
-rows, the reply encoded), in ms. CPU time (``time.process_time``), so the figures do not
-depend on the other processes of a shared machine; median of ``--reps``.
+rows, the reply encoded), the first time and again after one more event, and what
+``ddsup status`` does with the reply (decode, the table or ``--json``), in ms. CPU time
+(``time.process_time``), so the figures do not depend on the other processes of a
+shared machine; median of ``--reps``.
 
 ``--baseline REV`` measures ddsup as of that revision too (``git archive`` into a
-temporary directory, run in a child process with it first on ``PYTHONPATH``), at 1,024
-lanes and fewer only: before the run's state kept its ready lanes as events arrived,
-each event walked every instance (8,000 lanes would take an hour).
+temporary directory, run in a child process with it first on ``PYTHONPATH``), at
+``--baseline-max`` lanes and fewer (default 1,024: before 3f4ef50 the run's state walked
+every instance per event, and 8,000 lanes would take an hour).
 
-    .venv/bin/python bench/controller_events.py [--lanes 1024,8000] [--reps 3] [--baseline REV]
+    .venv/bin/python bench/controller_events.py [--lanes 1024,8000] [--reps 3] \
+        [--baseline REV] [--baseline-max 8000]
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 GPUS = 8
+STATUS_PHASES = ("status", "status_again", "client_text", "client_json")
 
 
 def _lane_unit() -> Any:
@@ -125,8 +129,51 @@ def measure(lanes: int, reps: int) -> dict[str, float]:
             snapshot = RunSnapshot("i", "local", 0.0, 1.0, tmp, False, run.status_rows())
             encode(StatusReply(snapshot))
             results.setdefault("status", []).append(1e6 * (time.process_time() - began))
+            # the next request, after one more event (what an operator polling sees)
+            first, node = instances[0]
+            run.handle(Observed(ProcessStarted(instance=first, node=node, pid=3)))
+            began = time.process_time()
+            snapshot = RunSnapshot("i", "local", 0.0, 1.0, tmp, False, run.status_rows())
+            line = encode(StatusReply(snapshot))
+            results.setdefault("status_again", []).append(1e6 * (time.process_time() - began))
+            for phase, seconds in client_costs(line).items():
+                results.setdefault(phase, []).append(1e6 * seconds)
     out = {f"{phase}_us_per_event": statistics.median(v) for phase, v in results.items()}
-    out["status_ms"] = out.pop("status_us_per_event") / 1000
+    for phase in ("status", "status_again", "client_text", "client_json"):
+        out[f"{phase}_ms"] = out.pop(f"{phase}_us_per_event") / 1000
+    return out
+
+
+def client_costs(line: bytes) -> dict[str, float]:
+    """``ddsup status``'s own work on the reply, CPU seconds: decode it and render the table
+    (``client_text``), or decode it and write ``--json``'s object (``client_json``)."""
+    from ddsup.channel._codec import decode
+    from ddsup.ops._status import render_status
+    from ddsup.ops._status_view import StatusView
+
+    out = {}
+    for phase in ("client_text", "client_json"):
+        began = time.process_time()
+        reply = decode(line)
+        view = StatusView(
+            invocation_id="i",
+            launcher="local",
+            state_dir="/s",
+            unit_dir="/u",
+            pid=1,
+            started_at=0.0,
+            ended_at=None,
+            uptime=1.0,
+            live=True,
+            stopping=False,
+            result=None,
+            instances=reply.snapshot.instances,  # type: ignore[union-attr]
+        )
+        if phase == "client_text":
+            render_status(view, colour=True)
+        else:
+            json.dumps(view.to_json(), indent=2, sort_keys=True)
+        out[phase] = time.process_time() - began
     return out
 
 
@@ -151,6 +198,9 @@ def main() -> None:
     parser.add_argument("--lanes", default="1024,8000")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--baseline", metavar="REV")
+    parser.add_argument(
+        "--baseline-max", type=int, default=1024, help="most lanes the baseline is run at"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     lanes = [int(n) for n in args.lanes.split(",")]
@@ -167,24 +217,31 @@ def main() -> None:
             ).stdout
             subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
             codes.insert(0, (args.baseline, Path(tmp, "supervisor")))
-        # the baseline walks every instance per event: 8,000 lanes would take an hour
+        # before 3f4ef50 every event walked every instance: 8,000 lanes took an hour
         results = {
             name: run_in(
-                code, lanes if code is None else [n for n in lanes if n <= 1024], args.reps
+                code,
+                lanes if code is None else [n for n in lanes if n <= args.baseline_max],
+                args.reps,
             )
             for name, code in codes
         }
     print(f"controller CPU per event (µs), median of {args.reps}; load {os.getloadavg()[0]:.1f}")
-    print(f"{'lanes':>8} {'phase':<8}" + "".join(f"{name:>14}" for name, _ in codes))
+    print(f"{'lanes':>8} {'phase':<13}" + "".join(f"{name:>14}" for name, _ in codes))
     for n in lanes:
-        for phase in ("start", "churn", "status"):
-            key = "status_ms" if phase == "status" else f"{phase}_us_per_event"
+        for phase in ("start", "churn", *STATUS_PHASES):
+            key = f"{phase}_ms" if phase in STATUS_PHASES else f"{phase}_us_per_event"
             cells = "".join(
                 f"{results[name].get(str(n), {}).get(key, float('nan')):>14.1f}"
                 for name, _ in codes
             )
-            print(f"{n:>8} {phase:<8}{cells}")
-    print("(status: ms of CPU in the controller to build and encode one status reply)")
+            print(f"{n:>8} {phase:<13}{cells}")
+    print(
+        "(status: ms of CPU in the controller to build and encode one status reply, the first;"
+        " status_again: the next, after one more event; client_text / client_json: ms of CPU"
+        " in ddsup status to decode it and render the table / write --json, without its"
+        " imports)"
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ddsup._errors import ResultStatus
@@ -15,7 +16,7 @@ from ddsup.ops._metrics import render_supervisor_metrics
 from ddsup.ops._status import render_status
 from ddsup.ops._status_view import StatusView
 from ddsup.process import ExitStatus
-from ddsup.record._events import ProcessStarted, RunStopping, UnitTransition
+from ddsup.record._events import Contained, ProcessStarted, RunStopping, UnitTransition
 from ddsup.record._outcome import Outcome
 from ddsup.record._states import InstanceState
 from ddsup.record._status import InstanceStatus
@@ -269,7 +270,46 @@ def test_status_shows_a_replicas_ranks_the_attempt_and_the_gpus_a_lane_sees() ->
 
 def test_status_starts_no_event_loop() -> None:
     """``ddsup status`` is one request and one answer: it imports neither trio nor psutil
-    (trio's import alone was 0.2 s of CPU, most of the command at 1,024 lanes)."""
-    code = "import sys, ddsup.ops._status; print(sorted({'trio', 'psutil'} & set(sys.modules)))"
+    (trio's import alone was 0.2 s of CPU, most of the command at 1,024 lanes), nor what
+    reads unit files or works out a plan (the packages' names are imported when first
+    used: ``ddsup.units``, ``ddsup.plan`` and ``ddsup.record`` imported all of that, ~0.1 s
+    of CPU), nor the run's own messages and the plan and unit sections they carry (the
+    operator's part of the codec: ~40 ms more)."""
+    heavy = (
+        "'trio', 'psutil', 'tomllib', 'subprocess', 'ddsup.units._parse', "
+        "'ddsup.units._jsonschema', 'ddsup.plan._allocation', 'ddsup.plan._placement', "
+        "'ddsup.units._model', 'ddsup.plan._model', 'ddsup.channel._messages', "
+        "'ddsup.channel._codec', 'secrets'"
+    )
+    code = f"import sys, ddsup.ops._status; print(sorted({{{heavy}}} & set(sys.modules)))"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert shown.stdout.strip() == "[]"
+
+
+def test_status_names_each_set_of_no_orphan_layers_once() -> None:
+    """At 128 nodes the controller's layers and its agents' differ by one (a sweep by tag
+    against a match): two lines above the table, not 129."""
+    sweep, match = "cgroup v2, sentinel, tag sweep", "cgroup v2, sentinel, tag match"
+    reports = (
+        Contained(node=None, supervisor="controller", summary=sweep),
+        *(Contained(node=f"n{i}", supervisor=f"agent-n{i}", summary=match) for i in range(128)),
+        # (in the order they reported: shown in node order)
+    )
+    view = StatusView(
+        "abc", "local", "/s", None, None, None, None, 1.0, True, False, None, (),
+        containment=(reports[0], *reversed(reports[1:])),
+    )  # fmt: skip
+    lines = [x for x in render_status(view, colour=False).splitlines() if "no-orphan" in x]
+    assert lines == [
+        f"no-orphan layers of controller: {sweep}",
+        f"no-orphan layers of 128 supervisors (agent-n0 (n0) … agent-n127 (n127)): {match}",
+    ]
+    few = StatusView(
+        "abc", "local", "/s", None, None, None, None, 1.0, True, False, None, (),
+        containment=reports[:3],
+    )  # fmt: skip
+    lines = [x for x in render_status(few, colour=False).splitlines() if "no-orphan" in x]
+    assert lines[1] == f"no-orphan layers of agent-n0 (n0), agent-n1 (n1): {match}"
+    alike = replace(view, containment=tuple(replace(c, summary=match) for c in reports))
+    [line] = [x for x in render_status(alike, colour=False).splitlines() if "no-orphan" in x]
+    assert line == f"no-orphan layers: {match}"

@@ -51,6 +51,8 @@ from ddsup.channel._messages import (
     StopRequest,
     TakeDown,
 )
+from ddsup.channel._operator_codec import decode_operator, encode_operator
+from ddsup.channel._operator_messages import OPERATOR_MESSAGES
 from ddsup.plan import Node, Plan, PlannedInstance
 from ddsup.process import ExitStatus
 from ddsup.record import InstanceState, InstanceStatus, RunSnapshot, UnitTransition
@@ -130,6 +132,37 @@ def test_every_message_round_trips(message: Message) -> None:
     line = encode(message)
     assert b"\n" not in line
     assert decode(line) == message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [m for m in SAMPLES if isinstance(m, OPERATOR_MESSAGES)],
+    ids=lambda m: type(m).__name__,
+)
+def test_the_operator_codec_writes_and_reads_the_same_bytes(message: Message) -> None:
+    """``ddsup status`` speaks the operator's part of the codec only (its imports are a
+    third of the command's CPU): the same bytes as the whole protocol's codec."""
+    assert encode_operator(message) == encode(message)  # type: ignore[arg-type]
+    assert decode_operator(encode(message)) == message
+    assert encode_operator(Hello(Role.CONTROL, "s")) == encode(Hello(Role.CONTROL, "s"))
+
+
+def test_a_status_reply_is_its_snapshot_s_json_with_the_rows_text_joined() -> None:
+    """The controller joins each row's cached text (a reply of 8,000 rows is mostly a
+    join): the same object as encoding the snapshot whole, and JSON a reader parses."""
+    snapshot = RunSnapshot("inv", "local", 1.0, 2.0, "/state", True, (ROW, ROW), ends_at=9.5)
+    data = json.loads(encode(StatusReply(snapshot)))
+    assert data == {"op": "status_reply", "snapshot": snapshot.to_json()}
+    empty = RunSnapshot("inv", "local", 1.0, 2.0, "/state", False, ())
+    assert json.loads(encode(StatusReply(empty)))["snapshot"] == empty.to_json()
+
+
+def test_the_operator_codec_refuses_the_run_s_own_messages() -> None:
+    """An operator is answered with an operator's message, never with an agent's."""
+    with pytest.raises(ChannelError, match="unknown message 'setup'"):
+        decode_operator(encode(SAMPLES[-1]))
+    with pytest.raises(ChannelError, match="expected an object"):
+        decode_operator(_line({"op": "status_reply", "snapshot": []}))
 
 
 def test_the_secret_is_not_in_a_hello_repr() -> None:

@@ -428,3 +428,33 @@ def test_an_event_never_walks_every_instance_of_the_plan() -> None:
         run.handle(_to(f"a@{index}", S.READY))
     assert _CountingInstances.walks == 0
     assert len(run.ready_lanes().lanes) == 16 and _CountingInstances.walks == 1
+
+
+# --- status -------------------------------------------------------------------------------
+def test_status_rows_follow_each_event_and_the_ports_preflight_picked() -> None:
+    """``ddsup status`` asks again and again: a row is rebuilt only when its record
+    changed, yet every answer says what the events and the ported plan say now."""
+    units = u.unit_set(u.lane("a@", replicas=2), u.endpoint())
+    run = RunState(units, u.plan(units, count=2, gpus=1))
+    before = run.status_rows()
+    assert [(r.instance, r.state, r.port) for r in before] == [
+        ("a@0", S.INACTIVE, None),
+        ("a@1", S.INACTIVE, None),
+        ("endpoint", S.INACTIVE, 9000),
+    ]
+    run.handle(PreflightReported(PreflightReport("n1", (), {"a@0": 8100})))
+    run.handle(PreflightReported(PreflightReport("n2", (), {"a@1": 8200})))
+    run.handle(PreflightOver(120.0))
+    run.handle(_to("a@1", S.READY))
+    rows = run.status_rows()
+    assert [(r.instance, r.state, r.port) for r in rows] == [
+        ("a@0", S.INACTIVE, 8100),
+        ("a@1", S.READY, 8200),
+        ("endpoint", S.INACTIVE, 9000),
+    ]
+    assert rows[1].model == "a" and rows[1].probe == "none"
+    again = run.status_rows()
+    assert all(old is new for old, new in zip(rows, again, strict=True))  # nothing changed
+    run.handle(_to("a@0", S.READY))
+    after = run.status_rows()
+    assert after[0].state is S.READY and after[0] is not rows[0] and after[1] is rows[1]

@@ -7,9 +7,10 @@ connection (trio); ``_server`` accepts, bounds and authenticates the connections
 ``ddsup start`` (``docs/security.md``); ``_heartbeat`` turns an agent connection's
 silence into its loss; ``_client`` is the operator commands' blocking one-request client.
 
-The names of ``_channel`` and ``_server`` are imported when first used (PEP 562, as
-``concurrent.futures`` does for its process pool): reading a run's messages
-(``ddsup status``) then never imports trio.
+Its names are imported when first used (PEP 562, as ``concurrent.futures`` does for its
+process pool): ``ddsup status`` then imports neither trio (``_channel``, ``_server``) nor
+the run's own messages (``_messages``, ``_codec``), only ``_hello``, ``_operator_messages``
+and ``_operator_codec``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ddsup._lazy import lazy_names
-from ddsup.channel._codec import decode as decode
-from ddsup.channel._codec import encode as encode
-from ddsup.channel._messages import ChannelError as ChannelError
-from ddsup.channel._messages import Hello as Hello
-from ddsup.channel._messages import Message as Message
-from ddsup.channel._messages import Role as Role
 
 if TYPE_CHECKING:
     from ddsup.channel._channel import ADDRESS_ENV as ADDRESS_ENV
@@ -31,10 +26,22 @@ if TYPE_CHECKING:
     from ddsup.channel._channel import LineChannel as LineChannel
     from ddsup.channel._channel import connect_channel as connect_channel
     from ddsup.channel._channel import new_secret as new_secret
+    from ddsup.channel._codec import decode as decode
+    from ddsup.channel._codec import encode as encode
+    from ddsup.channel._messages import ChannelError as ChannelError
+    from ddsup.channel._messages import Hello as Hello
+    from ddsup.channel._messages import Message as Message
+    from ddsup.channel._messages import Role as Role
     from ddsup.channel._server import ServerLimits as ServerLimits
     from ddsup.channel._server import serve_channel as serve_channel
 
 _LAZY = {
+    "decode": "ddsup.channel._codec",
+    "encode": "ddsup.channel._codec",
+    "ChannelError": "ddsup.channel._hello",
+    "Hello": "ddsup.channel._hello",
+    "Message": "ddsup.channel._messages",
+    "Role": "ddsup.channel._hello",
     "ADDRESS_ENV": "ddsup.channel._channel",
     "SECRET_ENV": "ddsup.channel._channel",
     "Channel": "ddsup.channel._channel",

@@ -3,23 +3,27 @@
 ``ddsup status`` asks a live run for its snapshot and exits. Starting an event loop for
 that one exchange cost more than the exchange (trio's import alone is ~0.2 s of CPU
 here), so operators speak the channel's protocol (a hello with the secret, the request,
-one line back) with the standard library. The server side is ``_server`` and ``_channel`` as ever.
+one line back) with the standard library, and only the operator's part of the codec
+(``_operator_codec``). The server side is ``_server`` and ``_channel`` as ever.
 """
 
 from __future__ import annotations
 
 import socket
 
-from ddsup.channel._codec import decode, encode
-from ddsup.channel._messages import MAX_LINE, ChannelError, Hello, Message
+from ddsup.channel._hello import MAX_LINE, ChannelError, Hello
+from ddsup.channel._operator_codec import decode_operator, encode_operator
+from ddsup.channel._operator_messages import OperatorMessage
 
 
-def request(address: tuple[str, int], hello: Hello, message: Message, timeout: float) -> Message:
+def request(
+    address: tuple[str, int], hello: Hello, message: OperatorMessage, timeout: float
+) -> OperatorMessage:
     """``message`` after ``hello``, and the first line back; ChannelError when the run
     cannot be reached, does not answer within ``timeout`` (per step), or breaks the rules."""
     try:
         with socket.create_connection(address, timeout=timeout) as sock:
-            sock.sendall(encode(hello) + b"\n" + encode(message) + b"\n")
+            sock.sendall(encode_operator(hello) + b"\n" + encode_operator(message) + b"\n")
             buffer = bytearray()
             while (end := buffer.find(b"\n")) < 0:
                 if len(buffer) > MAX_LINE:
@@ -30,4 +34,4 @@ def request(address: tuple[str, int], hello: Hello, message: Message, timeout: f
                 buffer += chunk
     except OSError as err:
         raise ChannelError(f"cannot reach the run at {address[0]}:{address[1]}: {err}") from err
-    return decode(bytes(buffer[:end]))
+    return decode_operator(bytes(buffer[:end]))

@@ -21,13 +21,17 @@ that connection: no other module handles the protocol as dictionaries. Who sends
 
 from __future__ import annotations
 
-import enum
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ddsup._errors import DdsupError
+from ddsup.channel._hello import MAX_LINE as MAX_LINE
+from ddsup.channel._hello import MAX_NAME as MAX_NAME
+from ddsup.channel._hello import ChannelError as ChannelError
+from ddsup.channel._hello import Hello as Hello
+from ddsup.channel._hello import Role as Role
+from ddsup.channel._hello import check_name
 from ddsup.channel._operator_messages import RestartAnswer as RestartAnswer
 from ddsup.channel._operator_messages import RestartOver as RestartOver
 from ddsup.channel._operator_messages import RestartProgress as RestartProgress
@@ -41,53 +45,13 @@ from ddsup.plan._model import Plan
 from ddsup.record._events import RecordedEvent
 from ddsup.units._model import EndpointSection
 
-# An authenticated peer's longest line: a Setup carries its node's part of the plan (a
-# thousand lanes are a few MB). Before authentication the server allows far less
-# (``_server``). Here, not in ``_channel``, so that the blocking client imports no trio.
-MAX_LINE = 16 * 1024 * 1024
-
-
-class ChannelError(DdsupError):
-    """The peer broke the protocol, failed authentication, or vanished mid-message."""
-
-
-class Role(str, enum.Enum):
-    """Who is on the other end of a connection, as its hello says."""
-
-    AGENT = "agent"
-    LANES = "lanes"  # the endpoint's live lane feed
-    CONTROL = "control"  # an operator command (status, stop)
-
-
-MAX_NAME = 255  # a node name (a hostname) in a hello or a report
-
 
 def _check_signal(signum: int) -> None:
     if signum not in _SIGNALS:
         raise ValueError(f"{signum} is not a signal number")
 
 
-def _check_name(what: str, name: str) -> None:
-    if not name or len(name) > MAX_NAME or not name.isprintable():
-        raise ValueError(f"{what} must be 1 to {MAX_NAME} printable characters")
-
-
 _SIGNALS = frozenset(int(s) for s in signal.valid_signals())
-
-
-@dataclass(frozen=True)
-class Hello:
-    """The first line of every connection; ``secret`` authenticates it."""
-
-    op: ClassVar[str] = "hello"
-    role: Role
-    secret: str = field(repr=False)
-    node: str | None = None  # agents: the node they run on
-    pid: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.node is not None:
-            _check_name("node", self.node)
 
 
 @dataclass(frozen=True)
@@ -104,7 +68,7 @@ class Inventory:
 
     def __post_init__(self) -> None:
         for gpu in self.gpus:
-            _check_name("a GPU", gpu)
+            check_name("a GPU", gpu)
 
 
 @dataclass(frozen=True)
@@ -227,7 +191,7 @@ class PreflightReport:
     warnings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _check_name("node", self.node)
+        check_name("node", self.node)
         if not all(0 < port < 65536 for port in self.ports.values()):
             raise ValueError("ports must be from 1 to 65535")
 

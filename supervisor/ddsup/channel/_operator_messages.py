@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ddsup.record._status import RunSnapshot
 
@@ -83,3 +83,20 @@ class StopRequest:
 @dataclass(frozen=True)
 class StopAnswer:
     op: ClassVar[str] = "stopping"
+
+
+OperatorMessage = (
+    StatusRequest
+    | StatusReply
+    | StopRequest
+    | StopAnswer
+    | RestartRequest
+    | RestartAnswer
+    | RestartProgress
+    | RestartOver
+)
+OPERATOR_MESSAGES: tuple[type[Any], ...] = (
+    StatusRequest, StatusReply, StopRequest, StopAnswer, RestartRequest, RestartAnswer,
+    RestartProgress, RestartOver,
+)  # fmt: skip
+"""What an operator and the controller say to each other (``_messages.MESSAGES`` has them too)."""

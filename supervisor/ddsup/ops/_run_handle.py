@@ -26,7 +26,8 @@ from pathlib import Path
 
 from ddsup._errors import RunStateError, UntrustedRunError
 from ddsup.channel._client import request
-from ddsup.channel._messages import ChannelError, Hello, Message, Role, StatusReply
+from ddsup.channel._hello import ChannelError, Hello, Role
+from ddsup.channel._operator_messages import OperatorMessage, StatusReply
 from ddsup.process._proc import read_stat
 from ddsup.record._event_log import read_events
 from ddsup.record._events import RecordedEvent
@@ -127,7 +128,7 @@ def run_id(state: StateDir) -> str:
     return state.read_run().invocation_id
 
 
-def ask(state: StateDir, message: Message) -> Message | None:
+def ask(state: StateDir, message: OperatorMessage) -> OperatorMessage | None:
     """One request to the live run (a blocking exchange: no event loop to start); None
     when the run is finished or does not answer (killed, or its channel is out of reach),
     or when another run answered."""

@@ -9,18 +9,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from typing import Any
 
+from ddsup import record
 from ddsup._errors import DdsupError
 from ddsup._exit import ExitStatus
-from ddsup.channel._messages import StatusReply, StatusRequest
+from ddsup.channel._operator_messages import StatusReply, StatusRequest
 from ddsup.ops._metrics import render_supervisor_metrics
 from ddsup.ops._run_handle import add_state_dir, ask, find_state, one_line, silence_stdout
 from ddsup.ops._status_view import StatusView, status_view
 from ddsup.record._display import duration, paint, symbol
-from ddsup.record._efficiency import efficiency_json
 from ddsup.record._state_dir import StateDir
 from ddsup.record._status import InstanceStatus, RunSnapshot
 
@@ -60,11 +61,15 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def _efficiency(state: StateDir) -> dict[str, Any] | None:
-    """Where the run's GPU time went so far (docs/operating.md); None before it had a plan."""
+    """Where the run's GPU time went so far (docs/operating.md); None before it had a plan.
+
+    ``record.efficiency_json`` is looked up here, so its modules (which read a whole run
+    back) are imported for ``--json`` only: ``ddsup.record`` imports a name when first used.
+    """
     if not state.plan.exists():
         return None
     try:
-        return efficiency_json(state.path)
+        return record.efficiency_json(state.path)
     except (DdsupError, OSError, ValueError):
         return None  # a torn or foreign file: status still answers
 
@@ -105,15 +110,33 @@ def render_status(view: StatusView, *, colour: bool, now: float | None = None) -
 
 
 def _containment_lines(view: StatusView) -> list[str]:
-    """One line per supervisor: which no-orphan layers hold on its node (no-orphans.md)."""
+    """One line per set of layers, naming the supervisors that hold it (no-orphans.md):
+    ``ddsup start`` and 128 agents are two lines, not 129."""
     if not view.containment:
         return []
-    if len({c.summary for c in view.containment}) == 1:
+    groups: dict[str, list[str]] = {}
+    for c in view.containment:
+        label = c.supervisor if c.node is None else f"{c.supervisor} ({c.node})"
+        groups.setdefault(c.summary, []).append(label)
+    if len(groups) == 1:
         return [f"no-orphan layers: {view.containment[0].summary}"]
-    return [
-        f"no-orphan layers of {c.supervisor}{'' if c.node is None else f' ({c.node})'}: {c.summary}"
-        for c in view.containment
-    ]
+    return [f"no-orphan layers of {_who(labels)}: {summary}" for summary, labels in groups.items()]
+
+
+_LISTED = 3  # supervisors named on a line; more are counted, the first and last named
+
+
+def _who(labels: list[str]) -> str:
+    """The supervisors of one line, in node order (``node2`` before ``node10``)."""
+    labels = sorted(labels, key=_natural)
+    if len(labels) <= _LISTED:
+        return ", ".join(labels)
+    return f"{len(labels)} supervisors ({labels[0]} … {labels[-1]})"
+
+
+def _natural(label: str) -> list[tuple[int, str]]:
+    """Sort key: runs of digits as numbers, the rest as text."""
+    return [(int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"(\d+)", label)]
 
 
 def _run_state(view: StatusView, now: float) -> str:

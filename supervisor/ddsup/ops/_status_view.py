@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from ddsup._errors import RunStateError
@@ -23,7 +24,7 @@ from ddsup.record._instance import fold
 from ddsup.record._outcome import Outcome
 from ddsup.record._state_dir import StateDir
 from ddsup.record._status import InstanceStatus, RunSnapshot, planned_facts
-from ddsup.units._model import UnitType
+from ddsup.units._unit_type import UnitType
 
 STATUS_FORMAT = 1
 
@@ -65,8 +66,9 @@ class StatusView:
     containment: tuple[Contained, ...] = ()  # the no-orphan layers of each supervisor
     endpoint: EndpointProcesses | None = None  # while the run's endpoint serves
 
-    @property
+    @cached_property
     def lanes(self) -> dict[str, LaneCount]:
+        """Lane replicas per model (counted once: the header and ``--json`` both ask)."""
         return lane_counts(self.instances)
 
     def to_json(self) -> dict[str, Any]:

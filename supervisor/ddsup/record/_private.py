@@ -15,7 +15,6 @@ else may write it; a secret must not be readable by anyone else either.
 from __future__ import annotations
 
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -28,7 +27,10 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOE
 
 def write_private(path: Path, text: str) -> None:
     """Atomically replace ``path`` with ``text``, mode 0600; OSError when it cannot."""
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    # os.urandom, not the secrets module: the same bytes, and every command that reads a
+    # run (``ddsup status``) imports this module, where ``secrets`` (hmac, OpenSSL) cost
+    # ~7 ms of CPU; the name needs to be unique (O_EXCL checks), not secret
+    temporary = path.with_name(f".{path.name}.{os.urandom(8).hex()}.tmp")
     fd = os.open(temporary, _CREATE_FLAGS, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -8,18 +8,22 @@ builds the same :class:`InstanceStatus` rows for a finished run from ``plan.json
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from ddsup._exit import ExitStatus
-from ddsup.plan._model import Plan
 from ddsup.record._event_parse import parse_event
 from ddsup.record._events import Contained
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import exit_from_json
 from ddsup.record._states import InstanceState
-from ddsup.units._model import UnitType
+from ddsup.units._unit_type import UnitType
+
+if TYPE_CHECKING:  # only the controller's rows need a plan: ``status`` imports none
+    from ddsup.plan._model import Plan
 
 # states in which "attempt k of N" means something: making a start, or past a failed one
 _ATTEMPTING = frozenset({InstanceState.STARTING, InstanceState.RESTARTING, InstanceState.FAILED})
@@ -105,6 +109,13 @@ class InstanceStatus:
             "liveness_failures": self.liveness_failures,
         }
 
+    @cached_property
+    def json_text(self) -> str:
+        """:meth:`to_json` as compact JSON, worked out once per row: the live run keeps
+        the rows that did not change between two ``status`` requests (:class:`StatusRows`),
+        so its reply is mostly a join of these (``RunSnapshot.json_text``)."""
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> InstanceStatus:
         """Read back :meth:`to_json`; ValueError (or KeyError, TypeError) when it is not one."""
@@ -165,6 +176,17 @@ class RunSnapshot:
     ends_at: float | None = None  # the Slurm job's end time (its time limit), when known
 
     def to_json(self) -> dict[str, Any]:
+        return {**self._head(), "instances": [i.to_json() for i in self.instances]}
+
+    def json_text(self) -> str:
+        """:meth:`to_json` as compact JSON, the rows joined from their own (cached) text:
+        at 8,000 lanes encoding every row anew was 65 ms of the controller's CPU."""
+        head = json.dumps(self._head(), separators=(",", ":"))
+        rows = ",".join(row.json_text for row in self.instances)
+        return f'{head[:-1]},"instances":[{rows}]}}'
+
+    def _head(self) -> dict[str, Any]:
+        """Everything but the rows."""
         return {
             "ends_at": self.ends_at,
             "invocation_id": self.invocation_id,
@@ -173,7 +195,6 @@ class RunSnapshot:
             "uptime": self.uptime,
             "state_dir": self.state_dir,
             "stopping": self.stopping,
-            "instances": [i.to_json() for i in self.instances],
             "containment": [c.to_json() for c in self.containment],
         }
 
@@ -213,19 +234,46 @@ def _optional(data: Mapping[str, Any], key: str, kind: type[Any]) -> Any:
     return value
 
 
+class StatusRows:
+    """One ``status`` row per planned instance, in plan order, for a live run that is asked
+    again and again: the plan's facts of each row are worked out once, and a row is
+    rebuilt only when its instance's record changed since the last ask (records are
+    immutable and replaced on each event, so ``is`` tells). At 1,024 lanes building every
+    row anew was 25 ms of the controller's CPU per ``ddsup status``; ``model_of``:
+    serving lanes."""
+
+    def __init__(self, plan: Plan, model_of: Mapping[str, str]) -> None:
+        self._planned: list[InstanceStatus] = []
+        for p in plan.instances:
+            model = model_of.get(p.instance)
+            names = p.served_names if model else ()
+            row = InstanceStatus(
+                p.instance, p.unit, p.type, p.node, p.gpus, p.port, model, served_names=names
+            )
+            devices = plan.node(p.node).devices
+            row = replace(row, **planned_facts(p.instance, p.rank, p.nnodes, p.gpus, devices))
+            self._planned.append(row.with_record(InstanceRecord()))
+        self._made: dict[str, tuple[InstanceRecord, InstanceStatus]] = {}
+
+    def rows(self, records: Mapping[str, InstanceRecord]) -> tuple[InstanceStatus, ...]:
+        """The rows as ``records`` (instance → the fold of its events) say now; an instance
+        never heard of is ``inactive``."""
+        out = []
+        for planned in self._planned:
+            record = records.get(planned.instance)
+            if record is None:
+                out.append(planned)
+                continue
+            made = self._made.get(planned.instance)
+            if made is None or made[0] is not record:
+                made = (record, planned.with_record(record))
+                self._made[planned.instance] = made
+            out.append(made[1])
+        return tuple(out)
+
+
 def status_rows(
     plan: Plan, model_of: Mapping[str, str], records: Mapping[str, InstanceRecord]
 ) -> tuple[InstanceStatus, ...]:
-    """One ``status`` row per planned instance, in plan order: the plan's facts, then its
-    record's (an instance never heard of is ``inactive``). ``model_of``: serving lanes."""
-    rows = []
-    for p in plan.instances:
-        model = model_of.get(p.instance)
-        names = p.served_names if model else ()
-        row = InstanceStatus(
-            p.instance, p.unit, p.type, p.node, p.gpus, p.port, model, served_names=names
-        )
-        devices = plan.node(p.node).devices
-        row = replace(row, **planned_facts(p.instance, p.rank, p.nnodes, p.gpus, devices))
-        rows.append(row.with_record(records.get(p.instance, InstanceRecord())))
-    return tuple(rows)
+    """One ``status`` row per planned instance, in plan order (:class:`StatusRows`, once)."""
+    return StatusRows(plan, model_of).rows(records)

@@ -50,7 +50,7 @@ from ddsup.record._events import (
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import Cause, Outcome, Stopped, UnitFailure, WorkerEnded
 from ddsup.record._states import InstanceState
-from ddsup.record._status import InstanceStatus, status_rows
+from ddsup.record._status import InstanceStatus, StatusRows
 from ddsup.run._lane_rotation import LaneRotation, merge_changes
 from ddsup.run._loading import LoadingGate
 from ddsup.run._node_loss import agent_instances, lanes_short, lost_transitions, survivable
@@ -100,6 +100,7 @@ class RunState:
         self.units = units
         self.layout = RunLayout(units, plan)
         self.records: dict[str, InstanceRecord] = {}
+        self._status_rows: tuple[RunLayout, StatusRows] | None = None
         self.outcome: Outcome | None = None
         self.stopping = False
         self.killing = False
@@ -133,8 +134,11 @@ class RunState:
         return self._rotation.snapshot()
 
     def status_rows(self) -> tuple[InstanceStatus, ...]:
-        """One ``status`` row per planned instance, in plan order."""
-        return status_rows(self.plan, self.layout.model_of, self.records)
+        """One ``status`` row per planned instance, in plan order (only rows whose record
+        changed since the last ask are rebuilt; the plan's ports change once, at preflight)."""
+        if self._status_rows is None or self._status_rows[0] is not self.layout:
+            self._status_rows = (self.layout, StatusRows(self.plan, self.layout.model_of))
+        return self._status_rows[1].rows(self.records)
 
     def restart_targets(self, names: Sequence[str]) -> tuple[str, ...]:
         """The instances a ``ddsup restart`` of ``names`` covers (RestartRefused: why not)."""

@@ -14,15 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-
-class UnitType(str, enum.Enum):
-    """What a unit is for; it decides where it runs and when it starts."""
-
-    LANE = "lane"
-    ENDPOINT = "endpoint"
-    WORKER = "worker"
-    SERVICE = "service"
-    ONESHOT = "oneshot"
+from ddsup.units._unit_type import UnitType as UnitType
 
 
 class Restart(str, enum.Enum):
