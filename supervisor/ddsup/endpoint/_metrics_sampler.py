@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -85,7 +85,7 @@ def due(state: LaneState, tick: int, idle_ticks: int) -> bool:
     return (tick + state.slot) % idle_ticks == 0
 
 
-Recorded = Callable[[LaneState], None]
+Recorded = Callable[[Sequence[LaneState]], None]
 
 
 async def sample_lanes(
@@ -94,27 +94,36 @@ async def sample_lanes(
     """Every ``metrics_interval``, fetch the /metrics of the lanes :func:`due` then.
 
     Samples travel on the lane's own keep-alive pool: no extra client library, and
-    no TLS set-up cost (lanes speak plain HTTP on the allocation's network). With
-    several workers the parent samples once for all of them: ``recorded`` is called
-    right after each sample is recorded, and passes it on. Each round also logs the
-    lanes back from a passive ejection (:func:`~._ejection.note_returns`).
+    no TLS set-up cost (lanes speak plain HTTP on the allocation's network). A round's
+    samples are recorded together once its last fetch is over (``metrics_timeout`` at
+    most), each with its own time; with several workers the parent samples once for all
+    of them, and ``recorded`` passes the round on in one message. Each round also logs
+    the lanes back from a passive ejection (:func:`~._ejection.note_returns`).
     """
     ejected: set[int] = set()
     idle_ticks = max(1, round(config.metrics_idle_interval / config.metrics_interval))
     tick = 0
     while True:
         deadline = trio.current_time() + config.metrics_interval
+        taken: list[tuple[LaneState, int | None, float]] = []
         async with trio.open_nursery() as nursery:
             for state in lanes.states():
                 if due(state, tick, idle_ticks):
-                    nursery.start_soon(_sample_one, config, state, metrics, recorded)
+                    nursery.start_soon(_sample_one, config, state, metrics, taken)
+        for state, waiting, at in taken:
+            state.record_sample(waiting, at)
+        if recorded is not None and taken:
+            recorded([state for state, _, _ in taken])
         note_returns(lanes, ejected)  # the lanes back from an ejection: one line each
         tick += 1
         await trio.sleep_until(deadline)
 
 
 async def _sample_one(
-    config: EndpointConfig, state: LaneState, metrics: Metrics, recorded: Recorded | None
+    config: EndpointConfig,
+    state: LaneState,
+    metrics: Metrics,
+    taken: list[tuple[LaneState, int | None, float]],
 ) -> None:
     waiting: int | None = None
     with trio.move_on_after(config.metrics_timeout):
@@ -126,6 +135,4 @@ async def _sample_one(
             log.debug("lane %s: /metrics failed: %s", state.info.instance, err)
     if waiting is None:
         metrics.metrics_errors[state.info.instance] += 1
-    state.record_sample(waiting, time.monotonic())
-    if recorded is not None:
-        recorded(state)
+    taken.append((state, waiting, time.monotonic()))
