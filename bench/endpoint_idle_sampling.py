@@ -176,30 +176,52 @@ class Window:
     load: float  # 1-minute load average at the end of the window
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct loopback ports free now (bound to 0, then released for nginx)."""
-    socks = []
-    try:
-        for _ in range(n):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
+def listening_sockets(n: int) -> list[socket.socket]:
+    """``n`` loopback sockets listening on ports below the ephemeral range.
+
+    Ports bound to 0 come from the ephemeral range, where other processes' outgoing
+    connections take ports too: a port released for a lane to bind was sometimes gone by
+    then. These stay bound; nginx inherits them, busybox binds them after they close.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    socks: list[socket.socket] = []
+    port = max(1024, low - 4 * n - 1000)
+    while len(socks) < n and port < low:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen(128)
             socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
+        except OSError:
             sock.close()
+        port += 1
+    if len(socks) < n:
+        raise SystemExit(f"found {len(socks)} free ports below {low}, not {n}")
+    return socks
 
 
-def start_lanes(nginx: str, ports: list[int], home: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """One nginx serving every port in ``ports``; (its process, its stub_status port)."""
+def start_lanes(
+    nginx: str, socks: list[socket.socket], home: Path
+) -> tuple[subprocess.Popen[bytes], int]:
+    """One nginx serving on every socket of ``socks`` (inherited, as nginx does on an
+    upgrade: ``$NGINX``) and on a status port; (its process, its stub_status port)."""
     home.mkdir()
     (home / "metrics.txt").write_text(vllm_like_metrics("m", 0))
-    status_port = free_ports(1)[0]
+    status = socket.socket()
+    status.bind(("127.0.0.1", 0))
+    status.listen(128)
+    status_port = status.getsockname()[1]
+    every = [*socks, status]
+    ports = [s.getsockname()[1] for s in socks]
     listens = "\n".join(f"        listen 127.0.0.1:{p};" for p in ports)
     conf = NGINX_CONF.format(home=home, listens=listens, status_port=status_port)
     (home / "nginx.conf").write_text(conf)
     argv = [nginx, "-p", str(home), "-c", str(home / "nginx.conf"), "-e", str(home / "err.log")]
-    proc = subprocess.Popen(argv)
+    fds = [s.fileno() for s in every]
+    env = {**os.environ, "NGINX": "".join(f"{fd};" for fd in fds)}
+    proc = subprocess.Popen(argv, env=env, pass_fds=fds)
+    status.close()
     deadline = time.monotonic() + 20
     while True:
         try:
@@ -209,7 +231,7 @@ def start_lanes(nginx: str, ports: list[int], home: Path) -> tuple[subprocess.Po
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
                 raise SystemExit(f"nginx did not start: {(home / 'err.log').read_text()}") from None
-            time.sleep(0.05)  # nginx binds its ports in its own time: bounded poll
+            time.sleep(0.05)  # nginx starts its worker in its own time: bounded poll
 
 
 class BusyboxLanes:
@@ -330,11 +352,14 @@ def main() -> None:
         if args.baseline:
             source = export_baseline(args.baseline, Path(tmp))
             codes.append((args.baseline, baseline_env(source)))
-        ports = free_ports(max(sizes))
+        socks = listening_sockets(max(sizes))
+        ports = [s.getsockname()[1] for s in socks]
         status_port: int | None = None
         if args.lane_server == "nginx":
-            lanes, status_port = start_lanes(ensure_nginx(), ports, Path(tmp) / "nginx")
-        else:
+            lanes, status_port = start_lanes(ensure_nginx(), socks, Path(tmp) / "nginx")
+        for sock in socks:
+            sock.close()
+        if status_port is None:
             boxes = BusyboxLanes(ports, Path(tmp) / "busybox")
         try:
             for n in sizes:
