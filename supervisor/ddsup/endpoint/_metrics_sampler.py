@@ -10,16 +10,17 @@ requests in flight from any worker of this endpoint (the shared counts), one tha
 request began on since the last tick (the shared ``BEGUN`` mark: a short request may be
 over by then), and one whose last sample showed a queue of its own (admission passes
 over it, so nothing of ours marks it). Those are sampled every ``metrics_interval``
-(1 s); every other lane, and each lane when it joins, once per
+(1 s). Each lane is also sampled when it joins, and every other lane once per
 ``metrics_idle_interval`` (30 s), spread over the ticks by slot. Fetching every lane
-every second cost 23-38 % of a core at 1,024 idle lanes (BENCHMARKS.md).
+every second cost 7-38 % of a core at 1,024 idle lanes (BENCHMARKS.md).
 
 The error bound this adds: when requests start going to a lane that was idle, its
 sample may be up to ``metrics_idle_interval`` old, so stale (older than
 ``metrics_stale_after``) and ignored: until the next tick, at most ``metrics_interval``
 plus ``metrics_timeout`` later, admission counts only the endpoint's own requests at
 that lane, as it does when a fetch fails. It can then send the lane up to
-``max_queue_per_lane`` requests on top of a queue that others built meanwhile.
+``max_queue_per_lane`` (+ ``workers - 1``) requests on top of a queue that others built
+meanwhile.
 """
 
 from __future__ import annotations
