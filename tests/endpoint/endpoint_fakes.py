@@ -34,6 +34,7 @@ TEST_CONFIG = EndpointConfig(
     client_body_timeout=0.5,
     client_idle_timeout=5.0,
     metrics_interval=0.05,
+    metrics_idle_interval=0.25,  # idle lanes too: tests change a lane's queue at will
     metrics_timeout=0.2,
     metrics_stale_after=0.5,
 )

@@ -118,14 +118,17 @@ def test_fresh_samples_count_and_stale_ones_do_not() -> None:
 
 def test_parse_waiting() -> None:
     text = (
-        "# TYPE vllm:num_requests_waiting gauge\n"
-        'vllm:num_requests_waiting{model_name="a"} 3.0\n'
-        'vllm:num_requests_waiting_by_reason{reason="x"} 50.0\n'
-        'vllm:num_requests_waiting{model_name="b"} 1.5\n'
+        b"# HELP vllm:num_requests_waiting Requests waiting.\n"
+        b"# TYPE vllm:num_requests_waiting gauge\n"
+        b'vllm:num_requests_waiting{model_name="a"} 3.0\n'
+        b'vllm:num_requests_waiting_by_reason{reason="x"} 50.0\n'
+        b'vllm:num_requests_waiting{model_name="b"} 1.5\n'
+        b"vllm:num_requests_waiting 2"  # the last line, without a newline
     )
-    assert parse_waiting(text) == 5
-    assert parse_waiting("vllm:num_requests_running 4\n") is None
-    assert parse_waiting("vllm:num_requests_waiting NaN\n") is None
+    assert parse_waiting(text) == 7
+    assert parse_waiting(b"vllm:num_requests_running 4\n") is None
+    assert parse_waiting(b"vllm:num_requests_waiting NaN\n") is None
+    assert parse_waiting(b"# vllm:num_requests_waiting 9\nvllm:num_requests_waiting\n") is None
 
 
 def test_config_from_unit_section_never_shows_the_key() -> None:

@@ -26,7 +26,9 @@ class EndpointConfig:
     may run on, see :meth:`worker_count`). ``max_connections`` and
     ``max_buffered_bytes`` bound each worker. ``eject_after`` connect errors or 5xx
     answers of a lane in a row take it out of the rotation for ``eject_for`` seconds
-    (see :mod:`._ejection`; 0 turns ejection off).
+    (see :mod:`._ejection`; 0 turns ejection off). Each lane's ``/metrics`` is sampled
+    every ``metrics_interval`` while it has requests in flight or a queue of its own, else
+    every ``metrics_idle_interval`` (see :mod:`._metrics_sampler`).
     """
 
     bind: str = "127.0.0.1"
@@ -46,6 +48,7 @@ class EndpointConfig:
     client_body_timeout: float = 60.0
     client_idle_timeout: float = 75.0
     metrics_interval: float = 1.0
+    metrics_idle_interval: float = 30.0
     metrics_timeout: float = 0.5
     metrics_stale_after: float = 3.0
     max_idle_upstream_connections: int = 256
@@ -61,6 +64,8 @@ class EndpointConfig:
             raise ValueError('workers must be >= 1 (or "auto")')
         if self.max_body_bytes < 0 or not 0 < self.metrics_interval <= 1.0:
             raise ValueError("max_body_bytes must be >= 0 and metrics_interval in (0, 1] s")
+        if self.metrics_idle_interval < self.metrics_interval:
+            raise ValueError("metrics_idle_interval must be >= metrics_interval")
         if self.max_buffered_bytes < self.max_body_bytes:
             raise ValueError("max_buffered_bytes must be >= max_body_bytes (one body must fit)")
         if self.max_connections < 1 or self.eject_after < 0 or self.eject_for < 0:

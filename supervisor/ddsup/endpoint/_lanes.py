@@ -40,6 +40,7 @@ Names = tuple[str, ...]
 STREAK = 0  # failures in a row
 EJECTED_UNTIL = 1  # microseconds of time.monotonic() until which it is out of the rotation
 EJECTIONS = 2  # ejections since its last success (each doubles the next one's length)
+BEGUN = 3  # 1 once a request began since the sampler last looked (see ._metrics_sampler)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,17 @@ class LaneInfo:
 class LaneState:
     """A lane's load: requests in flight through the endpoint and its last queue sample."""
 
-    __slots__ = ("_cell", "counts", "info", "names", "pool", "sampled_at", "slot", "waiting")
+    __slots__ = (
+        "_cell",
+        "_set_cell",
+        "counts",
+        "info",
+        "names",
+        "pool",
+        "sampled_at",
+        "slot",
+        "waiting",
+    )
 
     def __init__(
         self, info: LaneInfo, max_idle: int, counts: SharedCounts, slot: int, learned: Names
@@ -73,6 +84,7 @@ class LaneState:
         self.sampled_at = float("-inf")
         self.pool = ConnectionPool(info.url, max_idle, info.api_key)
         self._cell = counts.cell
+        self._set_cell = counts.set_cell
 
     @property
     def ejected_until(self) -> int:
@@ -85,8 +97,26 @@ class LaneState:
         return self.counts.total(self.slot)
 
     def begin(self) -> None:
-        """One more request of this process in flight to the lane."""
+        """One more request of this process in flight to the lane.
+
+        It also marks the lane as begun (a plain store into a shared cell, in that order:
+        see :meth:`take_begun`), so that the sampler, which samples a lane with nothing
+        in flight rarely, samples it on its next tick even when the request is over by then.
+        """
         self.counts.add(self.slot, 1)
+        self._set_cell(self.slot, BEGUN, 1)
+
+    def take_begun(self) -> bool:
+        """Whether a request began since the last call (any worker's); clears the mark.
+
+        A worker's mark that lands between the read and the clear is lost, but its
+        request was counted before it was marked: a caller that reads
+        :attr:`outstanding` after this call sees it unless it ended in between.
+        """
+        if not self._cell(self.slot, BEGUN):
+            return False
+        self._set_cell(self.slot, BEGUN, 0)
+        return True
 
     def end(self) -> None:
         self.counts.add(self.slot, -1)

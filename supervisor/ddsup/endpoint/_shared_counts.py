@@ -23,8 +23,10 @@ when they are touched.
 After the counts, each slot has :data:`CELLS` cells that every worker reads and writes
 (:meth:`SharedCounts.cell`, :meth:`SharedCounts.set_cell`): a lane's passive-ejection
 state (:mod:`._ejection`), shared so that a lane ejected by one worker is out of every
-worker's rotation. Several writers may race on them; each store is still whole, so the
-worst a race does is lose one update of a failure count (documented with ejection).
+worker's rotation, and the mark a worker sets when it sends the lane a request, which the
+sampler reads and clears (:mod:`._metrics_sampler`). Several writers may race on them;
+each store is still whole, so the worst a race does is lose one update of a failure count
+(documented with ejection) or one mark (documented with the sampler).
 """
 
 from __future__ import annotations

@@ -107,10 +107,12 @@ class _Follower:
                     table.learn_names(info, names)
             table.set_ready(info for info, _slot in message.lanes)
             await link.send(self.channel, link.Applied(message.seq))
-        elif isinstance(message, link.Sample):
-            state = table.state_at(message.slot)
-            if state is not None:
-                state.record_sample(message.waiting, time.monotonic())
+        elif isinstance(message, link.Samples):
+            now = time.monotonic()
+            for slot, waiting in message.samples:
+                state = table.state_at(slot)
+                if state is not None:
+                    state.record_sample(waiting, now)
             await link.send(self.channel, link.Applied(message.seq))
         elif isinstance(message, link.SnapshotWanted):
             counters = self.endpoint.metrics.snapshot()

@@ -8,10 +8,10 @@ carries the configuration, API key included, and the descriptors of the listenin
 sockets and of the shared counts table (``SCM_RIGHTS``), so nothing else may take it.
 
 After that the link is JSON lines (:class:`ddsup.channel.Channel`) carrying the frozen
-messages below. Parent to worker: :class:`Start`, :class:`Lanes`, :class:`Sample`,
+messages below. Parent to worker: :class:`Start`, :class:`Lanes`, :class:`Samples`,
 :class:`SnapshotWanted`, :class:`Scraped`. Worker to parent: :class:`Ready`,
 :class:`Applied`, :class:`Counters`, :class:`Scrape`. Every :class:`Lanes` and
-:class:`Sample` has a sequence number that the worker acknowledges (:class:`Applied`)
+:class:`Samples` has a sequence number that the worker acknowledges (:class:`Applied`)
 once it routes by it, which is what :meth:`WorkerPool.synced` waits for.
 """
 
@@ -59,12 +59,13 @@ class Lanes:
 
 
 @dataclass(frozen=True)
-class Sample:
-    """One lane's queue sample (``waiting`` is ``None`` when its /metrics failed)."""
+class Samples:
+    """One sampling round's queue samples: (slot, waiting) pairs, ``waiting`` ``None``
+    where the lane's /metrics failed. One message a round, not one a lane: with 1,024
+    busy lanes that is one line a second per worker instead of 1,024 (and as many acks)."""
 
     seq: int
-    slot: int
-    waiting: int | None
+    samples: tuple[tuple[int, int | None], ...]
 
 
 @dataclass(frozen=True)
@@ -110,11 +111,11 @@ class Scrape:
     id: int
 
 
-Message = Start | Lanes | Sample | SnapshotWanted | Scraped | Ready | Applied | Counters | Scrape
+Message = Start | Lanes | Samples | SnapshotWanted | Scraped | Ready | Applied | Counters | Scrape
 _OPS: dict[str, type[Message]] = {
     "start": Start,
     "lanes": Lanes,
-    "sample": Sample,
+    "samples": Samples,
     "snapshot": SnapshotWanted,
     "scraped": Scraped,
     "ready": Ready,
@@ -157,6 +158,8 @@ def decode(data: dict[str, Any]) -> Message:
             data["learned"] = tuple(None if x is None else tuple(x) for x in data["learned"])
         elif kind is Scraped:
             data["workers"] = tuple((i, p) for i, p in data["workers"])
+        elif kind is Samples:
+            data["samples"] = tuple((int(slot), waiting) for slot, waiting in data["samples"])
         return kind(**data)
     except (KeyError, TypeError, ValueError) as err:
         raise ChannelError(f"malformed endpoint link message: {err!r}") from err

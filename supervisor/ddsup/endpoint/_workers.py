@@ -24,6 +24,7 @@ import math
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import trio
@@ -121,7 +122,7 @@ class WorkerPool:
                     await self.synced()  # serving means: serving the lanes of the table
                     await nursery.start(learn_lane_names, self.config, self.lanes)
                     await self.synced()  # the names learned at the start reached everyone
-                    recorded = self._sample_recorded
+                    recorded = self._samples_recorded
                     nursery.start_soon(
                         sample_lanes, self.config, self.lanes, self.metrics, recorded
                     )
@@ -278,9 +279,10 @@ class WorkerPool:
             )
         )
 
-    def _sample_recorded(self, state: LaneState) -> None:
+    def _samples_recorded(self, states: Sequence[LaneState]) -> None:
         self._seq += 1
-        self._broadcast(link.Sample(self._seq, state.slot, state.waiting))
+        samples = tuple((state.slot, state.waiting) for state in states)
+        self._broadcast(link.Samples(self._seq, samples))
 
     async def _scrape(self, asking: _Worker, scrape_id: int) -> None:
         """Gather every worker's counters, add the parent's, answer ``asking``."""
