@@ -8,14 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddsup.endpoint._http1 import (
-    BodyDecoder,
-    ProtocolError,
-    ResponseHead,
-    _parse_fully,
-    parse_head,
-    split_head,
-)
+from ddsup.endpoint._http1 import BodyDecoder, ProtocolError, ResponseHead, parse_head, split_head
 
 
 def parsed(head: bytes) -> ResponseHead:
@@ -158,53 +151,3 @@ def test_scan_cuts_what_follows_the_body() -> None:
     assert decoder.scan(b"2\r\nhi\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n") == b"2\r\nhi\r\n0\r\n\r\n"
     assert decoder.done
     assert not decoder.reusable
-
-
-def _fields(head: ResponseHead) -> tuple[object, ...]:
-    return (
-        head.status,
-        head.reason,
-        head.headers,
-        head.http11,
-        head.close,
-        head.end_to_end,
-        head.lengths,
-        head.codings,
-        head.raw,
-    )
-
-
-@pytest.mark.parametrize(
-    "head",
-    [
-        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 12",
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip",
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/plain",
-        b"HTTP/1.1 404 Not Found\r\nContent-Length:7\r\nx-te: 1\r\ntext: 2",
-        b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close",
-        b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nKeep-Alive: timeout=5",
-        b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nTE: trailers",
-        b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nProxy-Thing: 1",
-        b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nx-a: padded ",
-        b"HTTP/1.1 200 \r\nContent-Length: 7",
-        b"HTTP/1.1 200 Fine, \xc3\xa9\tthanks\r\nContent-Length: 0",
-        b"HTTP/1.0 200 OK\r\nContent-Length: 7",
-        b"HTTP/1.1 100 Continue",
-        b"HTTP/1.1 204 No Content",
-    ],
-)
-def test_common_heads_parse_as_header_by_header(head: bytes) -> None:
-    """The common head's shortcut gives what parsing each header gives, headers included."""
-    fast, full = parsed(head), _parse_fully(head + b"\r\n\r\n")
-    assert _fields(fast) == _fields(full)
-
-
-def test_common_head_skips_the_header_by_header_parse() -> None:
-    """The shortcut is taken for a lane's usual heads (else it saves nothing)."""
-    for head in (
-        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 12",
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked",
-    ):
-        assert parsed(head)._headers is None

@@ -10,16 +10,6 @@ phrase, which llhttp does not check, is checked here. So a head that passes can 
 written to the client as it is. The body framing (Content-Length, chunked, or until
 close) is followed here, so that body bytes can be passed on without a copy.
 
-Most heads need little of that: a lane's usual answer is a status line, end-to-end
-headers and one Content-Length or ``Transfer-Encoding: chunked``, and the proxy passes it
-on as it came. For those, llhttp validates the head without calling back into Python
-for each header (a Python call per header was most of the head's cost: 6 µs of 7 for a
-typical head of four), and one scan of the lowered head finds the framing header; the
-header list is built only if something asks for it (a client on the h11 path). Any
-other head (a hop-by-hop header, two framing headers, padded values, HTTP/1.0) is
-parsed header by header as before. ``tests/endpoint/test_endpoint_http1.py`` checks
-that both give the same answer.
-
 Pure code over bytes, no I/O: :class:`ResponseHead` from :func:`parse_head`, and a
 :class:`BodyDecoder` fed with received bytes. It hands back either the decoded body
 (:meth:`BodyDecoder.feed`, for h11, which frames it again) or the bytes to relay as
@@ -41,14 +31,6 @@ _REASON = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
 _HEX = re.compile(rb"[0-9a-fA-F]{1,16}")
 _CANONICAL_SIZE = re.compile(rb"[0-9a-fA-F]{1,16}\r")
 _WHOLE_CHUNK = re.compile(rb"([0-9a-fA-F]{1,16})\r\n")
-# The common head: an HTTP/1.1 status line with a reason llhttp would pass unchecked.
-_STATUS_LINE = re.compile(rb"HTTP/1\.1 [1-9][0-9]{2} [\t\x20-\x7e\x80-\xff]*\r\n")
-# In a lowered head: header names that decide framing or make the head hop-by-hop, and
-# padded values (found as ``b""``: llhttp strips only a value's leading whitespace).
-_NOTABLE = re.compile(
-    rb"\r\n(content-length:|transfer-encoding:|connection:|keep-alive:|te:|trailer:|upgrade:"
-    rb"|proxy-)|[ \t]\r\n"
-)
 
 
 class ProtocolError(Exception):
@@ -70,10 +52,10 @@ class ResponseHead:
     """
 
     __slots__ = (
-        "_headers",
         "close",
         "codings",
         "end_to_end",
+        "headers",
         "http11",
         "lengths",
         "raw",
@@ -85,7 +67,7 @@ class ResponseHead:
         self.raw = raw
         self.status = 0
         self.reason = b""
-        self._headers: list[tuple[bytes, bytes]] | None = []  # None: not collected yet
+        self.headers: list[tuple[bytes, bytes]] = []
         self.http11 = True
         self.close = False  # the lane said Connection: close
         self.end_to_end = True
@@ -109,16 +91,7 @@ class ResponseHead:
             self.end_to_end = False
             if name == b"connection" and b"close" in value.lower():
                 self.close = True
-        assert self._headers is not None
-        self._headers.append((name, value))
-
-    @property
-    def headers(self) -> list[tuple[bytes, bytes]]:
-        """(name, value) pairs, names lower-case; collected on first use for a common head."""
-        if self._headers is None:
-            self._headers = _parse_fully(self.raw)._headers
-        assert self._headers is not None
-        return self._headers
+        self.headers.append((name, value))
 
     def keep_alive(self) -> bool:
         return self.http11 and not self.close
@@ -137,49 +110,8 @@ def split_head(buffer: bytes) -> tuple[bytes, bytes] | None:
     return buffer[: match.end()], buffer[match.end() :]
 
 
-class _Validate:
-    """A parser protocol with no callbacks: llhttp checks the head and calls nothing."""
-
-    __slots__ = ()
-
-
-_VALIDATE = _Validate()
-_FRAMING = (b"content-length:", b"transfer-encoding:")
-
-
 def parse_head(head: bytes) -> ResponseHead:
     """The head of one response (``head`` ends with its blank line)."""
-    status_line = _STATUS_LINE.match(head)
-    if status_line is None:
-        return _parse_fully(head)  # HTTP/1.0, an empty reason, or an error to describe
-    lowered = head.lower()
-    notable = _NOTABLE.findall(lowered)
-    if len(notable) > 1 or (notable and notable[0] not in _FRAMING):
-        return _parse_fully(head)
-    parser = httptools.HttpResponseParser(_VALIDATE)
-    try:
-        parser.feed_data(head)
-    except httptools.HttpParserError:
-        return _parse_fully(head)  # which raises, saying what is wrong
-    parsed = ResponseHead(head)
-    parsed._headers = None
-    parsed.status = parser.get_status_code()
-    parsed.reason = head[13 : status_line.end() - 2]
-    if notable:
-        name = notable[0]
-        start = lowered.index(b"\r\n" + name) + 2 + len(name)
-        value = head[start : head.index(b"\r\n", start)].strip(b" \t")
-        if name == b"content-length:":
-            parsed.lengths.append(value)
-        elif value.lower() == b"chunked":
-            parsed.codings.append(value)
-        else:
-            return _parse_fully(head)
-    return parsed
-
-
-def _parse_fully(head: bytes) -> ResponseHead:
-    """:func:`parse_head` header by header: any head, and the errors it has."""
     parsed = ResponseHead(head)
     parser = httptools.HttpResponseParser(parsed)
     try:
@@ -249,9 +181,6 @@ class BodyDecoder:
         return self._take(data, verbatim=False)
 
     def scan(self, data: bytes) -> bytes:
-        if self._state == "size" and self.framing is Framing.CHUNKED and not self._pending:
-            pos = self._whole_chunks(data)  # a stream's read: whole chunks, nothing else
-            return data if pos == len(data) else self._chunks(data, True, pos)
         return self._take(data, verbatim=True)
 
     def _take(self, data: bytes, *, verbatim: bool) -> bytes:

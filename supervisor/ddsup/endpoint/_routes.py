@@ -175,10 +175,7 @@ async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> 
         lanes.begin_request()
         counted = True
         forward = Forward.of(request, body)
-        if client.hangup is not None:  # the server's hang-up watch serves it (fast path)
-            status = await ep.proxy.forward(client, forward, model)
-        else:
-            status = await _watched(ep, client, forward, model)
+        status = await _watched(ep, client, forward, model)
     except ApiError as err:
         status = err.status
         ep.metrics.series.refused(model, status)  # [series hook]
@@ -234,8 +231,12 @@ def _requested(ep: Endpoint, request: Request, body: bytes) -> str:
 
 
 async def _watched(ep: Endpoint, client: ClientConnection, forward: Forward, model: str) -> int:
-    """Forward while the h11 client watches itself: if it hangs up, the lane's request is
-    cancelled (a fast-path client is watched by the server's hang-up watch instead)."""
+    """Forward while watching the client: if it hangs up, the lane's request is cancelled.
+
+    A fast-path client is watched by the server's hang-up watch (its ``hangup``).
+    """
+    if client.hangup is not None:
+        return await ep.proxy.forward(client, forward, model)
     scope = trio.CancelScope()
     client.watch(scope)
     try:

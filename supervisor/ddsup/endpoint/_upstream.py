@@ -101,7 +101,7 @@ class UpstreamConnection(Timed):
     async def read_head(self) -> ResponseHead:
         """The response head (1xx skipped); :class:`UpstreamError` if the lane closes first."""
         while True:
-            split = split_head(self.buffer) if self.buffer else None
+            split = split_head(self.buffer)
             if split is None:
                 await self.receive(wait_first=not self.buffer)
                 if self.closed:
