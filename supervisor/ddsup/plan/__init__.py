@@ -5,28 +5,62 @@ counts from nodelists, Slurm, the environment), ``_shortage`` (why lanes do not 
 ``_placement`` (the pure placement rules), ``_slurm_client`` (where the client runs in a
 heterogeneous job or outside the allocation), ``_resolve`` (the one allocation resolver of
 ``plan`` and ``start``), ``_render`` (the human table), ``_commands`` (``ddsup plan``).
+
+Its names are imported when first used (PEP 562, ``ddsup._lazy``): a node agent that
+needs the plan's data does not pay for the placement rules or ``ddsup plan``.
 """
 
 from __future__ import annotations
 
-from ddsup.plan._allocation import detect_gpus as detect_gpus
-from ddsup.plan._allocation import expand_nodelist as expand_nodelist
-from ddsup.plan._allocation import local_nodes as local_nodes
-from ddsup.plan._allocation import nodes_from_hosts as nodes_from_hosts
-from ddsup.plan._allocation import nodes_from_nodelist as nodes_from_nodelist
-from ddsup.plan._allocation import slurm_hostnames as slurm_hostnames
-from ddsup.plan._commands import configure_plan as configure_plan
-from ddsup.plan._commands import run_plan as run_plan
-from ddsup.plan._model import PLAN_FORMAT as PLAN_FORMAT
-from ddsup.plan._model import Node as Node
-from ddsup.plan._model import Plan as Plan
-from ddsup.plan._model import PlannedInstance as PlannedInstance
-from ddsup.plan._placement import lane_order as lane_order
-from ddsup.plan._placement import make_plan as make_plan
-from ddsup.plan._render import render_plan as render_plan
-from ddsup.plan._resolve import Allocation as Allocation
-from ddsup.plan._resolve import AllocationRequest as AllocationRequest
-from ddsup.plan._resolve import LauncherChoice as LauncherChoice
-from ddsup.plan._resolve import LauncherKind as LauncherKind
-from ddsup.plan._resolve import plan_for as plan_for
-from ddsup.plan._resolve import resolve_allocation as resolve_allocation
+from typing import TYPE_CHECKING
+
+from ddsup._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from ddsup.plan._allocation import detect_gpus as detect_gpus
+    from ddsup.plan._allocation import expand_nodelist as expand_nodelist
+    from ddsup.plan._allocation import local_nodes as local_nodes
+    from ddsup.plan._allocation import nodes_from_hosts as nodes_from_hosts
+    from ddsup.plan._allocation import nodes_from_nodelist as nodes_from_nodelist
+    from ddsup.plan._allocation import slurm_hostnames as slurm_hostnames
+    from ddsup.plan._commands import configure_plan as configure_plan
+    from ddsup.plan._commands import run_plan as run_plan
+    from ddsup.plan._model import PLAN_FORMAT as PLAN_FORMAT
+    from ddsup.plan._model import Node as Node
+    from ddsup.plan._model import Plan as Plan
+    from ddsup.plan._model import PlannedInstance as PlannedInstance
+    from ddsup.plan._placement import lane_order as lane_order
+    from ddsup.plan._placement import make_plan as make_plan
+    from ddsup.plan._render import render_plan as render_plan
+    from ddsup.plan._resolve import Allocation as Allocation
+    from ddsup.plan._resolve import AllocationRequest as AllocationRequest
+    from ddsup.plan._resolve import LauncherChoice as LauncherChoice
+    from ddsup.plan._resolve import LauncherKind as LauncherKind
+    from ddsup.plan._resolve import plan_for as plan_for
+    from ddsup.plan._resolve import resolve_allocation as resolve_allocation
+
+_LAZY = {
+    "detect_gpus": "ddsup.plan._allocation",
+    "expand_nodelist": "ddsup.plan._allocation",
+    "local_nodes": "ddsup.plan._allocation",
+    "nodes_from_hosts": "ddsup.plan._allocation",
+    "nodes_from_nodelist": "ddsup.plan._allocation",
+    "slurm_hostnames": "ddsup.plan._allocation",
+    "configure_plan": "ddsup.plan._commands",
+    "run_plan": "ddsup.plan._commands",
+    "PLAN_FORMAT": "ddsup.plan._model",
+    "Node": "ddsup.plan._model",
+    "Plan": "ddsup.plan._model",
+    "PlannedInstance": "ddsup.plan._model",
+    "lane_order": "ddsup.plan._placement",
+    "make_plan": "ddsup.plan._placement",
+    "render_plan": "ddsup.plan._render",
+    "Allocation": "ddsup.plan._resolve",
+    "AllocationRequest": "ddsup.plan._resolve",
+    "LauncherChoice": "ddsup.plan._resolve",
+    "LauncherKind": "ddsup.plan._resolve",
+    "plan_for": "ddsup.plan._resolve",
+    "resolve_allocation": "ddsup.plan._resolve",
+}
+
+__getattr__ = lazy_names(__name__, _LAZY, globals())

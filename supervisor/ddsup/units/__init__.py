@@ -6,23 +6,56 @@ and ``_schema`` (the one table of sections and keys), ``_jsonschema`` (the JSON 
 made from it), ``_builtin`` (the endpoint's default exec and readiness), ``_locate``
 (key → line:col), ``_parse`` (one file), ``_unitset`` (a set of files), ``_commands``
 (``ddsup verify`` and ``ddsup schema``).
+
+Its names are imported when first used (PEP 562, ``ddsup._lazy``): a node agent that
+loads unit files does not pay for ``verify``, ``schema`` and the JSON Schema.
 """
 
-from ddsup.units._commands import configure_schema as configure_schema
-from ddsup.units._commands import configure_verify as configure_verify
-from ddsup.units._commands import run_schema as run_schema
-from ddsup.units._commands import run_verify as run_verify
-from ddsup.units._durations import parse_duration as parse_duration
-from ddsup.units._durations import parse_signal as parse_signal
-from ddsup.units._jsonschema import json_schema as json_schema
-from ddsup.units._model import Unit as Unit
-from ddsup.units._model import UnitSet as UnitSet
-from ddsup.units._model import UnitType as UnitType
-from ddsup.units._printable import printable as printable
-from ddsup.units._schema import SPECIFIERS as SPECIFIERS
-from ddsup.units._specifiers import SpecifierError as SpecifierError
-from ddsup.units._specifiers import resolve_argv as resolve_argv
-from ddsup.units._specifiers import resolve_specifiers as resolve_specifiers
-from ddsup.units._unitset import load_unit_files as load_unit_files
-from ddsup.units._unitset import load_unit_set as load_unit_set
-from ddsup.units._unitset import parse_unit_set as parse_unit_set
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ddsup._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from ddsup.units._commands import configure_schema as configure_schema
+    from ddsup.units._commands import configure_verify as configure_verify
+    from ddsup.units._commands import run_schema as run_schema
+    from ddsup.units._commands import run_verify as run_verify
+    from ddsup.units._durations import parse_duration as parse_duration
+    from ddsup.units._durations import parse_signal as parse_signal
+    from ddsup.units._jsonschema import json_schema as json_schema
+    from ddsup.units._model import Unit as Unit
+    from ddsup.units._model import UnitSet as UnitSet
+    from ddsup.units._model import UnitType as UnitType
+    from ddsup.units._printable import printable as printable
+    from ddsup.units._schema import SPECIFIERS as SPECIFIERS
+    from ddsup.units._specifiers import SpecifierError as SpecifierError
+    from ddsup.units._specifiers import resolve_argv as resolve_argv
+    from ddsup.units._specifiers import resolve_specifiers as resolve_specifiers
+    from ddsup.units._unitset import load_unit_files as load_unit_files
+    from ddsup.units._unitset import load_unit_set as load_unit_set
+    from ddsup.units._unitset import parse_unit_set as parse_unit_set
+
+_LAZY = {
+    "configure_schema": "ddsup.units._commands",
+    "configure_verify": "ddsup.units._commands",
+    "run_schema": "ddsup.units._commands",
+    "run_verify": "ddsup.units._commands",
+    "parse_duration": "ddsup.units._durations",
+    "parse_signal": "ddsup.units._durations",
+    "json_schema": "ddsup.units._jsonschema",
+    "Unit": "ddsup.units._model",
+    "UnitSet": "ddsup.units._model",
+    "UnitType": "ddsup.units._model",
+    "printable": "ddsup.units._printable",
+    "SPECIFIERS": "ddsup.units._schema",
+    "SpecifierError": "ddsup.units._specifiers",
+    "resolve_argv": "ddsup.units._specifiers",
+    "resolve_specifiers": "ddsup.units._specifiers",
+    "load_unit_files": "ddsup.units._unitset",
+    "load_unit_set": "ddsup.units._unitset",
+    "parse_unit_set": "ddsup.units._unitset",
+}
+
+__getattr__ = lazy_names(__name__, _LAZY, globals())
