@@ -32,10 +32,10 @@ if TYPE_CHECKING:
     from ddsup.plan._placement import lane_order as lane_order
     from ddsup.plan._placement import make_plan as make_plan
     from ddsup.plan._render import render_plan as render_plan
+    from ddsup.plan._request import AllocationRequest as AllocationRequest
+    from ddsup.plan._request import LauncherChoice as LauncherChoice
+    from ddsup.plan._request import LauncherKind as LauncherKind
     from ddsup.plan._resolve import Allocation as Allocation
-    from ddsup.plan._resolve import AllocationRequest as AllocationRequest
-    from ddsup.plan._resolve import LauncherChoice as LauncherChoice
-    from ddsup.plan._resolve import LauncherKind as LauncherKind
     from ddsup.plan._resolve import plan_for as plan_for
     from ddsup.plan._resolve import resolve_allocation as resolve_allocation
 
@@ -56,9 +56,9 @@ _LAZY = {
     "make_plan": "ddsup.plan._placement",
     "render_plan": "ddsup.plan._render",
     "Allocation": "ddsup.plan._resolve",
-    "AllocationRequest": "ddsup.plan._resolve",
-    "LauncherChoice": "ddsup.plan._resolve",
-    "LauncherKind": "ddsup.plan._resolve",
+    "AllocationRequest": "ddsup.plan._request",
+    "LauncherChoice": "ddsup.plan._request",
+    "LauncherKind": "ddsup.plan._request",
     "plan_for": "ddsup.plan._resolve",
     "resolve_allocation": "ddsup.plan._resolve",
 }
