@@ -2,7 +2,8 @@
 
 Layering, bottom up: ``_model`` (the frozen plan data), ``_allocation`` (hosts and GPU
 counts from nodelists, Slurm, the environment), ``_shortage`` (why lanes do not fit),
-``_placement`` (the pure placement rules), ``_slurm_client`` (where the client runs in a
+``_placement`` (the pure placement rules), ``_request`` (what the flags ask: launcher and
+sizes), ``_slurm_client`` (where the client runs in a
 heterogeneous job or outside the allocation), ``_resolve`` (the one allocation resolver of
 ``plan`` and ``start``), ``_render`` (the human table), ``_commands`` (``ddsup plan``).
 
