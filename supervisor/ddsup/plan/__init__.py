@@ -2,9 +2,13 @@
 
 Layering, bottom up: ``_model`` (the frozen plan data), ``_allocation`` (hosts and GPU
 counts from nodelists, Slurm, the environment), ``_shortage`` (why lanes do not fit),
-``_placement`` (the pure placement rules), ``_slurm_client`` (where the client runs in a
+``_placement`` (the pure placement rules), ``_request`` (what the flags ask: launcher and
+sizes), ``_slurm_client`` (where the client runs in a
 heterogeneous job or outside the allocation), ``_resolve`` (the one allocation resolver of
 ``plan`` and ``start``), ``_render`` (the human table), ``_commands`` (``ddsup plan``).
+
+Its names are imported when first used (PEP 562, ``ddsup._lazy``): a node agent that
+needs the plan's data does not pay for the placement rules or ``ddsup plan``.
 """
 
 from __future__ import annotations
@@ -29,10 +33,10 @@ if TYPE_CHECKING:
     from ddsup.plan._placement import lane_order as lane_order
     from ddsup.plan._placement import make_plan as make_plan
     from ddsup.plan._render import render_plan as render_plan
+    from ddsup.plan._request import AllocationRequest as AllocationRequest
+    from ddsup.plan._request import LauncherChoice as LauncherChoice
+    from ddsup.plan._request import LauncherKind as LauncherKind
     from ddsup.plan._resolve import Allocation as Allocation
-    from ddsup.plan._resolve import AllocationRequest as AllocationRequest
-    from ddsup.plan._resolve import LauncherChoice as LauncherChoice
-    from ddsup.plan._resolve import LauncherKind as LauncherKind
     from ddsup.plan._resolve import plan_for as plan_for
     from ddsup.plan._resolve import resolve_allocation as resolve_allocation
 
@@ -53,9 +57,9 @@ _LAZY = {
     "make_plan": "ddsup.plan._placement",
     "render_plan": "ddsup.plan._render",
     "Allocation": "ddsup.plan._resolve",
-    "AllocationRequest": "ddsup.plan._resolve",
-    "LauncherChoice": "ddsup.plan._resolve",
-    "LauncherKind": "ddsup.plan._resolve",
+    "AllocationRequest": "ddsup.plan._request",
+    "LauncherChoice": "ddsup.plan._request",
+    "LauncherKind": "ddsup.plan._request",
     "plan_for": "ddsup.plan._resolve",
     "resolve_allocation": "ddsup.plan._resolve",
 }

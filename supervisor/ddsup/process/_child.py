@@ -25,8 +25,8 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
+from typing import TYPE_CHECKING
 
-import psutil
 import trio
 
 from ddsup._errors import DdsupError
@@ -37,6 +37,11 @@ from ddsup.process._proc import read_environ
 from ddsup.process._subreaper import is_subreaper
 from ddsup.process._table import ProcessTable, process_table
 from ddsup.process._unit_scope import UnitScope
+
+if TYPE_CHECKING:
+    # imported where a stop needs it: every node agent imports this module, and psutil
+    # (20-40 ms of its start-up) only serves the stop of a tree
+    import psutil
 
 log = logging.getLogger(__name__)
 
@@ -201,11 +206,15 @@ def _carries(environ: Mapping[bytes, bytes], identity: frozenset[tuple[bytes, by
 
 
 def _ancestors() -> set[int]:
+    import psutil
+
     return {p.pid for p in psutil.Process().parents()}
 
 
 def _processes(table: ProcessTable, pid: int) -> list[psutil.Process]:
     """``pid``'s descendants in ``table``, pinned by their start time (PIDs get reused)."""
+    import psutil
+
     found = []
     for descendant in table.descendants(pid):
         with suppress(psutil.Error):

@@ -14,6 +14,9 @@ Reading a whole run back:
 ``_series`` (the endpoint's time series format), ``_run_files`` (every file of a run,
 tolerantly), ``_timeline`` (events replayed into segments) and ``_efficiency`` (where the
 GPU time went).
+
+Its names are imported when first used (PEP 562, ``ddsup._lazy``): the node agents and
+``ddsup start`` write a run without importing what reads a whole run back.
 """
 
 from __future__ import annotations

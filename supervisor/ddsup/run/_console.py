@@ -29,11 +29,11 @@ from typing import TextIO
 
 import trio
 
+import ddsup.record as record  # record.efficiency_line: imported at the run's end
 from ddsup._errors import DdsupError
 from ddsup.plan._resolve import Allocation
 from ddsup.process import ExitStatus
 from ddsup.record._display import duration, paint, symbol
-from ddsup.record._efficiency import efficiency_line
 from ddsup.record._events import (
     Contained,
     LivenessFailed,
@@ -179,7 +179,7 @@ class Console:
         a file it cannot read makes the line say so instead of failing the run.
         """
         try:
-            line = efficiency_line(run_dir)
+            line = record.efficiency_line(run_dir)
         except (DdsupError, OSError, ValueError) as err:
             line = f"GPU time: not known ({err})"
         self._print(line)

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from ddsup.plan._allocation import detect_gpus
-from ddsup.plan._resolve import AllocationRequest, LauncherKind, launcher_kind
+from ddsup.plan._request import AllocationRequest, LauncherKind, launcher_kind
 from ddsup.units import Unit, UnitSet, UnitType
 from ddsup.units._vllm_argv import vllm_command_span
 

@@ -8,11 +8,28 @@ an end), ``_replica_hold`` (a replica rank held until the run resumes it) and
 ``_transition`` (a checked move and its event). Both the controller and every
 node agent run their instances through these, so supervision behaves the same wherever
 a unit runs.
+
+Its names are imported when first used (PEP 562, ``ddsup._lazy``), as in the other
+layers, so that importing one of its modules does not import them all.
 """
 
 from __future__ import annotations
 
-from ddsup.service._environment import RunContext as RunContext
-from ddsup.service._readiness import Probe as Probe
-from ddsup.service._service import Service as Service
-from ddsup.service._service import ServiceSpec as ServiceSpec
+from typing import TYPE_CHECKING
+
+from ddsup._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from ddsup.service._environment import RunContext as RunContext
+    from ddsup.service._readiness import Probe as Probe
+    from ddsup.service._service import Service as Service
+    from ddsup.service._service import ServiceSpec as ServiceSpec
+
+_LAZY = {
+    "RunContext": "ddsup.service._environment",
+    "Probe": "ddsup.service._readiness",
+    "Service": "ddsup.service._service",
+    "ServiceSpec": "ddsup.service._service",
+}
+
+__getattr__ = lazy_names(__name__, _LAZY, globals())

@@ -6,6 +6,9 @@ and ``_schema`` (the one table of sections and keys), ``_jsonschema`` (the JSON 
 made from it), ``_builtin`` (the endpoint's default exec and readiness), ``_locate``
 (key → line:col), ``_parse`` (one file), ``_unitset`` (a set of files), ``_commands``
 (``ddsup verify`` and ``ddsup schema``).
+
+Its names are imported when first used (PEP 562, ``ddsup._lazy``): a node agent that
+loads unit files does not pay for ``verify``, ``schema`` and the JSON Schema.
 """
 
 from __future__ import annotations
