@@ -281,9 +281,12 @@ def test_sigkill_of_the_supervisor_ends_the_engine_within_2s(
     supervisors.append(run)
     started = run.step()
     run.process.kill()
-    took = _wait_dead(started["engine"], 5.0)
-    assert took is not None and took < 2.0, f"engine alive {took}s after the SIGKILL"
-    assert not alive(started["unit"])
+    killed = time.monotonic()
+    # both are SIGKILLed by the sentinel, one after the other: each may take a moment to die
+    for name in ("engine", "unit"):
+        assert _wait_dead(started[name], 5.0) is not None, f"{name} alive 5 s after the SIGKILL"
+        took = time.monotonic() - killed
+        assert took < 2.0, f"{name} dead only {took:.2f}s after the SIGKILL"
     sentinel = started["layers"]["sentinel"]
     assert _wait_dead(sentinel, 10.0) is not None
     if started["layers"]["cgroup"] is not None:
