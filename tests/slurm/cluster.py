@@ -41,8 +41,6 @@ from typing import Any
 
 import psutil
 
-from support.ports import free_port
-
 MARKER = "DDSUP_TEST_SLURM_CLUSTER"
 """Set in the environment of the daemons and of every client call, so that job steps
 and tasks of this cluster can be found (and ended) by ``stop``."""
@@ -103,6 +101,13 @@ def missing_binaries() -> list[str]:
     """Names of the daemons and clients that are not installed."""
     present = find_binaries()
     return [name for name in (*DAEMONS, *CLIENTS) if name not in present]
+
+
+def free_port() -> int:
+    """A TCP port on loopback that was free a moment ago (bound to 0, then closed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
