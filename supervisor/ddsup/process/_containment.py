@@ -196,16 +196,16 @@ class Containment:
                 await self.scan()
 
     async def scan(self) -> None:
-        """Record every process of the units now (one look; see the module docstring)."""
-        scopes = [s for s in self._scopes.values() if s.running]
+        """Record every process of the units now (one look; see the module docstring).
+        With a cgroup, nothing to record: the cgroup holds them all."""
         if self._own is not None:
-            found = await trio.to_thread.run_sync(_cgroup_members, scopes)
-        else:
-            table = await process_table()
-            exclude = frozenset(managed_children().pids) | self._own_helpers()
-            found = await trio.to_thread.run_sync(
-                _tree_members, scopes, table.children, exclude, self._records.seen
-            )
+            return
+        scopes = [s for s in self._scopes.values() if s.running]
+        table = await process_table()
+        exclude = frozenset(managed_children().pids) | self._own_helpers()
+        found = await trio.to_thread.run_sync(
+            _tree_members, scopes, table.children, exclude, self._records.seen
+        )
         self._records.add(found)
 
     def _own_helpers(self) -> frozenset[int]:
@@ -262,17 +262,6 @@ def _adopted(children: dict[int, list[int]], exclude: frozenset[int]) -> list[in
         pid = pending.pop()
         found.append(pid)
         pending += children.get(pid, ())
-    return found
-
-
-def _cgroup_members(scopes: list[UnitScope]) -> list[_registry.Entry]:
-    found = []
-    for scope in scopes:
-        assert scope.cgroup is not None
-        for pid in scope.cgroup.members():
-            start = _proc.start_time(pid)
-            if start is not None:
-                found.append(_registry.Entry(pid, start, scope.unit))
     return found
 
 
