@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,7 @@ async def measure(mode: str, units: int, scans: int, workdir: str) -> tuple[floa
     async with open_containment(
         invocation, state_dir=workdir, name=f"bench-{mode}", root=True, cgroup=mode
     ) as containment:
-        log = os.path.join(workdir, f"{mode}.log")
+        log = pathlib.Path(workdir, f"{mode}.log")
         children = [
             await spawn(UNIT, env=env, cwd="/", log_path=log, unit=f"u{i}") for i in range(units)
         ]

@@ -184,8 +184,8 @@ def first_line_url(proc: Child) -> str:
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line:
-        raise SystemExit(f"{proc.args} exited before printing its URL")
-    return line.split()[-1]
+        raise SystemExit(f"{proc.args!r} exited before printing its URL")
+    return str(line.split()[-1])
 
 
 def start_nginx(binary: str, lanes: list[str], cores: list[int], tmp: Path) -> tuple[Child, str]:

@@ -321,7 +321,7 @@ def measure_start(run: Run, tail: EventTail, spawned: float, procs: Procs) -> No
     start = next(float(e["time"]) for e in events if e.get("reason") == "starting")
     ready = {e["instance"]: float(e["time"]) for e in events if e.get("to") == "ready"}
     lanes = {i: t for i, t in ready.items() if i.startswith("lane@")}
-    starting = {}
+    starting: dict[str, float] = {}
     for e in events:
         if e.get("to") == "starting" and e["instance"] in lanes:
             starting.setdefault(e["instance"], float(e["time"]))
@@ -575,12 +575,12 @@ def print_report(
         print(f"{key:<34}{cells}")
     print()
     for goal, (key, limit) in GOALS.items():
-        cells = []
+        marks: list[str] = []
         for name in names:
             value = results[name].get(key)
             if value is not None:
-                cells.append(f"{name}: {value:.3f} {'met' if value <= limit else 'MISSED'}")
-        print(f"{goal:<54} " + " · ".join(cells))
+                marks.append(f"{name}: {value:.3f} {'met' if value <= limit else 'MISSED'}")
+        print(f"{goal:<54} " + " · ".join(marks))
 
 
 def main() -> None:
