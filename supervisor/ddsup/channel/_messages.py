@@ -10,7 +10,7 @@ that connection: no other module handles the protocol as dictionaries. Who sends
     controller → agent      Setup, Start, Stop, Restart, SignalInstances, Kill, Shutdown,
                             TakeDown, Resume, FailHeld (a multi-node replica's restart)
     agent → controller      PreflightReport, EventReport, Signalled, AgentStopped
-    controller ⇄ agent      Heartbeat (every agent_timeout / 5 from the controller, each
+    controller ⇄ agent      Heartbeat (every agent_timeout / 3 from the controller, each
                             answered by the agent: silence means loss; ``_heartbeat``)
     controller → endpoint   EndpointSetup (first), LanesUpdate (every ready lane), then
                             LanesChanged (the lanes that came and went) on every change
