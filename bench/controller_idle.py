@@ -10,7 +10,7 @@ percent is resolved; the 10 ms ticks of ``/proc/<pid>/stat`` are printed too). T
 agents' CPU over the same windows is printed beside it (they share the heartbeats).
 
 ``--baseline REV`` runs ddsup as of that git revision too, alternating with the checkout
-for each agent count, so both columns come from one run on the same machine. The load
+(or with ``--code REV``, a revision rather than the working tree) for each agent count, so both columns come from one run on the same machine. The load
 average at the start and end of each run is printed with it: the machine is shared.
 
 ``--profile DIR`` runs each controller under cProfile, enabled only for the first idle
@@ -155,6 +155,9 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=30.0, help="seconds per window")
     parser.add_argument("--agent-timeout", default="30s", help="ddsup start's --agent-timeout")
     parser.add_argument("--baseline", metavar="REV", help="also run ddsup as of this revision")
+    parser.add_argument(
+        "--code", metavar="REV", help="measure this revision instead of the working tree"
+    )
     parser.add_argument("--cool", type=float, default=60.0, help="most seconds between runs")
     parser.add_argument("--profile", type=Path, help="cProfile each idle controller, to here")
     args = parser.parse_args()
@@ -162,6 +165,8 @@ def main() -> None:
         args.profile.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="ddsup-controller-idle-"))
     codes: list[tuple[str, Path | None]] = [("checkout", None)]
+    if args.code:  # a fixed revision: edits to the tree while it runs do not leak in
+        codes = [(args.code, baseline_code(args.code, work / "code"))]
     if args.baseline:
         codes.insert(0, (args.baseline, baseline_code(args.baseline, work / "baseline")))
     compile_bytecode(code or ROOT / "supervisor" for _name, code in codes)
