@@ -15,7 +15,9 @@ average at the start and end of each run is printed with it: the machine is shar
 
 ``--profile DIR`` runs each controller under cProfile, enabled only for the first idle
 window (SIGRTMIN+3 starts it, a second one writes ``DIR/<name>.prof``): the profile of
-the idle controller, not of its start-up. Its CPU figures are then not the product's.
+the idle controller, not of its start-up, timed in CPU time (on a loaded machine wall
+time would charge a system call with the wait for a CPU). Its CPU figures are then not
+the product's.
 
     .venv/bin/python bench/controller_idle.py [--agents 32,128] [--windows 3] \
         [--window 30] [--baseline main] [--agent-timeout 30s] [--profile DIR]
@@ -55,8 +57,8 @@ SETTLE = 5.0  # seconds after the last ready before the first window: the start'
 # ``os._exit``, so a profile of the whole process would never be written.
 PROFILE_SIGNAL = signal.SIGRTMIN + 3
 PROFILED = """\
-import cProfile, signal, sys
-profile, state, out = cProfile.Profile(), {"on": False}, sys.argv.pop(1)
+import cProfile, signal, sys, time
+profile, state, out = cProfile.Profile(time.process_time), {"on": False}, sys.argv.pop(1)
 def toggle(signum, frame):
     if state["on"]:
         profile.disable()
