@@ -15,9 +15,11 @@ import json
 from typing import Any
 
 from ddsup.channel._messages import (
+    HEARTBEAT,
     MESSAGES,
     EndpointSetup,
     EventReport,
+    Heartbeat,
     LanesChanged,
     LanesUpdate,
     Message,
@@ -38,10 +40,16 @@ from ddsup.plan._model import Plan
 from ddsup.record._event_parse import parse_event
 from ddsup.units._model import EndpointSection
 
-
 # --- encode -------------------------------------------------------------------------------
+# A heartbeat's line, written and read without json: every idle agent connection carries
+# one each way per beat, and they are most of what an idle controller does.
+HEARTBEAT_LINE = b'{"op":"heartbeat"}'
+
+
 def encode(message: Message) -> bytes:
     """One message as a JSON line's bytes (without the newline)."""
+    if isinstance(message, Heartbeat):
+        return HEARTBEAT_LINE
     if isinstance(message, StatusReply):
         return encode_operator(message)
     return json.dumps({"op": message.op, **_fields(message)}, separators=(",", ":")).encode()
@@ -88,6 +96,8 @@ def decode(line: bytes) -> Message:
     Lines come from peers that may not have authenticated yet, so nothing a line holds
     may raise anything else: the property test in ``tests/hostile`` holds it to that.
     """
+    if line == HEARTBEAT_LINE:
+        return HEARTBEAT
     message: Message = decode_with(_BY_OP, _SPECIAL, line)
     return message
 

@@ -1,23 +1,42 @@
 """Heartbeats: on an agent's connection, silence for ``agent_timeout`` means the peer is lost.
 
 A connection to a node that died, froze or dropped off the network does not end: no FIN
-or RST ever arrives, and a side with nothing to send would wait forever. So the
-controller and each agent send :class:`Heartbeat` every ``agent_timeout / 5`` seconds,
-and each treats ``agent_timeout`` without any message from the other as its loss
+or RST ever arrives, and a side with nothing to send would wait forever. So each side
+treats ``agent_timeout`` without any message from the other as its loss
 (:class:`ChannelError`): the controller loses the node (its lanes leave the rotation, or
 the run ends, by the units' ``on_failure``), the agent stops everything it runs.
+
+What keeps an idle connection talking is one round trip per beat, and only the
+controller keeps time. Every ``agent_timeout / BEATS_PER_TIMEOUT`` seconds its
+:class:`Pacemaker` (one task for all connections, not one per agent) hands a
+:class:`Heartbeat` to every agent's outbox at once, and each agent answers every
+heartbeat it receives with one of its own (:func:`receive_within`'s ``answer``); an
+agent sends none unasked, and the controller never answers one. Each side still hears
+the other once per beat: a frozen controller sends no beats (its agents time out), a
+frozen agent answers none (the controller times it out), and a dead node or network
+silences both directions. What this saves the controller, with 128 idle agents: a
+timer task's wake-up per agent and beat, and the wake-ups of beats arriving one at a
+time (the answers arrive together, a few loop turns for all of them).
+``bench/controller_idle.py`` measures it (``BENCHMARKS.md``, issue 19).
+
+Why three beats per timeout and not more: TCP neither loses nor reorders a beat, so a
+beat only has to be *on time*, and a peer is declared lost only when a round trip is
+late by more than ``agent_timeout * (1 - 1 / BEATS_PER_TIMEOUT)``: 20 s at the default
+30 s (it was 24 s with five beats), far beyond any scheduling delay of a live process,
+while three beats cost the controller 40 % fewer messages than five.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import trio
 
 from ddsup.channel._channel import Channel
-from ddsup.channel._messages import ChannelError, Heartbeat, Message
+from ddsup.channel._messages import HEARTBEAT, ChannelError, Heartbeat, Message
 
-BEATS_PER_TIMEOUT = 5
+BEATS_PER_TIMEOUT = 3
 
 
 def beat_interval(timeout: float) -> float:
@@ -25,21 +44,54 @@ def beat_interval(timeout: float) -> float:
     return timeout / BEATS_PER_TIMEOUT
 
 
-async def send_heartbeats(put: Callable[[Message], None], silence: float) -> None:
-    """Hand a :class:`Heartbeat` to ``put`` (a connection's ordered outbox) until cancelled;
-    ``silence`` is what the peer tolerates (``agent_timeout``)."""
-    while True:
-        put(Heartbeat())
-        await trio.sleep(beat_interval(silence))
+class Pacemaker:
+    """The controller's one clock for the heartbeats of every agent connection.
+
+    A connection joins with :meth:`beating` (its outbox's ``put``) for as long as it
+    lasts; :meth:`run` hands each a heartbeat every :func:`beat_interval`, all in one
+    loop turn, so the controller wakes once per beat for all its agents.
+    """
+
+    def __init__(self, silence: float) -> None:
+        self.interval = beat_interval(silence)
+        self._outboxes: dict[int, Callable[[Message], None]] = {}
+        self._next = 0
+
+    @contextlib.contextmanager
+    def beating(self, put: Callable[[Message], None]) -> Iterator[None]:
+        """Beat on the connection whose ordered outbox ``put`` feeds, until the block ends."""
+        self._next += 1
+        key = self._next
+        self._outboxes[key] = put
+        try:
+            yield
+        finally:
+            del self._outboxes[key]
+
+    async def run(self) -> None:
+        """Beat until cancelled (the controller's lifetime)."""
+        while True:
+            await trio.sleep(self.interval)
+            for put in list(self._outboxes.values()):
+                put(HEARTBEAT)
 
 
-async def receive_within(channel: Channel, silence: float, peer: str) -> Message | None:
+async def receive_within(
+    channel: Channel,
+    silence: float,
+    peer: str,
+    *,
+    answer: Callable[[Message], None] | None = None,
+) -> Message | None:
     """The next message other than a heartbeat; ChannelError after ``silence`` seconds
-    without any message."""
+    without any message. ``answer`` (the agent's ordered outbox) gets a heartbeat back for
+    every heartbeat received: the controller's beats are round trips."""
     while True:
         with trio.move_on_after(silence):
             message = await channel.receive()
             if not isinstance(message, Heartbeat):
                 return message
+            if answer is not None:
+                answer(HEARTBEAT)
             continue
         raise ChannelError(f"no word from {peer} for {silence:g}s (unreachable or hung)")

@@ -10,7 +10,8 @@ that connection: no other module handles the protocol as dictionaries. Who sends
     controller → agent      Setup, Start, Stop, Restart, SignalInstances, Kill, Shutdown,
                             TakeDown, Resume, FailHeld (a multi-node replica's restart)
     agent → controller      PreflightReport, EventReport, Signalled, AgentStopped
-    controller ⇄ agent      Heartbeat (every agent_timeout / 5, so that silence means loss)
+    controller ⇄ agent      Heartbeat (every agent_timeout / 3 from the controller, each
+                            answered by the agent: silence means loss; ``_heartbeat``)
     controller → endpoint   EndpointSetup (first), LanesUpdate (every ready lane), then
                             LanesChanged (the lanes that came and went) on every change
     endpoint → controller   LaneDrained (a lane out of the rotation has nothing in flight)
@@ -92,6 +93,9 @@ class Heartbeat:
     """Nothing to say but "still here": both sides of an agent's connection send it."""
 
     op: ClassVar[str] = "heartbeat"
+
+
+HEARTBEAT = Heartbeat()  # it has no fields: one instance serves every beat
 
 
 @dataclass(frozen=True)

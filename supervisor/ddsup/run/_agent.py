@@ -17,13 +17,14 @@ import contextlib
 import math
 import os
 import reprlib
+from collections.abc import Callable
 from pathlib import Path
 
 import trio
 
 from ddsup._errors import UsageError
 from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, connect_channel
-from ddsup.channel._heartbeat import receive_within, send_heartbeats
+from ddsup.channel._heartbeat import receive_within
 from ddsup.channel._messages import (
     AgentStopped,
     ChannelError,
@@ -185,12 +186,13 @@ async def _serve_controller(
             services.start_soon(_watch_signals, channel, runner, loop_scope)
             try:
                 mine = frozenset(p.instance for p in plan.on_node(node))
-                async with trio.open_nursery() as beats:
-                    beats.start_soon(send_heartbeats, outbox_send.send_nowait, silence)
-                    # ChannelError: the controller is gone (or broke the protocol)
-                    with contextlib.suppress(ChannelError):
-                        await _command_loop(channel, runner, services, silence, mine, held)
-                    beats.cancel_scope.cancel()
+                # the controller's heartbeats are answered through the outbox, in order
+                # with the events (``_heartbeat``); ChannelError: the controller is gone
+                # (or silent, or broke the protocol)
+                with contextlib.suppress(ChannelError):
+                    await _command_loop(
+                        channel, runner, services, silence, mine, held, outbox_send.send_nowait
+                    )
             finally:
                 held.release()
                 with trio.CancelScope(shield=True):
@@ -228,9 +230,10 @@ async def _command_loop(
     silence: float,
     mine: frozenset[str],
     held: HeldPorts,
+    answer: Callable[[Message], None],
 ) -> None:
     """The controller's commands until it says shutdown (or goes away, or is silent for
-    ``silence`` seconds: ChannelError).
+    ``silence`` seconds: ChannelError); its heartbeats are answered through ``answer``.
 
     A command that names an instance this node does not run breaks the protocol like a
     line that does not decode (ChannelError): the agent then stops what it runs. The
@@ -238,7 +241,7 @@ async def _command_loop(
     picked its own (the controller starts lanes once all reported).
     """
     while True:
-        message = await receive_within(channel, silence, "the controller")
+        message = await receive_within(channel, silence, "the controller", answer=answer)
         if message is None or isinstance(message, Shutdown):
             return
         named = message.instances if isinstance(message, _NAMING) else ()

@@ -4,8 +4,9 @@
   refused (``_inventory``); admitted, it becomes a :class:`RemoteNode` for as long as its
   connection lasts, gets :class:`Setup` (its node's part of the plan) once the run has a plan (which may wait for every
   node's inventory), and its reports become the run's inputs (preflight, events, a stop
-  signal it received); when the connection ends, or the agent says nothing (not even a
-  heartbeat) for ``agent_timeout``, :class:`AgentGone` says how;
+  signal it received); when the connection ends, or the agent says nothing (not even the
+  answer to a heartbeat) for ``agent_timeout``, :class:`AgentGone` says how; one
+  :class:`Pacemaker` beats on every agent's connection (:meth:`ControlServer.beat`);
 - the endpoint's **lane feed** is served by the :class:`LanePublisher`;
 - an **operator** (``ddsup status``, ``ddsup stop``, ``ddsup restart``) asks for a
   snapshot, a stop, or a restart (whose progress the controller reports on the same
@@ -21,12 +22,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
 from ddsup.channel._channel import Channel
-from ddsup.channel._heartbeat import receive_within, send_heartbeats
+from ddsup.channel._heartbeat import Pacemaker, receive_within
 from ddsup.channel._messages import (
     AgentStopped,
     ChannelError,
@@ -91,6 +92,15 @@ class ControlServer:
     # admission (the node's inventory; why refused, None: admitted) is ``admit``'s
     agent_timeout: float  # an agent silent this long is lost (``_heartbeat``)
     restart: Callable[[RestartRequest, Channel], Awaitable[None]]
+    pacemaker: Pacemaker = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pacemaker = Pacemaker(self.agent_timeout)
+
+    async def beat(self) -> None:
+        """The heartbeats of every agent connection, for as long as the controller serves
+        (one task for all of them: ``_heartbeat``)."""
+        await self.pacemaker.run()
 
     async def serve(self, channel: Channel, hello: Hello) -> None:
         """One authenticated connection, until it ends (ChannelError: it broke the rules)."""
@@ -112,14 +122,14 @@ class ControlServer:
         if self.stopping():  # connected after the stop began: nothing for it to run
             remote.shutdown()
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._send_to_agent, remote, channel, node)
-                nursery.start_soon(send_heartbeats, remote.put, self.agent_timeout)
-                try:
-                    reason = await self._agent_reports(channel, node)
-                except ChannelError as err:  # caught in here: a nursery would wrap it
-                    reason = f"lost the agent on {node}: {err}"
-                nursery.cancel_scope.cancel()
+            with self.pacemaker.beating(remote.put):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._send_to_agent, remote, channel, node)
+                    try:
+                        reason = await self._agent_reports(channel, node)
+                    except ChannelError as err:  # caught in here: a nursery would wrap it
+                        reason = f"lost the agent on {node}: {err}"
+                    nursery.cancel_scope.cancel()
         finally:
             if self.nodes.get(host) is remote:
                 del self.nodes[host]

@@ -215,6 +215,7 @@ class Controller:
         )
         serve = partial(serve_channel, server.serve, self.secret, host=host)
         self.control = ControlAddress(host, await nursery.start(serve))
+        nursery.start_soon(server.beat)
         self.state.save(self.state.secret, self.secret + "\n")
         self.record.listening(self.control)
 
