@@ -66,37 +66,41 @@ class Timed:
             trio.lowlevel.notify_closing(waiting_on)
 
     async def wait_readable(self, target: Waitable) -> None:
-        if self.interrupted is not None:
-            raise self._take_interruption()
+        self._raise_interruption()
         self.waiting_on = target
         try:
             await trio.lowlevel.wait_readable(target)
         except trio.ClosedResourceError:
-            if self.interrupted is not None:
-                raise self._take_interruption() from None
+            self._raise_interruption()
             raise
         finally:
             self.waiting_on = None
 
     async def wait_writable(self, target: socket.socket) -> None:
-        if self.interrupted is not None:
-            raise self._take_interruption()
+        self._raise_interruption()
         self.waiting_on = target
         try:
             await trio.lowlevel.wait_writable(target)
         except trio.ClosedResourceError:
-            if self.interrupted is not None:
-                raise self._take_interruption() from None
+            self._raise_interruption()
             raise
         finally:
             self.waiting_on = None
 
-    def _take_interruption(self) -> Exception:
-        """The interruption, no longer held: raised, it holds frames that hold ``self``,
-        and the process collects no cyclic garbage while it serves (:mod:`._gc_pacing`)."""
-        error, self.interrupted = self.interrupted, None
-        assert error is not None
-        return error
+    def _raise_interruption(self) -> None:
+        """Raise the interruption, if any, no longer held: raised, it holds frames that
+        hold ``self``, and the process collects no cyclic garbage while it serves
+        (:mod:`._gc_pacing`).
+
+        A method, not a test of ``self.interrupted`` in the wait itself: there a type
+        checker would take the field, once tested None before the ``await``, to be None
+        after it too, though another task sets it meanwhile; mypyc compiles what the
+        checker believes, and the compiled wait then failed on every interruption.
+        """
+        error = self.interrupted
+        if error is not None:
+            self.interrupted = None
+            raise error from None
 
 
 class Deadlines:

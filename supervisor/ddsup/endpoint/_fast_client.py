@@ -88,6 +88,19 @@ class _Head:
         self.close = False  # Connection: close
         self.listed = False  # Connection names more than keep-alive and close
 
+    def reset(self) -> None:
+        """Ready for the next head.
+
+        A method, not assignments at the caller: after ``proto.content_length = None`` a
+        type checker takes the field to hold None until the caller assigns it again, though
+        the parser's callbacks change it in between; mypyc compiles what the checker
+        believes, and the compiled endpoint then refused every Content-Length.
+        """
+        self.headers = []
+        self.forwarded = []
+        self.content_length = None
+        self.odd = self.close = self.listed = False
+
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
         if value[-1:] in (b" ", b"\t"):
@@ -213,8 +226,7 @@ class FastClient(Timed):
         if head_end > self.config.max_header_bytes:
             raise header_too_large(self.config.max_header_bytes)
         proto = self._proto
-        proto.headers, proto.forwarded, proto.content_length = [], [], None
-        proto.odd = proto.close = proto.listed = False
+        proto.reset()
         parser = self._parser
         try:
             parser.feed_data(buf[:head_end])
