@@ -207,7 +207,7 @@ def row(
     if args.baseline:
         old, new = medians[trees[0][0]], medians[trees[1][0]]
         line += f"  {old['request'] / new['request']:9.1f}x {old['429'] / new['429']:7.1f}x"
-    return line + f"  {medians['this tree']['resync']:12.0f}"
+    return line + f"  {medians['this tree']['resync']:12.1f}"
 
 
 if __name__ == "__main__":

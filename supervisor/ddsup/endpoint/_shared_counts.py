@@ -103,8 +103,11 @@ class SharedCounts:
 
     def add(self, slot: int, delta: int) -> None:
         """Change this process's count of ``slot`` (its own cell only)."""
-        self._view[slot * self.rows + self.row] += delta
-        self._note(slot)
+        view, head = self._view, self._head
+        view[slot * self.rows + self.row] += delta
+        done = view[head]  # then the journal (see the module docstring), inline: per request
+        view[head + 1 + (done & _MASK)] = slot
+        view[head] = done + 1
 
     def total(self, slot: int) -> int:
         """The count of ``slot`` over every row (see the module docstring for its bound)."""
