@@ -19,13 +19,13 @@ through the shared table's journals (:meth:`SharedCounts.changes`), samples thro
 lane table (:attr:`LaneTable.sampled`), the set of lanes through its
 :attr:`LaneTable.generation`, ends of ejections and of fresh samples from two heaps by
 time. It re-reads everything when it may have missed something (a journal overrun, the
-lanes changed, another limit) and once a second, which bounds any error a missed
-journal entry could cause (the module docstring of :mod:`._shared_counts` says when one
-can be) to a second. With several workers the index sees each lane's total as of the
+lanes changed, another limit) and once a second, which bounds to a second any error
+from a journal entry read before the change it records (:mod:`._shared_counts` says
+when that can happen). With several workers the index sees each lane's total as of the
 moment it read the journal at the start of the choice, and may miss the change another
 worker makes at that very moment: the bound the pass had, ``workers - 1``.
-Small tables are walked: under :data:`WALK_UP_TO` lanes the pass is cheaper than keeping
-the index.
+A name with at most :data:`WALK_UP_TO` lanes is walked: a short pass costs less than
+reading the journals.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from operator import attrgetter
 
 from ddsup.endpoint._lanes import LaneState, LaneTable
 
-WALK_UP_TO = 16  # lanes in the table; at most this many, the pass is cheaper
+WALK_UP_TO = 16  # lanes of a name; at most this many, the pass is cheaper
 RESYNC_EVERY = 1.0  # seconds: the index re-reads every lane at least this often
 EJECTED = -1  # LaneState.level of a lane out of the buckets: ejected ...
 FULL = -2  # ... or a fresh sample of its queue says it has no room

@@ -35,7 +35,11 @@ changes so far. A reader that keeps an index of the lanes by their counts
 and re-reads only those slots, so that it follows every worker's changes at a cost that
 does not grow with the number of lanes. The writer stores the count, then the slot into
 the ring, then the number of changes; a reader that finds more than :data:`JOURNAL`
-changes since it last looked has lost some, and re-reads everything (``None``).
+changes since it last looked has lost some, and re-reads everything (``None``). On
+x86-64 stores are seen in the order they were made, so a reader that sees the number
+sees the entry and the count; aarch64 may reorder them (CPython has no barrier to
+offer), and a reader may then read an entry before its count or an old entry: it misses
+that change until the slot changes again or it re-reads everything (once a second).
 :meth:`SharedCounts.mark` stores a cell without a journal entry (the per-request
 ``BEGUN`` mark, which no index reads).
 """
