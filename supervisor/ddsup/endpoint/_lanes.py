@@ -63,10 +63,13 @@ class LaneState:
 
     __slots__ = (
         "_cell",
-        "_set_cell",
+        "_mark",
+        "_sampled",
         "counts",
         "info",
+        "level",
         "names",
+        "order",
         "pool",
         "sampled_at",
         "slot",
@@ -74,7 +77,13 @@ class LaneState:
     )
 
     def __init__(
-        self, info: LaneInfo, max_idle: int, counts: SharedCounts, slot: int, learned: Names
+        self,
+        info: LaneInfo,
+        max_idle: int,
+        counts: SharedCounts,
+        slot: int,
+        learned: Names,
+        sampled: list[LaneState] | None = None,
     ) -> None:
         self.info = info
         self.counts = counts
@@ -83,8 +92,11 @@ class LaneState:
         self.waiting: int | None = None  # vllm:num_requests_waiting, None = no good sample
         self.sampled_at = float("-inf")
         self.pool = ConnectionPool(info.url, max_idle, info.api_key)
+        self.order = 0  # its place in the table's order, and ...
+        self.level = -3  # ... in the choice's index (both kept by ._admission.Admission)
+        self._sampled = sampled  # LaneTable.sampled
         self._cell = counts.cell
-        self._set_cell = counts.set_cell
+        self._mark = counts.mark
 
     @property
     def ejected_until(self) -> int:
@@ -104,7 +116,7 @@ class LaneState:
         in flight rarely, samples it on its next tick even when the request is over by then.
         """
         self.counts.add(self.slot, 1)
-        self._set_cell(self.slot, BEGUN, 1)
+        self._mark(self.slot, BEGUN, 1)
 
     def take_begun(self) -> bool:
         """Whether a request began since the last call (any worker's); clears the mark.
@@ -115,7 +127,7 @@ class LaneState:
         """
         if not self._cell(self.slot, BEGUN):
             return False
-        self._set_cell(self.slot, BEGUN, 0)
+        self._mark(self.slot, BEGUN, 0)
         return True
 
     def end(self) -> None:
@@ -135,6 +147,9 @@ class LaneState:
         """A good sample (``waiting``), or ``None`` when the lane's /metrics failed."""
         self.waiting = waiting
         self.sampled_at = now
+        sampled = self._sampled
+        if sampled is not None and len(sampled) < LaneTable.SAMPLED_MAX:
+            sampled.append(self)
 
 
 class LaneTable:
@@ -143,7 +158,15 @@ class LaneTable:
     A model stays known after its last lane leaves, so requests for it get "no ready
     lane" (503, retry later) rather than "unknown model" (404, a client bug); so does
     every other name a lane ever answered to.
+
+    The index that chooses a lane for a request (:class:`~._admission.Admission`, one
+    per process) follows the table's changes through :attr:`generation`, which every
+    change of the set of lanes or of their names moves on, and :attr:`sampled`, the lanes
+    whose queue sample changed since it last looked (at most :data:`SAMPLED_MAX`: more,
+    and it re-reads them all).
     """
+
+    SAMPLED_MAX = 1 << 14
 
     def __init__(
         self,
@@ -166,6 +189,8 @@ class LaneTable:
         self.on_change: Callable[[], None] | None = None  # called after every change
         self._change = trio.Event()
         self.on_retired: Callable[[LaneState], None] | None = None  # a lane left the rotation
+        self.generation = 0
+        self.sampled: list[LaneState] = []
         self.set_ready(lanes)
 
     def slot_of(self, lane: LaneInfo) -> int:
@@ -234,7 +259,8 @@ class LaneTable:
 
     def _state(self, lane: LaneInfo) -> LaneState:
         learned = self._learned.get(lane, ())
-        return LaneState(lane, self._max_idle, self.counts, self.slot_of(lane), learned)
+        slot = self.slot_of(lane)
+        return LaneState(lane, self._max_idle, self.counts, slot, learned, self.sampled)
 
     def remove(self, instance: str) -> None:
         """One lane stopped being ready; unknown names are ignored (the feed may repeat)."""
@@ -312,6 +338,7 @@ class LaneTable:
         self._by_slot = {state.slot: state for state in self._lanes.values()}
         self._names.update(by_name)
         self._names.update(self._models)
+        self.generation += 1
         self._changed()
 
     def ready(self, name: str) -> tuple[LaneState, ...]:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ddsup.endpoint._admission import choose
+from ddsup.endpoint._admission import Admission
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientConnection, Framing, Request
 from ddsup.endpoint._deadlines import Deadlines, Expired
@@ -125,6 +125,7 @@ class Proxy:
         self.metrics = metrics
         self.deadlines = deadlines
         self.ejection = Ejection(config.eject_after, config.eject_for, metrics)
+        self.admission = Admission(lanes)
 
     async def forward(self, client: ClientConnection, request: Forward, model: str) -> int:
         """Serve ``request`` from a lane of ``model``; the status sent, or an :class:`ApiError`."""
@@ -132,8 +133,8 @@ class Proxy:
         tried: list[str] = []
         failures: list[Failure] = []
         for attempt in range(config.retries + 1):
-            lane = choose(
-                self.lanes.ready(model),
+            lane = self.admission.choose(
+                model,
                 tried,
                 limit=config.max_queue_per_lane,
                 now=time.monotonic(),

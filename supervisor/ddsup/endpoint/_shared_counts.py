@@ -27,6 +27,21 @@ worker's rotation, and the mark a worker sets when it sends the lane a request, 
 sampler reads and clears (:mod:`._metrics_sampler`). Several writers may race on them;
 each store is still whole, so the worst a race does is lose one update of a failure count
 (documented with ejection) or one mark (documented with the sampler).
+
+Last, each row has a journal: a ring of the last :data:`JOURNAL` slots its writer
+changed (a count, or a cell through :meth:`SharedCounts.set_cell`) and the number of
+changes so far. A reader that keeps an index of the lanes by their counts
+(:mod:`._admission`) reads the journals since it last looked (:meth:`SharedCounts.changes`)
+and re-reads only those slots, so that it follows every worker's changes at a cost that
+does not grow with the number of lanes. The writer stores the count, then the slot into
+the ring, then the number of changes; a reader that finds more than :data:`JOURNAL`
+changes since it last looked has lost some, and re-reads everything (``None``). On
+x86-64 stores are seen in the order they were made, so a reader that sees the number
+sees the entry and the count; aarch64 may reorder them (CPython has no barrier to
+offer), and a reader may then read an entry before its count or an old entry: it misses
+that change until the slot changes again or it re-reads everything (once a second).
+:meth:`SharedCounts.mark` stores a cell without a journal entry (the per-request
+``BEGUN`` mark, which no index reads).
 """
 
 from __future__ import annotations
@@ -37,17 +52,19 @@ import os
 SLOTS = 1 << 16  # distinct lanes over the endpoint's lifetime, plus slot 0
 ACTIVE = 0  # the slot of requests in flight at all
 CELLS = 4  # shared cells per slot, after the counts (see the module docstring)
+JOURNAL = 1 << 12  # slots in each row's ring of recent changes (a power of two)
+_MASK = JOURNAL - 1
 _ITEM = 8  # bytes per count (signed 64 bit)
 
 
 def _size(rows: int) -> int:
-    return (rows + CELLS) * SLOTS * _ITEM
+    return ((rows + CELLS) * SLOTS + rows * (1 + JOURNAL)) * _ITEM
 
 
 class SharedCounts:
     """One view of the table: ``rows`` rows, of which this process writes ``row``."""
 
-    __slots__ = ("_cells", "_map", "_view", "fd", "row", "rows")
+    __slots__ = ("_cells", "_head", "_map", "_view", "fd", "row", "rows")
 
     def __init__(self, fd: int | None, rows: int, row: int) -> None:
         """Map the table in ``fd`` (``None``: private memory, for a single process)."""
@@ -58,7 +75,19 @@ class SharedCounts:
         self.row = row
         self._map = mmap.mmap(-1 if fd is None else fd, _size(rows))
         self._view = memoryview(self._map).cast("q")
-        self._cells = self._view[rows * SLOTS :]
+        self._cells = self._view[rows * SLOTS : (rows + CELLS) * SLOTS]
+        self._head = self._journal(row)  # this row's count of changes; its ring follows
+
+    def _journal(self, row: int) -> int:
+        """Where ``row``'s count of changes is; its ring is the :data:`JOURNAL` items after."""
+        return (self.rows + CELLS) * SLOTS + row * (1 + JOURNAL)
+
+    def _note(self, slot: int) -> None:
+        """Journal a change of ``slot`` (after the change itself: see the docstring)."""
+        view, head = self._view, self._head
+        done = view[head]
+        view[head + 1 + (done & _MASK)] = slot
+        view[head] = done + 1
 
     @classmethod
     def private(cls) -> SharedCounts:
@@ -78,7 +107,11 @@ class SharedCounts:
 
     def add(self, slot: int, delta: int) -> None:
         """Change this process's count of ``slot`` (its own cell only)."""
-        self._view[slot * self.rows + self.row] += delta
+        view, head = self._view, self._head
+        view[slot * self.rows + self.row] += delta
+        done = view[head]  # then the journal (see the module docstring), inline: per request
+        view[head + 1 + (done & _MASK)] = slot
+        view[head] = done + 1
 
     def total(self, slot: int) -> int:
         """The count of ``slot`` over every row (see the module docstring for its bound)."""
@@ -93,7 +126,44 @@ class SharedCounts:
         return self._cells[slot * CELLS + cell]
 
     def set_cell(self, slot: int, cell: int, value: int) -> None:
+        """Store shared cell ``cell`` of ``slot``, journaled (see the module docstring)."""
         self._cells[slot * CELLS + cell] = value
+        self._note(slot)
+
+    def mark(self, slot: int, cell: int, value: int) -> None:
+        """Store shared cell ``cell`` of ``slot`` without a journal entry."""
+        self._cells[slot * CELLS + cell] = value
+
+    def heads(self) -> list[int]:
+        """Every row's count of changes so far: where a new reader starts (:meth:`changes`)."""
+        return [self._view[self._journal(row)] for row in range(self.rows)]
+
+    def changes(self, seen: list[int]) -> list[int] | None:
+        """The slots changed in any row since ``seen`` (each row's count of changes, as
+        :meth:`heads` gave it and this call moves on), or ``None`` when some were lost.
+
+        A slot may come more than once, or be one whose change a reader saw already: the
+        reader re-reads the slots, which is harmless.
+        """
+        view = self._view
+        slots: list[int] = []
+        for row in range(self.rows):
+            head = self._journal(row)
+            done, last = view[head], seen[row]
+            if done == last:
+                continue
+            if done - last > JOURNAL:
+                return None
+            first, end = head + 1 + (last & _MASK), head + 1 + (done & _MASK)
+            if first < end:
+                slots += view[first:end].tolist()
+            else:  # the ring wrapped
+                slots += view[first : head + 1 + JOURNAL].tolist()
+                slots += view[head + 1 : end].tolist()
+            if view[head] - last > JOURNAL:  # overwritten while read
+                return None
+            seen[row] = done
+        return slots
 
     def close(self) -> None:
         self._cells.release()
