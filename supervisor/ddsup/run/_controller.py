@@ -1,7 +1,10 @@
 """``ddsup start``: the controller of one run, a thin trio shell around :class:`RunState`.
 
 Order: plan → state dir → agents (preflight on every node) → lanes (staggered per node) →
-endpoint once ``min_ready`` lanes of each model are ready → worker. When the nodes' GPUs
+endpoint once ``min_ready`` lanes of each model are ready → worker. The agents were
+launched before this module was imported (``_head_start``): the controller takes over
+their processes, the containment, the signal receiver and the bound control socket
+(:class:`HeadStart`), so the agents' start-up overlaps its own. When the nodes' GPUs
 are theirs to say (``Allocation.gpus_from_agents``: Slurm, or this machine's GPUs shared
 out among simulated nodes), the agents come first, on every node, and the plan is made
 from what each one reports (``_inventory``); until then the run's state has an empty
