@@ -15,7 +15,6 @@ from typing import NoReturn
 
 from ddsup import __version__
 from ddsup._errors import EXIT_NO_PERMISSION, EXIT_USAGE, DdsupError
-from ddsup._lazy import imports_without_gc
 
 # subcommand → (module, help). The order here is the order of ``ddsup --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -103,8 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ddsup`` script and ``python -m ddsup``."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     wanted = [a for a in args_list if a in COMMANDS][:1]
-    with imports_without_gc():  # the command's module and all it imports
-        parser = build_parser(wanted or ())
+    parser = build_parser(wanted or ())
     args = parser.parse_args(args_list)
     try:
         status = _function(args.command, "run")(args)

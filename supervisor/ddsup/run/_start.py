@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 import trio
 
 from ddsup._errors import UnitFileError, UsageError
-from ddsup._lazy import imports_without_gc
 from ddsup.plan._resolve import AllocationRequest, LauncherChoice
 from ddsup.record._state_dir import StateDir, create_state_dir
 from ddsup.run._head_start import head_start
@@ -157,9 +156,7 @@ async def _run(prepared: PreparedRun, state: StateDir) -> int:
     """The head start (agents launched), then the controller, imported only now."""
     head = await head_start(prepared, state)
     try:
-        with imports_without_gc():
-            module = importlib.import_module(CONTROLLER_MODULE)
-        controller: type[Controller] = module.Controller
+        controller: type[Controller] = importlib.import_module(CONTROLLER_MODULE).Controller
         return await controller(prepared, state, head).main()
     finally:
         await head.aclose()  # a no-op once the controller has closed what it took over
