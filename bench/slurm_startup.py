@@ -18,10 +18,12 @@ timestamp just before ``exec``. From it and ``events.jsonl``:
   the slowest lane's own exec → listening (its process start time, from ``/proc``, to the
   moment it bound its port, which it writes down): everything ddsup adds before the
   user's work begins, its own Python start-up included (goal ≤ 1 s);
-- split into *exec → run starting* (the controller's Python start-up), *run starting →
-  srun spawned*, *srun spawned → last agent forked*, *last agent forked → first lane
-  start* (the agents' Python start-up, connect, set-up, preflight), the lanes, and
-  *after the last ready* (until the worker starts);
+- split into *exec → srun spawned* (what ``ddsup start`` does before it launches the
+  agents), *exec → run starting* (its whole Python start-up: since the head start, the
+  controller is imported after the agents' step is spawned, so this overlaps the next
+  rows), *srun spawned → last agent forked*, *last agent forked → first lane start* (the
+  agents' Python start-up, connect, set-up, preflight), the lanes, and *after the last
+  ready* (until the worker starts);
 - **overhead from run starting** = (``run starting`` → worker ``starting``) minus the
   slowest lane's own ``starting`` → ``ready``: the figure BENCHMARKS.md gave before,
   which leaves out ``ddsup start``'s own start-up.
@@ -160,8 +162,8 @@ def _startup_run(cluster: SlurmCluster, root: Path, ddsup: Install) -> dict[str,
     own = max(listening[i] - lane_exec[i] for i in lanes)  # fork/exec → listening
     return {
         "overhead, end to end (exec → worker − lane's own)": worker - exec_time - own,
+        "  exec → srun spawned": srun - exec_time,
         "  exec → run starting (controller start-up)": start - exec_time,
-        "  run starting → srun spawned": srun - start,
         "  srun spawned → last agent forked": agents - srun,
         "  last agent forked → first lane start (its start-up)": first_lane - agents,
         "  first lane start → last ready": last_ready - first_lane,

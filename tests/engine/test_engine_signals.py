@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from support import procs
 from support.polls import until
 from support.runs import PY, run_start, running
 from support.unit_dirs import UnitDir
@@ -53,6 +54,36 @@ async def test_stop_signal_stops_gracefully(tmp_path: Path, signum: int, code: i
     assert done.transitions("svc", "exited")[0]["exit"] == {"signal": "SIGTERM"}
     # reverse order: the worker is down before the service it started after
     assert done.times("worker", "exited")[0] <= done.times("svc", "stopping")[0]
+
+
+def _agents_of(pid: int) -> list[int]:
+    return [
+        child
+        for child in procs.pids()
+        if procs.parent(child) == pid and procs.cmdline(child)[1:4] == ["-m", "ddsup", "agent"]
+    ]
+
+
+@pytest.mark.slow  # a node agent: a few seconds
+async def test_stop_signal_while_the_controller_starts_stops_gracefully(tmp_path: Path) -> None:
+    """The agents are launched before ``ddsup start`` imports its controller (its head
+    start); a SIGTERM then (a scancel during the start-up) waits in the signal receiver
+    opened before the launch, and the run stops as it would later: 143, result.json,
+    no process left (the conftest checks). Without that receiver, the default action
+    killed ``ddsup start`` mid-start."""
+    units = UnitDir(tmp_path / "units")
+    lane = {"model": "m", "gpus": 1, "port": "auto"}
+    units.add("lane@", "lane", ["sleep", "60"], lane=lane)
+    async with running(units, tmp_path / "state", "--gpus-per-node", "1") as run:
+        pid = run.process.pid
+        # no event says "the agent was spawned": a bounded poll of /proc, signal at once
+        await until(lambda: _agents_of(pid), "ddsup start's agent", interval=0.002)
+        run.signal(signal.SIGTERM)
+        done = await run.wait()
+    assert done.returncode == 143, done.describe()
+    result = done.result()
+    assert (result["status"], result["exit_code"]) == ("stopped", 143), result
+    assert "SIGTERM" in result["cause"]["reason"]
 
 
 async def test_term_ignoring_unit_is_killed_after_timeout_stop(tmp_path: Path) -> None:

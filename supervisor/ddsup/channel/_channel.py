@@ -12,24 +12,18 @@ does not decode, or is longer than the channel's ``max_line``, ends its connecti
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 import trio
 
 from ddsup.channel._codec import decode, encode
+from ddsup.channel._hello import ADDRESS_ENV as ADDRESS_ENV
+from ddsup.channel._hello import SECRET_ENV as SECRET_ENV
+from ddsup.channel._hello import new_secret as new_secret
 from ddsup.channel._messages import MAX_LINE, ChannelError, Hello, Message
 
 RECEIVE_SIZE = 65536
-
-SECRET_ENV = "DDSUP_CONTROL_SECRET"
-ADDRESS_ENV = "DDSUP_CONTROL_ADDRESS"
-
-
-def new_secret() -> str:
-    return secrets.token_hex(32)
-
 
 M = TypeVar("M")
 

@@ -10,6 +10,7 @@ sections they carry; ``_messages`` re-exports these names.
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -20,6 +21,18 @@ from ddsup._errors import DdsupError
 # (``_server``). Here, not in ``_channel``, so that the blocking client imports no trio.
 MAX_LINE = 16 * 1024 * 1024
 MAX_NAME = 255  # a node name (a hostname) in a hello or a report
+
+# Where a run's processes reach ``ddsup start`` and how they authenticate (their
+# environment, never argv). Here, not in ``_channel``, so that ``ddsup start`` can launch
+# its agents before it imports the channel's messages and codec (``run._head_start``).
+SECRET_ENV = "DDSUP_CONTROL_SECRET"
+ADDRESS_ENV = "DDSUP_CONTROL_ADDRESS"
+
+
+def new_secret() -> str:
+    """256 random bits as hex: ``secrets.token_hex(32)`` is this, and ``ddsup status``
+    (which imports this module) need not import ``secrets``."""
+    return os.urandom(32).hex()
 
 
 class ChannelError(DdsupError):

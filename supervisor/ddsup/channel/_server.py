@@ -72,17 +72,18 @@ async def serve_channel(
     *,
     host: str = "127.0.0.1",
     limits: ServerLimits = ServerLimits(),
+    listener: trio.SocketListener | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Accept authenticated connections on ``host`` and run ``handler(channel, hello)``.
 
     Listens on one address (``host`` is resolved to its first), on a port the kernel
-    picks, which ``task_status`` reports.
+    picks, which ``task_status`` reports; or on ``listener``, bound before (``ddsup
+    start`` binds it before it launches its agents: connections wait in its backlog until
+    this serves them), which this then owns and closes.
     """
-    listeners = await trio.open_tcp_listeners(0, host=host)
-    listener, others = listeners[0], listeners[1:]
-    for other in others:
-        await other.aclose()
+    if listener is None:
+        listener = await open_listener(host)
     gate = _Gate(limits)
     connection = _Connection(handler, secret.encode(), gate)
     async with listener, trio.open_nursery() as nursery:
@@ -91,6 +92,14 @@ async def serve_channel(
         while True:
             stream = await accepting.next()
             nursery.start_soon(connection.serve, stream)
+
+
+async def open_listener(host: str) -> trio.SocketListener:
+    """A listener on ``host`` (its first address) at a port the kernel picks."""
+    listeners = await trio.open_tcp_listeners(0, host=host)
+    for other in listeners[1:]:
+        await other.aclose()
+    return listeners[0]
 
 
 @dataclass

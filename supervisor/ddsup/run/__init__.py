@@ -1,12 +1,14 @@
 """One run: the controller of ``ddsup start``, the node agents, and the run's decisions.
 
-``_options`` (the command line as a value), ``_start`` (the command), ``_run_inputs``
+``_options`` (the command line as a value), ``_start`` (the command), ``_head_start``
+(what it does before it imports the controller: the agents launched), ``_run_inputs``
 and ``_run_state`` (what the run hears and decides: pure), ``_replicas`` (a multi-node
 replica lives and dies as one), ``_ordering`` (start and stop order), ``_controller``
 (the trio shell that feeds the state and carries out its decisions), ``_connections``
 (agents, the lane feed, operators), ``_nodes`` (``LocalNode``/``RemoteNode``),
 ``_node_runner`` (the services of one node), ``_agents`` and ``_launcher`` (the agent
-processes: local or srun), ``_agent`` and ``_preflight`` (a node agent), ``_signals``,
+processes: local or srun), ``_agent`` and ``_preflight`` (a node agent; ``_run_facts`` and
+``_agent_setup``: what it is given), ``_signals``,
 ``_lane_rotation`` (ready lanes and the endpoint's rotation, kept per event),
 ``_lane_feed`` (the endpoint's settings and ready lanes), ``_console`` (what
 ``ddsup start`` prints), ``_open_files`` (its file limit for K agents), ``_process_end``

@@ -1,7 +1,8 @@
 """The processes that host the node agents: launched, watched, shut down, killed.
 
 A launcher starts them (one local process per simulated node, or one ``srun`` step for
-all); an agent then connects back and becomes a :class:`~ddsup.run._nodes.RemoteNode`.
+all), in ``ddsup start``'s head start (``_head_start``), and the fleet adopts them; an
+agent then connects back and becomes a :class:`~ddsup.run._nodes.RemoteNode`.
 The processes themselves are owned here: one task waits for each, and its end while the
 run is not stopping ends the run. Which agents are admitted, and what each reported of its
 node, is the fleet's :class:`~ddsup.run._inventory.NodeInventory`.
@@ -48,16 +49,14 @@ class AgentFleet:
         self.processes: list[AgentProcess] = []
         self.inventory = NodeInventory()
 
-    async def launch(
-        self,
-        nodes: Sequence[str],
-        env: Mapping[str, str],
-        nursery: trio.Nursery,
-        feed: Callable[[Input], None],
-    ) -> None:
-        """Start the agents of ``nodes``; a task in ``nursery`` waits for each process."""
+    def adopt(self, nodes: Sequence[str], processes: Sequence[AgentProcess]) -> None:
+        """The agents of ``nodes``, launched in ``ddsup start``'s head start (``_head_start``):
+        from now on their hellos are expected (``inventory``) and their processes ours."""
         self.inventory.expect(nodes)
-        self.processes = await self.launcher.launch(nodes, env, self.state)
+        self.processes = list(processes)
+
+    def watch(self, nursery: trio.Nursery, feed: Callable[[Input], None]) -> None:
+        """A task in ``nursery`` waits for each process; its end is the run's input."""
         for agent in self.processes:
             nursery.start_soon(self._watch, agent, feed)
 

@@ -1,7 +1,10 @@
 """``ddsup start``: the controller of one run, a thin trio shell around :class:`RunState`.
 
 Order: plan → state dir → agents (preflight on every node) → lanes (staggered per node) →
-endpoint once ``min_ready`` lanes of each model are ready → worker. When the nodes' GPUs
+endpoint once ``min_ready`` lanes of each model are ready → worker. The agents were
+launched before this module was imported (``_head_start``): the controller takes over
+their processes, the containment, the signal receiver and the bound control socket
+(:class:`HeadStart`), so the agents' start-up overlaps its own. When the nodes' GPUs
 are theirs to say (``Allocation.gpus_from_agents``: Slurm, or this machine's GPUs shared
 out among simulated nodes), the agents come first, on every node, and the plan is made
 from what each one reports (``_inventory``); until then the run's state has an empty
@@ -20,18 +23,16 @@ from __future__ import annotations
 
 import itertools
 import os
-import uuid
 from functools import partial
 
 import trio
 
 from ddsup._errors import DdsupError, PreflightError, ResultStatus
-from ddsup.channel._channel import Channel, new_secret
-from ddsup.channel._messages import Inventory, RestartRequest, Setup
+from ddsup.channel._channel import Channel
+from ddsup.channel._messages import EndpointSetup, Inventory, RestartRequest, Setup
 from ddsup.channel._server import serve_channel
 from ddsup.plan._model import Plan
 from ddsup.plan._resolve import Allocation, LauncherKind, plan_for
-from ddsup.process import open_containment
 from ddsup.record._events import (
     RunFinished,
     RunStarting,
@@ -40,25 +41,18 @@ from ddsup.record._events import (
 from ddsup.record._outcome import Outcome
 from ddsup.record._state_dir import ControlAddress, StateDir
 from ddsup.record._status import RunSnapshot
+from ddsup.run._agent_setup import agent_setup
 from ddsup.run._agents import AgentFleet
 from ddsup.run._connections import ControlServer
 from ddsup.run._console import Console
-from ddsup.run._control_host import control_host
+from ddsup.run._head_start import HeadStart
 from ddsup.run._lane_feed import LanePublisher
-from ddsup.run._launcher import CONTROLLER, launcher_for
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import NODE_DECISIONS, LocalNode, RunNode, deliver
-from ddsup.run._open_files import ensure_open_files, open_files_needed
 from ddsup.run._options import Verbosity
 from ddsup.run._prepare import PreparedRun
 from ddsup.run._restart_requests import serve_restart
-from ddsup.run._run_facts import (
-    RunFacts,
-    agent_environment,
-    agent_setup,
-    feed_environment,
-    run_context,
-)
+from ddsup.run._run_facts import RunFacts, feed_environment, run_context
 from ddsup.run._run_inputs import (
     AwaitDrain,
     Decision,
@@ -81,7 +75,7 @@ from ddsup.run._run_inputs import (
 from ddsup.run._run_record import RunRecord
 from ddsup.run._run_state import RunState
 from ddsup.run._signals import watch_signals
-from ddsup.run._slurm_job import attempt_of, settle_requeue
+from ddsup.run._slurm_job import settle_requeue
 from ddsup.run._walltime import JobEnd, early_stops
 from ddsup.units._model import UnitSet, UnitType
 
@@ -93,12 +87,13 @@ STOP_GRACE = 10.0  # beyond a level's longest timeout_stop, for reports to come 
 class Controller:
     """Owns one run from plan to result."""
 
-    def __init__(self, prepared: PreparedRun, state: StateDir) -> None:
+    def __init__(self, prepared: PreparedRun, state: StateDir, head: HeadStart) -> None:
         self.prepared = prepared
         self.options = prepared.options
         self.state = state
-        self.invocation_id = uuid.uuid4().hex
-        self.secret = new_secret()
+        self.head = head  # what ddsup start set up (agents launched) before importing this
+        self.invocation_id = head.invocation_id
+        self.secret = head.secret
         self.console = Console(
             verbose=self.options.verbosity is Verbosity.VERBOSE,
             quiet=self.options.verbosity is Verbosity.QUIET,
@@ -126,9 +121,14 @@ class Controller:
         self._changed = trio.Event()  # set (and replaced) after every input
         self._preflight_done = trio.Event()
         self._fleet: AgentFleet | None = None
+        if head.launcher is not None:  # before the channel serves: their hellos are expected
+            self._fleet = AgentFleet(head.launcher, state, self.invocation_id)
+            self._fleet.adopt(head.nodes, head.agents)
         self._local: NodeRunner | None = None
         # the current RunState's lanes: an agents-first run replaces it once it has a plan
-        self._lanes = LanePublisher(prepared.endpoint, lambda: self.run.ready_lanes())
+        section = prepared.endpoint
+        setup = None if section is None else EndpointSetup(section)
+        self._lanes = LanePublisher(setup, lambda: self.run.ready_lanes())
         self._tasks: trio.Nursery | None = None  # for tasks a decision starts (drain waits)
         self._tickets = itertools.count(1)
         slurm = self.launcher is LauncherKind.SLURM
@@ -170,21 +170,25 @@ class Controller:
     async def _supervise(
         self, units: UnitSet, allocation: Allocation, lanes: LanePublisher
     ) -> None:
-        host = await control_host(allocation, os.environ)
-        # every no-orphan layer (docs/no-orphans.md), opened once, closed at the very end
-        async with open_containment(
-            self.invocation_id, state_dir=self.state.path, name=CONTROLLER, root=True
-        ) as containment:
+        head = self.head
+        if head.listener is None:  # the control address did not resolve: nothing started
+            assert head.failed is not None
+            await head.aclose()
+            raise head.failed
+        # every no-orphan layer (docs/no-orphans.md) and the signal receiver, opened by the
+        # head start (before the agents were launched), closed at the very end
+        async with head.resources:
+            containment = head.containment
             self.record.contained(containment)
             async with trio.open_nursery() as nursery:
                 self._tasks = nursery
                 forwarded = {s for u in units.units for s in u.service.forward_signals}
                 forward = lambda signum: self.feed(SignalToForward(signum))  # noqa: E731
                 stop = lambda signum: self.feed(StopSignalled(signum))  # noqa: E731
-                nursery.start_soon(watch_signals, forwarded, forward, stop)
+                nursery.start_soon(watch_signals, head.signals, forwarded, forward, stop)
                 nursery.start_soon(self.console.run)
                 nursery.start_soon(self.job_end.watch, early_stops(units), self.feed)
-                await self._open_control(nursery, lanes, host)
+                await self._open_control(nursery, lanes, head.listener)
                 async with trio.open_nursery() as services:
                     self._services = services
                     if self._has_plan:
@@ -199,8 +203,10 @@ class Controller:
         if containment.survivors:
             self.record.write(SweepLeftSurvivors(pids=tuple(containment.survivors)))
 
-    async def _open_control(self, nursery: trio.Nursery, lanes: LanePublisher, host: str) -> None:
-        """Listen for agents, the endpoint's feed and operators; say where in run.json."""
+    async def _open_control(
+        self, nursery: trio.Nursery, lanes: LanePublisher, listener: trio.SocketListener
+    ) -> None:
+        """Serve the agents, the endpoint's feed and operators; say where in run.json."""
         server = ControlServer(
             feed=self.feed,
             admit=self._admit,
@@ -213,8 +219,9 @@ class Controller:
             agent_timeout=self.options.agent_timeout,
             restart=self._serve_restart,
         )
-        serve = partial(serve_channel, server.serve, self.secret, host=host)
-        self.control = ControlAddress(host, await nursery.start(serve))
+        serve = partial(serve_channel, server.serve, self.secret, listener=listener)
+        await nursery.start(serve)
+        self.control = self._facts().control
         nursery.start_soon(server.beat)
         self.state.save(self.state.secret, self.secret + "\n")
         self.record.listening(self.control)
@@ -222,30 +229,22 @@ class Controller:
     async def _until_ended(self, units: UnitSet, allocation: Allocation) -> None:
         """Start everything in order, then wait until something ends the run."""
         async with trio.open_nursery() as starters:
-            starters.start_soon(self._start, units, allocation, starters)
+            if self._fleet is not None:
+                self._fleet.watch(starters, self.feed)
+            starters.start_soon(self._start, units, allocation)
             await self.ending.wait()
             starters.cancel_scope.cancel()
 
-    async def _start(self, units: UnitSet, allocation: Allocation, nursery: trio.Nursery) -> None:
+    async def _start(self, units: UnitSet, allocation: Allocation) -> None:
         """Agents first (each runs preflight), then whatever the run's state says is due.
 
-        Without a plan yet, agents start on every node that may hold lanes and the plan
-        is made from the GPUs they report (the launcher's fail-fast is then Slurm's
-        default: whether a node may be lost is the plan's to say)."""
-        nodes = self.run.layout.agent_nodes() if self._has_plan else allocation.lane_nodes()
-        if nodes:
-            launcher = launcher_for(
-                allocation,
-                units,
-                self.options.srun_args,
-                survivable=self.run.layout.survives_node_loss(),
-            )
-            self._fleet = AgentFleet(launcher, self.state, self.invocation_id)
-            local = len(self.run.plan.on_node(self.run.plan.client))
+        The agents were launched by the head start (``_head_start``); without a plan yet,
+        on every node that may hold lanes, and the plan is made from the GPUs they report."""
+        if self.head.failed is not None:  # the agents could not be launched
+            self.feed(StartupFailed(self.head.failed))
+            return
+        if self._fleet is not None:
             try:
-                ensure_open_files(open_files_needed(len(nodes), local))
-                env = agent_environment(self._facts(), units, os.environ)
-                await self._fleet.launch(nodes, env, nursery, self.feed)
                 if not self._has_plan:
                     gpus = await self._fleet.gpus(PREFLIGHT_TIMEOUT)
                     self._adopt(plan_for(units, allocation.with_gpus(gpus)))
@@ -373,18 +372,8 @@ class Controller:
         )
 
     def _facts(self) -> RunFacts:
-        assert self.control is not None, "the control channel is not open yet"
-        unit_dir = str(self.options.directory.resolve())
-        return RunFacts(
-            invocation_id=self.invocation_id,
-            state_dir=str(self.state.path),
-            unit_dir=unit_dir,
-            control=self.control,
-            agent_timeout=self.options.agent_timeout,
-            attempt=attempt_of(os.environ),
-            rehearse=self.options.rehearse,
-            secret=self.secret,
-        )
+        assert self.head.facts is not None, "the control address is not known"
+        return self.head.facts
 
     def _snapshot(self) -> RunSnapshot:
         return self.record.snapshot(self.run.status_rows(), self.run.stopping, self.job_end.at)

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Callable
 
 import trio
 
-from ddsup._errors import UsageError
 from ddsup.channel._channel import Channel
 from ddsup.channel._messages import (
     ChannelError,
@@ -33,30 +31,8 @@ from ddsup.channel._messages import (
     LanesUpdate,
 )
 from ddsup.run._lane_rotation import merge_changes
-from ddsup.units._model import UnitSet
 
 log = logging.getLogger(__name__)
-
-
-def endpoint_setup(units: UnitSet) -> EndpointSetup | None:
-    """The endpoint's section, checked first: each ``api_key_env`` must name a set variable.
-
-    The endpoint's own, and every lane's (the key the endpoint sends that lane, which
-    the lane checks): a run that would answer 401 to every request fails at once.
-    """
-    for lane in units.lanes:
-        name = lane.lane.api_key_env if lane.lane is not None else None
-        if name and not os.environ.get(name):
-            raise UsageError(f"{lane.source.path}: api_key_env names {name}, which is not set")
-    endpoint = units.endpoint
-    if endpoint is None or endpoint.endpoint is None:
-        return None
-    section = endpoint.endpoint
-    if section.api_key_env and not os.environ.get(section.api_key_env):
-        raise UsageError(
-            f"{endpoint.source.path}: api_key_env names {section.api_key_env}, which is not set"
-        )
-    return EndpointSetup(section)
 
 
 class LanePublisher:

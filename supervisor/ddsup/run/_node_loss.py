@@ -21,26 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from ddsup.plan._model import Plan, PlannedInstance
+from ddsup.plan._model import Plan
 from ddsup.record._events import UnitTransition
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import UnitFailure
 from ddsup.record._states import InstanceState
-from ddsup.run._ordering import runs_on_agent
-from ddsup.units._model import EndpointSection, OnFailure, UnitSet
-
-
-def agent_instances(units: UnitSet, plan: Plan, node: str) -> list[PlannedInstance]:
-    """What the agent of ``node`` runs (lanes and each-node services there)."""
-    return [p for p in plan.on_node(node) if runs_on_agent(units, p)]
-
-
-def survivable(units: UnitSet, plan: Plan, node: str) -> bool:
-    """Whether the run may go on without ``node``: all it runs says ``continue``."""
-    return all(
-        units.by_name(p.unit).service.on_failure is OnFailure.CONTINUE
-        for p in agent_instances(units, plan, node)
-    )
+from ddsup.run._ordering import agent_instances
+from ddsup.units._model import EndpointSection, UnitSet
 
 
 def lost_transitions(

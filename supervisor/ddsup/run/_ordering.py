@@ -5,13 +5,15 @@ Pure functions, so ordering rules are stated (and testable) in one place:
 - an instance starts once every instance of each unit in its ``after`` is ready (a
   oneshot: completed); the endpoint additionally waits for ``min_ready`` lanes of each
   model, and the worker for the endpoint, without saying so;
-- stop order is the reverse of start depth, and instances of one depth stop in parallel.
+- stop order is the reverse of start depth, and instances of one depth stop in parallel;
+- lanes and each-node services run in node agents (:func:`agent_nodes`), and a run
+  survives losing a node when all its agent runs says ``on_failure = "continue"``.
 """
 
 from __future__ import annotations
 
 from ddsup.plan._model import Plan, PlannedInstance
-from ddsup.units._model import Placement, UnitSet, UnitType
+from ddsup.units._model import OnFailure, Placement, UnitSet, UnitType
 
 
 def runs_on_agent(units: UnitSet, planned: PlannedInstance) -> bool:
@@ -20,6 +22,30 @@ def runs_on_agent(units: UnitSet, planned: PlannedInstance) -> bool:
         return True
     unit = units.by_name(planned.unit)
     return unit.type in (UnitType.SERVICE, UnitType.ONESHOT) and unit.on is Placement.EACH_NODE
+
+
+def agent_instances(units: UnitSet, plan: Plan, node: str) -> list[PlannedInstance]:
+    """What the agent of ``node`` runs (lanes and each-node services there)."""
+    return [p for p in plan.on_node(node) if runs_on_agent(units, p)]
+
+
+def survivable(units: UnitSet, plan: Plan, node: str) -> bool:
+    """Whether the run may go on without ``node``: all it runs says ``continue``."""
+    return all(
+        units.by_name(p.unit).service.on_failure is OnFailure.CONTINUE
+        for p in agent_instances(units, plan, node)
+    )
+
+
+def agent_nodes(units: UnitSet, plan: Plan) -> tuple[str, ...]:
+    """The nodes that need an agent (they run lanes or each-node services), in plan order."""
+    agents = {p.node for p in plan.instances if runs_on_agent(units, p)}
+    return tuple(n.name for n in plan.nodes if n.name in agents)
+
+
+def survives_node_loss(units: UnitSet, plan: Plan) -> bool:
+    """Whether losing some agent node would not end the run (its units all continue)."""
+    return any(survivable(units, plan, node) for node in agent_nodes(units, plan))
 
 
 def start_after(units: UnitSet, plan: Plan, planned: PlannedInstance) -> list[str]:

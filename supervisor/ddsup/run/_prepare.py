@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddsup._errors import UsageError
-from ddsup.channel._messages import EndpointSetup
 from ddsup.plan._model import Plan
 from ddsup.plan._resolve import Allocation, plan_for, resolve_allocation
-from ddsup.run._lane_feed import endpoint_setup
 from ddsup.run._options import RunOptions
 from ddsup.run._rehearsal import rehearsal_request, rehearsal_units, rehearsed_lanes
 from ddsup.units import UnitSet, load_unit_set, printable
+from ddsup.units._model import EndpointSection
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class PreparedRun:
     units: UnitSet
     allocation: Allocation
     plan: Plan | None  # None: the nodes' agents report their GPUs first (gpus_from_agents)
-    endpoint: EndpointSetup | None
+    endpoint: EndpointSection | None  # its section, once its keys are checked
     rehearsed: tuple[str, ...] = ()  # --rehearse: the lane units now running fake-vllm
 
 
@@ -49,10 +48,31 @@ def prepare_run(options: RunOptions, environ: Mapping[str, str] | None = None) -
         units = rehearsal_units(units)
         request = rehearsal_request(request, units, environ)
     allocation = resolve_allocation(request, environ)
-    setup = endpoint_setup(units)
+    setup = endpoint_section(units)
     agents_first = allocation.gpus_from_agents and bool(units.lanes)
     plan = None if agents_first else plan_for(units, allocation)
     return PreparedRun(options, units, allocation, plan, setup, rehearsed)
+
+
+def endpoint_section(units: UnitSet) -> EndpointSection | None:
+    """The endpoint's section, checked first: each ``api_key_env`` must name a set variable.
+
+    The endpoint's own, and every lane's (the key the endpoint sends that lane, which
+    the lane checks): a run that would answer 401 to every request fails at once.
+    """
+    for lane in units.lanes:
+        name = lane.lane.api_key_env if lane.lane is not None else None
+        if name and not os.environ.get(name):
+            raise UsageError(f"{lane.source.path}: api_key_env names {name}, which is not set")
+    endpoint = units.endpoint
+    if endpoint is None or endpoint.endpoint is None:
+        return None
+    section = endpoint.endpoint
+    if section.api_key_env and not os.environ.get(section.api_key_env):
+        raise UsageError(
+            f"{endpoint.source.path}: api_key_env names {section.api_key_env}, which is not set"
+        )
+    return section
 
 
 def _load_units(directory: Path) -> UnitSet:

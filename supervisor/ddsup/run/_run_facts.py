@@ -1,19 +1,19 @@
-"""What a run lends its processes: specifier values, an agent's setup, the agents' env.
+"""What a run lends its processes: specifier values and the agents' environment.
 
 Pure functions of the run's facts (:class:`RunFacts`), its units and its plan, so the
-controller stays a shell. Keys go only where they are used (``service._environment``):
+controller stays a shell. Imported before the agents are launched (``_head_start``), so
+no channel messages here: an agent's :class:`~ddsup.channel._messages.Setup` is
+``_agent_setup``'s. Keys go only where they are used (``service._environment``):
 the endpoint's key to the worker as ``OPENAI_API_KEY``, never to an agent; the control
 secret to the agents and the endpoint's feed, never into a unit.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV
-from ddsup.channel._messages import Setup
+from ddsup.channel._hello import ADDRESS_ENV, SECRET_ENV
 from ddsup.plan._model import Plan
 from ddsup.record._state_dir import ControlAddress
 from ddsup.service._environment import INVOCATION_ENV, RunContext, withheld_variables
@@ -50,24 +50,6 @@ def run_context(
         endpoint_url=plan.endpoint_url,
         api_key=api_key,
         attempt=facts.attempt,
-    )
-
-
-def agent_setup(facts: RunFacts, units: UnitSet, plan: Plan) -> Setup:
-    """What an agent that said hello is told: the run's facts (never a secret) and
-    ``plan``, its node's part of the plan (``RunState.node_plan``), so an agent's set-up
-    costs the same at 8 nodes or 1,000 (the whole plan is 2 MB at 1,000 × 8)."""
-    run = run_context(facts, units, plan, os.environ, with_key=False)
-    return Setup(
-        plan=plan,
-        invocation_id=run.invocation_id,
-        state_dir=run.state_dir,
-        unit_dir=run.unit_dir,
-        job_id=run.job_id,
-        endpoint_url=run.endpoint_url,
-        agent_timeout=facts.agent_timeout,
-        attempt=run.attempt,
-        rehearse=facts.rehearse,
     )
 
 

@@ -15,8 +15,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from ddsup.plan._model import Plan, PlannedInstance
-from ddsup.run._node_loss import survivable
-from ddsup.run._ordering import lanes_by_model, runs_on_agent, start_after, stop_levels
+from ddsup.run._ordering import (
+    agent_nodes,
+    lanes_by_model,
+    runs_on_agent,
+    start_after,
+    stop_levels,
+    survives_node_loss,
+)
 from ddsup.run._run_inputs import Host
 from ddsup.run._stop_sequence import by_host, stop_limit
 from ddsup.units._model import EndpointSection, UnitSet
@@ -39,8 +45,7 @@ class RunLayout:
         self.by_name = {p.instance: p for p in plan.instances}
         # what each instance waits for: an event only re-checks these
         self.after = {p.instance: tuple(start_after(units, plan, p)) for p in plan.instances}
-        agents = {p.node for p in plan.instances if runs_on_agent(units, p)}
-        self._agent_nodes = tuple(n.name for n in plan.nodes if n.name in agents)
+        self._agent_nodes = agent_nodes(units, plan)
         self._node_plans: dict[str, Plan] = {}
         self._agent_instances: dict[str, frozenset[str]] = {}
 
@@ -97,7 +102,7 @@ class RunLayout:
 
     def survives_node_loss(self) -> bool:
         """Whether losing some agent node would not end the run (its units all continue)."""
-        return any(survivable(self.units, self.plan, node) for node in self._agent_nodes)
+        return survives_node_loss(self.units, self.plan)
 
     def stop_levels(self) -> list[list[PlannedInstance]]:
         """Instances by start depth, deepest first: the order in which to stop them."""

@@ -53,7 +53,8 @@ from ddsup.record._states import InstanceState
 from ddsup.record._status import InstanceStatus, StatusRows
 from ddsup.run._lane_rotation import LaneRotation, merge_changes
 from ddsup.run._loading import LoadingGate
-from ddsup.run._node_loss import agent_instances, lanes_short, lost_transitions, survivable
+from ddsup.run._node_loss import lanes_short, lost_transitions
+from ddsup.run._ordering import agent_instances, survivable
 from ddsup.run._preflight import preflight_verdict
 from ddsup.run._replicas import ReplicaPolicy
 from ddsup.run._restarts import RestartRefused, Restarts, restart_targets

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator, Set
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import trio
 
@@ -25,18 +25,29 @@ def ignore_stop_signals() -> None:
         signal.signal(stop, signal.SIG_IGN)
 
 
+def run_signal_receiver(forwarded: Set[int]) -> AbstractContextManager[AsyncIterator[int]]:
+    """``ddsup start``'s signals: the stop signals, those its units forward, and SIGUSR1/2
+    even when no unit wants them (their default action would kill ``ddsup start``).
+
+    Opened before the agents are launched (``_head_start``): a signal that arrives while
+    the controller is still starting waits in the receiver for :func:`watch_signals`.
+    """
+    return stop_signal_receiver(*forwarded, signal.SIGUSR1, signal.SIGUSR2)
+
+
 async def watch_signals(
-    forwarded: Set[int], forward: Callable[[int], None], stop: Callable[[int], None]
+    signals: AsyncIterator[int],
+    forwarded: Set[int],
+    forward: Callable[[int], None],
+    stop: Callable[[int], None],
 ) -> None:
-    """``ddsup start``'s signals until cancelled: those a unit forwards (``forward``), and
-    the stop signals (``stop``). SIGUSR1/2 are received even when no unit wants them: their
-    default action would kill ``ddsup start``."""
-    with stop_signal_receiver(*forwarded, signal.SIGUSR1, signal.SIGUSR2) as signals:
-        async for signum in signals:
-            if signum in forwarded:
-                forward(signum)
-            elif signum in STOP_SIGNALS:
-                stop(signum)
+    """``ddsup start``'s signals (:func:`run_signal_receiver`) until cancelled: those a
+    unit forwards (``forward``), and the stop signals (``stop``)."""
+    async for signum in signals:
+        if signum in forwarded:
+            forward(signum)
+        elif signum in STOP_SIGNALS:
+            stop(signum)
 
 
 @contextmanager

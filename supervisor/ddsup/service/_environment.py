@@ -22,7 +22,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ddsup._errors import EXIT_REQUEUE
-from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV
+from ddsup.channel._hello import ADDRESS_ENV, SECRET_ENV
 from ddsup.plan._model import Node, Plan, PlannedInstance
 from ddsup.units import resolve_specifiers
 from ddsup.units._model import Unit, UnitSet, UnitType
