@@ -4,8 +4,9 @@ Agents, the endpoint's lane feed and the operator commands talk to ``ddsup start
 through it. ``_messages`` holds every message, ``_codec`` the one encode/decode pair
 (``_typed`` checks each field); ``_channel`` frames and bounds the bytes of one
 connection (trio); ``_server`` accepts, bounds and authenticates the connections to
-``ddsup start`` (``docs/security.md``); ``_heartbeat`` turns an agent connection's
-silence into its loss; ``_client`` is the operator commands' blocking one-request client.
+``ddsup start`` (``docs/security.md``) on the socket ``_listener`` binds; ``_heartbeat``
+turns an agent connection's silence into its loss; ``_client`` is the operator
+commands' blocking one-request client.
 
 Its names are imported when first used (PEP 562, as ``concurrent.futures`` does for its
 process pool): ``ddsup status`` then imports neither trio (``_channel``, ``_server``) nor

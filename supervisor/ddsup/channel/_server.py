@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import trio
 
 from ddsup.channel._channel import Channel
+from ddsup.channel._listener import open_listener
 from ddsup.channel._messages import MAX_LINE, ChannelError, Hello
 
 log = logging.getLogger("ddsup.channel")
@@ -92,14 +93,6 @@ async def serve_channel(
         while True:
             stream = await accepting.next()
             nursery.start_soon(connection.serve, stream)
-
-
-async def open_listener(host: str) -> trio.SocketListener:
-    """A listener on ``host`` (its first address) at a port the kernel picks."""
-    listeners = await trio.open_tcp_listeners(0, host=host)
-    for other in listeners[1:]:
-        await other.aclose()
-    return listeners[0]
 
 
 @dataclass

@@ -34,6 +34,7 @@ import trio
 
 from ddsup._errors import DdsupError
 from ddsup.channel._hello import new_secret
+from ddsup.channel._listener import open_listener
 from ddsup.plan._model import Plan
 from ddsup.process import Containment, open_containment
 from ddsup.record._state_dir import ControlAddress, StateDir
@@ -100,10 +101,7 @@ async def head_start(prepared: PreparedRun, state: StateDir) -> HeadStart:
 async def _listen(head: HeadStart, prepared: PreparedRun, state: StateDir) -> None:
     """Bind the control socket where the agents will reach it; the run's facts with it."""
     host = await control_host(prepared.allocation, os.environ)
-    listeners = await trio.open_tcp_listeners(0, host=host)  # as channel._server does
-    for other in listeners[1:]:
-        await other.aclose()
-    head.listener = listeners[0]
+    head.listener = await open_listener(host)
     head.resources.push_async_callback(head.listener.aclose)  # the server closes it first
     options = prepared.options
     head.facts = RunFacts(
