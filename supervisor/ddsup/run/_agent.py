@@ -12,13 +12,13 @@ node never keeps lanes for a run that no longer exists.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import os
 import reprlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 import trio
 
@@ -59,6 +59,9 @@ from ddsup.run._signals import ignore_stop_signals, stop_signal_receiver
 from ddsup.service._environment import RunContext
 from ddsup.units import UnitSet, load_unit_set
 
+if TYPE_CHECKING:  # only ``ddsup agent`` through ``_cli`` has a parser: the agent's own
+    import argparse  # entry (``_agent_command``) reads its three options by hand
+
 
 def configure_agent(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -76,13 +79,19 @@ def configure_agent(parser: argparse.ArgumentParser) -> None:
 
 
 def run_agent(args: argparse.Namespace) -> int:
+    start_agent(args.node, args.gpus_per_node, args.covered_by)
+
+
+def start_agent(node: str | None, gpus_per_node: int | None, covered_by: str | None) -> NoReturn:
+    """Run this node's agent until the controller says shutdown (or goes away), then end
+    the process; UsageError when not started by ``ddsup start`` (no secret, no address)."""
     secret = os.environ.pop(SECRET_ENV, None)
     address = os.environ.pop(ADDRESS_ENV, None)
-    node = args.node or os.environ.get("SLURMD_NODENAME")
+    node = node or os.environ.get("SLURMD_NODENAME")
     if not secret or not address or not node:
         raise UsageError("ddsup agent is started by ddsup start, not by hand")
-    gpus = _node_gpus(args.gpus_per_node)
-    status = trio.run(_agent_main, node, address, secret, gpus, args.covered_by)
+    gpus = _node_gpus(gpus_per_node)
+    status = trio.run(_agent_main, node, address, secret, gpus, covered_by)
     end_process(status)
 
 
