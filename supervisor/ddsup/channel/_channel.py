@@ -7,13 +7,11 @@ the connection on mismatch, so nobody else on the cluster can drive or read the 
 secret lives in the 0600 state directory and in the environment of the processes that
 need it, never in argv. Lines carry the typed messages of ``_messages``; a line that
 does not decode, or is longer than the channel's ``max_line``, ends its connection
-(:class:`ChannelError`).
+(:class:`ChannelError`). The framing is ``_lines``'; a node agent's own connection,
+which speaks only an agent's messages, ``_agent_channel``.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Generic, TypeVar
 
 import trio
 
@@ -21,69 +19,9 @@ from ddsup.channel._codec import decode, encode
 from ddsup.channel._hello import ADDRESS_ENV as ADDRESS_ENV
 from ddsup.channel._hello import SECRET_ENV as SECRET_ENV
 from ddsup.channel._hello import new_secret as new_secret
-from ddsup.channel._messages import MAX_LINE, ChannelError, Hello, Message
-
-RECEIVE_SIZE = 65536
-
-M = TypeVar("M")
-
-
-class LineChannel(Generic[M]):
-    """One connection of newline-framed messages in a codec of the caller's choice.
-
-    ``send`` is safe from several tasks (it takes a lock). :class:`Channel` is the control
-    channel's codec; the endpoint's link to its workers uses its own on the same framing.
-    ``max_line`` bounds what one line may hold, and so what a peer can make this side
-    buffer; the control channel's server lowers it until the peer has authenticated.
-    """
-
-    def __init__(
-        self,
-        stream: trio.abc.Stream,
-        encoder: Callable[[M], bytes],
-        decoder: Callable[[bytes], M],
-        *,
-        max_line: int = MAX_LINE,
-    ) -> None:
-        self._stream = stream
-        self._encode = encoder
-        self._decode = decoder
-        self._buffer = bytearray()
-        self._scanned = 0  # no newline in _buffer[:_scanned]: each byte is searched once
-        self._send_lock = trio.Lock()
-        self.max_line = max_line
-
-    async def send(self, message: M) -> None:
-        data = self._encode(message) + b"\n"
-        async with self._send_lock:
-            await self._stream.send_all(data)
-
-    async def receive(self) -> M | None:
-        """The next message, or None at a clean end of stream; ChannelError otherwise."""
-        while True:
-            newline = self._buffer.find(b"\n", self._scanned)
-            if newline > self.max_line or (newline < 0 and len(self._buffer) > self.max_line):
-                raise ChannelError(f"message longer than {self.max_line} bytes")
-            if newline >= 0:
-                line = bytes(self._buffer[:newline])
-                del self._buffer[: newline + 1]
-                self._scanned = 0
-                return self._decode(line)
-            self._scanned = len(self._buffer)
-            try:
-                chunk = await self._stream.receive_some(RECEIVE_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
-                raise ChannelError(f"connection lost: {err}") from err
-            if not chunk:
-                if self._buffer:
-                    raise ChannelError("connection closed mid-message")
-                return None
-            self._buffer += chunk
-
-    async def aclose(self) -> None:
-        with trio.move_on_after(1) as scope:
-            scope.shield = True
-            await self._stream.aclose()
+from ddsup.channel._lines import LineChannel as LineChannel
+from ddsup.channel._lines import connect_lines
+from ddsup.channel._messages import MAX_LINE, Hello, Message
 
 
 class Channel(LineChannel[Message]):
@@ -95,14 +33,4 @@ class Channel(LineChannel[Message]):
 
 async def connect_channel(address: str, hello: Hello) -> Channel:
     """Connect to ``host:port`` and say ``hello``; raises ChannelError when unreachable."""
-    host, _, port = address.rpartition(":")
-    try:
-        stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
-    except (OSError, ValueError) as err:
-        raise ChannelError(f"cannot reach the ddsup controller at {address}: {err}") from err
-    channel = Channel(stream)
-    try:
-        await channel.send(hello)
-    except (trio.BrokenResourceError, OSError) as err:
-        raise ChannelError(f"controller at {address} closed the connection: {err}") from err
-    return channel
+    return await connect_lines(address, hello, Channel)

@@ -3,9 +3,10 @@
 :func:`encode` writes a message as one JSON object with its ``op``; :func:`decode` reads
 one back, checking every field against its annotation (``_typed``), and raises
 :class:`~ddsup.channel._messages.ChannelError` for anything malformed or unknown, and
-nothing else, whatever the bytes (``tests/hostile`` holds it to that). The rules, the
-hello and the operator's messages are ``_operator_codec``'s (an operator's client needs
-only those); this adds the run's own messages.
+nothing else, whatever the bytes (``tests/hostile`` holds it to that). The rules are
+``_wire``'s; the operator's messages are ``_operator_codec``'s (an operator's client
+needs only those), an agent's connection's ``_agent_codec``'s (a node agent needs only
+those): the same bytes either way. This adds the endpoint's lane feed, and reads all.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import dataclasses
 import json
 from typing import Any
 
+from ddsup.channel._agent_codec import HEARTBEAT_LINE as HEARTBEAT_LINE
+from ddsup.channel._agent_codec import agent_fields, decode_setup
 from ddsup.channel._messages import (
     HEARTBEAT,
     MESSAGES,
@@ -27,25 +30,14 @@ from ddsup.channel._messages import (
     Setup,
     StatusReply,
 )
-from ddsup.channel._operator_codec import (
-    OPERATOR_SPECIAL,
-    Decoder,
-    decode_with,
-    encode_fields,
-    encode_operator,
-    object_parser,
-)
+from ddsup.channel._operator_codec import OPERATOR_SPECIAL, encode_operator
 from ddsup.channel._typed import from_json
-from ddsup.plan._model import Plan
+from ddsup.channel._wire import Decoder, decode_with, object_parser
 from ddsup.record._event_parse import parse_event
 from ddsup.units._model import EndpointSection
 
+
 # --- encode -------------------------------------------------------------------------------
-# A heartbeat's line, written and read without json: every idle agent connection carries
-# one each way per beat, and they are most of what an idle controller does.
-HEARTBEAT_LINE = b'{"op":"heartbeat"}'
-
-
 def encode(message: Message) -> bytes:
     """One message as a JSON line's bytes (without the newline)."""
     if isinstance(message, Heartbeat):
@@ -56,11 +48,6 @@ def encode(message: Message) -> bytes:
 
 
 def _fields(message: Message) -> dict[str, Any]:
-    if isinstance(message, Setup):
-        facts = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
-        return {**facts, "plan": message.plan.to_dict()}
-    if isinstance(message, EventReport):
-        return {"event": message.event.to_json()}
     if isinstance(message, EndpointSetup):
         return {"section": dataclasses.asdict(message.section)}
     if isinstance(message, LanesUpdate):
@@ -71,7 +58,7 @@ def _fields(message: Message) -> dict[str, Any]:
         }
     if isinstance(message, LanesChanged):
         return {"added": _lanes(message.added), "removed": list(message.removed)}
-    return encode_fields(message)
+    return agent_fields(message)  # an agent's messages, a hello, an operator's request
 
 
 def _lanes(lanes: tuple[ReadyLane, ...]) -> list[dict[str, Any]]:
@@ -102,14 +89,6 @@ def decode(line: bytes) -> Message:
     return message
 
 
-def _setup(data: dict[str, Any]) -> Setup:
-    plan = data.get("plan")
-    if not isinstance(plan, dict):
-        raise ValueError("plan must be an object")
-    setup: Setup = from_json(Setup, data, parsers={"plan": Plan.from_dict})
-    return setup
-
-
 def _endpoint_setup(data: dict[str, Any]) -> EndpointSetup:
     section = data.get("section")
     if set(data) != {"section"} or not isinstance(section, dict):
@@ -119,7 +98,7 @@ def _endpoint_setup(data: dict[str, Any]) -> EndpointSetup:
 
 _SPECIAL: dict[type[Any], Decoder] = {
     **OPERATOR_SPECIAL,
-    Setup: _setup,
+    Setup: decode_setup,
     EndpointSetup: _endpoint_setup,
     EventReport: lambda data: from_json(
         EventReport, data, parsers={"event": object_parser(parse_event)}

@@ -30,11 +30,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import trio
 
-from ddsup.channel._channel import Channel
-from ddsup.channel._messages import HEARTBEAT, ChannelError, Heartbeat, Message
+from ddsup.channel._agent_messages import HEARTBEAT, Heartbeat
+from ddsup.channel._hello import ChannelError
+from ddsup.channel._lines import LineChannel
+
+M = TypeVar("M")
 
 BEATS_PER_TIMEOUT = 3
 
@@ -54,11 +58,11 @@ class Pacemaker:
 
     def __init__(self, silence: float) -> None:
         self.interval = beat_interval(silence)
-        self._outboxes: dict[int, Callable[[Message], None]] = {}
+        self._outboxes: dict[int, Callable[[Heartbeat], None]] = {}
         self._next = 0
 
     @contextlib.contextmanager
-    def beating(self, put: Callable[[Message], None]) -> Iterator[None]:
+    def beating(self, put: Callable[[Heartbeat], None]) -> Iterator[None]:
         """Beat on the connection whose ordered outbox ``put`` feeds, until the block ends."""
         self._next += 1
         key = self._next
@@ -77,12 +81,12 @@ class Pacemaker:
 
 
 async def receive_within(
-    channel: Channel,
+    channel: LineChannel[M],
     silence: float,
     peer: str,
     *,
-    answer: Callable[[Message], None] | None = None,
-) -> Message | None:
+    answer: Callable[[Heartbeat], None] | None = None,
+) -> M | None:
     """The next message other than a heartbeat; ChannelError after ``silence`` seconds
     without any message. ``answer`` (the agent's ordered outbox) gets a heartbeat back for
     every heartbeat received: the controller's beats are round trips."""

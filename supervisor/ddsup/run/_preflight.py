@@ -25,7 +25,7 @@ import socket
 from collections.abc import Mapping, Sequence
 
 from ddsup._errors import PreflightError
-from ddsup.channel._messages import PreflightReport
+from ddsup.channel._agent_messages import PreflightReport
 from ddsup.plan._gpus import GpuList, gpu_holders
 from ddsup.plan._model import Node, Plan, PlannedInstance
 from ddsup.run._ports import HeldPorts, port_free
