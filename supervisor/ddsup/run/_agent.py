@@ -23,20 +23,16 @@ from typing import TYPE_CHECKING, NoReturn
 import trio
 
 from ddsup._errors import UsageError
-from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, connect_channel
-from ddsup.channel._heartbeat import receive_within
-from ddsup.channel._messages import (
+from ddsup.channel._agent_channel import AgentChannel, connect_agent
+from ddsup.channel._agent_messages import (
+    AgentMessage,
     AgentStopped,
-    ChannelError,
     EventReport,
     FailHeld,
-    Hello,
     Inventory,
     Kill,
-    Message,
     Restart,
     Resume,
-    Role,
     Setup,
     Shutdown,
     SignalInstances,
@@ -45,6 +41,8 @@ from ddsup.channel._messages import (
     Stop,
     TakeDown,
 )
+from ddsup.channel._heartbeat import receive_within
+from ddsup.channel._hello import ADDRESS_ENV, SECRET_ENV, ChannelError, Hello, Role
 from ddsup.plan._gpus import GpuList, detect_gpu_list
 from ddsup.plan._model import Plan
 from ddsup.process import AGENT_ENV, open_containment
@@ -54,7 +52,7 @@ from ddsup.run._node_runner import NodeRunner
 from ddsup.run._ports import HeldPorts
 from ddsup.run._preflight import run_preflight
 from ddsup.run._process_end import end_process
-from ddsup.run._rehearsal import rehearsal_units
+from ddsup.run._rehearsal_units import rehearsal_units
 from ddsup.run._signals import ignore_stop_signals, stop_signal_receiver
 from ddsup.service._environment import RunContext
 from ddsup.units import UnitSet, load_unit_set
@@ -110,7 +108,7 @@ async def _agent_main(
     # half-way: nothing runs yet, and the controller will tell it to shut down.
     ignore_stop_signals()
     hello = Hello(Role.AGENT, secret, node=node, pid=os.getpid())
-    channel = await connect_channel(address, hello)
+    channel = await connect_agent(address, hello)
     await channel.send(Inventory(gpus.devices, gpus.source))
     setup = await channel.receive()
     if not isinstance(setup, Setup):
@@ -156,7 +154,7 @@ async def _agent_main(
 
 
 async def _serve_controller(
-    channel: Channel,
+    channel: AgentChannel,
     node: str,
     units: UnitSet,
     plan: Plan,
@@ -169,7 +167,7 @@ async def _serve_controller(
     report, held = run_preflight(node, units, plan, gpus=gpus, check_model_path=not rehearse)
     plan = plan.with_ports(dict(report.ports))
     await channel.send(report)
-    outbox_send, outbox_receive = trio.open_memory_channel[Message](math.inf)
+    outbox_send, outbox_receive = trio.open_memory_channel[AgentMessage](math.inf)
     forwarded = trio.Event()
 
     def emit(event: RecordedEvent) -> None:
@@ -213,7 +211,7 @@ async def _serve_controller(
         services.cancel_scope.cancel()
 
 
-async def _watch_signals(channel: Channel, runner: NodeRunner, loop: trio.CancelScope) -> None:
+async def _watch_signals(channel: AgentChannel, runner: NodeRunner, loop: trio.CancelScope) -> None:
     """SIGTERM/SIGINT/SIGHUP (e.g. ``scancel``): stop this node's units gracefully.
 
     The controller hears why first, so a scancel ends the run as "stopped" rather than as
@@ -233,13 +231,13 @@ _NAMING = (Start, Stop, Restart, SignalInstances, TakeDown, Resume, FailHeld)
 
 
 async def _command_loop(
-    channel: Channel,
+    channel: AgentChannel,
     runner: NodeRunner,
     nursery: trio.Nursery,
     silence: float,
     mine: frozenset[str],
     held: HeldPorts,
-    answer: Callable[[Message], None],
+    answer: Callable[[AgentMessage], None],
 ) -> None:
     """The controller's commands until it says shutdown (or goes away, or is silent for
     ``silence`` seconds: ChannelError); its heartbeats are answered through ``answer``.

@@ -17,26 +17,20 @@ CI or on CPU nodes before they meet a GPU. What changes, and nothing else:
   nodes as the widest lane spans, unless ``--nodes`` says otherwise.
 
 Lane units that start something other than vLLM run unchanged. Node agents apply the
-same :func:`rehearsal_units` to the unit files they load, told by their ``Setup``.
+same :func:`rehearsal_units` to the unit files they load, told by their ``Setup``
+(``_rehearsal_units``, re-exported here: an agent imports only that).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from ddsup.plan._allocation import detect_gpus
 from ddsup.plan._request import AllocationRequest, LauncherKind, launcher_kind
-from ddsup.units import Unit, UnitSet, UnitType
+from ddsup.run._rehearsal_units import rehearsal_units as rehearsal_units
+from ddsup.units import UnitSet, UnitType
 from ddsup.units._vllm_argv import vllm_command_span
-
-FAKE_VLLM = (sys.executable, "-m", "ddsup", "fake-vllm")
-
-
-def rehearsal_units(units: UnitSet) -> UnitSet:
-    """``units`` with each lane's vLLM server command replaced by fake-vllm."""
-    return dataclasses.replace(units, units=tuple(_rehearse(u) for u in units.units))
 
 
 def rehearsed_lanes(units: UnitSet) -> tuple[str, ...]:
@@ -61,43 +55,3 @@ def rehearsal_request(
     if nodes is None and launcher_kind(request, environ) is LauncherKind.LOCAL:
         nodes = max(lane.nodes for lane in lanes)
     return dataclasses.replace(request, gpus_per_node=gpus, nodes=nodes)
-
-
-def _rehearse(unit: Unit) -> Unit:
-    if unit.type is not UnitType.LANE:
-        return unit
-    service = unit.service
-    follower = service.exec_follower
-    return dataclasses.replace(
-        unit,
-        service=dataclasses.replace(
-            service,
-            exec=_fake(service.exec),
-            exec_follower=None if follower is None else _fake(follower),
-        ),
-    )
-
-
-def _fake(argv: Sequence[str]) -> tuple[str, ...]:
-    span = vllm_command_span(argv)
-    if span is None:
-        return tuple(argv)
-    return (*FAKE_VLLM, *_local_host(argv[span[1] :]))
-
-
-def _local_host(args: Sequence[str]) -> list[str]:
-    """``--host X`` / ``--host=X`` → the address ddsup reaches the lane at."""
-    out: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            out.append("{host}")
-        elif arg == "--host":
-            skip = True
-            out.append(arg)
-        elif arg.startswith("--host="):
-            out.append("--host={host}")
-        else:
-            out.append(arg)
-    return out
