@@ -1,0 +1,111 @@
+"""The node agent's entry: what it imports before it can connect, and its command line.
+
+``ddsup start`` spawns one agent per node (``python -m ddsup agent …``), three at once
+on two CPUs in the Slurm test cluster and 128 in the simulated 128 × 8 allocation, and
+every module an agent loads before its first lane starts is on the run's path to it
+(``BENCHMARKS.md``, issue 19). The modules below it once loaded without using them; this
+pins that they stay out, so that a new import cannot bring them back unnoticed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from ddsup.channel import ADDRESS_ENV, SECRET_ENV
+from ddsup.run._agent_command import AgentUsage, parse_agent_args
+from support.runs import PY
+
+# module → why an agent does not need it
+NOT_IMPORTED = {
+    "argparse": "the agent's three options are read by hand (run/_agent_command)",
+    "ddsup._cli": "python -m ddsup agent goes to run/_agent_command",
+    "ddsup.channel._messages": "an agent's messages are channel/_agent_messages",
+    "ddsup.channel._codec": "an agent's codec is channel/_agent_codec",
+    "ddsup.channel._operator_messages": "operators talk to the controller, not to agents",
+    "ddsup.record._status": "the run's status is the controller's",
+    "ddsup.record._event_parse": "an agent sends events, it never reads them",
+    "ddsup.plan._allocation": "the allocation is the controller's (run/_rehearsal_units)",
+    "ddsup.plan._request": "the allocation is the controller's",
+    "ddsup.endpoint": "the endpoint runs in its own process",
+    "httpx": "only an https:// readiness probe imports it, when it runs",
+    "psutil": "the process layer reads /proc",
+}
+
+
+def _agent_imports() -> set[str]:
+    """Every module ``python -m ddsup agent`` imports, as ``ddsup start`` spawns it.
+
+    Without the channel's secret and address it stops with a usage error right after its
+    imports (all at module level: nothing it needs later is imported later).
+    """
+    env = {k: v for k, v in os.environ.items() if k not in (SECRET_ENV, ADDRESS_ENV)}
+    done = subprocess.run(
+        [PY, "-X", "importtime", "-m", "ddsup", "agent", "--node", "node1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 64, done.stderr[-2000:]
+    assert "ddsup agent is started by ddsup start, not by hand" in done.stderr
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+
+
+def test_the_agent_imports_only_what_it_needs() -> None:
+    imported = _agent_imports()
+    assert {"trio", "ddsup.run._agent", "ddsup.channel._agent_codec"} <= imported
+    found = {
+        module: why
+        for module, why in NOT_IMPORTED.items()
+        if module in imported or any(m.startswith(module + ".") for m in imported)
+    }
+    assert not found, found
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], {}),
+        (["--node", "n1"], {"--node": "n1"}),
+        (["--node=n1", "--gpus-per-node", "8"], {"--node": "n1", "--gpus-per-node": "8"}),
+        (["--covered-by", "controller", "--node", "a", "--node", "b"], {
+            "--covered-by": "controller", "--node": "b"
+        }),
+    ],
+)  # fmt: skip
+def test_the_agent_reads_its_options(argv: list[str], expected: dict[str, str]) -> None:
+    assert parse_agent_args(argv) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--nodes", "n1"], "unrecognized arguments: --nodes"),
+        (["n1"], "unrecognized arguments: n1"),
+        (["--node"], "argument --node: expected one argument"),
+        (["--node", "--gpus-per-node", "2"], "argument --node: expected one argument"),
+    ],
+)
+def test_a_bad_agent_command_line_is_a_usage_error(argv: list[str], message: str) -> None:
+    with pytest.raises(AgentUsage, match=message):
+        parse_agent_args(argv)
+
+
+def test_a_bad_agent_command_line_exits_64_with_its_usage() -> None:
+    done = subprocess.run(
+        [PY, "-m", "ddsup", "agent", "--gpus-per-node", "two"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 64
+    assert done.stderr.startswith("usage: ddsup agent")
+    assert "argument --gpus-per-node: invalid int value: 'two'" in done.stderr
+    assert "Traceback" not in done.stderr
