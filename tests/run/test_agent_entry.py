@@ -27,6 +27,8 @@ NOT_IMPORTED = {
     "ddsup.channel._operator_messages": "operators talk to the controller, not to agents",
     "ddsup.record._status": "the run's status is the controller's",
     "ddsup.record._event_parse": "an agent sends events, it never reads them",
+    "ddsup.record._events": "an agent emits its node's events (record/_node_events)",
+    "ddsup.record._outcome": "how the run ended is the controller's",
     "ddsup.plan._allocation": "the allocation is the controller's (run/_rehearsal_units)",
     "ddsup.plan._request": "the allocation is the controller's",
     "ddsup.endpoint": "the endpoint runs in its own process",

@@ -13,6 +13,8 @@ import pytest
 import trio
 
 from ddsup.channel import Channel, connect_channel, serve_channel
+from ddsup.channel._agent_codec import decode_for_agent, encode_agent
+from ddsup.channel._agent_messages import FROM_AGENT, TO_AGENT
 from ddsup.channel._codec import decode, encode
 from ddsup.channel._messages import (
     MESSAGES,
@@ -56,6 +58,7 @@ from ddsup.channel._operator_messages import OPERATOR_MESSAGES
 from ddsup.plan import Node, Plan, PlannedInstance
 from ddsup.process import ExitStatus
 from ddsup.record import InstanceState, InstanceStatus, RunSnapshot, UnitTransition
+from ddsup.record._events import RunStopping
 from ddsup.units._model import EndpointSection, MinReady, UnitType
 
 PLAN = Plan(
@@ -163,6 +166,37 @@ def test_the_operator_codec_refuses_the_run_s_own_messages() -> None:
         decode_operator(encode(SAMPLES[-1]))
     with pytest.raises(ChannelError, match="expected an object"):
         decode_operator(_line({"op": "status_reply", "snapshot": []}))
+
+
+@pytest.mark.parametrize(
+    "message",
+    [m for m in SAMPLES if isinstance(m, TO_AGENT + FROM_AGENT)],
+    ids=lambda m: type(m).__name__,
+)
+def test_the_agent_codec_writes_the_same_bytes(message: Message) -> None:
+    """A node agent speaks its connection's part of the codec only (``_agent_codec``):
+    the same bytes as the whole protocol's, and it reads what a controller sends it."""
+    assert encode_agent(message) == encode(message)  # type: ignore[arg-type]
+    if isinstance(message, TO_AGENT):
+        assert decode_for_agent(encode(message)) == message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [m for m in SAMPLES if not isinstance(m, TO_AGENT)],
+    ids=lambda m: type(m).__name__,
+)
+def test_an_agent_reads_only_what_a_controller_sends_an_agent(message: Message) -> None:
+    with pytest.raises(ChannelError, match=f"unknown message '{message.op}'"):
+        decode_for_agent(encode(message))
+
+
+def test_an_agent_reports_only_its_node_s_events() -> None:
+    """The run's own lifecycle (``run`` events) is the controller's to record: an agent's
+    report of one breaks the protocol like any malformed line."""
+    line = _line({"op": "event", "event": RunStopping(time=1.0).to_json()})
+    with pytest.raises(ChannelError, match="not a RunStopping"):
+        decode(line)
 
 
 def test_the_secret_is_not_in_a_hello_repr() -> None:

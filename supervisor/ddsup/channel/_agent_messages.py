@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from ddsup.channel._hello import Hello, check_name
 from ddsup.plan._model import Plan
-from ddsup.record._events import RecordedEvent
+from ddsup.record._node_events import NodeEvent
 
 
 def _check_signal(signum: int) -> None:
@@ -181,7 +181,7 @@ class PreflightReport:
 @dataclass(frozen=True)
 class EventReport:
     op: ClassVar[str] = "event"
-    event: RecordedEvent
+    event: NodeEvent  # an agent reports its node's events, never the run's lifecycle
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from ddsup.channel._operator_codec import OPERATOR_SPECIAL, encode_operator
 from ddsup.channel._typed import from_json
 from ddsup.channel._wire import Decoder, decode_with, object_parser
 from ddsup.record._event_parse import parse_event
+from ddsup.record._node_events import NODE_EVENTS, NodeEvent
 from ddsup.units._model import EndpointSection
 
 
@@ -96,12 +97,20 @@ def _endpoint_setup(data: dict[str, Any]) -> EndpointSetup:
     return EndpointSetup(from_json(EndpointSection, section))
 
 
+def _node_event(data: dict[str, Any]) -> NodeEvent:
+    """An event an agent reports: of its node (``NODE_EVENTS``), never the run's own."""
+    event = parse_event(data)
+    if not isinstance(event, NODE_EVENTS):
+        raise ValueError(f"an agent reports its node's events, not a {type(event).__name__}")
+    return event
+
+
 _SPECIAL: dict[type[Any], Decoder] = {
     **OPERATOR_SPECIAL,
     Setup: decode_setup,
     EndpointSetup: _endpoint_setup,
     EventReport: lambda data: from_json(
-        EventReport, data, parsers={"event": object_parser(parse_event)}
+        EventReport, data, parsers={"event": object_parser(_node_event)}
     ),
 }
 _BY_OP: dict[str, type[Any]] = {kind.op: kind for kind in MESSAGES}

@@ -25,13 +25,16 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import ddsup.record as record  # record.Outcome: read_result's, imported when first used
 from ddsup._errors import RunStateError, StateDirError
 from ddsup.record._faults import WriteFaults
-from ddsup.record._outcome import Outcome
 from ddsup.record._private import check_private, write_private
 from ddsup.units import printable
+
+if TYPE_CHECKING:  # a node agent never reads a result: it need not create the outcomes
+    from ddsup.record._outcome import Outcome
 
 __all__ = ["ControlAddress", "RunInfo", "StateDir", "create_state_dir", "write_private"]
 
@@ -201,7 +204,7 @@ class StateDir:
         if not self.result.exists():
             return None
         try:
-            return Outcome.from_dict(self.read_json(self.result))
+            return record.Outcome.from_dict(self.read_json(self.result))
         except (AttributeError, TypeError, ValueError) as err:
             raise RunStateError(f"cannot read {self.result}: {err}") from err
 

@@ -46,7 +46,7 @@ from ddsup.channel._hello import ADDRESS_ENV, SECRET_ENV, ChannelError, Hello, R
 from ddsup.plan._gpus import GpuList, detect_gpu_list
 from ddsup.plan._model import Plan
 from ddsup.process import AGENT_ENV, open_containment
-from ddsup.record._events import Contained, RecordedEvent
+from ddsup.record._node_events import Contained, NodeEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._ports import HeldPorts
@@ -170,7 +170,7 @@ async def _serve_controller(
     outbox_send, outbox_receive = trio.open_memory_channel[AgentMessage](math.inf)
     forwarded = trio.Event()
 
-    def emit(event: RecordedEvent) -> None:
+    def emit(event: NodeEvent) -> None:
         outbox_send.send_nowait(EventReport(event))
 
     async def forward() -> None:

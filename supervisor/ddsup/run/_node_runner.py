@@ -23,7 +23,7 @@ from pathlib import Path
 import trio
 
 from ddsup.plan._model import Plan, PlannedInstance
-from ddsup.record._events import RecordedEvent
+from ddsup.record._node_events import NodeEvent
 from ddsup.record._state_dir import StateDir
 from ddsup.run._ports import pick_ports, port_free
 from ddsup.service._environment import (
@@ -48,7 +48,7 @@ class NodeRunner:
         run: RunContext,
         state: StateDir,
         nursery: trio.Nursery,
-        emit: Callable[[RecordedEvent], None],
+        emit: Callable[[NodeEvent], None],
         base_env: Mapping[str, str] | None = None,
         extra_args: Mapping[str, tuple[str, ...]] | None = None,
         extra_env: Mapping[str, Mapping[str, str]] | None = None,

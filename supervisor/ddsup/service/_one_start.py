@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import trio
 
 from ddsup.process import ChildProcess, ExitStatus, OutputLog, output_pipe, spawn
-from ddsup.record._events import (
+from ddsup.record._node_events import (
     LivenessFailed,
+    NodeEvent,
     ProbeAnswered,
     ProcessExited,
     ProcessStarted,
-    RecordedEvent,
 )
 from ddsup.service._liveness import Liveness, watch_liveness
 from ddsup.service._readiness import Probe
@@ -36,7 +36,7 @@ from ddsup.units._model import UnitType
 class StartHooks:
     """What a start tells (and asks) the service that owns it; all called in its task."""
 
-    emit: Callable[[RecordedEvent], None]  # record an event (looked up anew on each call)
+    emit: Callable[[NodeEvent], None]  # record an event (looked up anew on each call)
     stopping: Callable[[], bool]  # a stop was requested
     restarting: Callable[[], bool]  # a restart was requested (``ddsup restart``)
     became_ready: Callable[[str], None]  # the process became ready (the reason)

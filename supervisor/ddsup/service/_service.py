@@ -38,7 +38,7 @@ import trio
 
 from ddsup.process import ChildProcess, ExitStatus, OutputLog, SpawnError
 from ddsup.record._display import human_duration
-from ddsup.record._events import RecordedEvent
+from ddsup.record._node_events import NodeEvent
 from ddsup.record._states import LIVE as _LIVE
 from ddsup.record._states import InstanceState
 from ddsup.service._one_start import OneStart, StartHooks
@@ -59,7 +59,7 @@ RESTART_REQUESTED = "restart requested"
 class Service:
     """Runs one unit instance until it exits for good, fails, or is asked to stop."""
 
-    def __init__(self, spec: ServiceSpec, emit: Callable[[RecordedEvent], None]) -> None:
+    def __init__(self, spec: ServiceSpec, emit: Callable[[NodeEvent], None]) -> None:
         self.spec = spec
         self._emit = emit
         self.status = ServiceStatus(since=time.time())
@@ -332,7 +332,7 @@ class Service:
         return 0.0 if watch.ready_at is None else trio.current_time() - watch.ready_at
 
     # --- what a start reports (its StartHooks) ----------------------------------------
-    def _send(self, event: RecordedEvent) -> None:
+    def _send(self, event: NodeEvent) -> None:
         self._emit(event)  # looked up on each call: a test may replace it
 
     def _stopping(self) -> bool:

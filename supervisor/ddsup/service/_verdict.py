@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ddsup.process import ExitStatus
 from ddsup.record._display import human_duration
-from ddsup.record._events import COMPLETED
+from ddsup.record._node_events import COMPLETED
 from ddsup.record._states import InstanceState
 from ddsup.service._restart_policy import RestartPolicy
 from ddsup.service._spec import ServiceSpec
