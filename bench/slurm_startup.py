@@ -1,6 +1,7 @@
 """ddsup's own start-up and clean-up overhead inside a real Slurm job (3-node test cluster).
 
-Run: ``.venv/bin/python bench/slurm_startup.py [--runs 5] [--baseline REV]`` (needs Slurm
+Run: ``.venv/bin/python bench/slurm_startup.py [--runs 5] [--baseline REV] [--raw PATH]``
+(``--raw``: every job's figures as JSON, to pool several runs; needs Slurm
 installed; it starts a private cluster of three ``slurmd`` on this host, see
 docs/testing-slurm.md).
 
@@ -37,6 +38,7 @@ the run is alive on any node (Slurm's ``KillWait`` is 5 s on this cluster).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shlex
@@ -272,6 +274,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="jobs per figure (default 5)")
     parser.add_argument("--baseline", metavar="REV", help="also measure ddsup as of REV")
+    parser.add_argument(
+        "--raw", type=Path, metavar="PATH", help="also write every job's figures there (JSON)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ddsup-bench-") as tmp:
         work = Path(tmp)
@@ -295,6 +300,9 @@ def main() -> None:
         finally:
             cluster.stop()
         _print(args.runs, installs, runs, cancels, floor)
+        if args.raw is not None:  # to pool the jobs of several runs
+            raw = {i.name: {"jobs": runs[i.name], "scancel": cancels[i.name]} for i in installs}
+            args.raw.write_text(json.dumps(raw, indent=1))
 
 
 def _print(

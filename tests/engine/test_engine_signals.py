@@ -66,11 +66,11 @@ def _agents_of(pid: int) -> list[int]:
 
 @pytest.mark.slow  # a node agent: a few seconds
 async def test_stop_signal_while_the_controller_starts_stops_gracefully(tmp_path: Path) -> None:
-    """The agents are launched before ``ddsup start`` imports its controller (its head
-    start); a SIGTERM then (a scancel during the start-up) waits in the signal receiver
-    opened before the launch, and the run stops as it would later: 143, result.json,
-    no process left (the conftest checks). Without that receiver, the default action
-    killed ``ddsup start`` mid-start."""
+    """The agents are launched before ``ddsup start`` imports trio and its controller
+    (its head start); a SIGTERM then (a scancel during the start-up) is held
+    (``run._held_signals``) until trio's receiver takes it, and the run stops as it would
+    later: 143, result.json, no process left (the conftest checks). Without the held
+    handlers, the default action killed ``ddsup start`` mid-start (-15)."""
     units = UnitDir(tmp_path / "units")
     lane = {"model": "m", "gpus": 1, "port": "auto"}
     units.add("lane@", "lane", ["sleep", "60"], lane=lane)

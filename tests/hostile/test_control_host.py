@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from ddsup._errors import UsageError
 from ddsup.plan._model import Node
 from ddsup.plan._resolve import Allocation, LauncherKind
-from ddsup.run._control_host import control_host
+from ddsup.run._control_host import control_host, control_socket
 
 
 def _allocation(launcher: LauncherKind, client_address: str) -> Allocation:
@@ -15,18 +17,27 @@ def _allocation(launcher: LauncherKind, client_address: str) -> Allocation:
     return Allocation(launcher, nodes, "n1", client_address, False, 1, True)
 
 
-async def test_locally_it_is_loopback() -> None:
-    assert await control_host(_allocation(LauncherKind.LOCAL, "10.1.2.3"), {}) == "127.0.0.1"
+def test_locally_it_is_loopback() -> None:
+    assert control_host(_allocation(LauncherKind.LOCAL, "10.1.2.3"), {}) == "127.0.0.1"
 
 
-async def test_under_slurm_it_is_the_client_node_s_address_resolved_once() -> None:
+def test_under_slurm_it_is_the_client_node_s_address_resolved_once() -> None:
     allocation = _allocation(LauncherKind.SLURM, "127.0.0.1")
-    assert await control_host(allocation, {}) == "127.0.0.1"
-    localhost = await control_host(allocation, {"DDSUP_CONTROL_HOST": "localhost"})
+    assert control_host(allocation, {}) == "127.0.0.1"
+    localhost = control_host(allocation, {"DDSUP_CONTROL_HOST": "localhost"})
     assert localhost in ("127.0.0.1", "::1")
 
 
-async def test_a_name_that_does_not_resolve_says_what_to_set() -> None:
+def test_a_name_that_does_not_resolve_says_what_to_set() -> None:
     allocation = _allocation(LauncherKind.SLURM, "no-such-node.invalid")
     with pytest.raises(UsageError, match="set DDSUP_CONTROL_HOST"):
-        await control_host(allocation, {})
+        control_host(allocation, {})
+
+
+def test_the_control_socket_listens_on_that_address_only() -> None:
+    with control_socket("127.0.0.1") as sock:
+        host, port = sock.getsockname()
+        assert host == "127.0.0.1" and port > 0
+        assert not sock.get_inheritable(), "a unit would inherit the control socket"
+        with socket.create_connection((host, port), timeout=5):
+            pass  # accepted into the backlog before anything serves it

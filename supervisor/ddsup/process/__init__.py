@@ -5,10 +5,13 @@ groups), ``_registry`` (the (PID, start time) records of what a run had), ``_swe
 (SIGKILL by invocation id), ``_ending`` (all of those without a supervisor),
 ``_sentinel`` (runs ``_ending`` when the supervisor dies), ``_table`` (the process tree,
 read once for concurrent stops), ``_managed`` (children whose owner reaps them),
-``_subreaper`` (orphans of our units become ours), ``_final_sweep`` (the end-of-run
-sweep), ``_unit_scope`` (one unit's cgroup and records), ``_containment`` (all layers of
-one supervisor, opened once: the entry point), ``_output_log`` (a unit's output into its
-rotating log file), ``_child`` (spawn, wait, stop a tree). ``docs/no-orphans.md`` tells
+``_subreaper_flag`` and ``_subreaper`` (orphans of our units become ours, and are
+reaped), ``_final_sweep`` (the end-of-run sweep), ``_records`` and ``_unit_scope`` (one
+unit's cgroup and records), ``_opening`` (all layers of one supervisor, opened before any
+child, without trio) and ``_containment`` (the same layers owned inside trio, closed
+once: the entry point), ``_output_log`` (a unit's output into its rotating log file),
+``_popen`` (a child started before trio runs) and ``_child`` (spawn or adopt, wait, stop
+a tree). ``docs/no-orphans.md`` tells
 which layer catches what.
 
 Its names are imported when first used (PEP 562, as in ``ddsup.channel``): a command
@@ -28,10 +31,10 @@ if TYPE_CHECKING:
     from ddsup.process._child import ChildProcess as ChildProcess
     from ddsup.process._child import LogError as LogError
     from ddsup.process._child import SpawnError as SpawnError
+    from ddsup.process._child import adopt as adopt
     from ddsup.process._child import identity_of as identity_of
     from ddsup.process._child import spawn as spawn
     from ddsup.process._child import supervised as supervised
-    from ddsup.process._containment import CGROUP_ENV as CGROUP_ENV
     from ddsup.process._containment import Containment as Containment
     from ddsup.process._containment import open_containment as open_containment
     from ddsup.process._ending import Ended as Ended
@@ -40,10 +43,14 @@ if TYPE_CHECKING:
     from ddsup.process._layers import Layers as Layers
     from ddsup.process._managed import ManagedChildren as ManagedChildren
     from ddsup.process._managed import managed_children as managed_children
+    from ddsup.process._opening import CGROUP_ENV as CGROUP_ENV
+    from ddsup.process._opening import OpenedLayers as OpenedLayers
+    from ddsup.process._opening import open_layers as open_layers
     from ddsup.process._output_log import CopyTask as CopyTask
     from ddsup.process._output_log import OutputLog as OutputLog
     from ddsup.process._output_log import output_pipe as output_pipe
     from ddsup.process._output_log import rotated_log as rotated_log
+    from ddsup.process._popen import start_child as start_child
     from ddsup.process._proc import read_environ as read_environ
     from ddsup.process._sentinel import Sentinel as Sentinel
     from ddsup.process._sentinel import start_sentinel as start_sentinel
@@ -66,7 +73,11 @@ _LAZY = {
     "identity_of": "ddsup.process._child",
     "spawn": "ddsup.process._child",
     "supervised": "ddsup.process._child",
-    "CGROUP_ENV": "ddsup.process._containment",
+    "adopt": "ddsup.process._child",
+    "CGROUP_ENV": "ddsup.process._opening",
+    "OpenedLayers": "ddsup.process._opening",
+    "open_layers": "ddsup.process._opening",
+    "start_child": "ddsup.process._popen",
     "Containment": "ddsup.process._containment",
     "Layers": "ddsup.process._layers",
     "open_containment": "ddsup.process._containment",

@@ -18,21 +18,22 @@ them, so trio's ``Process.wait`` keeps their exit status.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING
 
 import trio
 
-from ddsup._errors import DdsupError
 from ddsup._exit import ExitStatus
 from ddsup.process._containment import current_containment
 from ddsup.process._managed import ManagedChildren, managed_children
+from ddsup.process._popen import LogError as LogError
+from ddsup.process._popen import SpawnError as SpawnError
+from ddsup.process._popen import open_log, spawn_error
 from ddsup.process._proc import read_environ
 from ddsup.process._subreaper import is_subreaper
 from ddsup.process._table import ProcessTable, process_table
@@ -46,10 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _ESCAPED_GRACE = 5.0  # seconds for SIGKILLed escaped descendants to die (no event exists)
-
-
-class SpawnError(DdsupError):
-    """A unit's program could not be started (not found, not executable, bad directory)."""
 
 
 def identity_of(env: Mapping[str, str]) -> frozenset[tuple[bytes, bytes]]:
@@ -244,42 +241,6 @@ def _pidfd_kill(fd: int) -> None:
         signal.pidfd_send_signal(fd, signal.SIGKILL)
 
 
-def _spawn_error(argv: Sequence[str], cwd: object, err: OSError) -> SpawnError:
-    """Say why exec failed in words that point at the fix."""
-    program = argv[0]
-    reason = os.strerror(err.errno) if err.errno else str(err)
-    if err.filename is not None and os.fsdecode(err.filename) == os.fsdecode(str(cwd)):
-        hint = f"working directory {os.fsdecode(str(cwd))!r}"
-    elif err.errno == errno.ENOENT and "/" not in program:
-        hint = f"argv[0] {program!r} not on PATH"
-    elif err.errno == errno.EACCES:
-        hint = f"{program!r} is not executable"
-    else:
-        hint = f"argv[0] {program!r}"
-    return SpawnError(f"cannot start {program!r}: {reason} ({hint})")
-
-
-LogError = Callable[[OSError], None]
-
-
-def _open_log(log_path: os.PathLike[str], on_error: LogError | None) -> int:
-    """The log's descriptor (never through a symlink); /dev/null when ``on_error`` says so.
-
-    Without ``on_error`` a log that cannot be opened is a SpawnError. With it, the
-    failure is reported there and the output goes to /dev/null: a full or read-only
-    state directory must not stop a unit from starting.
-    """
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-    try:
-        return os.open(log_path, flags, 0o600)
-    except OSError as err:
-        if on_error is None:
-            name = os.fspath(log_path)
-            raise SpawnError(f"cannot open log file {name!r}: {err.strerror}") from err
-        on_error(err)
-        return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-
-
 def _share(fd: int) -> int:
     """A copy of our descriptor ``fd`` for a child; /dev/null when ``fd`` is closed."""
     try:
@@ -316,7 +277,7 @@ async def spawn(
     elif isinstance(log_path, int):
         out_fd = _share(log_path)
     elif log_path is not None:
-        out_fd = _open_log(log_path, on_log_error)
+        out_fd = open_log(log_path, on_log_error)
     else:
         raise ValueError("spawn needs one of log_path and output")
     registry = managed_children()
@@ -337,7 +298,7 @@ async def spawn(
                     preexec_fn=enter,
                 )
             except OSError as err:
-                raise _spawn_error(argv, cwd, err) from err
+                raise spawn_error(argv, cwd, err) from err
             registry.pids.add(process.pid)
     finally:
         for fd in ([] if output is not None else [out_fd]) + list(enter_fds):
@@ -345,6 +306,17 @@ async def spawn(
     if scope is not None:
         scope.started(process.pid)
     return ChildProcess(process, identity_of(env), registry, scope)
+
+
+def adopt(popen: subprocess.Popen[bytes], env: Mapping[str, str]) -> ChildProcess:
+    """The child ``popen`` (started before trio ran, ``_popen.start_child``, with ``env``),
+    now owned here as if ``spawn`` had started it: managed (the adopted-orphan reaper
+    leaves it to its owner), waited for on a pidfd. Call it before the containment's
+    reaper starts (``open_containment``), which would otherwise take its exit status."""
+    registry = managed_children()
+    registry.pids.add(popen.pid)
+    process = trio.Process._create(popen, None, None, None)
+    return ChildProcess(process, identity_of(env), registry)
 
 
 @asynccontextmanager

@@ -43,15 +43,15 @@ from ddsup.process import _cgroup, _proc, _registry
 from ddsup.process._final_sweep import sweep_until_gone
 from ddsup.process._layers import Layers
 from ddsup.process._managed import managed_children
-from ddsup.process._sentinel import Sentinel, start_sentinel
-from ddsup.process._subreaper import become_subreaper, is_subreaper, reap_adopted_children
+from ddsup.process._opening import CGROUP_ENV as CGROUP_ENV
+from ddsup.process._opening import OpenedLayers, open_layers
+from ddsup.process._subreaper import reap_adopted_children
 from ddsup.process._table import process_table
-from ddsup.process._unit_scope import Records, UnitScope, emptied, pin_now, wait_pidfds
+from ddsup.process._unit_scope import UnitScope, emptied, pin_now, wait_pidfds
 
 log = logging.getLogger(__name__)
 
 SCAN_INTERVAL = 2.0  # seconds between looks at the units' trees (docs/no-orphans.md: cost)
-CGROUP_ENV = "DDSUP_CGROUP"  # auto | off | v2 | v1-freezer | v1-pids
 _CLOSE_GRACE = 5.0  # seconds for SIGKILLed leftovers to die at the end (reported if not)
 _CURRENT: trio.lowlevel.RunVar[Containment | None] = trio.lowlevel.RunVar(
     "ddsup_containment", default=None
@@ -64,112 +64,21 @@ def current_containment() -> Containment | None:
 
 
 class Containment:
-    """The no-orphan layers of one supervisor (see the module docstring)."""
+    """The no-orphan layers of one supervisor (see the module docstring), once opened
+    (:func:`~ddsup.process._opening.open_layers`)."""
 
-    def __init__(
-        self,
-        invocation_id: str,
-        *,
-        state_dir: str | None,
-        name: str,
-        root: bool,
-        cgroup: str,
-        covered_by: str | None = None,
-    ) -> None:
-        self.invocation_id = invocation_id
-        self.name = name
-        self.root = root
-        self._choice = cgroup
-        self._covered_by = covered_by
-        self._records_dir = None if state_dir is None else os.path.join(state_dir, "containment")
-        self._sentinel: Sentinel | None = None
-        self._placement: _cgroup.Placement | None = None
-        self._own: _cgroup.Cgroup | None = None
-        self._records = Records(None)
+    def __init__(self, opened: OpenedLayers) -> None:
+        assert opened.layers is not None, "open_layers did not finish"
+        self.invocation_id = opened.invocation_id
+        self.name = opened.name
+        self.root = opened.root
+        self.layers: Layers = opened.layers
+        self._sentinel = opened.sentinel
+        self._placement = opened.placement
+        self._own = opened.own
+        self._records = opened.records
         self._scopes: dict[str, UnitScope] = {}
-        self.layers: Layers | None = None
         self.survivors: list[int] = []
-
-    # --- opening ----------------------------------------------------------------------
-    def _open(self) -> Layers:
-        become_subreaper()
-        registry_reason = self._open_records()
-        sentinel_of = self._covering_sentinel()
-        if sentinel_of is None:
-            self._sentinel = start_sentinel(
-                self.invocation_id, self._records_dir, self.name, root=self.root
-            )
-        cgroup_reason = self._open_cgroup()
-        own, run = self._own, self._placement.run if self._placement else None
-        self.layers = Layers(
-            supervisor=self.name,
-            pid=os.getpid(),
-            machine=_registry.Machine.here(),
-            subreaper=is_subreaper(),
-            sentinel=None if self._sentinel is None else self._sentinel.pid,
-            sentinel_of=sentinel_of,
-            registry=None if self._records.file is None else self._records.file.path,
-            cgroup=own,
-            run_cgroup=run,
-            cgroup_reason=cgroup_reason,
-            registry_reason=registry_reason,
-            tag_sweep=self.root,
-        )
-        if self._records_dir is not None:
-            with contextlib.suppress(OSError):
-                _registry.write_layers(self._records_dir, self.name, self.layers.to_json())
-        return self.layers
-
-    def _covering_sentinel(self) -> str | None:
-        """``covered_by`` when its sentinel covers us: it wrote its layers into our
-        registry directory (so its sentinel ends our records and cgroups too) from this
-        machine, and its sentinel is alive. None: we start our own."""
-        if self._covered_by is None or self._records.file is None:
-            return None
-        assert self._records_dir is not None
-        machine = _registry.Machine.here()
-        for name, data in _registry.supervisors_here(self._records_dir, machine):
-            sentinel = data.get("sentinel")
-            if (
-                name == self._covered_by
-                and isinstance(sentinel, int)
-                and not _proc.is_dead(sentinel)
-            ):
-                return name
-        return None
-
-    def _open_records(self) -> str | None:
-        if self._records_dir is None:
-            return "no state directory"
-        try:
-            os.makedirs(self._records_dir, mode=0o700, exist_ok=True)
-            path = os.path.join(self._records_dir, f"{self.name}.pids")
-            self._records = Records(_registry.RegistryFile(path))
-        except OSError as err:
-            return f"cannot write {self._records_dir}: {err.strerror}"
-        return None
-
-    def _open_cgroup(self) -> str | None:
-        """Place the run's cgroup, keep the sentinel outside it, move ourselves in."""
-        try:
-            placement = _cgroup.place(self.invocation_id, self._choice)
-        except _cgroup.Unavailable as err:
-            return str(err)
-        own = placement.run.child(self.name)
-        try:
-            if self._sentinel is not None:
-                placement.base.move(self._sentinel.pid)  # it must survive the run's cgroup
-            own.child(_cgroup.SUPERVISOR_LEAF).create()
-            own.child(_cgroup.SUPERVISOR_LEAF).move(os.getpid())
-        except OSError as err:
-            with contextlib.suppress(OSError):
-                own.remove()
-                placement.run.remove()
-            return (
-                f"{placement.run.kind.value}: cannot move processes into {own.path}: {err.strerror}"
-            )
-        self._placement, self._own = placement, own
-        return None
 
     # --- units --------------------------------------------------------------------------
     def scope(self, unit: str) -> UnitScope:
@@ -302,6 +211,7 @@ async def open_containment(
     root: bool,
     cgroup: str | None = None,
     covered_by: str | None = None,
+    opened: OpenedLayers | None = None,
 ) -> AsyncIterator[Containment]:
     """Open the no-orphan layers of one supervisor (``name``: ``controller`` or
     ``agent-<node>``; ``root``: this is ``ddsup start``); see the module docstring.
@@ -315,18 +225,21 @@ async def open_containment(
     ``cgroup`` picks the hierarchy (``auto``, ``off``, ``v2``, ``v1-freezer``,
     ``v1-pids``; default ``$DDSUP_CGROUP`` or ``auto``). No layer's absence fails: it is
     named, with the reason, in :attr:`Containment.layers`.
+
+    ``opened``: the layers, already opened by :func:`~ddsup.process._opening.open_layers`
+    before trio was imported (``ddsup start``'s head start); the other arguments are then
+    not used. From here on they are this containment's, closed with it.
     """
-    choice = cgroup or os.environ.get(CGROUP_ENV) or "auto"
-    directory = None if state_dir is None else os.fspath(state_dir)
-    containment = Containment(
-        invocation_id,
-        state_dir=directory,
-        name=name,
-        root=root,
-        cgroup=choice,
-        covered_by=covered_by,
-    )
-    containment._open()
+    if opened is None:
+        opened = open_layers(
+            invocation_id,
+            state_dir=state_dir,
+            name=name,
+            root=root,
+            cgroup=cgroup,
+            covered_by=covered_by,
+        )
+    containment = Containment(opened)
     token = _CURRENT.set(containment)
     try:
         async with trio.open_nursery() as nursery:

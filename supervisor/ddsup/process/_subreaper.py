@@ -9,50 +9,18 @@ reaped by :func:`reap_adopted_children`.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
-import sys
 
 import trio
 
 from ddsup.process import _proc
 from ddsup.process._managed import managed_children
+from ddsup.process._subreaper_flag import become_subreaper as become_subreaper
+from ddsup.process._subreaper_flag import is_subreaper as is_subreaper
 
 log = logging.getLogger(__name__)
-
-_PR_SET_CHILD_SUBREAPER = 36
-_PR_GET_CHILD_SUBREAPER = 37
-
-
-def _prctl(option: int, arg: object) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, arg, 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-def become_subreaper() -> None:
-    """Make orphaned descendants reparent to us rather than to init (Linux only).
-
-    Without it, a unit's setsid grandchild whose parent died belongs to PID 1 and we
-    could only find it by its environment; with it, it is our child, we reap it, and it
-    cannot outlive us unnoticed.
-    """
-    if not sys.platform.startswith("linux"):
-        log.debug("not Linux: no child subreaper; orphans are found by sweeping only")
-        return
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-
-
-def is_subreaper() -> bool:
-    """Whether this process is a child subreaper (False where the notion does not exist)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    flag = ctypes.c_int(0)
-    _prctl(_PR_GET_CHILD_SUBREAPER, ctypes.pointer(flag))
-    return flag.value != 0
 
 
 def _reapable(pid: int, own_session: int) -> bool:

@@ -13,42 +13,15 @@ import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
 import trio
 
 from ddsup.process import _cgroup, _proc, _registry
+from ddsup.process._records import Records as Records
 
 log = logging.getLogger(__name__)
 
 END_GRACE = 5.0  # seconds for a unit's SIGKILLed leftovers to die (no later than the stop's)
-
-
-@dataclass
-class Records:
-    """What one supervisor has seen: PID → entry (the newest process with that PID),
-    appended to its registry file as it is seen."""
-
-    file: _registry.RegistryFile | None
-    seen: dict[int, _registry.Entry] = field(default_factory=dict)
-
-    def add(self, entries: list[_registry.Entry]) -> None:
-        new = [e for e in entries if self.seen.get(e.pid) != e]
-        for entry in new:
-            self.seen[entry.pid] = entry
-        if new and self.file is not None:
-            try:
-                self.file.add(new)
-            except OSError as err:  # a full or vanished disk must not end the run
-                log.warning("cannot write the registry %s: %s", self.file.path, err)
-
-    def of(self, unit: str | None) -> list[_registry.Entry]:
-        """The entries of ``unit`` (None: every entry)."""
-        return [e for e in self.seen.values() if unit is None or e.unit == unit]
-
-    def forget(self, unit: str, *, but: frozenset[_registry.Entry] = frozenset()) -> None:
-        """Drop ``unit``'s entries from memory (the file keeps them), except ``but``."""
-        self.seen = {p: e for p, e in self.seen.items() if e.unit != unit or e in but}
 
 
 class UnitScope:

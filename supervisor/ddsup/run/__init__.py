@@ -1,7 +1,8 @@
 """One run: the controller of ``ddsup start``, the node agents, and the run's decisions.
 
 ``_options`` (the command line as a value), ``_start`` (the command), ``_head_start``
-(what it does before it imports the controller: the agents launched), ``_run_inputs``
+(what it does before it imports trio: the agents launched; ``_held_signals``: its signals
+held meanwhile), ``_takeover`` (trio runs: the controller takes it all over), ``_run_inputs``
 and ``_run_state`` (what the run hears and decides: pure), ``_replicas`` (a multi-node
 replica lives and dies as one), ``_ordering`` (start and stop order), ``_controller``
 (the trio shell that feeds the state and carries out its decisions), ``_connections``

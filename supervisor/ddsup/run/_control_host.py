@@ -5,6 +5,9 @@ client node's address in the allocation (its ``NodeAddr``), or ``DDSUP_CONTROL_H
 when another interface must be used, resolved once to the one IP address that the
 agents are given too. Never ``0.0.0.0``: the port is not opened on interfaces the job
 does not use (docs/security.md).
+
+Resolved and bound before trio runs (``_head_start``: the agents are launched first),
+so with the ``socket`` module alone; the controller serves the socket with trio later.
 """
 
 from __future__ import annotations
@@ -12,26 +15,32 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 
-import trio
-
 from ddsup._errors import UsageError
 from ddsup.plan._allocation import LOCAL_ADDRESS
 from ddsup.plan._resolve import Allocation, LauncherKind
 from ddsup.units import printable
 
 CONTROL_HOST_ENV = "DDSUP_CONTROL_HOST"
+BACKLOG = 0xFFFF  # as trio's listeners ask (the kernel caps it at somaxconn): K agents at once
 
 
-async def control_host(allocation: Allocation, environ: Mapping[str, str]) -> str:
+def control_host(allocation: Allocation, environ: Mapping[str, str]) -> str:
     """The IP address to listen on; UsageError when the name does not resolve."""
     if allocation.launcher is LauncherKind.LOCAL:
         return LOCAL_ADDRESS
     name = environ.get(CONTROL_HOST_ENV) or allocation.client_address
     try:
-        found = await trio.socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+        found = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as err:
         raise UsageError(
             f"cannot resolve {printable(name)}, the address agents would reach ddsup start at "
             f"({err}): set {CONTROL_HOST_ENV} to an address of this node"
         ) from err
     return str(found[0][4][0])
+
+
+def control_socket(host: str) -> socket.socket:
+    """A listening TCP socket on ``host`` at a port the kernel picks (not inherited by
+    children); the agents' connections wait in its backlog until the controller serves it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, 0), family=family, backlog=BACKLOG)

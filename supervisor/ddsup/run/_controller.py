@@ -2,9 +2,9 @@
 
 Order: plan → state dir → agents (preflight on every node) → lanes (staggered per node) →
 endpoint once ``min_ready`` lanes of each model are ready → worker. The agents were
-launched before this module was imported (``_head_start``): the controller takes over
-their processes, the containment, the signal receiver and the bound control socket
-(:class:`HeadStart`), so the agents' start-up overlaps its own. When the nodes' GPUs
+launched before trio and this module were imported (``_head_start``): the controller
+takes over their processes, the containment, the signal receiver and the bound control
+socket (``_takeover``), so the agents' start-up overlaps its own. When the nodes' GPUs
 are theirs to say (``Allocation.gpus_from_agents``: Slurm, or this machine's GPUs shared
 out among simulated nodes), the agents come first, on every node, and the plan is made
 from what each one reports (``_inventory``); until then the run's state has an empty
@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -45,7 +46,6 @@ from ddsup.run._agent_setup import agent_setup
 from ddsup.run._agents import AgentFleet
 from ddsup.run._connections import ControlServer
 from ddsup.run._console import Console
-from ddsup.run._head_start import HeadStart
 from ddsup.run._lane_feed import LanePublisher
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._nodes import NODE_DECISIONS, LocalNode, RunNode, deliver
@@ -79,6 +79,9 @@ from ddsup.run._slurm_job import settle_requeue
 from ddsup.run._walltime import JobEnd, early_stops
 from ddsup.units._model import UnitSet, UnitType
 
+if TYPE_CHECKING:  # it imports this module: it runs the controller
+    from ddsup.run._takeover import TakenOver
+
 PREFLIGHT_TIMEOUT = 120.0
 NO_CAUSE = Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
 STOP_GRACE = 10.0  # beyond a level's longest timeout_stop, for reports to come back
@@ -87,7 +90,7 @@ STOP_GRACE = 10.0  # beyond a level's longest timeout_stop, for reports to come 
 class Controller:
     """Owns one run from plan to result."""
 
-    def __init__(self, prepared: PreparedRun, state: StateDir, head: HeadStart) -> None:
+    def __init__(self, prepared: PreparedRun, state: StateDir, head: TakenOver) -> None:
         self.prepared = prepared
         self.options = prepared.options
         self.state = state

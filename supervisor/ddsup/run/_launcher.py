@@ -12,22 +12,30 @@ others). When the run may survive losing a node (``_node_loss``: every unit ther
 ``on_failure = "continue"``), it is ``--kill-on-bad-exit=0 --no-kill`` instead, so the
 other agents keep running, and the controller owns fail-fast for whatever may not be
 lost.
+
+Agents are started before trio runs (``_head_start``), with ``subprocess``
+(:func:`~ddsup.process._popen.start_child`): :class:`StartedAgents` are adopted by the
+controller once it runs (``_takeover``) and become :class:`AgentProcess` es.
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ddsup._errors import UsageError
 from ddsup.plan._resolve import Allocation, LauncherKind
-from ddsup.process import ChildProcess, spawn
+from ddsup.process._popen import start_child
 from ddsup.record._state_dir import StateDir
 from ddsup.units._model import UnitSet
+
+if TYPE_CHECKING:  # trio's: the controller's side, imported after the launch
+    from ddsup.process._child import ChildProcess
 
 AGENT_ARGV = (sys.executable, "-m", "ddsup", "agent")
 CONTROLLER = "controller"  # ddsup start's name among the run's supervisors
@@ -42,6 +50,16 @@ class AgentProcess:
     process: ChildProcess
 
 
+@dataclass(frozen=True)
+class StartedAgents:
+    """A process that hosts agents, started before trio runs; adopted as an AgentProcess."""
+
+    label: str
+    nodes: tuple[str, ...]
+    popen: subprocess.Popen[bytes]
+    env: Mapping[str, str]
+
+
 class Launcher(Protocol):
     name: str
     shared_address: bool
@@ -49,9 +67,9 @@ class Launcher(Protocol):
     # sentinel of their own, and the controller ends what a dead one left (_agents)
     covers_agents: bool
 
-    async def launch(
+    def launch(
         self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir
-    ) -> list[AgentProcess]: ...
+    ) -> list[StartedAgents]: ...
 
 
 @dataclass
@@ -74,9 +92,9 @@ class LocalLauncher:
     shared_address: bool = True
     covers_agents: bool = True
 
-    async def launch(
+    def launch(
         self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir
-    ) -> list[AgentProcess]:
+    ) -> list[StartedAgents]:
         agents = []
         for node in nodes:
             argv = (
@@ -90,14 +108,14 @@ class LocalLauncher:
             if self.simulated_gpus is None and node in self.shares:
                 node_env["CUDA_VISIBLE_DEVICES"] = ",".join(self.shares[node])
             log = state.log(f"agent-{node}")
-            child = await spawn(
+            child = start_child(
                 argv,
                 env=node_env,
                 cwd=".",
                 log_path=log,
                 on_log_error=partial(state.faults.failed, log),
             )
-            agents.append(AgentProcess(f"agent on {node}", (node,), child))
+            agents.append(StartedAgents(f"agent on {node}", (node,), child, node_env))
         return agents
 
 
@@ -117,9 +135,9 @@ class SlurmLauncher:
     survivable: bool = False  # the run may go on without a node: agents outlive each other
     het_group: int | None = None  # a heterogeneous job: the component of the lane nodes
 
-    async def launch(
+    def launch(
         self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir
-    ) -> list[AgentProcess]:
+    ) -> list[StartedAgents]:
         srun = shutil.which("srun")
         if srun is None:
             raise UsageError("--launcher slurm needs srun on PATH")
@@ -139,10 +157,10 @@ class SlurmLauncher:
             *_simulated(self.simulated_gpus),
         ]
         log = state.log("agents")
-        child = await spawn(
+        child = start_child(
             argv, env=env, cwd=".", log_path=log, on_log_error=partial(state.faults.failed, log)
         )
-        return [AgentProcess("srun step of the agents", tuple(nodes), child)]
+        return [StartedAgents("srun step of the agents", tuple(nodes), child, env)]
 
     def _fail_fast(self) -> tuple[str, ...]:
         """Slurm ends every agent when one dies, unless the run may lose a node."""

@@ -34,6 +34,12 @@ class RunFacts:
     secret: str = field(repr=False)
 
 
+def attempt_of(environ: Mapping[str, str]) -> int:
+    """The job's attempt: ``SLURM_RESTART_COUNT`` (0 on the first run, or outside Slurm)."""
+    value = environ.get("SLURM_RESTART_COUNT", "").strip()
+    return int(value) if value.isdigit() else 0
+
+
 def run_context(
     facts: RunFacts, units: UnitSet, plan: Plan, environ: Mapping[str, str], *, with_key: bool
 ) -> RunContext:

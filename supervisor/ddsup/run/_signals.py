@@ -1,10 +1,11 @@
 """Stop signals, received the same way by ``ddsup start`` and by every node agent.
 
 SIGTERM, SIGINT and SIGHUP ask for a graceful stop; a second one, a stop without grace.
-They are set to "ignore" before the receiver opens and stay ignored after it closes:
-until the process watches them nothing runs yet that needs stopping, and after it no
-longer does (the final sweep, ``result.json``, exit) a late signal must not cut the
-cleanup half-way. Children are spawned while the receiver's handlers, not SIG_IGN, are
+In a node agent they are set to "ignore" before the receiver opens and stay ignored
+after it closes: until the agent watches them nothing runs yet that needs stopping, and
+after it no longer does (the final sweep, exit) a late signal must not cut the cleanup
+half-way. ``ddsup start`` holds them instead (``_held_signals``) from before it launches
+its agents until trio's receiver takes them, and drops them after it closes. Children are spawned while the receiver's handlers, not SIG_IGN, are
 installed, so they start with the default dispositions.
 """
 
@@ -16,7 +17,8 @@ from contextlib import AbstractContextManager, contextmanager
 
 import trio
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+from ddsup.run._held_signals import ALWAYS_WATCHED
+from ddsup.run._held_signals import STOP_SIGNALS as STOP_SIGNALS
 
 
 def ignore_stop_signals() -> None:
@@ -29,10 +31,13 @@ def run_signal_receiver(forwarded: Set[int]) -> AbstractContextManager[AsyncIter
     """``ddsup start``'s signals: the stop signals, those its units forward, and SIGUSR1/2
     even when no unit wants them (their default action would kill ``ddsup start``).
 
-    Opened before the agents are launched (``_head_start``): a signal that arrives while
-    the controller is still starting waits in the receiver for :func:`watch_signals`.
+    Opened once trio runs (``_takeover``), after the agents were launched: what arrived
+    before was held (``_held_signals``) and is released into it, to wait for
+    :func:`watch_signals` with whatever arrives while the controller is still starting.
+    Not set to "ignore" first (a signal would be lost in between): the held handlers are
+    what it replaces, and what it puts back when it closes, and they drop what comes.
     """
-    return stop_signal_receiver(*forwarded, signal.SIGUSR1, signal.SIGUSR2)
+    return trio.open_signal_receiver(*STOP_SIGNALS, *forwarded, *ALWAYS_WATCHED)
 
 
 async def watch_signals(

@@ -19,23 +19,17 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping
 from dataclasses import replace
 
 import trio
 
 from ddsup._errors import EXIT_REQUEUE, ResultStatus
 from ddsup.record._outcome import Outcome
+from ddsup.run._run_facts import attempt_of as attempt_of
 from ddsup.units import printable
 
 REFRESH = 300.0  # seconds between looks at the job's end time
 CLIENT_TIMEOUT = 30.0
-
-
-def attempt_of(environ: Mapping[str, str]) -> int:
-    """The job's attempt: ``SLURM_RESTART_COUNT`` (0 on the first run, or outside Slurm)."""
-    value = environ.get("SLURM_RESTART_COUNT", "").strip()
-    return int(value) if value.isdigit() else 0
 
 
 def parse_end_time(text: str) -> float | None:

@@ -4,11 +4,12 @@ Everything that can be decided before the run begins (units, allocation, plan) i
 checked first (:func:`~ddsup.run._prepare.prepare_run`): a failure there prints each
 problem once, whatever the verbosity, and leaves no state directory behind.
 
-Then the agents are launched (``_head_start``) before the controller's module is
+Then the agents are launched (``_head_start``) before trio and the controller are
 imported: the agents' Python start-up and the rest of ``ddsup start``'s then overlap
-instead of adding up. So this module imports only what the head start needs, and the
-controller (``_controller``: the channel's messages, the run's state, the services) by
-name once the agents are on their way, as ``_cli`` imports a command's module.
+instead of adding up. So this module imports only what the head start needs (no trio),
+and ``_takeover`` (trio, the controller: the channel's messages, the run's state, the
+services) by name once the agents are on their way, as ``_cli`` imports a command's
+module.
 """
 
 from __future__ import annotations
@@ -17,26 +18,21 @@ import argparse
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import trio
 
 from ddsup._errors import UnitFileError, UsageError
 from ddsup.plan._resolve import AllocationRequest, LauncherChoice
 from ddsup.record._state_dir import StateDir, create_state_dir
-from ddsup.run._head_start import head_start
+from ddsup.run._head_start import HeadStart, head_start
 from ddsup.run._options import RunOptions, Verbosity
 from ddsup.run._prepare import PreparedRun, prepare_run
 from ddsup.run._process_end import end_process
-from ddsup.run._slurm_job import attempt_of
+from ddsup.run._run_facts import attempt_of
 from ddsup.units import printable
 from ddsup.units._durations import parse_duration
 
-if TYPE_CHECKING:
-    from ddsup.run._controller import Controller
-
-CONTROLLER_MODULE = "ddsup.run._controller"
+TAKEOVER_MODULE = "ddsup.run._takeover"  # trio and the controller: after the launch
 
 DESCRIPTION = """\
 Run the units of DIR in the foreground: plan, preflight on every node, lanes
@@ -148,18 +144,11 @@ def run_start(args: argparse.Namespace) -> int:
     # a requeued job: each attempt its own state dir
     state = create_state_dir(options.state_dir, attempt_of(os.environ))
     _put_own_interpreter_first_on_path()
-    status = trio.run(_run, prepared, state, restrict_keyboard_interrupt_to_checkpoints=True)
-    end_process(status)
-
-
-async def _run(prepared: PreparedRun, state: StateDir) -> int:
-    """The head start (agents launched), then the controller, imported only now."""
-    head = await head_start(prepared, state)
-    try:
-        controller: type[Controller] = importlib.import_module(CONTROLLER_MODULE).Controller
-        return await controller(prepared, state, head).main()
-    finally:
-        await head.aclose()  # a no-op once the controller has closed what it took over
+    head = head_start(prepared, state)  # the agents are on their way
+    run_controller: Callable[[PreparedRun, StateDir, HeadStart], int] = importlib.import_module(
+        TAKEOVER_MODULE
+    ).run_controller
+    end_process(run_controller(prepared, state, head))
 
 
 def _put_own_interpreter_first_on_path() -> None:

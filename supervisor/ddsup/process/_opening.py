@@ -1,0 +1,128 @@
+"""Opening a supervisor's no-orphan layers, before any child: the standard library only.
+
+:func:`open_layers` is what opening a containment does first, and all of it is
+synchronous: this process becomes a child subreaper, its registry file is opened, the
+sentinel starts (unless another supervisor's covers us), and the run's cgroup is placed
+with this process inside it. :class:`~ddsup.process._containment.Containment` then owns
+the result and adds what needs trio (the reaper, the scans, the close).
+
+Apart from ``_containment`` because ``ddsup start`` opens its layers before it imports
+trio (``run._head_start``): the agents' ``srun`` is spawned inside them, so the sentinel
+covers it from its first instant, and trio's import runs beside the agents' start-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+from ddsup.process import _cgroup, _proc, _registry
+from ddsup.process._layers import Layers
+from ddsup.process._records import Records
+from ddsup.process._sentinel import Sentinel, start_sentinel
+from ddsup.process._subreaper_flag import become_subreaper, is_subreaper
+
+CGROUP_ENV = "DDSUP_CGROUP"  # auto | off | v2 | v1-freezer | v1-pids
+
+
+@dataclass
+class OpenedLayers:
+    """One supervisor's layers as :func:`open_layers` left them (module docstring)."""
+
+    invocation_id: str
+    name: str
+    root: bool
+    records_dir: str | None
+    records: Records = field(default_factory=lambda: Records(None))
+    sentinel: Sentinel | None = None
+    placement: _cgroup.Placement | None = None
+    own: _cgroup.Cgroup | None = None  # this supervisor's subtree of the run's cgroup
+    layers: Layers | None = None
+
+
+def open_layers(
+    invocation_id: str,
+    *,
+    state_dir: str | os.PathLike[str] | None,
+    name: str,
+    root: bool,
+    cgroup: str | None = None,
+    covered_by: str | None = None,
+) -> OpenedLayers:
+    """Open the layers (``open_containment`` says what each argument means)."""
+    choice = cgroup or os.environ.get(CGROUP_ENV) or "auto"
+    directory = None if state_dir is None else os.path.join(os.fspath(state_dir), "containment")
+    opened = OpenedLayers(invocation_id, name, root, directory)
+    become_subreaper()
+    registry_reason = _open_records(opened)
+    sentinel_of = _covering_sentinel(opened, covered_by)
+    if sentinel_of is None:
+        opened.sentinel = start_sentinel(invocation_id, directory, name, root=root)
+    cgroup_reason = _open_cgroup(opened, choice)
+    opened.layers = Layers(
+        supervisor=name,
+        pid=os.getpid(),
+        machine=_registry.Machine.here(),
+        subreaper=is_subreaper(),
+        sentinel=None if opened.sentinel is None else opened.sentinel.pid,
+        sentinel_of=sentinel_of,
+        registry=None if opened.records.file is None else opened.records.file.path,
+        cgroup=opened.own,
+        run_cgroup=opened.placement.run if opened.placement else None,
+        cgroup_reason=cgroup_reason,
+        registry_reason=registry_reason,
+        tag_sweep=root,
+    )
+    if directory is not None:
+        with contextlib.suppress(OSError):
+            _registry.write_layers(directory, name, opened.layers.to_json())
+    return opened
+
+
+def _covering_sentinel(opened: OpenedLayers, covered_by: str | None) -> str | None:
+    """``covered_by`` when its sentinel covers us: it wrote its layers into our registry
+    directory (so its sentinel ends our records and cgroups too) from this machine, and
+    its sentinel is alive. None: we start our own."""
+    if covered_by is None or opened.records.file is None:
+        return None
+    assert opened.records_dir is not None
+    machine = _registry.Machine.here()
+    for name, data in _registry.supervisors_here(opened.records_dir, machine):
+        sentinel = data.get("sentinel")
+        if name == covered_by and isinstance(sentinel, int) and not _proc.is_dead(sentinel):
+            return name
+    return None
+
+
+def _open_records(opened: OpenedLayers) -> str | None:
+    if opened.records_dir is None:
+        return "no state directory"
+    try:
+        os.makedirs(opened.records_dir, mode=0o700, exist_ok=True)
+        path = os.path.join(opened.records_dir, f"{opened.name}.pids")
+        opened.records = Records(_registry.RegistryFile(path))
+    except OSError as err:
+        return f"cannot write {opened.records_dir}: {err.strerror}"
+    return None
+
+
+def _open_cgroup(opened: OpenedLayers, choice: str) -> str | None:
+    """Place the run's cgroup, keep the sentinel outside it, move ourselves in."""
+    try:
+        placement = _cgroup.place(opened.invocation_id, choice)
+    except _cgroup.Unavailable as err:
+        return str(err)
+    own = placement.run.child(opened.name)
+    try:
+        if opened.sentinel is not None:
+            placement.base.move(opened.sentinel.pid)  # it must survive the run's cgroup
+        own.child(_cgroup.SUPERVISOR_LEAF).create()
+        own.child(_cgroup.SUPERVISOR_LEAF).move(os.getpid())
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            own.remove()
+            placement.run.remove()
+        return f"{placement.run.kind.value}: cannot move processes into {own.path}: {err.strerror}"
+    opened.placement, opened.own = placement, own
+    return None

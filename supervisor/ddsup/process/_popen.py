@@ -1,0 +1,87 @@
+"""A child started before trio runs (``ddsup start``'s agents), and what spawning shares.
+
+``ddsup start`` spawns its agents' ``srun`` before it imports trio (``run._head_start``),
+with :func:`start_child`: the same child as :func:`~ddsup.process._child.spawn` makes (no
+shell, its own session, stdin on ``/dev/null``, output appended to its log), with
+``subprocess`` alone. Once trio runs, :func:`~ddsup.process._child.adopt` makes it a
+:class:`~ddsup.process._child.ChildProcess` like any other. So this module imports the
+standard library only.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+
+from ddsup._errors import DdsupError
+
+
+class SpawnError(DdsupError):
+    """A unit's program could not be started (not found, not executable, bad directory)."""
+
+
+def spawn_error(argv: Sequence[str], cwd: object, err: OSError) -> SpawnError:
+    """Say why exec failed in words that point at the fix."""
+    program = argv[0]
+    reason = os.strerror(err.errno) if err.errno else str(err)
+    if err.filename is not None and os.fsdecode(err.filename) == os.fsdecode(str(cwd)):
+        hint = f"working directory {os.fsdecode(str(cwd))!r}"
+    elif err.errno == errno.ENOENT and "/" not in program:
+        hint = f"argv[0] {program!r} not on PATH"
+    elif err.errno == errno.EACCES:
+        hint = f"{program!r} is not executable"
+    else:
+        hint = f"argv[0] {program!r}"
+    return SpawnError(f"cannot start {program!r}: {reason} ({hint})")
+
+
+LogError = Callable[[OSError], None]
+
+
+def open_log(log_path: os.PathLike[str], on_error: LogError | None) -> int:
+    """The log's descriptor (never through a symlink); /dev/null when ``on_error`` says so.
+
+    Without ``on_error`` a log that cannot be opened is a SpawnError. With it, the
+    failure is reported there and the output goes to /dev/null: a full or read-only
+    state directory must not stop a unit from starting.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        return os.open(log_path, flags, 0o600)
+    except OSError as err:
+        if on_error is None:
+            name = os.fspath(log_path)
+            raise SpawnError(f"cannot open log file {name!r}: {err.strerror}") from err
+        on_error(err)
+        return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+
+
+def start_child(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | os.PathLike[str],
+    log_path: os.PathLike[str],
+    on_log_error: LogError | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` as ``spawn`` would with ``log_path`` (no unit: no cgroup of its
+    own), without trio; the caller adopts it once trio runs, or kills and waits for it."""
+    if not argv:
+        raise SpawnError("cannot start a process with an empty argv")
+    out_fd = open_log(log_path, on_log_error)
+    try:
+        return subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out_fd,
+            stderr=out_fd,
+            start_new_session=True,
+        )
+    except OSError as err:
+        raise spawn_error(argv, cwd, err) from err
+    finally:
+        os.close(out_fd)

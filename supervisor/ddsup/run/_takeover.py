@@ -1,0 +1,113 @@
+"""Once trio runs: the controller takes over what the head start set up without it.
+
+``ddsup start`` launched its agents before it imported trio (``_head_start``). This
+module is imported after that launch (``_start`` imports it by name, as ``_cli`` imports
+a command's module), so trio's import and the controller's run beside the agents'
+start-up. :func:`run_controller` runs the controller, and :func:`take_over` is the first
+thing it does inside ``trio.run``, in this order:
+
+1. the agents' processes are adopted (managed children: the adopted-orphan reaper,
+   which starts with the containment, must leave their exit status to the fleet);
+2. the containment is opened on the layers already open (its reaper, its scans, its
+   close at the very end);
+3. trio's signal receiver replaces the held signals' handlers, and what they held is
+   delivered into it (a ``scancel`` during the start-up stops the run: 143);
+4. the control socket becomes the channel's listener.
+
+The result, :class:`TakenOver`, is what the controller owns from then on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+
+import trio
+
+from ddsup._errors import DdsupError
+from ddsup.process import Containment, open_containment
+from ddsup.process._child import adopt
+from ddsup.record._state_dir import StateDir
+from ddsup.run._controller import Controller
+from ddsup.run._head_start import HeadStart
+from ddsup.run._launcher import CONTROLLER, AgentProcess, Launcher
+from ddsup.run._prepare import PreparedRun
+from ddsup.run._run_facts import RunFacts
+from ddsup.run._signals import run_signal_receiver
+
+
+@dataclass
+class TakenOver:
+    """What the controller owns of the head start (``_head_start``), now inside trio."""
+
+    invocation_id: str
+    secret: str = field(repr=False)
+    resources: AsyncExitStack  # the containment and the signal receiver: closed last
+    containment: Containment
+    signals: AsyncIterator[int]
+    listener: trio.SocketListener | None  # None: failed says why
+    facts: RunFacts | None
+    launcher: Launcher | None
+    nodes: tuple[str, ...]
+    agents: list[AgentProcess]
+    failed: DdsupError | None
+
+    async def aclose(self) -> None:
+        """Close what the controller did not take over (idempotent: a no-op once it did).
+
+        Not inside a shielded scope of its own: the containment's nursery, opened by
+        :func:`take_over`, must be exited from the scope it was opened in (the
+        containment shields its own clean-up)."""
+        await self.resources.aclose()
+
+
+def run_controller(prepared: PreparedRun, state: StateDir, head: HeadStart) -> int:
+    """The run, from the head start to its exit status."""
+    return trio.run(_run, prepared, state, head, restrict_keyboard_interrupt_to_checkpoints=True)
+
+
+async def _run(prepared: PreparedRun, state: StateDir, head: HeadStart) -> int:
+    taken = await take_over(head)
+    try:
+        return await Controller(prepared, state, taken).main()
+    finally:
+        await taken.aclose()  # a no-op once the controller has closed what it took over
+
+
+async def take_over(head: HeadStart) -> TakenOver:
+    """Adopt, open, receive, listen (module docstring); the caller owns the result."""
+    agents = [
+        AgentProcess(started.label, started.nodes, adopt(started.popen, started.env))
+        for started in head.agents
+    ]
+    resources = AsyncExitStack()
+    try:
+        containment = await resources.enter_async_context(
+            open_containment(
+                head.invocation_id, state_dir=None, name=CONTROLLER, root=True, opened=head.layers
+            )
+        )
+        forwarded = set(head.signals.signals)
+        signals = resources.enter_context(run_signal_receiver(forwarded))
+        head.signals.release()
+        listener = None
+        if head.listening is not None:
+            listener = trio.SocketListener(trio.socket.from_stdlib_socket(head.listening))
+            resources.push_async_callback(listener.aclose)  # the server closes it first
+    except BaseException:
+        await resources.aclose()
+        raise
+    return TakenOver(
+        head.invocation_id,
+        head.secret,
+        resources,
+        containment,
+        signals,
+        listener,
+        head.facts,
+        head.launcher,
+        head.nodes,
+        agents,
+        head.failed,
+    )
