@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import trio
 
 from ddsup.channel._channel import Channel
-from ddsup.channel._listener import open_listener
 from ddsup.channel._messages import MAX_LINE, ChannelError, Hello
 
 log = logging.getLogger("ddsup.channel")
@@ -36,6 +35,14 @@ ACCEPT_BACKOFF = 0.1  # seconds between accepts while the process is out of desc
 WARN_EVERY = 60.0  # seconds between two warnings about failing accepts
 
 Handler = Callable[[Channel, Hello], Awaitable[None]]
+
+
+async def open_listener(host: str) -> trio.SocketListener:
+    """A listener on ``host`` (its first address) at a port the kernel picks."""
+    listeners = await trio.open_tcp_listeners(0, host=host)
+    for other in listeners[1:]:
+        await other.aclose()
+    return listeners[0]
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ddsup._exit import ExitStatus
+from ddsup.process._adopted import AdoptedProcess
 from ddsup.process._containment import current_containment
 from ddsup.process._managed import ManagedChildren, managed_children
 from ddsup.process._popen import LogError as LogError
@@ -63,7 +64,7 @@ class ChildProcess:
 
     def __init__(
         self,
-        process: trio.Process,
+        process: trio.Process | AdoptedProcess,
         identity: frozenset[tuple[bytes, bytes]],
         registry: ManagedChildren,
         scope: UnitScope | None = None,
@@ -311,11 +312,12 @@ async def spawn(
 def adopt(popen: subprocess.Popen[bytes], env: Mapping[str, str]) -> ChildProcess:
     """The child ``popen`` (started before trio ran, ``_popen.start_child``, with ``env``),
     now owned here as if ``spawn`` had started it: managed (the adopted-orphan reaper
-    leaves it to its owner), waited for on a pidfd. Call it before the containment's
-    reaper starts (``open_containment``), which would otherwise take its exit status."""
+    leaves it to its owner), waited for as trio waits for its own (``_adopted``). Call it
+    before the containment's reaper starts (``open_containment``), which would otherwise
+    take its exit status."""
     registry = managed_children()
     registry.pids.add(popen.pid)
-    process = trio.Process._create(popen, None, None, None)
+    process = AdoptedProcess(popen)
     return ChildProcess(process, identity_of(env), registry)
 
 

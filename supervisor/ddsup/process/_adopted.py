@@ -1,0 +1,81 @@
+"""A child started before trio ran, waited for the way trio waits for its own children.
+
+``ddsup start`` spawns its agents' ``srun`` with ``subprocess`` before it imports trio
+(``_popen.start_child``). trio's ``Process`` is made only by ``open_process``, which
+spawns, so such a child is wrapped here: :class:`AdoptedProcess` gives
+:class:`~ddsup.process._child.ChildProcess` the ``pid``, ``args``, ``poll()`` and
+``await wait()`` it uses, and nothing of trio's private API is needed.
+
+It waits on a pidfd (Linux 5.3 and later), readable once the child has exited, then
+reaps it; on an older kernel (``pidfd_open`` fails with ENOSYS: RHEL 8's 4.18, common
+on clusters) a worker thread blocks in ``waitid(WNOWAIT)``, which sees the exit without
+reaping it. Both are what trio itself does for the children it spawns.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from contextlib import suppress
+
+import trio
+
+
+def _wait_exited(pid: int) -> None:
+    """Block until ``pid`` has exited, leaving it for ``Popen`` to reap (a worker thread)."""
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+
+
+def _open_pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except OSError as err:
+        if err.errno != errno.ENOSYS:
+            raise
+        return None  # a kernel without pidfds: a thread waits instead
+
+
+class AdoptedProcess:
+    """A ``subprocess.Popen`` child, owned by trio code from now on."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid: int = popen.pid
+        self.args = popen.args  # as trio's Process has it, for ChildProcess's repr
+        self._pidfd = _open_pidfd(popen.pid)
+        self._wait_lock = trio.Lock()
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once reaped (``Popen``'s convention: ``-N`` for signal ``N``)."""
+        return self._popen.returncode
+
+    def poll(self) -> int | None:
+        """Reap the child if it has exited; its exit status, else ``None``."""
+        returncode = self._popen.poll()
+        if returncode is not None:
+            self._close_pidfd()
+        return returncode
+
+    async def wait(self) -> int:
+        """Until the child exits; it is reaped then. Safe to call from several tasks."""
+        async with self._wait_lock:
+            if self.poll() is None:
+                if self._pidfd is not None:
+                    # a concurrent poll() that reaps the child closes the pidfd under us
+                    with suppress(trio.ClosedResourceError):
+                        await trio.lowlevel.wait_readable(self._pidfd)
+                else:
+                    await trio.to_thread.run_sync(_wait_exited, self.pid, abandon_on_cancel=True)
+                self._popen.wait()  # it has exited: this reaps at once, or has reaped
+                self._close_pidfd()
+        returncode = self._popen.returncode
+        assert returncode is not None
+        return returncode
+
+    def _close_pidfd(self) -> None:
+        fd, self._pidfd = self._pidfd, None
+        if fd is not None:
+            trio.lowlevel.notify_closing(fd)
+            os.close(fd)
