@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ddsup.channel._agent_messages import HEARTBEAT as HEARTBEAT
+from ddsup.channel._agent_messages import AgentMessage as AgentMessage
 from ddsup.channel._agent_messages import AgentStopped as AgentStopped
 from ddsup.channel._agent_messages import EventReport as EventReport
 from ddsup.channel._agent_messages import FailHeld as FailHeld
@@ -114,23 +115,7 @@ class LanesChanged:
 
 
 Message = (
-    Hello
-    | Inventory
-    | Setup
-    | Heartbeat
-    | Start
-    | Stop
-    | Restart
-    | SignalInstances
-    | TakeDown
-    | Resume
-    | FailHeld
-    | Kill
-    | Shutdown
-    | PreflightReport
-    | EventReport
-    | Signalled
-    | AgentStopped
+    AgentMessage  # an agent's connection (_agent_messages)
     | EndpointSetup
     | LanesUpdate
     | LanesChanged
