@@ -48,12 +48,13 @@ from ddsup.plan._model import Plan
 from ddsup.process import AGENT_ENV, open_containment
 from ddsup.record._node_events import Contained, NodeEvent
 from ddsup.record._state_dir import StateDir
+from ddsup.run._held_signals import STOP_SIGNALS, HeldSignals
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._ports import HeldPorts
 from ddsup.run._preflight import run_preflight
 from ddsup.run._process_end import end_process
 from ddsup.run._rehearsal_units import rehearsal_units
-from ddsup.run._signals import ignore_stop_signals, stop_signal_receiver
+from ddsup.run._signals import stop_signal_receiver
 from ddsup.service._environment import RunContext
 from ddsup.units import UnitSet, load_unit_set
 
@@ -104,9 +105,11 @@ def _node_gpus(simulated: int | None) -> GpuList:
 async def _agent_main(
     node: str, address: str, secret: str, gpus: GpuList, covered_by: str | None = None
 ) -> int:
-    # Until the signal watcher runs, a stop signal (scancel) must not kill the agent
-    # half-way: nothing runs yet, and the controller will tell it to shut down.
-    ignore_stop_signals()
+    # Until the signal watcher runs, a stop signal (scancel, or one sent to this agent
+    # alone) must neither kill the agent half-way nor be lost: it is held, and the watcher
+    # acts on it once it runs (``_held_signals``, as ``ddsup start`` holds its own).
+    stop_signals = HeldSignals(STOP_SIGNALS)
+    stop_signals.hold()
     hello = Hello(Role.AGENT, secret, node=node, pid=os.getpid())
     channel = await connect_agent(address, hello)
     await channel.send(Inventory(gpus.devices, gpus.source))
@@ -146,7 +149,15 @@ async def _agent_main(
             )
             await channel.send(EventReport(contained))
             await _serve_controller(
-                channel, node, units, plan, run, gpus, setup.agent_timeout, rehearse=setup.rehearse
+                channel,
+                node,
+                units,
+                plan,
+                run,
+                gpus,
+                setup.agent_timeout,
+                rehearse=setup.rehearse,
+                stop_signals=stop_signals,
             )
     finally:
         await channel.aclose()
@@ -163,6 +174,7 @@ async def _serve_controller(
     silence: float,
     *,
     rehearse: bool,
+    stop_signals: HeldSignals,
 ) -> None:
     report, held = run_preflight(node, units, plan, gpus=gpus, check_model_path=not rehearse)
     plan = plan.with_ports(dict(report.ports))
@@ -190,7 +202,7 @@ async def _serve_controller(
         )
         services.start_soon(forward)
         with trio.CancelScope() as loop_scope:
-            services.start_soon(_watch_signals, channel, runner, loop_scope)
+            services.start_soon(_watch_signals, channel, runner, loop_scope, stop_signals)
             try:
                 mine = frozenset(p.instance for p in plan.on_node(node))
                 # the controller's heartbeats are answered through the outbox, in order
@@ -211,13 +223,16 @@ async def _serve_controller(
         services.cancel_scope.cancel()
 
 
-async def _watch_signals(channel: AgentChannel, runner: NodeRunner, loop: trio.CancelScope) -> None:
+async def _watch_signals(
+    channel: AgentChannel, runner: NodeRunner, loop: trio.CancelScope, held: HeldSignals
+) -> None:
     """SIGTERM/SIGINT/SIGHUP (e.g. ``scancel``): stop this node's units gracefully.
 
     The controller hears why first, so a scancel ends the run as "stopped" rather than as
     a lost agent; a second signal SIGKILLs everything at once, as for ``ddsup start``.
     """
     with stop_signal_receiver() as signals:
+        held.release()  # what arrived during the start-up, now into the receiver
         async for signum in signals:
             if loop.cancel_called:
                 runner.kill_all()
