@@ -1,6 +1,7 @@
 """``ddsup start`` holds its signals from before it launches its agents until trio's
-receiver takes them (``run._held_signals``): none is lost, none kills it, and the
-agents it spawns meanwhile start with the default dispositions and nothing blocked."""
+receiver takes them (``run._held_signals``), and a node agent its stop signals until its
+watcher runs: none is lost, none kills the process, and the agents spawned meanwhile
+start with the default dispositions and nothing blocked."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+import trio
 
-from ddsup.run._held_signals import HeldSignals, held_signals
+from ddsup.run._held_signals import STOP_SIGNALS, HeldSignals, held_signals
+from ddsup.run._signals import receive_held
 
 # prints the child's SIGTERM disposition and its blocked signals (hex, /proc)
 CHILD_PY = """\
@@ -49,7 +52,26 @@ def test_after_the_release_signals_are_dropped(held: HeldSignals) -> None:
     held.release()
     os.kill(os.getpid(), signal.SIGTERM)  # the held handler is back once a receiver closes
     os.kill(os.getpid(), signal.SIGHUP)
-    held.release()  # nothing was noted: nothing is delivered
+    seen: list[int] = []
+    previous = {s: signal.signal(s, lambda n, _f: seen.append(n)) for s in held.signals}
+    try:
+        held.release()  # nothing was noted: nothing is delivered
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert seen == []
+
+
+async def test_the_receiver_gets_what_was_held_first() -> None:
+    """An agent's SIGHUP before its watcher runs stops it once it does (chaos 292103-42)."""
+    held = HeldSignals(STOP_SIGNALS)
+    held.hold()
+    try:
+        os.kill(os.getpid(), signal.SIGHUP)
+        with trio.fail_after(5), receive_held(held) as signals:
+            assert await signals.__anext__() == signal.SIGHUP
+    finally:
+        held.restore()
 
 
 def test_children_spawned_while_held_start_with_default_dispositions(held: HeldSignals) -> None:

@@ -54,7 +54,7 @@ from ddsup.run._ports import HeldPorts
 from ddsup.run._preflight import run_preflight
 from ddsup.run._process_end import end_process
 from ddsup.run._rehearsal_units import rehearsal_units
-from ddsup.run._signals import stop_signal_receiver
+from ddsup.run._signals import receive_held
 from ddsup.service._environment import RunContext
 from ddsup.units import UnitSet, load_unit_set
 
@@ -231,8 +231,7 @@ async def _watch_signals(
     The controller hears why first, so a scancel ends the run as "stopped" rather than as
     a lost agent; a second signal SIGKILLs everything at once, as for ``ddsup start``.
     """
-    with stop_signal_receiver() as signals:
-        held.release()  # what arrived during the start-up, now into the receiver
+    with receive_held(held) as signals:  # what arrived during the start-up comes first
         async for signum in signals:
             if loop.cancel_called:
                 runner.kill_all()

@@ -1,4 +1,4 @@
-"""``ddsup start``'s signals before trio runs: held, and delivered to trio's receiver later.
+"""Signals before trio watches them: held, and delivered to trio's receiver later.
 
 ``ddsup start`` launches its agents before it imports trio (``_head_start``), so trio's
 signal receiver (``_signals``) cannot watch yet while the ``srun`` already runs. A
@@ -6,7 +6,9 @@ signal receiver (``_signals``) cannot watch yet while the ``srun`` already runs.
 step would be left to Slurm) nor be lost: :class:`HeldSignals` installs plain handlers
 that only note each signal, and :meth:`HeldSignals.release` hands the noted ones over
 once trio's receiver is installed (``_takeover``), which then sees them as if they had
-just arrived: a SIGTERM during the start-up stops the run gracefully (143).
+just arrived: a SIGTERM during the start-up stops the run gracefully (143). A node
+agent holds its stop signals the same way until its watcher runs (``_agent``): one sent
+to it alone while it connects stops its node once it can, instead of being lost.
 
 Handlers, not ``SIG_IGN`` and not a blocked mask: children inherit both, and the agents'
 ``srun`` must start with the default dispositions (handlers are reset by ``exec``).
@@ -59,5 +61,7 @@ class HeldSignals:
 
 
 def held_signals(forwarded: Iterable[int]) -> HeldSignals:
-    """The signals ``ddsup start`` watches (``_signals.run_signal_receiver``), held."""
+    """The signals ``ddsup start`` watches, held: the stop signals, those its units
+    forward, and SIGUSR1/2 even when no unit wants them (their default action would kill
+    ``ddsup start``)."""
     return HeldSignals((*STOP_SIGNALS, *forwarded, *ALWAYS_WATCHED))

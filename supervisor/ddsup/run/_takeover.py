@@ -34,7 +34,7 @@ from ddsup.run._head_start import HeadStart
 from ddsup.run._launcher import CONTROLLER, AgentProcess, Launcher
 from ddsup.run._prepare import PreparedRun
 from ddsup.run._run_facts import RunFacts
-from ddsup.run._signals import run_signal_receiver
+from ddsup.run._signals import receive_held
 
 
 @dataclass
@@ -88,9 +88,7 @@ async def take_over(head: HeadStart) -> TakenOver:
                 head.invocation_id, state_dir=None, name=CONTROLLER, root=True, opened=head.layers
             )
         )
-        forwarded = set(head.signals.signals)
-        signals = resources.enter_context(run_signal_receiver(forwarded))
-        head.signals.release()
+        signals = resources.enter_context(receive_held(head.signals))
         listener = None
         if head.listening is not None:
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(head.listening))
