@@ -78,12 +78,16 @@ HEARTBEAT = Heartbeat()  # it has no fields: one instance serves every beat
 
 @dataclass(frozen=True)
 class Start:
+    """Start these instances of the agent's node (their first start, or after a stop)."""
+
     op: ClassVar[str] = "start"
     instances: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class Stop:
+    """Stop these instances gracefully (their unit's stop signal, then SIGKILL after its timeout)."""
+
     op: ClassVar[str] = "stop"
     instances: tuple[str, ...]
     reason: str = "stop requested"
@@ -100,6 +104,8 @@ class Restart:
 
 @dataclass(frozen=True)
 class SignalInstances:
+    """Send ``signum`` to these instances' processes (a signal ``ddsup start`` forwards)."""
+
     op: ClassVar[str] = "signal"
     instances: tuple[str, ...]
     signum: int
@@ -180,6 +186,8 @@ class PreflightReport:
 
 @dataclass(frozen=True)
 class EventReport:
+    """One event of the agent's node (a transition, a process, a probe), for the run's record."""
+
     op: ClassVar[str] = "event"
     event: NodeEvent  # an agent reports its node's events, never the run's lifecycle
 

@@ -49,6 +49,8 @@ class RestartAnswer:
 
 @dataclass(frozen=True)
 class RestartProgress:
+    """One instance of a ``ddsup restart`` reached ``step`` (drained, stopped, ready)."""
+
     op: ClassVar[str] = "restart_progress"
     instance: str
     step: RestartStep
@@ -64,11 +66,15 @@ class RestartOver:
 
 @dataclass(frozen=True)
 class StatusRequest:
+    """``ddsup status``: the run's snapshot, please."""
+
     op: ClassVar[str] = "status"
 
 
 @dataclass(frozen=True)
 class StatusReply:
+    """The run's snapshot, the answer to a :class:`StatusRequest`."""
+
     op: ClassVar[str] = "status_reply"
     snapshot: RunSnapshot
 
@@ -82,6 +88,8 @@ class StopRequest:
 
 @dataclass(frozen=True)
 class StopAnswer:
+    """The controller took a :class:`StopRequest`: the run is stopping."""
+
     op: ClassVar[str] = "stopping"
 
 

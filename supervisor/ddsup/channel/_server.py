@@ -104,6 +104,8 @@ async def serve_channel(
 
 @dataclass
 class _Connection:
+    """One accepted connection of the control socket, served by ``serve`` under the gate's limits."""
+
     handler: Handler
     secret: bytes
     gate: _Gate

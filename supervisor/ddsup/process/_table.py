@@ -53,6 +53,8 @@ class _Pass:
 
 @dataclass
 class _SharedReads:
+    """The process-table passes of this trio run: the one callers may still join, the one running."""
+
     next: _Pass | None = None  # the pass new callers join; not started yet
     running: _Pass | None = None
 

@@ -63,6 +63,8 @@ _INDENT = " " * 16  # lines that belong to the one above: under its text, past t
 
 @dataclass(frozen=True)
 class _Seen:
+    """What the console last showed of one instance, so that it prints only changes."""
+
     state: InstanceState
     node: str | None
     since: float

@@ -47,6 +47,8 @@ class _Phase(enum.Enum):
 
 @dataclass
 class _Replica:
+    """One multi-node replica: its ranks, and where it is in going down and coming back as one."""
+
     ranks: tuple[PlannedInstance, ...]  # rank 0 first
     policy: RestartPolicy
     phase: _Phase = _Phase.UP

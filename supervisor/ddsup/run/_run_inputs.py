@@ -37,6 +37,8 @@ class Observed:
 
 @dataclass(frozen=True)
 class PreflightReported:
+    """An agent's preflight report arrived (its ports, GPUs and problems)."""
+
     report: PreflightReport
 
 
@@ -154,12 +156,16 @@ Input = (
 # --- decisions ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StartOn:
+    """Start these instances where ``host`` runs them."""
+
     host: Host
     instances: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class StopOn:
+    """Stop these instances where ``host`` runs them, saying ``reason``."""
+
     host: Host
     instances: tuple[str, ...]
     reason: str = "stop requested"
@@ -185,6 +191,8 @@ class AwaitDrain:
 
 @dataclass(frozen=True)
 class SignalOn:
+    """Send ``signum`` to these instances where ``host`` runs them."""
+
     host: Host
     instances: tuple[str, ...]
     signum: int

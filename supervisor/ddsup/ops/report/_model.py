@@ -80,6 +80,8 @@ class Totals:
 
 @dataclass(frozen=True)
 class Report:
+    """Everything ``ddsup report`` renders, read once from the run's files."""
+
     files: RunFiles
     now: float
     span: RunSpan
