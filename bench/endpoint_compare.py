@@ -16,8 +16,10 @@ Every variant runs in front of the same upstream lanes with wrk on the same core
 
 For plain requests (two fast lanes, ``Upstream`` of ``endpoint_proxy.py``) and for SSE
 (``--events`` events ``--gap`` s apart) it prints req/s, p50/p99, CPU per request (user +
-system of the serving processes), CPU per event (SSE minus plain, per event) and the
-regime: the serving processes' share of the cores they are pinned to, so a figure taken
+system of the serving processes), CPU per event (SSE minus plain, per event: the
+issue's definition, which charges any per-request cost of SSE to its events; with
+``--more-events N`` also the marginal cost, the slope between requests of ``--events``
+and of N events) and the regime: the serving processes' share of the cores they are pinned to, so a figure taken
 at saturation is told apart from one taken below it. Then goodput in front of lanes
 modelled as GPU-bound (``ddsup fake-vllm`` with ``--max-num-seqs`` slots held ``--ttft``
 seconds each): 2xx/s through nginx and through the endpoint at the same concurrency,
@@ -62,6 +64,7 @@ from endpoint_proxy import (
 Child = subprocess.Popen[Any]
 PLAIN = '{"model":"m","prompt":"hi","max_tokens":16}'
 STREAM = '{"model":"m","prompt":"hi","stream":true}'
+STREAM_MORE = '{"model":"m","prompt":"hi","stream":true,"events":%d}'
 
 
 def serve_httptools_floor(port_file: str) -> None:
@@ -310,8 +313,11 @@ def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[
     ]
     sse_names = {"direct", "nginx 1w", "endpoint 1w", "nginx 2w", "endpoint 2w"}
     sse = [v for v in plain if v.name in sse_names or v in before]
-    results: dict[str, dict[str, list[Sample]]] = {"plain": {}, "sse": {}}
-    for kind, variants, body in (("plain", plain, PLAIN), ("sse", sse, STREAM)):
+    results: dict[str, dict[str, list[Sample]]] = {"plain": {}, "sse": {}, "sse_more": {}}
+    phases = [("plain", plain, PLAIN), ("sse", sse, STREAM)]
+    if args.more_events:
+        phases.append(("sse_more", sse, STREAM_MORE % args.more_events))
+    for kind, variants, body in phases:
         for v in variants:  # warm-up: pools, caches, page faults
             measure(v, body, 1, args.connections, load)
         for order in rotations(variants, args.reps):
@@ -401,6 +407,21 @@ def report_cpu(cpu: dict[str, Any], args: argparse.Namespace) -> dict[str, float
             f"  {name:<12} CPU per event {value:6.1f} µs (x nginx 1w {ratio:.2f}; "
             f"{share:.0f} % of its cores during SSE)"
         )
+    marginal = {}
+    if args.more_events:
+        more = args.more_events
+        print(f"\nSSE, {more} events per request (the same requests asking for more)")
+        _table(med["sse_more"], variants)
+        for name in per_event:
+            extra = med["sse_more"][name]["cpu"] - med["sse"][name]["cpu"]
+            marginal[name] = extra / (more - args.events)
+        for name, value in marginal.items():
+            share = med["sse_more"][name]["share"] / len(variants[name].cores) * 100
+            print(
+                f"  {name:<12} CPU per event, marginal ({args.events} → {more} events) "
+                f"{value:6.1f} µs (x nginx 1w {value / marginal['nginx 1w']:.2f}; "
+                f"{share:.0f} % of its cores)"
+            )
     plain = med["plain"]
     if args.baseline:
         for kind, figure in (("plain", "CPU per request"), ("sse", "CPU per SSE request")):
@@ -417,6 +438,7 @@ def report_cpu(cpu: dict[str, Any], args: argparse.Namespace) -> dict[str, float
     return {
         "cpu": plain["endpoint 1w"]["cpu"],
         "event": per_event["endpoint 1w"],
+        "event_marginal": marginal.get("endpoint 1w", float("nan")),
         "scale": plain["endpoint 2w"]["rps"] / plain["endpoint 1w"]["rps"],
         "nginx_scale": plain["nginx 2w"]["rps"] / plain["nginx 1w"]["rps"],
     }
@@ -463,6 +485,9 @@ def report(
     if figures is not None:
         _goal("CPU per plain proxied request ≤ 80 µs (endpoint 1w)", figures["cpu"], 80, "µs")
         _goal("CPU per SSE event ≤ 25 µs (endpoint 1w)", figures["event"], 25, "µs")
+        if args.more_events:
+            marginal = figures["event_marginal"]
+            _goal("  … the marginal cost of an event (endpoint 1w)", marginal, 25, "µs")
         scale = figures["scale"]
         print(
             f"  2 workers on 2 cores ≥ 1.8× the req/s of 1 worker: {scale:.2f}× "
@@ -501,6 +526,14 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=2, help="fast lanes behind the proxies")
     parser.add_argument("--events", type=int, default=20, help="SSE events per request")
     parser.add_argument("--gap", type=float, default=0.002, help="seconds between SSE events")
+    parser.add_argument(
+        "--more-events",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also SSE requests asking for N events: the marginal CPU per event "
+        "(the slope between the two counts, free of any per-request cost of SSE)",
+    )
     parser.add_argument("--gpu-lanes", type=int, default=2)
     parser.add_argument("--max-num-seqs", type=int, default=32)
     parser.add_argument("--ttft", type=float, default=0.5)

@@ -42,7 +42,8 @@ EVENT = b'data: {"choices":[{"text":"tok"}]}\n\n'
 
 
 class Upstream:
-    """The bench lane: JSON, or ``events`` SSE events ``gap`` s apart when streaming."""
+    """The bench lane: JSON, or ``events`` SSE events ``gap`` s apart when streaming (a
+    request's own ``"events": N``, a field of the benches only, asks for N instead)."""
 
     def __init__(self, events: int, gap: float) -> None:
         self.events = events
@@ -101,7 +102,9 @@ class Upstream:
             body, buf = buf[end + 4 : end + 4 + length], buf[end + 4 + length :]
             if b'"stream":true' in body.replace(b" ", b""):
                 sock.sendall(self.sse_head)
-                self._schedule(time.monotonic() + self.gap, sock, self.events)
+                asked = re.search(rb'"events":\s*(\d+)', body)  # a bench's own field
+                events = int(asked.group(1)) if asked else self.events
+                self._schedule(time.monotonic() + self.gap, sock, max(events, 1))
             else:
                 sock.sendall(self.plain)
         self.buffers[sock] = buf
