@@ -86,7 +86,7 @@ class Start:
 
 @dataclass(frozen=True)
 class Stop:
-    """Stop these instances gracefully (their unit's stop signal, then SIGKILL after its timeout)."""
+    """Stop these instances gracefully (``kill_signal``, SIGKILL after ``timeout_stop``)."""
 
     op: ClassVar[str] = "stop"
     instances: tuple[str, ...]

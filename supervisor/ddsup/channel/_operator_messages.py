@@ -49,7 +49,7 @@ class RestartAnswer:
 
 @dataclass(frozen=True)
 class RestartProgress:
-    """One instance of a ``ddsup restart`` reached ``step`` (drained, stopped, ready)."""
+    """One instance of a ``ddsup restart`` reached ``step`` (draining, restarting, ready, …)."""
 
     op: ClassVar[str] = "restart_progress"
     instance: str
