@@ -555,6 +555,8 @@ def main() -> None:
     parser.add_argument("--floor-h11", help=argparse.SUPPRESS)
     parser.add_argument("--floor-httptools", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.more_events and args.more_events <= args.events:
+        parser.error("--more-events must be more than --events (the slope is between them)")
     if args.upstream:
         Upstream(args.events, args.gap).serve(args.upstream)
         return

@@ -137,6 +137,8 @@ class Scenario:
 
 
 # --- the oracle --------------------------------------------------------------------------
+# Its own readers of nvidia-smi and /proc, not ddsup's (plan/_gpus, process/_proc): an
+# oracle that shared the code under test could not catch that code's mistakes.
 def smi_gpus() -> list[tuple[str, str]]:
     """(index, UUID) of each GPU, from nvidia-smi."""
     out = _smi("--query-gpu=index,uuid", "--format=csv,noheader")
