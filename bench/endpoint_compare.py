@@ -60,6 +60,7 @@ from endpoint_proxy import (
     stop_all,
     wait_port,
 )
+from proxy_floors import serve_epoll, serve_tasks
 
 Child = subprocess.Popen[Any]
 PLAIN = '{"model":"m","prompt":"hi","max_tokens":16}'
@@ -277,6 +278,11 @@ def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[
     lane0 = psutil.Process(children[0].pid)
     children.append(h11 := start([*me, "--floor-h11", str(tmp / "h11")], proxy))
     children.append(ht := start([*me, "--floor-httptools", str(tmp / "ht")], proxy))
+    floor_proxies = {}
+    for kind in ("tasks", "epoll"):
+        argv = [*me, "--floor-proxy", kind, str(tmp / f"fp-{kind}"), *lane_urls]
+        floor_proxies[kind] = start(argv, proxy)
+        children.append(floor_proxies[kind])
     nginx = ensure_nginx()
     n1, n1_url = start_nginx(nginx, lane_urls, sorted(proxy), tmp)
     n2, n2_url = start_nginx(nginx, lane_urls, sorted(both), tmp)
@@ -307,11 +313,21 @@ def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[
         Variant(
             "floor httptools", f"http://127.0.0.1:{wait_port(tmp / 'ht')}", frozenset(proxy), of(ht)
         ),
+        *(
+            Variant(
+                f"floor proxy {kind}",
+                f"http://127.0.0.1:{wait_port(tmp / f'fp-{kind}')}",
+                frozenset(proxy),
+                of(child),
+            )
+            for kind, child in floor_proxies.items()
+        ),
         Variant("nginx 2w", n2_url, frozenset(both), of(n2)),
         Variant("endpoint 2w", e2_url, frozenset(both), of(e2)),
         *before,
     ]
     sse_names = {"direct", "nginx 1w", "endpoint 1w", "nginx 2w", "endpoint 2w"}
+    sse_names |= {"floor proxy tasks", "floor proxy epoll"}
     sse = [v for v in plain if v.name in sse_names or v in before]
     results: dict[str, dict[str, list[Sample]]] = {"plain": {}, "sse": {}, "sse_more": {}}
     phases = [("plain", plain, PLAIN), ("sse", sse, STREAM)]
@@ -554,6 +570,7 @@ def main() -> None:
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     parser.add_argument("--floor-h11", help=argparse.SUPPRESS)
     parser.add_argument("--floor-httptools", help=argparse.SUPPRESS)
+    parser.add_argument("--floor-proxy", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.more_events and args.more_events <= args.events:
         parser.error("--more-events must be more than --events (the slope is between them)")
@@ -565,6 +582,10 @@ def main() -> None:
         return
     if args.floor_httptools:
         serve_httptools_floor(args.floor_httptools)
+        return
+    if args.floor_proxy:
+        kind, port_file, *lanes = args.floor_proxy
+        (serve_tasks if kind == "tasks" else serve_epoll)(port_file, lanes)
         return
     if not shutil.which("wrk"):
         raise SystemExit("wrk is needed: apt-get install -y wrk")

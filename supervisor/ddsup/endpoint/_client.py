@@ -205,6 +205,10 @@ class Client:
         if data:
             self.out.append(data)
 
+    def flush_now(self) -> bool:
+        """The h11 path sends only by awaiting (:meth:`flush`): True when nothing is queued."""
+        return not self.out
+
     async def flush(self) -> None:
         if not self.out:
             return

@@ -132,5 +132,9 @@ class ClientConnection(Protocol):
     async def flush(self) -> None:
         """Send everything queued; :class:`ClientGone` when the client has left."""
 
+    def flush_now(self) -> bool:
+        """Send what is queued without waiting: True when all of it went (else the rest
+        stays queued for :meth:`flush`, which also reports a client that has left)."""
+
     @property
     def response_started(self) -> bool: ...

@@ -27,7 +27,20 @@ import trio
 
 MAX_TICK = 1.0
 
-Waitable = socket.socket | select.epoll
+
+class Parked:
+    """What a task parks on when its wait is not on a socket of its own: a stream handed
+    to the server's relay (:mod:`._stream_relay`). :meth:`Timed.interrupt` wakes it."""
+
+    __slots__ = ()
+
+    def wake(self) -> None:
+        """Give the task back its wait, which then raises the interruption."""
+        raise NotImplementedError
+
+
+Pollable = socket.socket | select.epoll
+Waitable = Pollable | Parked
 
 
 class Expired(Exception):
@@ -57,37 +70,40 @@ class Timed:
     def interrupt(self, error: Exception) -> None:
         """Raise ``error`` from the wait in progress, or else from the next one.
 
-        The wait is woken with ``trio.lowlevel.notify_closing``, which unregisters the
-        socket: its owner closes it right after (it is never reused).
+        A wait on a socket is woken with ``trio.lowlevel.notify_closing``, which
+        unregisters the socket: its owner closes it right after (it is never reused). A
+        :class:`Parked` wait is woken by its own :meth:`Parked.wake`.
         """
         self.interrupted = error
         waiting_on = self.waiting_on
-        if waiting_on is not None:
+        if isinstance(waiting_on, Parked):
+            waiting_on.wake()
+        elif waiting_on is not None:
             trio.lowlevel.notify_closing(waiting_on)
 
-    async def wait_readable(self, target: Waitable) -> None:
-        self._raise_interruption()
+    async def wait_readable(self, target: Pollable) -> None:
+        self.raise_interruption()
         self.waiting_on = target
         try:
             await trio.lowlevel.wait_readable(target)
         except trio.ClosedResourceError:
-            self._raise_interruption()
+            self.raise_interruption()
             raise
         finally:
             self.waiting_on = None
 
     async def wait_writable(self, target: socket.socket) -> None:
-        self._raise_interruption()
+        self.raise_interruption()
         self.waiting_on = target
         try:
             await trio.lowlevel.wait_writable(target)
         except trio.ClosedResourceError:
-            self._raise_interruption()
+            self.raise_interruption()
             raise
         finally:
             self.waiting_on = None
 
-    def _raise_interruption(self) -> None:
+    def raise_interruption(self) -> None:
         """Raise the interruption, if any, no longer held: raised, it holds frames that
         hold ``self``, and the process collects no cyclic garbage while it serves
         (:mod:`._gc_pacing`).

@@ -341,20 +341,28 @@ class FastClient(Timed):
             self.out.append(b"0\r\n\r\n")
 
     async def flush(self) -> None:
+        if self.flush_now():  # nearly always whole: no coroutine for the send
+            return
+        data = self.out.pop()  # the rest, which the socket did not take
+        try:
+            await self.wire.send_all(data)
+        except OSError as err:
+            raise ClientGone from err
+
+    def flush_now(self) -> bool:
         out = self.out
         if not out:
-            return
+            return True
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
         try:
-            try:
-                sent = self.wire.sock.send(data)  # nearly always whole: no coroutine for it
-            except BlockingIOError:
-                sent = 0
-            if sent < len(data):
-                await self.wire.send_all(data[sent:])
-        except OSError as err:
-            raise ClientGone from err
+            sent = self.wire.sock.send(data)
+        except OSError:  # would block, or the client left: flush() waits, or says so
+            sent = 0
+        if sent < len(data):
+            out.append(data[sent:])
+            return False
+        return True
 
     @property
     def response_started(self) -> bool:

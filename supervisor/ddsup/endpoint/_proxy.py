@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from ddsup.endpoint._admission import Admission
 from ddsup.endpoint._config import EndpointConfig
@@ -31,6 +32,7 @@ from ddsup.endpoint._errors import no_ready_lane, overloaded, upstream_failed
 from ddsup.endpoint._http1 import ProtocolError, ResponseHead
 from ddsup.endpoint._lanes import LaneState, LaneTable
 from ddsup.endpoint._metrics import Metrics
+from ddsup.endpoint._stream_relay import Handback, StreamRelay
 from ddsup.endpoint._upstream import (
     ConnectionPool,
     UpstreamConnection,
@@ -118,9 +120,15 @@ class Proxy:
     """The forwarding policy over a lane table: choice, retries, relay."""
 
     def __init__(
-        self, config: EndpointConfig, lanes: LaneTable, metrics: Metrics, deadlines: Deadlines
+        self,
+        config: EndpointConfig,
+        lanes: LaneTable,
+        metrics: Metrics,
+        deadlines: Deadlines,
+        streams: StreamRelay | None = None,
     ) -> None:
         self.config = config
+        self.streams = streams
         self.lanes = lanes
         self.metrics = metrics
         self.deadlines = deadlines
@@ -268,11 +276,23 @@ class Proxy:
         """Pass the body on; its end stays queued (see the module docstring)."""
         if not self._pass_buffered(conn, client, lane):
             timeout = self.config.upstream_timeout
+            streams = self.streams
+            relayed = streams is not None and streams.running and client.verbatim
             while True:
                 await client.flush()  # untimed: a slow client is not a silent lane
                 conn.deadline = time.monotonic() + timeout
                 try:
-                    await conn.receive(wait_first=True)  # a stream's next event comes later
+                    if relayed:  # the server's relay passes events on (see its module)
+                        assert streams is not None
+                        pass_on = partial(self._pass_buffered, conn, client, lane)
+                        handback = await streams.follow(conn, client, pass_on, timeout)
+                        if handback is Handback.DONE:
+                            break
+                        if handback is Handback.FLUSH:
+                            continue
+                        await conn.receive()
+                    else:
+                        await conn.receive(wait_first=True)  # a stream's next event comes later
                 except Expired as err:
                     raise self._cut(lane, f"silent for {timeout:g} s mid-response") from err
                 except (OSError, ProtocolError) as err:

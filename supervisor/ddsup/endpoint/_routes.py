@@ -38,6 +38,7 @@ from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._model_field import model_of_form, model_of_json
 from ddsup.endpoint._proxy import Forward, Proxy
 from ddsup.endpoint._route_table import FORM_ROUTES, GET_ROUTES, MODEL_ROUTES
+from ddsup.endpoint._stream_relay import StreamRelay
 
 log = logging.getLogger("ddsup.endpoint")
 
@@ -60,7 +61,8 @@ class Endpoint:
             config.client_idle_timeout, config.client_header_timeout, config.upstream_timeout
         )
         self.hangups = Hangups()
-        self.proxy = Proxy(config, lanes, self.metrics, self.deadlines)
+        self.streams = StreamRelay()
+        self.proxy = Proxy(config, lanes, self.metrics, self.deadlines, self.streams)
         self.bodies = BodyBudget(config.max_buffered_bytes)
         self.open_routes = frozenset(route.encode() for route in config.open_routes)
         self.render_metrics: Callable[[], Awaitable[bytes]] = self._render_own_metrics

@@ -177,6 +177,7 @@ async def serve_connections(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(endpoint.deadlines.run)
         await nursery.start(endpoint.hangups.run)
+        await nursery.start(endpoint.streams.run)
         nursery.start_soon(write_series, endpoint.metrics.series)  # [series hook]
         handler = partial(_serve_connection, endpoint)
         await nursery.start(partial(serve_listeners, handler, listeners, max_connections=cap))
