@@ -160,6 +160,7 @@ class StreamRelay:
         return handback
 
     def leave(self, stream: _Stream) -> None:
+        """Take ``stream`` out of the set (its socket is still open: its task closes it)."""
         if self._streams.get(stream.fd) is stream:
             del self._streams[stream.fd]
             if self._set is not None:
