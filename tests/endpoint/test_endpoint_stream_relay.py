@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import socket
 import struct
+from typing import Any
 
 import trio
 from endpoint_fakes import FakeLane, running_endpoint
 from test_endpoint_fast_path import Conversation, post
+
+from ddsup.endpoint._server import _serve_connection
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 END = b"0\r\n\r\n"
@@ -212,3 +215,47 @@ async def test_a_client_that_does_not_read_holds_the_lane_back(workers: int) -> 
     assert len(received) == sent[0]
     assert received.startswith(HEAD)
     assert received.endswith(b"x\r\n" + END)
+
+
+class _Steps(trio.abc.Instrument):
+    """Counts the steps of the tasks that serve client connections."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        coro: Any = task.coro  # the handler's coroutine, then what it awaits, and so on
+        while coro is not None:
+            if getattr(coro, "cr_code", None) is _serve_connection.__code__:
+                self.count += 1
+                return
+            coro = getattr(coro, "cr_await", None)
+
+
+async def test_a_stream_does_not_wake_its_request_task_per_event() -> None:
+    """The relay's point: the request's task sleeps while the events pass (one worker,
+    served in this process, so its tasks can be counted)."""
+    send, receive = trio.open_memory_channel[object](0)
+    steps = _Steps()
+    async with trio.open_nursery() as nursery:
+        lane = FakeLane("stepped")
+        lane.port = await nursery.start(_stepped_lane, receive)
+        async with running_endpoint([], extra=[lane.info], workers=1) as ep:
+            talk = await Conversation.open(ep.url)
+            async with talk.stream:
+                await talk.stream.send_all(post(b'{"model":"m","stream":true}'))
+                await _receive_until(talk, b"\r\n\r\n")
+                await send.send(event(0))
+                assert await _receive_until(talk, b"\n\n\r\n") == event(0)
+                trio.lowlevel.add_instrument(steps)
+                try:
+                    for n in range(1, 51):
+                        await send.send(event(n))
+                        assert await _receive_until(talk, b"\n\n\r\n") == event(n)
+                finally:
+                    trio.lowlevel.remove_instrument(steps)
+                await send.send(END)
+                assert await _receive_until(talk, END) == END
+                await send.send(NEXT)
+        nursery.cancel_scope.cancel()
+    assert steps.count < 5, f"the request's task ran {steps.count} steps for 50 events"
