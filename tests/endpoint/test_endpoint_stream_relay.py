@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -80,8 +82,29 @@ async def _received_all(talk: Conversation) -> bytes:
     return talk.buf
 
 
-async def test_each_event_reaches_the_client_before_the_next_is_sent(workers: int) -> None:
-    """Event by event, then the connection serves the next stream (kept alive, both sides)."""
+class _Streaming:
+    """A stream in progress: the stepped lane's steps, the client's connection, the endpoint."""
+
+    def __init__(self, steps: trio.MemorySendChannel[object], talk: Conversation, url: str):
+        self.steps = steps
+        self.talk = talk
+        self.url = url
+
+    async def ask(self, talk: Conversation | None = None) -> bytes:
+        """Ask for a stream (on ``talk``, else the first connection); its response head."""
+        talk = talk or self.talk
+        await talk.stream.send_all(post(b'{"model":"m","stream":true}'))
+        return await _receive_until(talk, b"\r\n\r\n")
+
+    async def relayed(self, piece: bytes, mark: bytes = b"\n\n\r\n") -> bytes:
+        """Have the lane send ``piece``; what the client received, up to ``mark``."""
+        await self.steps.send(piece)
+        return await _receive_until(self.talk, mark)
+
+
+@asynccontextmanager
+async def _streaming(workers: int) -> AsyncIterator[_Streaming]:
+    """The stepped lane behind an endpoint, and a client that asked it for a stream."""
     send, receive = trio.open_memory_channel[object](0)
     async with trio.open_nursery() as nursery:
         lane = FakeLane("stepped")
@@ -89,62 +112,46 @@ async def test_each_event_reaches_the_client_before_the_next_is_sent(workers: in
         async with running_endpoint([], extra=[lane.info], workers=workers) as ep:
             talk = await Conversation.open(ep.url)
             async with talk.stream:
-                for request in range(2):
-                    await talk.stream.send_all(post(b'{"model":"m","stream":true}'))
-                    head = await _receive_until(talk, b"\r\n\r\n")
-                    assert head.startswith(b"HTTP/1.1 200 ")
-                    for n in range(5):
-                        await send.send(event(n))
-                        assert await _receive_until(talk, b"\n\n\r\n") == event(n)
-                    await send.send(END)
-                    assert await _receive_until(talk, END) == END
-                    await send.send(NEXT)
-                    assert request == 0 or not talk.buf
+                streaming = _Streaming(send, talk, ep.url)
+                assert (await streaming.ask()).startswith(b"HTTP/1.1 200 ")
+                yield streaming
         nursery.cancel_scope.cancel()
+
+
+async def test_each_event_reaches_the_client_before_the_next_is_sent(workers: int) -> None:
+    """Event by event, then the connection serves the next stream (kept alive, both sides)."""
+    async with _streaming(workers) as streaming:
+        for request in range(2):
+            if request:
+                assert (await streaming.ask()).startswith(b"HTTP/1.1 200 ")
+            for n in range(5):
+                assert await streaming.relayed(event(n)) == event(n)
+            assert await streaming.relayed(END, END) == END
+            await streaming.steps.send(NEXT)
+            assert not streaming.talk.buf
 
 
 async def test_bad_bytes_mid_stream_cut_the_response_short(workers: int) -> None:
     """A lane that breaks its chunked framing mid-stream: the client's response ends
     without its last chunk (it must not look complete), and the endpoint serves on."""
-    send, receive = trio.open_memory_channel[object](0)
-    async with trio.open_nursery() as nursery:
-        lane = FakeLane("stepped")
-        lane.port = await nursery.start(_stepped_lane, receive)
-        async with running_endpoint([], extra=[lane.info], workers=workers) as ep:
-            talk = await Conversation.open(ep.url)
-            async with talk.stream:
-                await talk.stream.send_all(post(b'{"model":"m","stream":true}'))
-                await _receive_until(talk, b"\r\n\r\n")
-                await send.send(event(1))
-                assert await _receive_until(talk, b"\n\n\r\n") == event(1)
-                await send.send(b"zz\r\nnot a chunk\r\n")
-                assert await _received_all(talk) == b""  # closed, no last chunk
-            await send.send(RESET)  # the lane's connection is done with
-            again = await Conversation.open(ep.url)
-            async with again.stream:
-                await again.stream.send_all(post(b'{"model":"m","stream":true}'))
-                await _receive_until(again, b"\r\n\r\n")
-                await send.send(event(2) + END)
-                assert await _receive_until(again, END) == event(2) + END
-                await send.send(NEXT)
-        nursery.cancel_scope.cancel()
+    async with _streaming(workers) as streaming:
+        assert await streaming.relayed(event(1)) == event(1)
+        await streaming.steps.send(b"zz\r\nnot a chunk\r\n")
+        assert await _received_all(streaming.talk) == b""  # closed, no last chunk
+        await streaming.steps.send(RESET)  # the lane's connection is done with
+        again = await Conversation.open(streaming.url)
+        async with again.stream:
+            await streaming.ask(again)
+            await streaming.steps.send(event(2) + END)
+            assert await _receive_until(again, END) == event(2) + END
+            await streaming.steps.send(NEXT)
 
 
 async def test_a_lane_reset_mid_stream_cuts_the_response_short(workers: int) -> None:
-    send, receive = trio.open_memory_channel[object](0)
-    async with trio.open_nursery() as nursery:
-        lane = FakeLane("stepped")
-        lane.port = await nursery.start(_stepped_lane, receive)
-        async with running_endpoint([], extra=[lane.info], workers=workers) as ep:
-            talk = await Conversation.open(ep.url)
-            async with talk.stream:
-                await talk.stream.send_all(post(b'{"model":"m","stream":true}'))
-                await _receive_until(talk, b"\r\n\r\n")
-                await send.send(event(1))
-                assert await _receive_until(talk, b"\n\n\r\n") == event(1)
-                await send.send(RESET)
-                assert await _received_all(talk) == b""  # closed, no last chunk
-        nursery.cancel_scope.cancel()
+    async with _streaming(workers) as streaming:
+        assert await streaming.relayed(event(1)) == event(1)
+        await streaming.steps.send(RESET)
+        assert await _received_all(streaming.talk) == b""  # closed, no last chunk
 
 
 async def _flooding_lane(
@@ -235,27 +242,15 @@ class _Steps(trio.abc.Instrument):
 async def test_a_stream_does_not_wake_its_request_task_per_event() -> None:
     """The relay's point: the request's task sleeps while the events pass (one worker,
     served in this process, so its tasks can be counted)."""
-    send, receive = trio.open_memory_channel[object](0)
     steps = _Steps()
-    async with trio.open_nursery() as nursery:
-        lane = FakeLane("stepped")
-        lane.port = await nursery.start(_stepped_lane, receive)
-        async with running_endpoint([], extra=[lane.info], workers=1) as ep:
-            talk = await Conversation.open(ep.url)
-            async with talk.stream:
-                await talk.stream.send_all(post(b'{"model":"m","stream":true}'))
-                await _receive_until(talk, b"\r\n\r\n")
-                await send.send(event(0))
-                assert await _receive_until(talk, b"\n\n\r\n") == event(0)
-                trio.lowlevel.add_instrument(steps)
-                try:
-                    for n in range(1, 51):
-                        await send.send(event(n))
-                        assert await _receive_until(talk, b"\n\n\r\n") == event(n)
-                finally:
-                    trio.lowlevel.remove_instrument(steps)
-                await send.send(END)
-                assert await _receive_until(talk, END) == END
-                await send.send(NEXT)
-        nursery.cancel_scope.cancel()
+    async with _streaming(1) as streaming:
+        assert await streaming.relayed(event(0)) == event(0)
+        trio.lowlevel.add_instrument(steps)
+        try:
+            for n in range(1, 51):
+                assert await streaming.relayed(event(n)) == event(n)
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+        assert await streaming.relayed(END, END) == END
+        await streaming.steps.send(NEXT)
     assert steps.count < 5, f"the request's task ran {steps.count} steps for 50 events"
