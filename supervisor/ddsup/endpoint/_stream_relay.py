@@ -110,7 +110,7 @@ class _Stream(Parked):
         conn.buffer += data
         try:
             done = self.pass_on()
-        except BaseException as err:  # the proxy's Abort, raised where it would have been
+        except Exception as err:  # the proxy's Abort, raised where it would have been
             self.hand_back(outcome.Error(err))
             return
         if done:
@@ -141,8 +141,9 @@ class StreamRelay:
         """Relay ``conn``'s stream to ``client`` until it goes back to this task.
 
         ``silence``: the longest wait for the lane's next bytes (each read moves
-        ``conn``'s deadline on by it). Raises what the relay met (a read's ``OSError``, the proxy's ``Abort``) or the
-        interruption of ``conn``'s wait (``ClientGone``, ``Expired``).
+        ``conn``'s deadline on by it). Raises what the relay met (a read's ``OSError``,
+        the proxy's ``Abort``) or the interruption of ``conn``'s wait (``ClientGone``,
+        ``Expired``).
         """
         conn.raise_interruption()
         assert self._set is not None
