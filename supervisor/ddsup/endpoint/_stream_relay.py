@@ -7,7 +7,7 @@ read costs a trio wait and wake of that task: the lane's socket is registered ag
 resumed. Measured side by side (``bench/endpoint_compare.py``, ``floor proxy tasks`` and
 ``floor proxy epoll``), a bare trio proxy built that way spent 36–44 µs per event, and
 one that relays from callbacks off a single edge-triggered epoll set, as nginx does,
-20–32 µs; the endpoint, 37–48 µs before this relay and 28–33 µs with it.
+20–32 µs; the endpoint, 37–49 µs before this relay and 28–34 µs with it.
 
 So, once an answer turns out to be a stream, the request's task parks here
 (:meth:`StreamRelay.follow`), and one task per server relays for every such stream: the
