@@ -117,6 +117,7 @@ class Running:
 
     process: trio.Process
     run: Run
+    log: Path | None = None  # where its output goes
 
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)
@@ -128,7 +129,9 @@ class Running:
 
         def satisfied() -> list[dict[str, Any]] | None:
             if self.process.poll() is not None:
-                raise AssertionError(f"ddsup start ended early ({self.process.returncode})")
+                said = self.log.read_text(errors="replace")[-3000:] if self.log else ""
+                code = self.process.returncode
+                raise AssertionError(f"ddsup start ended early ({code}); it said:\n{said}")
             events = self.run.events()
             return events if predicate(events) else None
 
@@ -157,7 +160,7 @@ async def running(
         process = await trio.lowlevel.open_process(
             start_argv(units, state, *extra), env=start_env(env), stdout=output, stderr=output
         )
-    handle = Running(process, Run(state))
+    handle = Running(process, Run(state), log)
     try:
         yield handle
     finally:
