@@ -11,7 +11,8 @@ For each ``--stagger`` variant, one run:
 - **start**: spawn of ``ddsup start`` → its ``run starting`` event (Python start-up) →
   every agent's first event → all lanes ready; the slowest lane's own
   ``starting`` → ``ready``; the overhead beyond it; CPU of the controller, of the
-  agents and of the lanes until then;
+  agents and of the lanes until then, and of the children the controller has reaped by
+  then (the local agents' forker, which has exited);
 - **latency**: a lane's ``ready`` (stamped by its agent) → the line in ``events.jsonl``
   (seen by a reader here polling it every 2 ms: an upper bound) → the lane in the
   endpoint's table (``feed_watch.py``: a second subscriber running the endpoint's own
@@ -223,6 +224,14 @@ def cpu_s(procs: Iterable[psutil.Process]) -> float:
     return total
 
 
+def reaped_cpu_s(proc: psutil.Process) -> float:
+    """CPU of ``proc``'s children that it has reaped (0 when it is gone)."""
+    with suppress(psutil.Error):
+        times = proc.cpu_times()
+        return times.children_user + times.children_system
+    return 0.0
+
+
 def rss_mib(procs: Iterable[psutil.Process]) -> list[float]:
     out = []
     for proc in procs:
@@ -339,6 +348,8 @@ def measure_start(run: Run, tail: EventTail, spawned: float, procs: Procs) -> No
     last_lane = max(lanes, key=lambda i: lanes[i])
     run.put("overhead_s", last - spawned - max(own) - stagger_of(last_lane, events))
     run.put("controller_cpu_to_ready_s", cpu_s([procs.controller]))
+    # children the controller has reaped: the local agents' forker, which has exited
+    run.put("reaped_cpu_to_ready_s", reaped_cpu_s(procs.controller))
     run.put("agents_cpu_to_ready_s", cpu_s(procs.agents))
     run.put("sentinels_cpu_to_ready_s", cpu_s(procs.sentinels))
     run.put("lanes_cpu_to_ready_s", cpu_s(procs.lanes))

@@ -26,14 +26,19 @@ from support import units as u
 from support.runs import PY, run_start, simulated
 from support.unit_dirs import UnitDir
 
-# Writes {"own": environ, "parent": parent's environ} to argv[1], then execs argv[2:].
+# Writes {"own": environ, "parent": parent's environ, "parent_argv": its command line} to
+# argv[1], then execs argv[2:].
 DUMP_PY = """\
 import json, os, sys
 def environ(pid):
     data = open(f"/proc/{pid}/environ", "rb").read()
     return dict(i.decode().partition("=")[::2] for i in data.split(b"\\0") if i)
+def argv(pid):
+    return [w.decode() for w in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0") if w]
 with open(sys.argv[1] + ".tmp", "w") as handle:
-    json.dump({"own": dict(os.environ), "parent": environ(os.getppid())}, handle)
+    parent = os.getppid()
+    json.dump({"own": dict(os.environ), "parent": environ(parent), "parent_argv": argv(parent)},
+              handle)
 os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 if sys.argv[2:]:
     os.execvp(sys.argv[2], sys.argv[2:])
@@ -94,8 +99,9 @@ async def test_the_client_key_reaches_the_endpoint_and_the_worker_only(tmp_path:
     for name in ("lane@0", "lane@1", "svc"):
         assert "CLIENT_KEY" not in _keys(seen[name]["own"]), name
     for lane in ("lane@0", "lane@1"):  # a lane's parent is its node's agent
-        agent = seen[lane]["parent"]
-        assert agent.get("DDSUP_NODE") == seen[lane]["own"]["DDSUP_NODE"], agent.keys()
+        agent, argv = seen[lane]["parent"], seen[lane]["parent_argv"]
+        assert argv[argv.index("--node") + 1] == seen[lane]["own"]["DDSUP_NODE"], argv
+        assert agent.get("DDSUP_INVOCATION_ID") == seen[lane]["own"]["DDSUP_INVOCATION_ID"]
         assert "CLIENT_KEY" not in agent
 
 

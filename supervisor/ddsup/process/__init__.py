@@ -10,8 +10,10 @@ reaped), ``_final_sweep`` (the end-of-run sweep), ``_records`` and ``_unit_scope
 unit's cgroup and records), ``_opening`` (all layers of one supervisor, opened before any
 child, without trio) and ``_containment`` (the same layers owned inside trio, closed
 once: the entry point), ``_output_log`` (a unit's output into its rotating log file),
-``_popen`` (a child started before trio runs), ``_adopted`` (such a child waited for
-once trio runs) and ``_child`` (spawn or adopt, wait, stop a tree).
+``_popen`` (a child started before trio runs), ``_reparented`` (a child another process
+forked, ours once it ended), ``_adopted`` (such children waited for once trio runs),
+``_title`` (a command line rewritten in place) and ``_child`` (spawn or adopt, wait,
+stop a tree).
 ``docs/no-orphans.md`` tells which layer catches what.
 
 Its names are imported when first used (PEP 562, as in ``ddsup.channel``): a command

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 from contextlib import suppress
+from typing import Protocol
 
 import trio
 
@@ -36,10 +36,23 @@ def _open_pidfd(pid: int) -> int | None:
         return None  # a kernel without pidfds: a thread waits instead
 
 
-class AdoptedProcess:
-    """A ``subprocess.Popen`` child, owned by trio code from now on."""
+class Reapable(Protocol):
+    """What is used of ``subprocess.Popen``: a child we reap (or ``ReparentedChild``)."""
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    @property
+    def pid(self) -> int: ...
+    @property
+    def args(self) -> object: ...
+    @property
+    def returncode(self) -> int | None: ...
+    def poll(self) -> int | None: ...
+    def wait(self) -> int: ...
+
+
+class AdoptedProcess:
+    """A ``subprocess.Popen`` child (or one reparented to us), owned by trio code now."""
+
+    def __init__(self, popen: Reapable) -> None:
         self._popen = popen
         self.pid: int = popen.pid
         self.args = popen.args  # as trio's Process has it, for ChildProcess's repr

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ddsup._exit import ExitStatus
-from ddsup.process._adopted import AdoptedProcess
+from ddsup.process._adopted import AdoptedProcess, Reapable
 from ddsup.process._containment import current_containment
 from ddsup.process._managed import ManagedChildren, managed_children
 from ddsup.process._popen import LogError as LogError
@@ -309,8 +309,9 @@ async def spawn(
     return ChildProcess(process, identity_of(env), registry, scope)
 
 
-def adopt(popen: subprocess.Popen[bytes], env: Mapping[str, str]) -> ChildProcess:
-    """The child ``popen`` (started before trio ran, ``_popen.start_child``, with ``env``),
+def adopt(popen: Reapable, env: Mapping[str, str]) -> ChildProcess:
+    """The child ``popen`` (started before trio ran, ``_popen.start_child``, or forked by
+    an agent forker and reparented to us, ``_reparented``, with ``env``),
     now owned here as if ``spawn`` had started it: managed (the adopted-orphan reaper
     leaves it to its owner), waited for as trio waits for its own (``_adopted``). Call it
     before the containment's reaper starts (``open_containment``), which would otherwise

@@ -85,3 +85,41 @@ def start_child(
         raise spawn_error(argv, cwd, err) from err
     finally:
         os.close(out_fd)
+
+
+def start_forker(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | os.PathLike[str],
+    log_path: os.PathLike[str],
+    on_log_error: LogError | None,
+    spec: bytes,
+    pass_fds: Sequence[int],
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` as :func:`start_child` does, but with ``spec`` on its stdin and its
+    stdout a pipe to us (``popen.stdout``): a process that forks others and reports them
+    (``run._agent_forker``). ``pass_fds`` are inherited (the forked processes' logs)."""
+    out_fd = open_log(log_path, on_log_error)
+    try:
+        popen = subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=out_fd,
+            pass_fds=tuple(pass_fds),
+            start_new_session=True,
+        )
+    except OSError as err:
+        raise spawn_error(argv, cwd, err) from err
+    finally:
+        os.close(out_fd)
+    assert popen.stdin is not None
+    try:
+        popen.stdin.write(spec)  # read whole before the forker imports anything heavy
+        popen.stdin.close()
+    except BrokenPipeError:  # it died first: its exit status and log say why
+        pass
+    return popen

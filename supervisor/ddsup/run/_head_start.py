@@ -39,7 +39,7 @@ from ddsup.process._opening import OpenedLayers, open_layers
 from ddsup.record._state_dir import ControlAddress, StateDir
 from ddsup.run._control_host import control_host, control_socket
 from ddsup.run._held_signals import HeldSignals, held_signals
-from ddsup.run._launcher import CONTROLLER, Launcher, StartedAgents, launcher_for
+from ddsup.run._launcher import CONTROLLER, Launched, Launcher, launcher_for
 from ddsup.run._open_files import ensure_open_files, open_files_needed
 from ddsup.run._ordering import agent_nodes, survives_node_loss
 from ddsup.run._prepare import PreparedRun
@@ -58,7 +58,7 @@ class HeadStart:
     facts: RunFacts | None = None  # once the control address is known
     launcher: Launcher | None = None
     nodes: tuple[str, ...] = ()  # the nodes whose agents were launched
-    agents: list[StartedAgents] = field(default_factory=list)
+    agents: Launched = field(default_factory=list)
     failed: DdsupError | None = None
 
 

@@ -15,11 +15,16 @@ lost.
 
 Agents are started before trio runs (``_head_start``), with ``subprocess``
 (:func:`~ddsup.process._popen.start_child`): :class:`StartedAgents` are adopted by the
-controller once it runs (``_takeover``) and become :class:`AgentProcess` es.
+controller once it runs (``_takeover``) and become :class:`AgentProcess` es. Local
+agents are forked from one import by one forker process (``_agent_forker``): the
+controller adopts each of them once the forker has named them (:class:`ForkedAgents`,
+``_forked_agents``).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,7 +35,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ddsup._errors import UsageError
 from ddsup.plan._resolve import Allocation, LauncherKind
-from ddsup.process._popen import start_child
+from ddsup.process._popen import open_log, start_child, start_forker
 from ddsup.record._state_dir import StateDir
 from ddsup.units._model import UnitSet
 
@@ -38,6 +43,7 @@ if TYPE_CHECKING:  # trio's: the controller's side, imported after the launch
     from ddsup.process._child import ChildProcess
 
 AGENT_ARGV = (sys.executable, "-m", "ddsup", "agent")
+FORKER_ARGV = (sys.executable, "-m", "ddsup", "agents")  # _agent_forker
 CONTROLLER = "controller"  # ddsup start's name among the run's supervisors
 
 
@@ -60,6 +66,23 @@ class StartedAgents:
     env: Mapping[str, str]
 
 
+@dataclass(frozen=True)
+class ForkedAgents:
+    """The local agents' forker, started before trio runs: it forks the agent of each of
+    ``nodes`` and names them on its stdout (``_agent_forker``); ``_forked_agents`` adopts
+    them as AgentProcesses, one per node."""
+
+    label: str
+    nodes: tuple[str, ...]
+    forker: subprocess.Popen[bytes]
+    envs: Mapping[str, Mapping[str, str]]  # each node's agent's environment, in full
+    argvs: Mapping[str, tuple[str, ...]]  # each node's agent's command line
+    log: os.PathLike[str]  # the forker's own output
+
+
+Launched = list[StartedAgents | ForkedAgents]
+
+
 class Launcher(Protocol):
     name: str
     shared_address: bool
@@ -67,14 +90,18 @@ class Launcher(Protocol):
     # sentinel of their own, and the controller ends what a dead one left (_agents)
     covers_agents: bool
 
-    def launch(
-        self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir
-    ) -> list[StartedAgents]: ...
+    def launch(self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir) -> Launched: ...
 
 
 @dataclass
 class LocalLauncher:
-    """Simulated nodes on this machine: one ``ddsup agent`` process per node.
+    """Simulated nodes on this machine: one agent per node, forked by one forker process.
+
+    The forker (``_agent_forker``) imports the agent's code once and forks each node's
+    agent from it, instead of K ``python -m ddsup agent`` each paying Python's start-up on
+    the same CPUs. Each agent is then what an exec'd one was: its own session and log
+    (``agent-NODE``), the agents' environment with ``DDSUP_NODE``, and a child of
+    ``ddsup start`` (by reparenting, once the forker has exited).
 
     Each simulated node is handed its share of this machine's GPUs as
     ``CUDA_VISIBLE_DEVICES`` (``shares``), as Slurm hands a node's step its own, and its
@@ -92,31 +119,48 @@ class LocalLauncher:
     shared_address: bool = True
     covers_agents: bool = True
 
-    def launch(
-        self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir
-    ) -> list[StartedAgents]:
-        agents = []
-        for node in nodes:
-            argv = (
-                *AGENT_ARGV,
-                "--node",
-                node,
-                *_simulated(self.simulated_gpus),
-                *(("--covered-by", CONTROLLER) if self.covers_agents else ()),
-            )
-            node_env = {**env, "DDSUP_NODE": node}
-            if self.simulated_gpus is None and node in self.shares:
-                node_env["CUDA_VISIBLE_DEVICES"] = ",".join(self.shares[node])
-            log = state.log(f"agent-{node}")
-            child = start_child(
-                argv,
-                env=node_env,
+    def launch(self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir) -> Launched:
+        shared = (
+            *_simulated(self.simulated_gpus),
+            *(("--covered-by", CONTROLLER) if self.covers_agents else ()),
+        )
+        own = {node: self._node_env(node) for node in nodes}
+        logs: dict[str, int] = {}
+        try:
+            for node in nodes:
+                log = state.log(f"agent-{node}")
+                logs[node] = open_log(log, partial(state.faults.failed, log))
+            spec = {node: {"log_fd": logs[node], "env": own[node]} for node in nodes}
+            forker_log = state.log("agents")
+            forker = start_forker(
+                (*FORKER_ARGV, *shared, *(w for node in nodes for w in ("--node", node))),
+                env=env,
                 cwd=".",
-                log_path=log,
-                on_log_error=partial(state.faults.failed, log),
+                log_path=forker_log,
+                on_log_error=partial(state.faults.failed, forker_log),
+                spec=json.dumps(spec).encode(),
+                pass_fds=tuple(logs.values()),
             )
-            agents.append(StartedAgents(f"agent on {node}", (node,), child, node_env))
-        return agents
+        finally:
+            for fd in logs.values():
+                os.close(fd)
+        return [
+            ForkedAgents(
+                "agents' forker",
+                tuple(nodes),
+                forker,
+                {node: {**env, **own[node]} for node in nodes},
+                {node: (*AGENT_ARGV, *shared, "--node", node) for node in nodes},
+                forker_log,
+            )
+        ]
+
+    def _node_env(self, node: str) -> dict[str, str]:
+        """What differs in ``node``'s agent's environment from the others'."""
+        own = {"DDSUP_NODE": node}
+        if self.simulated_gpus is None and node in self.shares:
+            own["CUDA_VISIBLE_DEVICES"] = ",".join(self.shares[node])
+        return own
 
 
 def _simulated(gpus: int | None) -> tuple[str, ...]:
@@ -135,9 +179,7 @@ class SlurmLauncher:
     survivable: bool = False  # the run may go on without a node: agents outlive each other
     het_group: int | None = None  # a heterogeneous job: the component of the lane nodes
 
-    def launch(
-        self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir
-    ) -> list[StartedAgents]:
+    def launch(self, nodes: Sequence[str], env: Mapping[str, str], state: StateDir) -> Launched:
         srun = shutil.which("srun")
         if srun is None:
             raise UsageError("--launcher slurm needs srun on PATH")

@@ -7,7 +7,8 @@ start-up. :func:`run_controller` runs the controller, and :func:`take_over` is t
 thing it does inside ``trio.run``, in this order:
 
 1. the agents' processes are adopted (managed children: the adopted-orphan reaper,
-   which starts with the containment, must leave their exit status to the fleet);
+   which starts with the containment, must leave their exit status to the fleet); local
+   agents once their forker has named them (``_forked_agents``);
 2. the containment is opened on the layers already open (its reaper, its scans, its
    close at the very end);
 3. trio's signal receiver replaces the held signals' handlers, and what they held is
@@ -29,9 +30,10 @@ from ddsup._errors import DdsupError
 from ddsup.process import Containment, open_containment
 from ddsup.process._child import adopt
 from ddsup.record._state_dir import StateDir
-from ddsup.run._controller import Controller
+from ddsup.run._controller import PREFLIGHT_TIMEOUT, Controller
+from ddsup.run._forked_agents import adopt_forked
 from ddsup.run._head_start import HeadStart
-from ddsup.run._launcher import CONTROLLER, AgentProcess, Launcher
+from ddsup.run._launcher import CONTROLLER, AgentProcess, ForkedAgents, Launcher
 from ddsup.run._prepare import PreparedRun
 from ddsup.run._run_facts import RunFacts
 from ddsup.run._signals import receive_held
@@ -77,10 +79,17 @@ async def _run(prepared: PreparedRun, state: StateDir, head: HeadStart) -> int:
 
 async def take_over(head: HeadStart) -> TakenOver:
     """Adopt, open, receive, listen (module docstring); the caller owns the result."""
-    agents = [
-        AgentProcess(started.label, started.nodes, adopt(started.popen, started.env))
-        for started in head.agents
-    ]
+    agents: list[AgentProcess] = []
+    failed = head.failed
+    for started in head.agents:
+        if isinstance(started, ForkedAgents):
+            forked, not_started = await adopt_forked(started, PREFLIGHT_TIMEOUT)
+            agents += forked
+            failed = failed or not_started
+        else:
+            agents.append(
+                AgentProcess(started.label, started.nodes, adopt(started.popen, started.env))
+            )
     resources = AsyncExitStack()
     try:
         containment = await resources.enter_async_context(
@@ -107,5 +116,5 @@ async def take_over(head: HeadStart) -> TakenOver:
         head.launcher,
         head.nodes,
         agents,
-        head.failed,
+        failed,
     )
