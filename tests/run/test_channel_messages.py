@@ -274,3 +274,43 @@ async def test_a_wrong_secret_is_dropped_before_any_message() -> None:
         await channel.aclose()
         nursery.cancel_scope.cancel()
     assert handled == []
+
+
+class _CountingStream(trio.abc.HalfCloseableStream):
+    """A stream that counts its writes, in front of a real one."""
+
+    def __init__(self, inner: trio.SocketStream) -> None:
+        self.inner = inner
+        self.writes = 0
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes += 1
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self.inner.send_eof()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_messages_sent_together_arrive_in_order_from_one_write() -> None:
+    """An agent's burst of events (``send_many``): one write, every message, in order."""
+    left, right = trio.socket.socketpair()
+    counting = _CountingStream(trio.SocketStream(left))
+    sender = Channel(counting)
+    receiver = Channel(trio.SocketStream(right))
+    burst: list[Message] = [LaneDrained(f"lane@{n}") for n in range(50)] + [StatusRequest()]
+    with trio.fail_after(5):
+        await sender.send_many(burst)
+        received = [await receiver.receive() for _ in burst]
+    assert received == burst
+    assert counting.writes == 1
+    await sender.aclose()
+    await receiver.aclose()

@@ -50,6 +50,13 @@ class LineChannel(Generic[M]):
         async with self._send_lock:
             await self._stream.send_all(data)
 
+    async def send_many(self, messages: list[M]) -> None:
+        """``messages`` in order, in one write: what queued while the last write waited
+        (an agent's events of a start's burst) costs one system call, not one each."""
+        data = b"".join(self._encode(message) + b"\n" for message in messages)
+        async with self._send_lock:
+            await self._stream.send_all(data)
+
     async def receive(self) -> M | None:
         """The next message, or None at a clean end of stream; ChannelError otherwise."""
         while True:

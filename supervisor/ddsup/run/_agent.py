@@ -187,8 +187,12 @@ async def _serve_controller(
 
     async def forward() -> None:
         async for message in outbox_receive:
+            batch = [message]  # and every message queued behind it: one write for all
+            with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel):
+                while True:
+                    batch.append(outbox_receive.receive_nowait())
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await channel.send(message)
+                await channel.send_many(batch)
         forwarded.set()
 
     async with trio.open_nursery() as services:
