@@ -87,11 +87,10 @@ def _covering_sentinel(opened: OpenedLayers, covered_by: str | None) -> str | No
     if covered_by is None or opened.records.file is None:
         return None
     assert opened.records_dir is not None
-    machine = _registry.Machine.here()
-    for name, data in _registry.supervisors_here(opened.records_dir, machine):
-        sentinel = data.get("sentinel")
-        if name == covered_by and isinstance(sentinel, int) and not _proc.is_dead(sentinel):
-            return name
+    data = _registry.supervisor_here(opened.records_dir, covered_by, _registry.Machine.here())
+    sentinel = None if data is None else data.get("sentinel")
+    if isinstance(sentinel, int) and not _proc.is_dead(sentinel):
+        return covered_by
     return None
 
 

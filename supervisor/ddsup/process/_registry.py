@@ -131,14 +131,25 @@ def supervisors_here(directory: str, machine: Machine) -> list[tuple[str, dict[s
     for file_name in names:
         if not file_name.endswith(".json") or file_name.startswith("."):
             continue
-        try:
-            with open(os.path.join(directory, file_name)) as handle:
-                data = json.load(handle)
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and machine.matches(data.get("machine")):
-            found.append((file_name[: -len(".json")], data))
+        name = file_name[: -len(".json")]
+        data = supervisor_here(directory, name, machine)
+        if data is not None:
+            found.append((name, data))
     return found
+
+
+def supervisor_here(directory: str, name: str, machine: Machine) -> dict[str, Any] | None:
+    """The layers supervisor ``name`` wrote into ``directory`` on this machine; None when
+    it wrote none (or on another machine). One file: a local agent looking for the
+    controller's reads that one, not every agent's (128 agents read 128 files each)."""
+    if not name or os.sep in name or name.startswith("."):
+        return None  # a name, not a path
+    try:
+        with open(os.path.join(directory, f"{name}.json")) as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and machine.matches(data.get("machine")) else None
 
 
 # --- ending what was seen ---------------------------------------------------------------
