@@ -185,16 +185,6 @@ async def _serve_controller(
     def emit(event: NodeEvent) -> None:
         outbox_send.send_nowait(EventReport(event))
 
-    async def forward() -> None:
-        async for message in outbox_receive:
-            batch = [message]  # and every message queued behind it: one write for all
-            with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel):
-                while True:
-                    batch.append(outbox_receive.receive_nowait())
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await channel.send_many(batch)
-        forwarded.set()
-
     async with trio.open_nursery() as services:
         runner = NodeRunner(
             units=units,
@@ -204,7 +194,7 @@ async def _serve_controller(
             nursery=services,
             emit=emit,
         )
-        services.start_soon(forward)
+        services.start_soon(_forward, outbox_receive, channel, forwarded)
         with trio.CancelScope() as loop_scope:
             services.start_soon(_watch_signals, channel, runner, loop_scope, stop_signals)
             try:
@@ -225,6 +215,23 @@ async def _serve_controller(
                         await forwarded.wait()  # every event out before "stopped"
                         await channel.send(AgentStopped(node))
         services.cancel_scope.cancel()
+
+
+async def _forward(
+    outbox: trio.MemoryReceiveChannel[AgentMessage], channel: AgentChannel, done: trio.Event
+) -> None:
+    """The outbox to the controller, in order, until it is closed; then ``done``. What
+    queued behind a message goes with it in one write (a start's burst of events): the
+    tasks already runnable run first (one checkpoint), so that what they emit joins it."""
+    async for message in outbox:
+        await trio.lowlevel.checkpoint()
+        batch = [message]
+        with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel):
+            while True:
+                batch.append(outbox.receive_nowait())
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await channel.send_many(batch)
+    done.set()
 
 
 async def _watch_signals(
