@@ -1,8 +1,9 @@
 """The processes that host the node agents: launched, watched, shut down, killed.
 
-A launcher starts them (one local process per simulated node, or one ``srun`` step for
-all), in ``ddsup start``'s head start (``_head_start``, before trio runs), and the fleet
-adopts them (``_takeover`` made them trio's processes first); an
+A launcher starts them (one process per simulated node, forked by one forker that
+``_forked_agents`` adopts them from, or one ``srun`` step for all), in ``ddsup start``'s
+head start (``_head_start``, before trio runs), and the fleet adopts them (``_takeover``
+made them trio's processes first); an
 agent then connects back and becomes a :class:`~ddsup.run._nodes.RemoteNode`.
 The processes themselves are owned here: one task waits for each, and its end while the
 run is not stopping ends the run. Which agents are admitted, and what each reported of its
