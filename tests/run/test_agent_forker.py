@@ -23,15 +23,11 @@ import trio
 from ddsup._errors import PreflightError
 from ddsup.run._forked_agents import adopt_forked
 from ddsup.run._launcher import ForkedAgents
+from support import procs
 from support.runs import running
 from support.unit_dirs import UnitDir
 
 PY = sys.executable
-
-
-def _environ(pid: int) -> dict[bytes, bytes]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    return dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
 
 
 @pytest.mark.slow  # three simulated nodes
@@ -54,13 +50,13 @@ async def test_each_simulated_node_has_its_own_agent_a_child_of_ddsup_start(
         assert sorted(agents) == ["node0", "node1", "node2"]
         assert not [p for p in start.children(recursive=True) if "agents" in p.cmdline()]
         for node, agent in agents.items():
-            assert _environ(agent.pid)[b"DDSUP_INVOCATION_ID"] == invocation
+            assert procs.environ(agent.pid)[b"DDSUP_INVOCATION_ID"] == invocation
             assert os.getsid(agent.pid) == agent.pid  # its own session, as an exec'd one
             [lane] = agent.children()
-            assert _environ(lane.pid)[b"DDSUP_NODE"] == node.encode()
+            assert procs.environ(lane.pid)[b"DDSUP_NODE"] == node.encode()
             assert (state / "logs" / f"agent-{node}.log").exists()
     assert run.process.returncode == 143  # SIGTERM: the run stopped, agents included
-    assert not [a for a in agents.values() if a.is_running() and a.status() != "zombie"]
+    assert not [a for a in agents.values() if procs.alive(a.pid)]
 
 
 FORK_AND_WAIT = """
@@ -108,14 +104,8 @@ def _forker(tmp_path: Path, code: str) -> ForkedAgents:
         [PY, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True
     )
     nodes = ("n1", "n2")
-    return ForkedAgents(
-        "agents' forker",
-        nodes,
-        popen,
-        {n: {"DDSUP_NODE": n} for n in nodes},
-        {n: ("agent", "--node", n) for n in nodes},
-        tmp_path / "agents.log",
-    )
+    own = {n: {"DDSUP_NODE": n} for n in nodes}
+    return ForkedAgents(nodes, popen, {}, own, (), tmp_path / "agents.log")
 
 
 async def test_a_forker_that_ends_without_forking_names_the_nodes_and_its_log(

@@ -46,9 +46,7 @@ class LineChannel(Generic[M]):
         self.max_line = max_line
 
     async def send(self, message: M) -> None:
-        data = self._encode(message) + b"\n"
-        async with self._send_lock:
-            await self._stream.send_all(data)
+        await self.send_many([message])
 
     async def send_many(self, messages: list[M]) -> None:
         """``messages`` in order, in one write: what queued while the last write waited

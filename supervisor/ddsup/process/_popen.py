@@ -14,6 +14,7 @@ import errno
 import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 
 from ddsup._errors import DdsupError
 
@@ -68,23 +69,7 @@ def start_child(
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` as ``spawn`` would with ``log_path`` (no unit: no cgroup of its
     own), without trio; the caller adopts it once trio runs, or kills and waits for it."""
-    if not argv:
-        raise SpawnError("cannot start a process with an empty argv")
-    out_fd = open_log(log_path, on_log_error)
-    try:
-        return subprocess.Popen(
-            list(argv),
-            env=dict(env),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=out_fd,
-            stderr=out_fd,
-            start_new_session=True,
-        )
-    except OSError as err:
-        raise spawn_error(argv, cwd, err) from err
-    finally:
-        os.close(out_fd)
+    return _start(argv, env, cwd, log_path, on_log_error)
 
 
 def start_forker(
@@ -98,16 +83,41 @@ def start_forker(
     pass_fds: Sequence[int],
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` as :func:`start_child` does, but with ``spec`` on its stdin and its
-    stdout a pipe to us (``popen.stdout``): a process that forks others and reports them
-    (``run._agent_forker``). ``pass_fds`` are inherited (the forked processes' logs)."""
+    stdout a pipe to us (``popen.stdout``; its stderr is still the log): a process that
+    forks others and reports them (``run._agent_forker``). ``pass_fds`` are inherited
+    (the forked processes' logs)."""
+    popen = _start(argv, env, cwd, log_path, on_log_error, report=True, pass_fds=pass_fds)
+    assert popen.stdin is not None
+    with suppress(BrokenPipeError):  # it died first: its exit status and log say why
+        try:
+            popen.stdin.write(spec)  # it reads all of it before its heavy imports
+        finally:
+            popen.stdin.close()
+    return popen
+
+
+def _start(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str | os.PathLike[str],
+    log_path: os.PathLike[str],
+    on_log_error: LogError | None,
+    *,
+    report: bool = False,
+    pass_fds: Sequence[int] = (),
+) -> subprocess.Popen[bytes]:
+    """``argv`` in its own session, output appended to its log; with ``report``, its
+    stdin and stdout are pipes to us instead of ``/dev/null`` and the log."""
+    if not argv:
+        raise SpawnError("cannot start a process with an empty argv")
     out_fd = open_log(log_path, on_log_error)
     try:
-        popen = subprocess.Popen(
+        return subprocess.Popen(
             list(argv),
             env=dict(env),
             cwd=cwd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE if report else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if report else out_fd,
             stderr=out_fd,
             pass_fds=tuple(pass_fds),
             start_new_session=True,
@@ -116,10 +126,3 @@ def start_forker(
         raise spawn_error(argv, cwd, err) from err
     finally:
         os.close(out_fd)
-    assert popen.stdin is not None
-    try:
-        popen.stdin.write(spec)  # read whole before the forker imports anything heavy
-        popen.stdin.close()
-    except BrokenPipeError:  # it died first: its exit status and log say why
-        pass
-    return popen

@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 from ddsup.process._title import retitle
+from ddsup.run._launcher import AGENT_ARGV, agent_argv
 from ddsup.run._process_end import end_process
 
 EXIT_OSERR = 71  # sysexits' EX_OSERR: fork failed
@@ -89,7 +90,6 @@ def forker_main(argv: Sequence[str]) -> int:
     gc.freeze()  # the agents' collector never walks (and so never copies) these pages
     for node in nodes:
         child = spec[node]
-        args = [*shared, NODE_OPTION, node]
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         try:
@@ -98,18 +98,19 @@ def forker_main(argv: Sequence[str]) -> int:
             print(f"ddsup agents: cannot fork the agent of {node}: {err.strerror}", file=sys.stderr)
             return EXIT_OSERR
         if pid == 0:
-            _become_agent(args, int(child["log_fd"]), child["env"], agent_main)
+            _become_agent(agent_argv(shared, node), int(child["log_fd"]), child["env"], agent_main)
         os.write(1, report_line(node, pid))
     return 0
 
 
 def _become_agent(
-    args: list[str],
+    argv: tuple[str, ...],
     log_fd: int,
     env: Mapping[str, str],
     agent_main: Callable[[Sequence[str]], int],
 ) -> NoReturn:
-    """In the forked child: what ``start_child`` gives an exec'd agent, then the agent."""
+    """In the forked child: what ``start_child`` gives an exec'd agent, then the agent
+    that command line ``argv`` names (shown as its own)."""
     status = EXIT_UNCAUGHT
     try:
         os.setsid()
@@ -119,8 +120,8 @@ def _become_agent(
         os.dup2(log_fd, 2)
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the report pipe, the others' logs
         os.environ.update(env)
-        retitle([sys.executable, "-m", "ddsup", "agent", *args])
-        status = agent_main(args)
+        retitle(argv)
+        status = agent_main(argv[len(AGENT_ARGV) :])
     except SystemExit as exit:
         status = exit.code if isinstance(exit.code, int) else 1
     except BaseException:

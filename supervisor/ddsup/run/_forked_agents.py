@@ -44,7 +44,7 @@ async def adopt_forked(
         AgentProcess(
             f"agent on {node}",
             (node,),
-            adopt(ReparentedChild(pids[node], forked.argvs[node]), forked.envs[node]),
+            adopt(ReparentedChild(pids[node], forked.agent_argv(node)), forked.agent_env(node)),
         )
         for node in forked.nodes
         if node in pids

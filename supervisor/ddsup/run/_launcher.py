@@ -72,12 +72,23 @@ class ForkedAgents:
     ``nodes`` and names them on its stdout (``_agent_forker``); ``_forked_agents`` adopts
     them as AgentProcesses, one per node."""
 
-    label: str
     nodes: tuple[str, ...]
     forker: subprocess.Popen[bytes]
-    envs: Mapping[str, Mapping[str, str]]  # each node's agent's environment, in full
-    argvs: Mapping[str, tuple[str, ...]]  # each node's agent's command line
+    env: Mapping[str, str]  # every agent's environment (the forker's)
+    own_env: Mapping[str, Mapping[str, str]]  # what differs in each node's agent's
+    options: tuple[str, ...]  # every agent's options but ``--node``
     log: os.PathLike[str]  # the forker's own output
+
+    def agent_env(self, node: str) -> dict[str, str]:
+        return {**self.env, **self.own_env[node]}
+
+    def agent_argv(self, node: str) -> tuple[str, ...]:
+        return agent_argv(self.options, node)
+
+
+def agent_argv(options: Sequence[str], node: str) -> tuple[str, ...]:
+    """The command line of ``node``'s agent: exec'd by ``srun``, or shown by a forked one."""
+    return (*AGENT_ARGV, *options, "--node", node)
 
 
 Launched = list[StartedAgents | ForkedAgents]
@@ -144,16 +155,7 @@ class LocalLauncher:
         finally:
             for fd in logs.values():
                 os.close(fd)
-        return [
-            ForkedAgents(
-                "agents' forker",
-                tuple(nodes),
-                forker,
-                {node: {**env, **own[node]} for node in nodes},
-                {node: (*AGENT_ARGV, *shared, "--node", node) for node in nodes},
-                forker_log,
-            )
-        ]
+        return [ForkedAgents(tuple(nodes), forker, env, own, shared, forker_log)]
 
     def _node_env(self, node: str) -> dict[str, str]:
         """What differs in ``node``'s agent's environment from the others'."""
