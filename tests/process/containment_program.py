@@ -7,8 +7,10 @@ PID file, and prints one JSON line per step on stdout:
 
 1. ``{"step": "started", ...}`` once the engine runs (PIDs, layers, cgroups);
 2. with ``then = "stop"``: the unit's process ends by itself (``--exit-after``), is
-   stopped, and ``{"step": "unit-ended", "engine_alive": …}``; then the containment
-   closes and ``{"step": "closed", "engine_alive": …, "run_cgroup_exists": …}``;
+   stopped, and ``{"step": "unit-ended", "engine_alive": …}``; with ``await_record``,
+   it then waits (at most 10 s) until the containment has recorded the engine, which
+   the unit's end asked for (``scan_interval`` sets the periodic scan's, so that a test
+   can rule that one out); then the containment closes and ``{"step": "closed", "engine_alive": …, "run_cgroup_exists": …}``;
 3. with ``then = "hang"``: it sleeps until the test SIGKILLs it.
 """
 
@@ -22,7 +24,7 @@ from typing import Any
 
 import trio
 
-from ddsup.process import open_containment, spawn
+from ddsup.process import _containment, open_containment, spawn
 from ddsup.process._proc import is_dead, read_cgroups
 
 
@@ -41,6 +43,7 @@ async def engine_pid(path: Path) -> int:
 async def main(config: dict[str, Any]) -> None:
     pid_file = Path(config["pid_file"])
     env = {**os.environ, "DDSUP_INVOCATION_ID": config["invocation"], **config.get("env", {})}
+    _containment.SCAN_INTERVAL = config.get("scan_interval", _containment.SCAN_INTERVAL)
     async with open_containment(
         config["invocation"],
         state_dir=config.get("state_dir"),
@@ -72,6 +75,10 @@ async def main(config: dict[str, Any]) -> None:
         status = await child.wait()
         await child.stop(15, 1.0)
         say({"step": "unit-ended", "exit": status.to_json(), "engine_alive": not is_dead(engine)})
+        if config.get("await_record"):
+            with trio.fail_after(10):
+                while engine not in containment._records.seen:  # noqa: ASYNC110 (bounded)
+                    await trio.sleep(0.01)
     run = containment.layers.run_cgroup
     say(
         {

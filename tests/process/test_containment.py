@@ -25,6 +25,8 @@ from process_helpers import alive
 
 from ddsup.process import _cgroup, _registry
 from ddsup.process._proc import start_time
+from ddsup.process._records import Records
+from ddsup.process._unit_scope import UnitScope
 
 HERE = Path(__file__).parent
 PROGRAM = HERE / "containment_program.py"
@@ -196,6 +198,40 @@ def test_unit_cgroup_ends_what_the_unit_left_when_it_ends(
     assert run.finish() == 0
 
 
+@pytest.mark.parametrize("kind", ["v2", "v1-freezer", "v1-pids"])
+def test_a_unit_process_is_contained_only_when_its_cgroup_holds_it(
+    kind: str, invocation_id: str
+) -> None:
+    """A stop skips its passes over ``/proc`` for escaped descendants only when the
+    unit's cgroup holds the process (ending the cgroup then ends all of it): one that
+    moved in between fork and exec is contained, also when it has already exited (a fast
+    crash) where the hierarchy (v2) still names its cgroup; one the cgroup does not hold (the move failed) is not, and is stopped with
+    the passes."""
+    _need(kind)
+    placement = _cgroup.place(invocation_id, kind)
+    unit = placement.run.child("u-probe")
+    unit.create()
+    procs_fd = unit.open_procs()
+    inside = subprocess.Popen(["sleep", "60"], preexec_fn=lambda: os.write(procs_fd, b"0"))
+    outside = subprocess.Popen(["sleep", "60"])
+    exited = subprocess.Popen(["true"], preexec_fn=lambda: os.write(procs_fd, b"0"))
+    os.waitid(os.P_PID, exited.pid, os.WEXITED | os.WNOWAIT)  # a zombie: not in cgroup.procs
+    try:
+        # v1 shows an exited process in its hierarchy's root: not known, so not contained
+        exited_known = kind == "v2"
+        for process, expected in ((inside, True), (outside, False), (exited, exited_known)):
+            scope = UnitScope("u-probe", unit, Records(None))
+            scope.started(process.pid)
+            assert scope.contained is expected, (process.pid, unit.members())
+    finally:
+        os.close(procs_fd)
+        for process in (inside, outside, exited):
+            process.kill()
+            process.wait()
+        assert unit.wait_empty(5.0)
+        assert placement.run.remove()
+
+
 # --- the registry ----------------------------------------------------------------------
 
 
@@ -217,6 +253,34 @@ def test_registry_ends_a_seen_engine_with_its_unit(
     ]
     assert run.step()["engine_alive"] is False
     assert run.step()["engine_alive"] is False
+    assert run.finish() == 0
+
+
+def test_an_orphan_of_a_stopped_unit_is_recorded_without_the_periodic_scan(
+    tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """Without a cgroup, a unit's end asks for a look at what it orphaned (the restart
+    does not wait for it): the adopted engine, never seen while its unit ran, reaches the
+    registry file (for the sentinel) though the periodic scan is an hour away."""
+    pid_file = tmp_path / "engine.pid"
+    argv = _engine_argv(pid_file, "--double-fork", "--exit-after", "0.3")
+    state = tmp_path / "state"
+    run = Supervisor(
+        tmp_path,
+        invocation_id,
+        cgroup="off",
+        state_dir=str(state),
+        argv=argv,
+        await_record=True,
+        scan_interval=3600,
+    )
+    supervisors.append(run)
+    engine = run.step()["engine"]
+    start = start_time(engine)
+    assert run.step()["engine_alive"] is True
+    assert run.step()["engine_alive"] is False  # the close ended it
+    entries = _registry.read_entries(str(state / "containment" / "controller.pids"))
+    assert (engine, start) in [(e.pid, e.start_time) for e in entries], entries
     assert run.finish() == 0
 
 

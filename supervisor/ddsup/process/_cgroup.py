@@ -113,6 +113,22 @@ class Cgroup:
             found += [int(word) for word in _read(directory, "cgroup.procs").split()]
         return found
 
+    def holds(self, pid: int) -> bool:
+        """Whether process ``pid`` is in this cgroup (this directory, not below), also once
+        it has exited: a zombie is no longer listed in ``cgroup.procs``, but with v2 its
+        ``/proc/PID/cgroup`` still names the cgroup it died in (v1 names the root: an
+        exited process is then not known to be here, and False is the safe answer)."""
+        if pid in self.members():
+            return True
+        where = _proc.read_cgroups(pid).get(self.kind.controller)
+        if where is None:
+            return False
+        try:
+            mount = _mount_for(self.kind)
+        except Unavailable:
+            return False
+        return directory_of(mount, where) == os.path.normpath(self.path)
+
     def populated(self) -> bool:
         """Whether a live process is in this subtree (zombies do not count)."""
         if self.kind is CgroupKind.V2:

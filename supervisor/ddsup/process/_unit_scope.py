@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import trio
 
@@ -32,13 +32,15 @@ class UnitScope:
         unit: str,
         cgroup: _cgroup.Cgroup | None,
         records: Records,
-        rescan: Callable[[], Awaitable[None]] | None = None,
+        rescan: Callable[[], None] | None = None,
     ) -> None:
         self.unit = unit
         self.cgroup = cgroup
         self._records = records
-        self._rescan = rescan  # without a cgroup: record the orphans the unit just made
+        # without a cgroup: ask for a look that records the orphans the unit just made
+        self._rescan = rescan
         self.pid: int | None = None  # the unit's process while it runs
+        self.contained = False  # its process is in the unit's cgroup (seen after the fork)
 
     @property
     def running(self) -> bool:
@@ -67,8 +69,15 @@ class UnitScope:
         return enter, [fd]
 
     def started(self, pid: int) -> None:
-        """The unit's process ``pid`` runs: record it."""
+        """The unit's process ``pid`` runs: record it, and whether its cgroup holds it.
+
+        A process in the unit's cgroup cannot take a descendant out of it (short of a
+        privileged move), so :meth:`end` ends all of it: the stop needs no pass over
+        ``/proc`` for escaped descendants (``ChildProcess.stop`` skips those when
+        ``contained``). The move between fork and exec can fail: then it is not.
+        """
         self.pid = pid
+        self.contained = self.cgroup is not None and self.cgroup.holds(pid)
         start = _proc.start_time(pid)
         if start is not None:
             self._records.add([_registry.Entry(pid, start, self.unit)])
@@ -80,6 +89,7 @@ class UnitScope:
         ended (SIGKILL, race-free against forks) and removed once empty.
         """
         self.pid = None
+        self.contained = False
         pidfds: list[int] = []
         members: list[int] = []
         if self.cgroup is not None:
@@ -105,7 +115,9 @@ class UnitScope:
         if ended:
             log.info("%s: ended %d process(es) it left: %s", self.unit, len(ended), ended)
         if self._rescan is not None:
-            await self._rescan()  # its process died: what it orphaned is ours now, record it
+            # its process died: what it orphaned is ours now (a subreaper's child until it
+            # dies), to record soon; not awaited, so a restart does not wait for the pass
+            self._rescan()
         return ended
 
 
