@@ -112,6 +112,79 @@ async def test_subreaper_reaps_adopted_children_and_spares_managed_ones(tmp_path
     assert not is_subreaper()  # the test process itself was never made one
 
 
+# A managed child's zombie, not yet waited for, comes first in the kernel's walk of our
+# children; an orphan adopted after it comes behind it. Runs in its own process too.
+HIDDEN_ZOMBIE_SCRIPT = textwrap.dedent(
+    """
+    import json, os, subprocess, sys, trio
+    from ddsup.process import adopt, become_subreaper, reap_adopted_children, spawn
+
+    ORPHANER = '''
+    import os, sys
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        os.close(write_end)
+        os.read(read_end, 1)  # end of file: its parent has exited, it was adopted
+        os._exit(0)
+    with open(sys.argv[1], "w") as out:
+        out.write(str(pid))
+    '''
+
+    def state(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return None
+
+    async def main():
+        become_subreaper()
+        env, log = dict(os.environ), sys.argv[1]
+        # forked by this thread, as ddsup start's head start forks its first children:
+        # the kernel walks this thread's children first, the orphan comes behind it
+        first = adopt(subprocess.Popen(["/bin/sh", "-c", "exit 3"], start_new_session=True), env)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(reap_adopted_children)
+            with trio.fail_after(10):
+                while state(first.pid) != "Z":
+                    await trio.sleep(0.01)
+            orphaner = await spawn(
+                [sys.executable, "-c", ORPHANER, sys.argv[2]], env=env, cwd=".", log_path=log
+            )
+            await orphaner.wait()
+            with open(sys.argv[2]) as pid_file:
+                orphan = int(pid_file.read())
+            with trio.move_on_after(10):
+                while state(orphan) is not None:
+                    await trio.sleep(0.01)
+            left, first_state = state(orphan), state(first.pid)
+            code = (await first.wait()).code
+            nursery.cancel_scope.cancel()
+        print(json.dumps({"orphan": left, "first": first_state, "code": code}))
+
+    trio.run(main)
+    """
+)
+
+
+async def test_reaper_reaps_an_orphan_behind_a_managed_zombie(tmp_path: Path) -> None:
+    """The kernel shows one zombie at a time, and a unit's zombie that its owner has not
+    yet waited for hides an adopted orphan's: the orphan is reaped all the same, and the
+    unit's exit status is left to its owner."""
+    argv = [
+        sys.executable,
+        "-c",
+        HIDDEN_ZOMBIE_SCRIPT,
+        str(tmp_path / "log"),
+        str(tmp_path / "pid"),
+    ]
+    result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    assert json.loads(result.stdout) == {"orphan": None, "first": "Z", "code": 3}
+
+
 def _popen(code: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(py(code), env=env, start_new_session=True)
 

@@ -138,14 +138,16 @@ class ChildProcess:
                 await self.wait()
         self.signal_group(signal.SIGKILL)
         status = await self.wait()
-        if not contained:
-            await self._kill_escaped(tree)
+        table = None if contained else await self._kill_escaped(tree)
         if self._scope is not None:
-            await self._scope.end()  # its cgroup and registry entries: what escaped us above
+            # its cgroup and registry entries: what escaped us above (``table``, read after
+            # the exit, also shows what it orphaned, for the record)
+            await self._scope.end(table)
         return status
 
-    async def _kill_escaped(self, tree: list[psutil.Process]) -> None:
-        """SIGKILL what left the group: the recorded tree, and carriers of our identity."""
+    async def _kill_escaped(self, tree: list[psutil.Process]) -> ProcessTable | None:
+        """SIGKILL what left the group: the recorded tree, and carriers of our identity;
+        the process table it read for those (None without an identity)."""
         pidfds = [fd for fd in map(_open_if_same, tree) if fd is not None]
         protected = frozenset(self._registry.pids)
         table = await process_table() if self._identity else None
@@ -165,6 +167,7 @@ class ChildProcess:
         finally:
             for fd in pidfds:
                 os.close(fd)
+        return table
 
     def _identity_carriers(self, managed: frozenset[int], table: ProcessTable | None) -> list[int]:
         """Live processes with our identity, except managed units' groups and our ancestry."""

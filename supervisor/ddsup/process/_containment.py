@@ -47,7 +47,7 @@ from ddsup.process._managed import managed_children
 from ddsup.process._opening import CGROUP_ENV as CGROUP_ENV
 from ddsup.process._opening import OpenedLayers, open_layers
 from ddsup.process._subreaper import reap_adopted_children
-from ddsup.process._table import process_table
+from ddsup.process._table import ProcessTable, process_table
 from ddsup.process._unit_scope import UnitScope, emptied, pin_now, wait_pidfds
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ class Containment:
         self._records = opened.records
         self._scopes: dict[str, UnitScope] = {}
         self._scan_wanted = trio.Event()  # set: a unit stopped, what it orphaned is ours
+        self._scan_table: ProcessTable | None = None  # read after that unit's exit, if any
         self.survivors: list[int] = []
 
     # --- units --------------------------------------------------------------------------
@@ -106,22 +107,28 @@ class Containment:
             with trio.move_on_after(SCAN_INTERVAL):
                 await self._scan_wanted.wait()
             wanted, self._scan_wanted = self._scan_wanted.is_set(), trio.Event()
+            table, self._scan_table = self._scan_table, None
             if wanted or any(scope.running for scope in self._scopes.values()):
-                await self.scan()
+                await self.scan(table)
 
-    def scan_soon(self) -> None:
+    def scan_soon(self, table: ProcessTable | None = None) -> None:
         """Ask for a scan now, without waiting for it: a unit's process stopped, and what
         it orphaned became our child (we are its subreaper, so it stays ours and the scan
-        finds it), but its restart must not wait for a pass over every process."""
+        finds it), but its restart must not wait for a pass over every process. ``table``,
+        read after that exit by the unit's stop, spares the scan a pass of its own; when
+        two stops ask before the scan ran, it reads a fresh one (either table may predate
+        the other unit's exit)."""
+        self._scan_table = None if self._scan_wanted.is_set() else table
         self._scan_wanted.set()
 
-    async def scan(self) -> None:
-        """Record every process of the units now (one look; see the module docstring).
-        With a cgroup, nothing to record: the cgroup holds them all."""
+    async def scan(self, table: ProcessTable | None = None) -> None:
+        """Record every process of the units now (one look; see the module docstring),
+        from ``table`` when given. With a cgroup, nothing to record: the cgroup holds
+        them all."""
         if self._own is not None:
             return
         scopes = [s for s in self._scopes.values() if s.running]
-        table = await process_table()
+        table = table or await process_table()
         exclude = frozenset(managed_children().pids) | self._own_helpers()
         found = await trio.to_thread.run_sync(
             _tree_members, scopes, table.children, exclude, self._records.seen

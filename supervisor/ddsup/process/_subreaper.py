@@ -16,7 +16,7 @@ import signal
 import trio
 
 from ddsup.process import _proc
-from ddsup.process._managed import managed_children
+from ddsup.process._managed import ManagedChildren, managed_children
 from ddsup.process._subreaper_flag import become_subreaper as become_subreaper
 from ddsup.process._subreaper_flag import is_subreaper as is_subreaper
 
@@ -36,13 +36,15 @@ def _reapable(pid: int, own_session: int) -> bool:
 
 async def _reap_once() -> int:
     registry = managed_children()
+    reaped, sure = await _reap_first_zombies(registry)
+    if sure:
+        return reaped
     # a /proc scan costs milliseconds per hundred processes: off the event loop, and
     # outside the lock, which a restart's spawn waits for (the scan held it for 20 ms a
     # restart with 1,000 processes on the machine). A child forked while we scan is
     # registered by the time we hold the lock, so the check under it still skips it; and
     # a zombie we saw keeps its PID until we reap it.
     children = await trio.to_thread.run_sync(_proc.children_of, os.getpid())
-    reaped = 0
     async with registry.lock:  # spawn holds it from fork to registration
         own_session = os.getsid(0)
         for pid in children - registry.pids:
@@ -52,6 +54,36 @@ async def _reap_once() -> int:
                 if os.waitpid(pid, os.WNOHANG)[0] == pid:  # noqa: ASYNC222 (WNOHANG: never blocks)
                     reaped += 1
     return reaped
+
+
+async def _reap_first_zombies(registry: ManagedChildren) -> tuple[int, bool]:
+    """Reap adopted zombies as the kernel hands them out, without a pass over ``/proc``:
+    (how many, whether that was all of them).
+
+    ``waitid(WNOWAIT)`` names one zombie child without reaping it. None left: done, and
+    sure (the common case, once trio has reaped the unit that just exited). One that is
+    not ours to reap (a managed child its owner has yet to wait for, a helper in our
+    session): it hides the others, so the caller scans. That is rare: the kernel walks
+    the calling thread's children first, orphans are adopted by this (the main) thread,
+    and trio forks the units from worker threads; children forked before trio ran are
+    this thread's, though (``tests/process/test_orphans.py``).
+    """
+    reaped = 0
+    async with registry.lock:
+        own_session = os.getsid(0)
+        while True:
+            try:
+                flags = os.WEXITED | os.WNOHANG | os.WNOWAIT  # never blocks, reaps nothing
+                found = os.waitid(os.P_ALL, 0, flags)  # noqa: ASYNC222
+            except ChildProcessError:  # no children at all
+                return reaped, True
+            if found is None:
+                return reaped, True
+            if found.si_pid in registry.pids or not _reapable(found.si_pid, own_session):
+                return reaped, False
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(found.si_pid, os.WNOHANG)  # noqa: ASYNC222 (a zombie: never blocks)
+                reaped += 1
 
 
 async def reap_adopted_children(

@@ -18,6 +18,7 @@ import trio
 
 from ddsup.process import _cgroup, _proc, _registry
 from ddsup.process._records import Records as Records
+from ddsup.process._table import ProcessTable
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ class UnitScope:
         unit: str,
         cgroup: _cgroup.Cgroup | None,
         records: Records,
-        rescan: Callable[[], None] | None = None,
+        rescan: Callable[[ProcessTable | None], None] | None = None,
     ) -> None:
         self.unit = unit
         self.cgroup = cgroup
@@ -82,8 +83,10 @@ class UnitScope:
         if start is not None:
             self._records.add([_registry.Entry(pid, start, self.unit)])
 
-    async def end(self) -> list[int]:
+    async def end(self, table: ProcessTable | None = None) -> list[int]:
         """End what the unit left (its process has been stopped): the PIDs ended.
+        ``table``: a process table read after the process exited, if the stop read one
+        (the scan that records what it orphaned then needs no pass of its own).
 
         An empty cgroup is kept for the unit's next start; one that held something is
         ended (SIGKILL, race-free against forks) and removed once empty.
@@ -117,7 +120,7 @@ class UnitScope:
         if self._rescan is not None:
             # its process died: what it orphaned is ours now (a subreaper's child until it
             # dies), to record soon; not awaited, so a restart does not wait for the pass
-            self._rescan()
+            self._rescan(table)
         return ended
 
 
