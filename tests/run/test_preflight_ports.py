@@ -15,6 +15,7 @@ import pytest
 
 from ddsup.plan import Node, make_plan
 from ddsup.plan._gpus import GpuList
+from ddsup.run import _ports
 from ddsup.run._preflight import run_preflight
 from support import units as u
 
@@ -46,3 +47,42 @@ def test_picked_ports_are_held_until_released() -> None:
     for port in ports:
         _bind(port)
     held.release()  # idempotent
+
+
+def _ephemeral_low() -> int:
+    """The kernel's own range, read here (not through the code under test)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+        return int(handle.read().split()[0])
+
+
+def test_picked_ports_lie_below_the_kernels_ephemeral_range() -> None:
+    """A port the kernel would also hand to an outgoing connection (a probe, the
+    endpoint's connection to a lane) could be taken as that connection's local end while
+    its lane restarts, and the lane's bind would then fail: picked ports avoid the
+    ephemeral range, and stay distinct across agents on one host."""
+    low = _ephemeral_low()
+    if low - _ports.AUTO_FLOOR < 4 * 64:
+        pytest.skip(f"the ephemeral range starts at {low}: too little room below it here")
+    first = _ports.HeldPorts(64)
+    second = _ports.HeldPorts(64)
+    try:
+        ports = first.ports + second.ports
+        assert len(set(ports)) == 128
+        assert all(_ports.AUTO_FLOOR <= port < low for port in ports), ports
+    finally:
+        first.release()
+        second.release()
+
+
+def test_without_room_below_the_ephemeral_range_the_kernel_picks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node whose ephemeral range starts near the floor still gets its ports."""
+    monkeypatch.setattr(_ports, "ephemeral_range", lambda: (_ports.AUTO_FLOOR + 10, 65000))
+    held = _ports.HeldPorts(8)
+    try:
+        low = _ephemeral_low()
+        assert len(set(held.ports)) == 8
+        assert all(port >= low for port in held.ports), held.ports  # the kernel's picks
+    finally:
+        held.release()

@@ -269,7 +269,9 @@ LANE = SectionSpec(
         KeySpec(
             "port",
             k.PORT_OR_AUTO,
-            'Base port of lanes on a node; "auto": free ports picked at preflight.',
+            'Base port of lanes on a node; "auto": free ports picked at preflight, from'
+            " 20000 up and below the kernel's ephemeral range (ip_local_port_range), which"
+            " outgoing connections take their ports from.",
             8000,
             "auto",
         ),
