@@ -22,8 +22,20 @@ from ddsup.process import (
     sweep_until_gone,
 )
 
+# Both scripts below read a process's state letter (None once it is gone) with this.
+STATE_OF = textwrap.dedent(
+    """
+    def state(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return None
+    """
+)
+
 # Runs in its own process, so that the pytest process never becomes a subreaper.
-SUBREAPER_SCRIPT = textwrap.dedent(
+SUBREAPER_SCRIPT = STATE_OF + textwrap.dedent(
     """
     import json, os, sys, trio
     from ddsup.process import become_subreaper, is_subreaper, reap_adopted_children
@@ -43,13 +55,6 @@ SUBREAPER_SCRIPT = textwrap.dedent(
     def children():
         import psutil
         return {p.pid for p in psutil.Process().children()}
-
-    def state(pid):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return None
 
     async def main():
         become_subreaper()
@@ -114,7 +119,7 @@ async def test_subreaper_reaps_adopted_children_and_spares_managed_ones(tmp_path
 
 # A managed child's zombie, not yet waited for, comes first in the kernel's walk of our
 # children; an orphan adopted after it comes behind it. Runs in its own process too.
-HIDDEN_ZOMBIE_SCRIPT = textwrap.dedent(
+HIDDEN_ZOMBIE_SCRIPT = STATE_OF + textwrap.dedent(
     """
     import json, os, subprocess, sys, trio
     from ddsup.process import adopt, become_subreaper, reap_adopted_children, spawn
@@ -131,13 +136,6 @@ HIDDEN_ZOMBIE_SCRIPT = textwrap.dedent(
     with open(sys.argv[1], "w") as out:
         out.write(str(pid))
     '''
-
-    def state(pid):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return None
 
     async def main():
         become_subreaper()
