@@ -1,6 +1,7 @@
 """The endpoint side by side with nginx and the bare trio floors, in one run, on pinned cores.
 
-Every variant runs in front of the same upstream lanes with wrk on the same core(s):
+Every variant runs in front of the same upstream lanes with wrk on the same core(s) (on
+4 cores or more, cores of their own: ``core_layout``):
 
 - ``nginx 1w``: Debian's nginx, one worker pinned to the proxy core (least_conn,
   keep-alive to the lanes, no buffering); ``nginx 2w``: two workers, one per core;
@@ -262,11 +263,19 @@ def rotations(variants: list[Variant], reps: int) -> list[list[Variant]]:
     return [variants[r % len(variants) :] + variants[: r % len(variants)] for r in range(reps)]
 
 
+def core_layout() -> tuple[set[int], set[int], set[int]]:
+    """(one proxy core, the two cores of the 2-worker variants, the cores of wrk and the
+    lanes). With 4 cores or more the load never shares a proxy's core, so a proxy's
+    scaling to its second core is not capped by wrk and the lanes on that core (a
+    2-core machine has no such room: the load then shares the second core)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    rest = cpus[2:] if len(cpus) >= 4 else cpus[1:]
+    return {cpus[0]}, set(cpus[:2]), set(rest) or {cpus[0]}
+
+
 def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[str, Any]:
     """Plain and SSE side by side, fast lanes: CPU per request and per event, req/s, p50/p99."""
-    cpus = sorted(os.sched_getaffinity(0))
-    proxy, load = {cpus[0]}, set(cpus[1:]) or {cpus[0]}
-    both = set(cpus[:2])
+    proxy, both, load = core_layout()
     me = [sys.executable, __file__]
     lanes = []
     for i in range(args.lanes):
@@ -350,8 +359,7 @@ def run_goodput(args: argparse.Namespace, tmp: Path, children: list[Child]) -> d
     answers every 429 with an immediate new request, which no client honouring
     ``Retry-After`` does): ``--goodput-levels`` multiples of the lanes' capacity.
     """
-    cpus = sorted(os.sched_getaffinity(0))
-    proxy, load = {cpus[0]}, set(cpus[1:]) or {cpus[0]}
+    proxy, _both, load = core_layout()
     lanes = []
     for i in range(args.gpu_lanes):
         argv = [sys.executable, "-m", "ddsup", "fake-vllm", "--port", "0", "--model", "m"]
