@@ -10,7 +10,8 @@ PID file, and prints one JSON line per step on stdout:
    stopped, and ``{"step": "unit-ended", "engine_alive": …}``; with ``await_record``,
    it then waits (at most 10 s) until the containment has recorded the engine, which
    the unit's end asked for (``scan_interval`` sets the periodic scan's, so that a test
-   can rule that one out); then the containment closes and ``{"step": "closed", "engine_alive": …, "run_cgroup_exists": …}``;
+   can rule that one out); then the containment closes and
+   ``{"step": "closed", "engine_alive": …, "run_cgroup_exists": …}``;
 3. with ``then = "hang"``: it sleeps until the test SIGKILLs it.
 """
 

@@ -143,11 +143,9 @@ HIDDEN_ZOMBIE_SCRIPT = STATE_OF + textwrap.dedent(
         # forked by this thread, as ddsup start's head start forks its first children:
         # the kernel walks this thread's children first, the orphan comes behind it
         first = adopt(subprocess.Popen(["/bin/sh", "-c", "exit 3"], start_new_session=True), env)
+        os.waitid(os.P_PID, first.pid, os.WEXITED | os.WNOWAIT)  # until it is a zombie
         async with trio.open_nursery() as nursery:
             await nursery.start(reap_adopted_children)
-            with trio.fail_after(10):
-                while state(first.pid) != "Z":
-                    await trio.sleep(0.01)
             orphaner = await spawn(
                 [sys.executable, "-c", ORPHANER, sys.argv[2]], env=env, cwd=".", log_path=log
             )

@@ -128,7 +128,8 @@ class Containment:
         if self._own is not None:
             return
         scopes = [s for s in self._scopes.values() if s.running]
-        table = table or await process_table()
+        if table is None:
+            table = await process_table()
         exclude = frozenset(managed_children().pids) | self._own_helpers()
         found = await trio.to_thread.run_sync(
             _tree_members, scopes, table.children, exclude, self._records.seen
