@@ -52,13 +52,24 @@ def marked_process(
     *,
     stop_timeout: float,
     env: Mapping[str, str] | None = None,
+    session: bool = False,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """``argv`` started with the mark (output to ``output``); afterwards SIGTERM, SIGKILL
-    after ``stop_timeout`` seconds, and every marked process left is killed and reported."""
+    after ``stop_timeout`` seconds, and every marked process left is killed and reported.
+
+    ``session``: in a session of its own, as ``sbatch`` starts a job script. Linux's
+    scheduler shares the CPU between sessions (autogroups) before it shares it between
+    processes, so this keeps the bench's own busy threads out of the group of the
+    process measured."""
     full_env = {**os.environ, **(env or {}), MARK_VAR: MARK}
     with output.open("wb") as out:
         process = subprocess.Popen(
-            argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=full_env
+            argv,
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            start_new_session=session,
         )
     try:
         yield process

@@ -492,13 +492,14 @@ def run_variant(run: Run, args: argparse.Namespace, full: bool) -> dict[str, flo
     spawned = time.time()
     output = run.work / "output"
     with marked_process(
-        run.argv(units, args.profile), output, stop_timeout=120, env=run.env
+        run.argv(units, args.profile), output, stop_timeout=120, env=run.env, session=True
     ) as process:
         wait_for(lambda: (run.state / "control.secret").exists(), 60, "control channel", process)
         watcher = subprocess.Popen(
             [sys.executable, str(ROOT / "bench" / "feed_watch.py"), str(run.state), str(feed_out)],
             cwd=ROOT,
             env={**os.environ, **run.env},
+            start_new_session=True,  # a session of its own, as the endpoint has
         )
         try:
             lanes = run.lanes

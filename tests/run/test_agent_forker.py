@@ -51,12 +51,27 @@ async def test_each_simulated_node_has_its_own_agent_a_child_of_ddsup_start(
         assert not [p for p in start.children(recursive=True) if "agents" in p.cmdline()]
         for node, agent in agents.items():
             assert procs.environ(agent.pid)[b"DDSUP_INVOCATION_ID"] == invocation
-            assert os.getsid(agent.pid) == agent.pid  # its own session, as an exec'd one
+            assert os.getpgid(agent.pid) == agent.pid  # its own group: signals its own
             [lane] = agent.children()
             assert procs.environ(lane.pid)[b"DDSUP_NODE"] == node.encode()
             assert (state / "logs" / f"agent-{node}.log").exists()
+        # one session for all of them, not ddsup start's: Linux shares the CPU between
+        # sessions (autogroups) first, so 128 simulated nodes count once against the
+        # controller instead of 128 times (issue 19); the kernel's own view says so
+        sessions = {os.getsid(agent.pid) for agent in agents.values()}
+        assert len(sessions) == 1 and os.getsid(start.pid) not in sessions
+        groups = {_autogroup(pid) for pid in [start.pid, *(a.pid for a in agents.values())]}
+        assert None in groups or len(groups) == 2, groups
     assert run.process.returncode == 143  # SIGTERM: the run stopped, agents included
     assert not [a for a in agents.values() if procs.alive(a.pid)]
+
+
+def _autogroup(pid: int) -> str | None:
+    """The scheduler's autogroup of ``pid`` ("/autogroup-N"), None without autogroups."""
+    try:
+        return Path(f"/proc/{pid}/autogroup").read_text().split()[0]
+    except OSError:
+        return None
 
 
 FORK_AND_WAIT = """

@@ -21,11 +21,11 @@ from ddsup.channel._messages import (
     LanesChanged,
     LanesUpdate,
     ReadyLane,
+    merge_changes,
 )
 from ddsup.endpoint._lane_feed import ControllerFeed, open_controller_feed
 from ddsup.endpoint._lanes import LaneInfo, LaneTable
 from ddsup.run._lane_feed import LanePublisher
-from ddsup.run._lane_rotation import merge_changes
 from ddsup.units._model import EndpointSection
 
 SECRET = "feed-secret"
@@ -140,4 +140,36 @@ async def test_a_burst_of_changes_reaches_the_endpoint_in_few_messages() -> None
                 publisher.publish(LanesChanged(added=(_lane(index),)))
             await table.until(*(f"m@{i}" for i in range(1000)))
             assert rebuilds < 10, rebuilds
+            nursery.cancel_scope.cancel()
+
+
+async def test_changes_that_arrive_together_cost_the_endpoint_one_rebuild() -> None:
+    """A controller that keeps up sends a start's burst one change per message; what the
+    endpoint reads at once is applied at once, in order (a full set in the middle too)."""
+    burst = [LanesChanged(added=(_lane(index),)) for index in range(1000)]
+    burst += [LanesUpdate((_lane(5), _lane(6)), ("m",)), LanesChanged(added=(_lane(2000),))]
+
+    async def controller(channel: Channel, hello: Hello) -> None:
+        await channel.send(EndpointSetup(EndpointSection()))
+        await channel.send(LanesUpdate((), ("m",)))
+        await channel.send_many(burst)  # one message each, in one write
+        await trio.sleep_forever()
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(partial(serve_channel, controller, SECRET))
+            feed = await open_controller_feed(f"127.0.0.1:{port}", SECRET)
+            table = _Table()
+            rebuilds = 0
+            rebuild = table._rebuild
+
+            def counting() -> None:
+                nonlocal rebuilds
+                rebuilds += 1
+                rebuild()
+
+            table._rebuild = counting  # type: ignore[method-assign]
+            nursery.start_soon(feed.follow, table)
+            await table.until("m@5", "m@6", "m@2000")
+            assert rebuilds < 20, rebuilds  # 1,003 when each message is applied alone
             nursery.cancel_scope.cancel()

@@ -8,6 +8,7 @@ their own codec; :func:`connect_lines` opens one to ``host:port`` and says hello
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -23,10 +24,12 @@ M = TypeVar("M")
 class LineChannel(Generic[M]):
     """One connection of newline-framed messages in a codec of the caller's choice.
 
-    ``send`` is safe from several tasks (it takes a lock). :class:`Channel` is the control
-    channel's codec; the endpoint's link to its workers uses its own on the same framing.
-    ``max_line`` bounds what one line may hold, and so what a peer can make this side
-    buffer; the control channel's server lowers it until the peer has authenticated.
+    ``send`` is safe from several tasks (it takes a lock), and so is :meth:`post` from
+    synchronous code: every message goes out in the order it was sent or posted.
+    :class:`Channel` is the control channel's codec; the endpoint's link to its workers
+    uses its own on the same framing. ``max_line`` bounds what one line may hold, and so
+    what a peer can make this side buffer; the control channel's server lowers it until
+    the peer has authenticated.
     """
 
     def __init__(
@@ -43,6 +46,8 @@ class LineChannel(Generic[M]):
         self._buffer = bytearray()
         self._scanned = 0  # no newline in _buffer[:_scanned]: each byte is searched once
         self._send_lock = trio.Lock()
+        self._unsent = bytearray()  # posted or sent, not written yet: always goes first
+        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else None
         self.max_line = max_line
 
     async def send(self, message: M) -> None:
@@ -50,23 +55,43 @@ class LineChannel(Generic[M]):
 
     async def send_many(self, messages: list[M]) -> None:
         """``messages`` in order, in one write: what queued while the last write waited
-        (an agent's events of a start's burst) costs one system call, not one each."""
-        data = b"".join(self._encode(message) + b"\n" for message in messages)
+        costs one system call, not one each."""
+        self._unsent += b"".join(self._encode(message) + b"\n" for message in messages)
+        await self.flush()
+
+    def post(self, messages: list[M]) -> bool:
+        """Queue ``messages`` behind everything sent or posted before and, when no write
+        is under way, write them now, from the caller's own step: True when all of it went.
+        Else the rest stays queued, and :meth:`flush` (or any later send) must send it.
+
+        Why not a writer task: between the step that stamps an agent's event and the
+        writer's turn the agent can lose its CPU, and 128 agents on 2 CPUs take turns of
+        hundreds of milliseconds (issue 19: most of a start's ready → endpoint latency).
+        """
+        self._unsent += b"".join(self._encode(message) + b"\n" for message in messages)
+        if self._fd is None or self._send_lock.locked():
+            return False
+        try:
+            written = os.write(self._fd, self._unsent)  # non-blocking: trio's sockets are
+        except OSError:  # full (BlockingIOError), or broken: flush waits, or reports it
+            return False
+        del self._unsent[:written]
+        return not self._unsent
+
+    async def flush(self) -> None:
+        """Write everything queued, in order (BrokenResourceError: the peer is gone)."""
         async with self._send_lock:
-            await self._stream.send_all(data)
+            while self._unsent:
+                data = bytes(self._unsent)
+                self._unsent.clear()
+                await self._stream.send_all(data)
 
     async def receive(self) -> M | None:
         """The next message, or None at a clean end of stream; ChannelError otherwise."""
         while True:
-            newline = self._buffer.find(b"\n", self._scanned)
-            if newline > self.max_line or (newline < 0 and len(self._buffer) > self.max_line):
-                raise ChannelError(f"message longer than {self.max_line} bytes")
-            if newline >= 0:
-                line = bytes(self._buffer[:newline])
-                del self._buffer[: newline + 1]
-                self._scanned = 0
+            line = self._buffered_line()
+            if line is not None:
                 return self._decode(line)
-            self._scanned = len(self._buffer)
             try:
                 chunk = await self._stream.receive_some(RECEIVE_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
@@ -76,6 +101,25 @@ class LineChannel(Generic[M]):
                     raise ChannelError("connection closed mid-message")
                 return None
             self._buffer += chunk
+
+    def receive_buffered(self) -> M | None:
+        """The next message if the last reads brought all of it, else None: no wait, no
+        read. A reader that applies a backlog at once uses it (the endpoint's lane feed:
+        one table rebuild for every change that queued while it rebuilt)."""
+        line = self._buffered_line()
+        return None if line is None else self._decode(line)
+
+    def _buffered_line(self) -> bytes | None:
+        newline = self._buffer.find(b"\n", self._scanned)
+        if newline > self.max_line or (newline < 0 and len(self._buffer) > self.max_line):
+            raise ChannelError(f"message longer than {self.max_line} bytes")
+        if newline < 0:
+            self._scanned = len(self._buffer)
+            return None
+        line = bytes(self._buffer[:newline])
+        del self._buffer[: newline + 1]
+        self._scanned = 0
+        return line
 
     async def aclose(self) -> None:
         with trio.move_on_after(1) as scope:

@@ -25,6 +25,7 @@ only those, and their codec ``_agent_codec``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -112,6 +113,26 @@ class LanesChanged:
     op: ClassVar[str] = "lanes_changed"
     added: tuple[ReadyLane, ...] = ()
     removed: tuple[str, ...] = ()  # instance names
+
+
+def merge_changes(changes: Sequence[LanesChanged]) -> LanesChanged:
+    """One change with the effect of ``changes`` applied in order.
+
+    The endpoint applies a change's removals, then its additions (``LaneTable.change``):
+    a lane that left and came back is in both, one that came and left only in
+    ``removed`` (the endpoint ignores an unknown removal), the last URL of a lane wins.
+    """
+    if len(changes) == 1:
+        return changes[0]
+    added: dict[str, ReadyLane] = {}
+    removed: dict[str, None] = {}  # ordered, without repeats
+    for change in changes:
+        for instance in change.removed:
+            added.pop(instance, None)
+            removed[instance] = None
+        for lane in change.added:
+            added[lane.instance] = lane
+    return LanesChanged(added=tuple(added.values()), removed=tuple(removed))
 
 
 Message = (

@@ -179,11 +179,17 @@ async def _serve_controller(
     report, held = run_preflight(node, units, plan, gpus=gpus, check_model_path=not rehearse)
     plan = plan.with_ports(dict(report.ports))
     await channel.send(report)
-    outbox_send, outbox_receive = trio.open_memory_channel[AgentMessage](math.inf)
-    forwarded = trio.Event()
+    flushes_send, flushes_receive = trio.open_memory_channel[None](math.inf)
+    flushed = trio.Event()
+
+    def post(message: AgentMessage) -> None:
+        """In order with everything sent before; written at once when the socket takes
+        it (see ``LineChannel.post``), else by ``_flush``."""
+        if not channel.post([message]):
+            flushes_send.send_nowait(None)
 
     def emit(event: NodeEvent) -> None:
-        outbox_send.send_nowait(EventReport(event))
+        post(EventReport(event))
 
     async with trio.open_nursery() as services:
         runner = NodeRunner(
@@ -194,43 +200,38 @@ async def _serve_controller(
             nursery=services,
             emit=emit,
         )
-        services.start_soon(_forward, outbox_receive, channel, forwarded)
+        services.start_soon(_flush, flushes_receive, channel, flushed)
         with trio.CancelScope() as loop_scope:
             services.start_soon(_watch_signals, channel, runner, loop_scope, stop_signals)
             try:
                 mine = frozenset(p.instance for p in plan.on_node(node))
-                # the controller's heartbeats are answered through the outbox, in order
-                # with the events (``_heartbeat``); ChannelError: the controller is gone
-                # (or silent, or broke the protocol)
+                # the controller's heartbeats are answered in order with the events
+                # (``_heartbeat``); ChannelError: the controller is gone (or silent, or
+                # broke the protocol)
                 with contextlib.suppress(ChannelError):
-                    await _command_loop(
-                        channel, runner, services, silence, mine, held, outbox_send.send_nowait
-                    )
+                    await _command_loop(channel, runner, services, silence, mine, held, post)
             finally:
                 held.release()
                 with trio.CancelScope(shield=True):
                     await runner.stop()
                     with trio.move_on_after(2):
-                        await outbox_send.aclose()
-                        await forwarded.wait()  # every event out before "stopped"
+                        await flushes_send.aclose()
+                        await flushed.wait()  # every event out before "stopped"
                         await channel.send(AgentStopped(node))
         services.cancel_scope.cancel()
 
 
-async def _forward(
-    outbox: trio.MemoryReceiveChannel[AgentMessage], channel: AgentChannel, done: trio.Event
+async def _flush(
+    wanted: trio.MemoryReceiveChannel[None], channel: AgentChannel, done: trio.Event
 ) -> None:
-    """The outbox to the controller, in order, until it is closed; then ``done``. What
-    queued behind a message goes with it in one write (a start's burst of events): the
-    tasks already runnable run first (one checkpoint), so that what they emit joins it."""
-    async for message in outbox:
-        await trio.lowlevel.checkpoint()
-        batch = [message]
+    """What ``post`` could not write at once, whenever it asks, until it is closed; then
+    ``done``. What queued meanwhile goes in the same write."""
+    async for _ in wanted:
         with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel):
             while True:
-                batch.append(outbox.receive_nowait())
+                wanted.receive_nowait()
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await channel.send_many(batch)
+            await channel.flush()
     done.set()
 
 

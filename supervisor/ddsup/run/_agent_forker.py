@@ -110,10 +110,18 @@ def _become_agent(
     agent_main: Callable[[Sequence[str]], int],
 ) -> NoReturn:
     """In the forked child: what ``start_child`` gives an exec'd agent, then the agent
-    that command line ``argv`` names (shown as its own)."""
+    that command line ``argv`` names (shown as its own).
+
+    One difference: the agent leads a process group of its own (the terminal's signals
+    and a ``killpg`` of it reach it alone) but stays in this forker's session, which
+    ``start_child`` made for it. Linux's scheduler shares the CPU between sessions
+    (autogroups) before processes, so the simulated nodes' agents count as one against
+    ``ddsup start`` and its endpoint, not as 128: with a session each, the controller got
+    1/129 of the CPU during a start's burst and a lane's ready reached the endpoint's table
+    seconds late (issue 19)."""
     status = EXIT_UNCAUGHT
     try:
-        os.setsid()
+        os.setpgid(0, 0)  # see the docstring
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(log_fd, 1)

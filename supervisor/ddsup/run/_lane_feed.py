@@ -7,8 +7,9 @@ data, not as a command line), then the set of ready lanes as it is at that momen
 (:class:`LanesUpdate`), then every change as it happens (:class:`LanesChanged`), so a
 lane that stops being ready leaves the rotation at once. Changes, not sets: each costs
 the same at 8 lanes or 1,024. Changes that queue up while a message is being sent go
-out as one (:func:`merge_changes`): a burst of 1,024 lanes becoming ready is a few
-messages, and the endpoint rebuilds its table a few times, not 1,024. The endpoint
+out as one (:func:`merge_changes`), and so do those of the same loop turn: a burst of
+1,024 lanes becoming ready is a few messages, and the endpoint rebuilds its table a few
+times, not 1,024. The endpoint
 answers on the same connection when a lane that left its rotation has no request in
 flight any more (:class:`LaneDrained`), which a restart waits for. When the controller
 goes away the feed ends and so does the endpoint.
@@ -29,8 +30,8 @@ from ddsup.channel._messages import (
     LaneDrained,
     LanesChanged,
     LanesUpdate,
+    merge_changes,
 )
-from ddsup.run._lane_rotation import merge_changes
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,10 @@ class LanePublisher:
                 nursery.start_soon(self._read_reports, channel, send, nursery.cancel_scope)
                 async with receive:
                     async for changed in receive:
+                        # the tasks this loop turn woke (other agents' events) run first,
+                        # so their changes go out with this one: a start's burst is a
+                        # message per turn, not per lane, and wakes the endpoint as often
+                        await trio.lowlevel.checkpoint()
                         await channel.send(merge_changes([changed, *_queued(receive)]))
         finally:
             if send in self._subscribers:

@@ -11,7 +11,7 @@ feed gets the whole set (:meth:`LaneRotation.snapshot`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 
 from ddsup.channel._messages import LanesChanged, LanesUpdate, ReadyLane
 from ddsup.plan._model import Plan
@@ -88,23 +88,3 @@ class LaneRotation:
             api_key_env=self._keys.get(planned.unit),
             served_names=planned.served_names or (model,),
         )
-
-
-def merge_changes(changes: Sequence[LanesChanged]) -> LanesChanged:
-    """One change with the effect of ``changes`` applied in order.
-
-    The endpoint applies a change's removals, then its additions (``LaneTable.change``):
-    a lane that left and came back is in both, one that came and left only in
-    ``removed`` (the endpoint ignores an unknown removal), the last URL of a lane wins.
-    """
-    if len(changes) == 1:
-        return changes[0]
-    added: dict[str, ReadyLane] = {}
-    removed: dict[str, None] = {}  # ordered, without repeats
-    for change in changes:
-        for instance in change.removed:
-            added.pop(instance, None)
-            removed[instance] = None
-        for lane in change.added:
-            added[lane.instance] = lane
-    return LanesChanged(added=tuple(added.values()), removed=tuple(removed))

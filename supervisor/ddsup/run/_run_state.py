@@ -34,7 +34,7 @@ import signal
 from collections.abc import Iterable, Sequence
 
 from ddsup._errors import PreflightError
-from ddsup.channel._messages import LanesUpdate, PreflightReport, RestartStep
+from ddsup.channel._messages import LanesUpdate, PreflightReport, RestartStep, merge_changes
 from ddsup.plan._model import Plan, PlannedInstance
 from ddsup.record._events import (
     KillingEverything,
@@ -51,7 +51,7 @@ from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import Cause, Outcome, Stopped, UnitFailure, WorkerEnded
 from ddsup.record._states import InstanceState
 from ddsup.record._status import InstanceStatus, StatusRows
-from ddsup.run._lane_rotation import LaneRotation, merge_changes
+from ddsup.run._lane_rotation import LaneRotation
 from ddsup.run._loading import LoadingGate
 from ddsup.run._node_loss import lanes_short, lost_transitions
 from ddsup.run._ordering import agent_instances, survivable

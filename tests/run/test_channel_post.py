@@ -1,0 +1,78 @@
+"""``LineChannel.post``: a message written from the step that made it, in order with
+everything sent or posted before (an agent's events, issue 19)."""
+
+from __future__ import annotations
+
+import socket
+
+import trio
+
+from ddsup.channel._lines import LineChannel
+
+LINE = "x" * 4000  # a few of these fill a socket buffer
+
+
+def _pair() -> tuple[LineChannel[str], trio.SocketStream]:
+    ours, theirs = trio.socket.socketpair()
+    channel = LineChannel[str](trio.SocketStream(ours), str.encode, bytes.decode)
+    return channel, trio.SocketStream(theirs)
+
+
+async def _read_lines(stream: trio.SocketStream, count: int, buffer: bytes = b"") -> list[str]:
+    lines: list[str] = []
+    while len(lines) < count:
+        chunk = await stream.receive_some(65536)
+        assert chunk, "the channel closed early"
+        buffer += chunk
+        *whole, buffer = buffer.split(b"\n")
+        lines += [line.decode() for line in whole]
+    return lines
+
+
+async def test_a_posted_message_is_on_the_wire_before_the_poster_yields() -> None:
+    ours, theirs = socket.socketpair()
+    channel = LineChannel[str](
+        trio.SocketStream(trio.socket.from_stdlib_socket(ours)), str.encode, bytes.decode
+    )
+    assert channel.post(["ready lane@0"])
+    # no checkpoint since the post: the bytes are in the peer's socket already
+    assert theirs.recv(100, socket.MSG_DONTWAIT) == b"ready lane@0\n"
+    await channel.aclose()
+    theirs.close()
+
+
+async def test_what_the_socket_does_not_take_is_flushed_in_order() -> None:
+    channel, peer = _pair()
+    posted: list[str] = []
+    while True:  # nobody reads: the socket fills up and a post is left queued
+        posted.append(f"{len(posted)} {LINE}")
+        if not channel.post([posted[-1]]):
+            break
+    posted += ["after the full one", "and another"]
+    assert not channel.post(posted[-2:])  # behind the queue, never around it
+    with trio.fail_after(10):  # a flush that leaves bytes behind must fail, not hang
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(channel.flush)
+            assert await _read_lines(peer, len(posted)) == posted
+    await channel.aclose()
+    await peer.aclose()
+
+
+async def test_a_post_during_a_blocked_send_goes_after_it() -> None:
+    ours, theirs = socket.socketpair()
+    channel = LineChannel[str](
+        trio.SocketStream(trio.socket.from_stdlib_socket(ours)), str.encode, bytes.decode
+    )
+    sent = [f"{i} {LINE}" for i in range(200)]  # more than the socket takes
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(channel.send_many, sent)
+            await trio.testing.wait_all_tasks_blocked()  # the send waits for room
+            head = theirs.recv(65536)  # room now, before the send's task runs again
+            assert not channel.post(["posted meanwhile"])  # not written into that room
+            peer = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
+            whole, _, rest = head.partition(b"\n")
+            received = [whole.decode(), *await _read_lines(peer, len(sent), rest)]
+    assert received == [*sent, "posted meanwhile"]
+    await channel.aclose()
+    await peer.aclose()
