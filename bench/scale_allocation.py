@@ -277,7 +277,13 @@ class Run:
 
     @property
     def env(self) -> dict[str, str]:
-        return {} if self.code is None else {"PYTHONPATH": str(self.code)}
+        if self.code is None:
+            return {}
+        # the baseline's source instead of this checkout's, the rest of the path kept (a
+        # machine with ddsup's dependencies beside it, such as the lent device)
+        ours = str(ROOT / "supervisor")
+        kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != ours]
+        return {"PYTHONPATH": os.pathsep.join([str(self.code), *kept])}
 
     def write_units(self, box: str) -> Path:
         units, docroot = self.work / "units", self.work / "docroot"
@@ -555,7 +561,10 @@ def cool_down(limit: float, below: float = 6.0) -> None:
 
 
 def baseline_code(rev: str, directory: Path) -> Path:
-    """ddsup's source as of ``rev``, for ``PYTHONPATH``."""
+    """ddsup's source as of ``rev``, for ``PYTHONPATH``; ``rev`` may also name a directory
+    that holds it already (where there is no git history, as on the lent device)."""
+    if (Path(rev) / "ddsup").is_dir():
+        return Path(rev).resolve()
     directory.mkdir(parents=True)
     archive = subprocess.run(
         ["git", "-C", str(ROOT), "archive", rev, "supervisor"], check=True, capture_output=True
@@ -608,7 +617,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the state directories")
     parser.add_argument("--profile", type=Path, help="run the controller under cProfile, to here")
-    parser.add_argument("--baseline", metavar="REV", help="also run ddsup as of this revision")
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run ddsup as of this revision (or from this directory of its source)",
+    )
     parser.add_argument("--port", default="auto", help='lanes\' ports: "auto" or a base port')
     args = parser.parse_args()
     results: dict[str, dict[str, float]] = {}
