@@ -3,8 +3,10 @@ everything sent or posted before (an agent's events, issue 19)."""
 
 from __future__ import annotations
 
+import os
 import socket
 
+import pytest
 import trio
 
 from ddsup.channel._lines import LineChannel
@@ -76,3 +78,22 @@ async def test_a_post_during_a_blocked_send_goes_after_it() -> None:
     assert received == [*sent, "posted meanwhile"]
     await channel.aclose()
     await peer.aclose()
+
+
+async def test_a_post_after_the_channel_closed_writes_nowhere() -> None:
+    """Not into whatever file reuses the closed socket's descriptor number."""
+    ours, theirs = trio.socket.socketpair()
+    number = ours.fileno()
+    channel = LineChannel[str](trio.SocketStream(ours), str.encode, bytes.decode)
+    read_end, write_end = os.pipe()
+    await channel.aclose()
+    os.dup2(write_end, number)  # the socket's old number is now a pipe's
+    try:
+        assert not channel.post(["late event"])
+        os.set_blocking(read_end, False)
+        with pytest.raises(BlockingIOError):
+            os.read(read_end, 100)
+    finally:
+        for fd in (read_end, write_end, number):
+            os.close(fd)
+        theirs.close()

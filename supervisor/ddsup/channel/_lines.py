@@ -47,7 +47,7 @@ class LineChannel(Generic[M]):
         self._scanned = 0  # no newline in _buffer[:_scanned]: each byte is searched once
         self._send_lock = trio.Lock()
         self._unsent = bytearray()  # posted or sent, not written yet: always goes first
-        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else None
+        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         self.max_line = max_line
 
     async def send(self, message: M) -> None:
@@ -69,10 +69,12 @@ class LineChannel(Generic[M]):
         hundreds of milliseconds (issue 19: most of a start's ready → endpoint latency).
         """
         self._unsent += b"".join(self._encode(message) + b"\n" for message in messages)
-        if self._fd is None or self._send_lock.locked():
+        # the descriptor now, not one kept: once closed, its number may be another file's
+        fd = -1 if self._socket is None else self._socket.fileno()
+        if fd < 0 or self._send_lock.locked():
             return False
         try:
-            written = os.write(self._fd, self._unsent)  # non-blocking: trio's sockets are
+            written = os.write(fd, self._unsent)  # non-blocking: trio's sockets are
         except OSError:  # full (BlockingIOError), or broken: flush waits, or reports it
             return False
         del self._unsent[:written]
