@@ -7,12 +7,12 @@ data, not as a command line), then the set of ready lanes as it is at that momen
 (:class:`LanesUpdate`), then every change as it happens (:class:`LanesChanged`), so a
 lane that stops being ready leaves the rotation at once. Changes, not sets: each costs
 the same at 8 lanes or 1,024. Changes that queue up while a message is being sent go
-out as one (:func:`merge_changes`), and so do those of the same loop turn: a burst of
-1,024 lanes becoming ready is a few messages, and the endpoint rebuilds its table a few
-times, not 1,024. The endpoint
-answers on the same connection when a lane that left its rotation has no request in
-flight any more (:class:`LaneDrained`), which a restart waits for. When the controller
-goes away the feed ends and so does the endpoint.
+out as one (:func:`merge_changes`), and so do those of the same loop turn; the endpoint
+applies whatever it has read as one change, so a burst of 1,024 lanes becoming ready
+costs it a table rebuild per read, not per lane. The endpoint answers on the same
+connection when a lane that left its rotation has no request in flight any more
+(:class:`LaneDrained`), which a restart waits for. When the controller goes away the
+feed ends and so does the endpoint.
 """
 
 from __future__ import annotations
