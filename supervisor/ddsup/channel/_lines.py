@@ -55,7 +55,8 @@ class LineChannel(Generic[M]):
 
     async def send_many(self, messages: list[M]) -> None:
         """``messages`` in order, in one write: what queued while the last write waited
-        costs one system call, not one each."""
+        costs one system call, not one each. They are queued when called, in call order
+        with posts: cancelled while an earlier write waits, they still go with the next."""
         self._unsent += b"".join(self._encode(message) + b"\n" for message in messages)
         await self.flush()
 
