@@ -84,7 +84,10 @@ async def test_busy_lane_is_avoided_while_others_are_idle(workers: int) -> None:
             first_done.set()
 
         async with trio.open_nursery() as nursery:
+            # one after the other: two workers choosing at the same instant may both take
+            # the same idle lane (the documented bound, docs/cli.md "workers - 1")
             nursery.start_soon(send)
+            await _wait_total([a, b], 1)  # held at its lane, counted in shared memory
             nursery.start_soon(send)
             await _wait_total([a, b], 2)
             assert (a.completions, b.completions) == (1, 1)
