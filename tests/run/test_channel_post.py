@@ -14,10 +14,16 @@ from ddsup.channel._lines import LineChannel
 LINE = "x" * 4000  # a few of these fill a socket buffer
 
 
-def _pair() -> tuple[LineChannel[str], trio.SocketStream]:
-    ours, theirs = trio.socket.socketpair()
-    channel = LineChannel[str](trio.SocketStream(ours), str.encode, bytes.decode)
-    return channel, trio.SocketStream(theirs)
+def _pair() -> tuple[LineChannel[str], socket.socket]:
+    """A channel and its peer, a plain socket: a test can look at it without a checkpoint,
+    then read it with trio (:func:`_stream`)."""
+    ours, theirs = socket.socketpair()
+    stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
+    return LineChannel[str](stream, str.encode, bytes.decode), theirs
+
+
+def _stream(peer: socket.socket) -> trio.SocketStream:
+    return trio.SocketStream(trio.socket.from_stdlib_socket(peer))
 
 
 async def _read_lines(stream: trio.SocketStream, count: int, buffer: bytes = b"") -> list[str]:
@@ -32,10 +38,7 @@ async def _read_lines(stream: trio.SocketStream, count: int, buffer: bytes = b""
 
 
 async def test_a_posted_message_is_on_the_wire_before_the_poster_yields() -> None:
-    ours, theirs = socket.socketpair()
-    channel = LineChannel[str](
-        trio.SocketStream(trio.socket.from_stdlib_socket(ours)), str.encode, bytes.decode
-    )
+    channel, theirs = _pair()
     assert channel.post(["ready lane@0"])
     # no checkpoint since the post: the bytes are in the peer's socket already
     assert theirs.recv(100, socket.MSG_DONTWAIT) == b"ready lane@0\n"
@@ -44,7 +47,8 @@ async def test_a_posted_message_is_on_the_wire_before_the_poster_yields() -> Non
 
 
 async def test_what_the_socket_does_not_take_is_flushed_in_order() -> None:
-    channel, peer = _pair()
+    channel, theirs = _pair()
+    peer = _stream(theirs)
     posted: list[str] = []
     while True:  # nobody reads: the socket fills up and a post is left queued
         posted.append(f"{len(posted)} {LINE}")
@@ -61,10 +65,7 @@ async def test_what_the_socket_does_not_take_is_flushed_in_order() -> None:
 
 
 async def test_a_post_during_a_blocked_send_goes_after_it() -> None:
-    ours, theirs = socket.socketpair()
-    channel = LineChannel[str](
-        trio.SocketStream(trio.socket.from_stdlib_socket(ours)), str.encode, bytes.decode
-    )
+    channel, theirs = _pair()
     sent = [f"{i} {LINE}" for i in range(200)]  # more than the socket takes
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
@@ -72,7 +73,7 @@ async def test_a_post_during_a_blocked_send_goes_after_it() -> None:
             await trio.testing.wait_all_tasks_blocked()  # the send waits for room
             head = theirs.recv(65536)  # room now, before the send's task runs again
             assert not channel.post(["posted meanwhile"])  # not written into that room
-            peer = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
+            peer = _stream(theirs)
             whole, _, rest = head.partition(b"\n")
             received = [whole.decode(), *await _read_lines(peer, len(sent), rest)]
     assert received == [*sent, "posted meanwhile"]
