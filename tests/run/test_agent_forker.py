@@ -67,11 +67,16 @@ async def test_each_simulated_node_has_its_own_agent_a_child_of_ddsup_start(
 
 
 def _autogroup(pid: int) -> str | None:
-    """The scheduler's autogroup of ``pid`` ("/autogroup-N"), None without autogroups."""
+    """The scheduler's autogroup of ``pid`` ("/autogroup-N"), None without autogroups.
+
+    The file is absent on kernels built without autogroups and empty for a process in a
+    cpu cgroup of a container (there the cgroup, not the session, is the scheduling
+    group: the kernel shows no autogroup, as on CI's machine)."""
     try:
-        return Path(f"/proc/{pid}/autogroup").read_text().split()[0]
+        words = Path(f"/proc/{pid}/autogroup").read_text().split()
     except OSError:
         return None
+    return words[0] if words else None
 
 
 FORK_AND_WAIT = """
