@@ -13,6 +13,11 @@ PID file, and prints one JSON line per step on stdout:
    can rule that one out); then the containment closes and
    ``{"step": "closed", "engine_alive": …, "run_cgroup_exists": …}``;
 3. with ``then = "hang"``: it sleeps until the test SIGKILLs it.
+
+With ``unit_cgroup_at``, the unit's cgroup is that directory (a test's way to give it one
+the kernel refuses: a plain directory is no cgroup); when the spawn fails (an ``argv``
+that cannot be executed), ``{"step": "spawn-failed", ...}`` with where we are, and the
+containment closes.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from typing import Any
 
 import trio
 
-from ddsup.process import _containment, open_containment, spawn
+from ddsup.process import ChildProcess, SpawnError, _containment, open_containment, spawn
+from ddsup.process._cgroup import Cgroup
 from ddsup.process._proc import is_dead, read_cgroups
 
 
@@ -42,7 +48,6 @@ async def engine_pid(path: Path) -> int:
 
 
 async def main(config: dict[str, Any]) -> None:
-    pid_file = Path(config["pid_file"])
     env = {**os.environ, "DDSUP_INVOCATION_ID": config["invocation"], **config.get("env", {})}
     _containment.SCAN_INTERVAL = config.get("scan_interval", _containment.SCAN_INTERVAL)
     async with open_containment(
@@ -54,41 +59,58 @@ async def main(config: dict[str, Any]) -> None:
         covered_by=config.get("covered_by"),
     ) as containment:
         assert containment.layers is not None
-        child = await spawn(config["argv"], env=env, cwd="/", log_path=config["log"], unit="u1")
-        engine = await engine_pid(pid_file)
-        if config.get("scan"):
-            await containment.scan()
-        say(
-            {
-                "step": "started",
-                "supervisor": os.getpid(),
-                "unit": child.pid,
-                "engine": engine,
-                "layers": containment.layers.to_json(),
-                "unit_cgroups": read_cgroups(child.pid),
-                "engine_cgroups": read_cgroups(engine),
-                "supervisor_cgroups": read_cgroups(),
-                "sentinel_cgroups": read_cgroups(containment.layers.sentinel or 0),
-            }
-        )
-        if config["then"] == "hang":
-            await trio.sleep_forever()
-        status = await child.wait()
-        await child.stop(15, 1.0)
-        say({"step": "unit-ended", "exit": status.to_json(), "engine_alive": not is_dead(engine)})
-        if config.get("await_record"):
-            with trio.fail_after(10):
-                while engine not in containment._records.seen:  # noqa: ASYNC110 (bounded)
-                    await trio.sleep(0.01)
+        scope = containment.scope("u1")
+        if config.get("unit_cgroup_at") and scope.cgroup is not None:
+            scope.cgroup = Cgroup(scope.cgroup.kind, config["unit_cgroup_at"])
+        try:
+            child = await spawn(config["argv"], env=env, cwd="/", log_path=config["log"], unit="u1")
+        except SpawnError as err:
+            say({"step": "spawn-failed", "error": str(err), "supervisor_cgroups": read_cgroups()})
+            engine = 0
+        else:
+            engine = await started(containment, child, config)
     run = containment.layers.run_cgroup
     say(
         {
             "step": "closed",
-            "engine_alive": not is_dead(engine),
+            "engine_alive": bool(engine) and not is_dead(engine),
             "run_cgroup_exists": run is not None and await trio.Path(run.path).exists(),
             "survivors": containment.survivors,
         }
     )
+
+
+async def started(
+    containment: _containment.Containment, child: ChildProcess, config: dict[str, Any]
+) -> int:
+    """Steps 1 and 2 for a unit that started: the engine's PID."""
+    assert containment.layers is not None
+    engine = await engine_pid(Path(config["pid_file"]))
+    if config.get("scan"):
+        await containment.scan()
+    say(
+        {
+            "step": "started",
+            "supervisor": os.getpid(),
+            "unit": child.pid,
+            "engine": engine,
+            "layers": containment.layers.to_json(),
+            "unit_cgroups": read_cgroups(child.pid),
+            "engine_cgroups": read_cgroups(engine),
+            "supervisor_cgroups": read_cgroups(),
+            "sentinel_cgroups": read_cgroups(containment.layers.sentinel or 0),
+        }
+    )
+    if config["then"] == "hang":
+        await trio.sleep_forever()
+    status = await child.wait()
+    await child.stop(15, 1.0)
+    say({"step": "unit-ended", "exit": status.to_json(), "engine_alive": not is_dead(engine)})
+    if config.get("await_record"):
+        with trio.fail_after(10):
+            while engine not in containment._records.seen:  # noqa: ASYNC110 (bounded)
+                await trio.sleep(0.01)
+    return engine
 
 
 if __name__ == "__main__":

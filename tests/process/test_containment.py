@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -68,7 +69,11 @@ class Supervisor:
         self.engines: dict[int, int] = {}  # PID → start time, for the fixture's cleanup
 
     def step(self) -> dict[str, Any]:
+        """Its next step; a supervisor silent for 30 s fails the test (a broken layer can
+        freeze or kill it: the test must say so, not hang)."""
         assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], 30.0)
+        assert ready, "the supervisor said nothing for 30 s"
         line = self.process.stdout.readline()
         assert line, f"the supervisor ended early (exit {self.process.wait()})"
         data: dict[str, Any] = json.loads(line)
@@ -230,6 +235,90 @@ def test_a_unit_process_is_contained_only_when_its_cgroup_holds_it(
             process.wait()
         assert unit.wait_empty(5.0)
         assert placement.run.remove()
+
+
+@pytest.mark.parametrize("kind", ["v2", "v1-freezer", "v1-pids"])
+def test_the_supervisor_forks_a_unit_from_its_cgroup_and_is_home_after(
+    kind: str, tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """The supervisor holds itself in the unit's cgroup while it forks (the child is born
+    there): after a spawn that failed it is back in its own leaf, and the unit's cgroup
+    is empty (nothing of ours is left in it for the unit's end to kill)."""
+    _need(kind)
+    run = Supervisor(
+        tmp_path, invocation_id, cgroup=kind, argv=["/nonexistent/vllm"], state_dir=None
+    )
+    supervisors.append(run)
+    failed = run.step()
+    assert failed["step"] == "spawn-failed" and "/nonexistent/vllm" in failed["error"], failed
+    controller = _cgroup.CgroupKind(kind).controller
+    assert failed["supervisor_cgroups"][controller].endswith(
+        f"/ddsup-{invocation_id}/controller/supervisor"
+    ), failed
+    assert run.step()["run_cgroup_exists"] is False  # the unit's cgroup held nothing
+    assert run.finish() == 0
+
+
+def test_a_unit_cgroup_the_kernel_refuses_starts_the_unit_outside_it(
+    tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """When the supervisor cannot enter the unit's cgroup (here a plain directory: no
+    cgroup at all), the unit still starts, in the supervisor's cgroup, and is stopped with
+    the passes over ``/proc`` (not contained); the supervisor stays in its own leaf."""
+    _need("v2")
+    not_a_cgroup = tmp_path / "not-a-cgroup"
+    pid_file = tmp_path / "engine.pid"
+    argv = _engine_argv(pid_file, "--double-fork", "--exit-after", "0.3")
+    run = Supervisor(
+        tmp_path,
+        invocation_id,
+        cgroup="v2",
+        argv=argv,
+        state_dir=None,
+        unit_cgroup_at=str(not_a_cgroup),
+    )
+    supervisors.append(run)
+    started = run.step()
+    assert started["step"] == "started", started
+    leaf = f"/ddsup-{invocation_id}/controller/supervisor"
+    assert started["supervisor_cgroups"][""].endswith(leaf), started
+    assert started["unit_cgroups"][""].endswith(leaf), started
+    assert not (not_a_cgroup / "cgroup.procs").exists()
+    assert run.step()["step"] == "unit-ended"
+    closed = run.step()  # the engine escaped the unit: the subreaper's close ends it
+    assert closed["engine_alive"] is False and closed["run_cgroup_exists"] is False, closed
+    assert run.finish() == 0
+
+
+KILL_OUR_OWN = """
+import os, sys
+from ddsup.process import _cgroup
+placement = _cgroup.place(sys.argv[1], sys.argv[2])
+unit = placement.run.child("u-self")
+unit.create()
+unit.move(os.getpid())
+try:
+    unit.kill()
+except RuntimeError as err:
+    print(err)
+placement.base.move(os.getpid())
+assert placement.run.remove()
+"""
+
+
+@pytest.mark.parametrize("kind", ["v2", "v1-freezer", "v1-pids"])
+def test_a_cgroup_that_holds_its_caller_is_not_ended_by_it(kind: str, invocation_id: str) -> None:
+    """Ending a cgroup we sit in would kill us (v2, pids) or freeze us for good (freezer):
+    it is refused, so a supervisor left in a unit's cgroup fails loudly, never hangs."""
+    _need(kind)
+    done = subprocess.run(
+        [sys.executable, "-c", KILL_OUR_OWN, invocation_id, kind],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("/u-self holds this process: it cannot end it"), done
 
 
 # --- the registry ----------------------------------------------------------------------

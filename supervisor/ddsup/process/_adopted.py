@@ -1,10 +1,12 @@
-"""A child started before trio ran, waited for the way trio waits for its own children.
+"""A ``subprocess`` child, waited for the way trio waits for its own children.
 
 ``ddsup start`` spawns its agents' ``srun`` with ``subprocess`` before it imports trio
-(``_popen.start_child``). trio's ``Process`` is made only by ``open_process``, which
-spawns, so such a child is wrapped here: :class:`AdoptedProcess` gives
-:class:`~ddsup.process._child.ChildProcess` the ``pid``, ``args``, ``poll()`` and
-``await wait()`` it uses, and nothing of trio's private API is needed.
+(``_popen.start_child``), and ``spawn`` forks on the event loop's thread with
+``subprocess`` (``_child._fork_exec``). trio's ``Process`` is made only by
+``open_process``, which forks from a worker thread, so such a child is wrapped here:
+:class:`AdoptedProcess` gives :class:`~ddsup.process._child.ChildProcess` the ``pid``,
+``args``, ``poll()`` and ``await wait()`` it uses, and nothing of trio's private API is
+needed.
 
 It waits on a pidfd (Linux 5.3 and later), readable once the child has exited, then
 reaps it; on an older kernel (``pidfd_open`` fails with ENOSYS: RHEL 8's 4.18, common

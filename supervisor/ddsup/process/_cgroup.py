@@ -145,6 +145,8 @@ class Cgroup:
         if not self.exists():
             return []
         members = self.members()
+        if os.getpid() in members:  # a freezer would freeze us, cgroup.kill kill us
+            raise RuntimeError(f"{self.path} holds this process: it cannot end it")
         try:
             if self.kind is CgroupKind.V2:
                 _write(self.path, "cgroup.kill", "1")

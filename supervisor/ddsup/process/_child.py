@@ -14,7 +14,7 @@ the process in between, which breaks the tree). A unit process in its own cgroup
 neither pass over ``/proc``: ending the cgroup ends all it started (``UnitScope``).
 
 Children we start are *managed* (``_managed``): the adopted-orphan reaper never reaps
-them, so trio's ``Process.wait`` keeps their exit status.
+them, so their owner's ``wait`` (on a pidfd, ``_adopted``) keeps their exit status.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import os
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager, nullcontext, suppress
 from typing import TYPE_CHECKING
 
 import trio
@@ -293,29 +293,39 @@ async def spawn(
     registry = managed_children()
     containment = current_containment()
     scope = None if containment is None or unit is None else containment.scope(unit)
-    enter, enter_fds = (None, []) if scope is None else scope.entering()
     try:
-        async with registry.lock:
-            try:
-                process = await trio.lowlevel.open_process(
-                    list(argv),
-                    env=dict(env),
-                    cwd=cwd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out_fd,
-                    stderr=out_fd,
-                    start_new_session=True,
-                    preexec_fn=enter,
-                )
-            except OSError as err:
-                raise spawn_error(argv, cwd, err) from err
-            registry.pids.add(process.pid)
+        async with registry.lock:  # the reaper waits from the fork to the registration
+            with nullcontext() if scope is None else scope.forking():
+                popen = _fork_exec(argv, env, cwd, out_fd)
+            registry.pids.add(popen.pid)
     finally:
-        for fd in ([] if output is not None else [out_fd]) + list(enter_fds):
-            os.close(fd)
+        if output is None:
+            os.close(out_fd)
     if scope is not None:
-        scope.started(process.pid)
-    return ChildProcess(process, identity_of(env), registry, scope)
+        scope.started(popen.pid)
+    return ChildProcess(AdoptedProcess(popen), identity_of(env), registry, scope)
+
+
+def _fork_exec(
+    argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str], out_fd: int
+) -> subprocess.Popen[bytes]:
+    """``argv`` in a new session, on the event loop's thread: with no ``preexec_fn``,
+    ``subprocess`` vforks, and we are suspended only until the child has exec'd (a
+    fraction of a millisecond), which costs less than handing the fork to a worker
+    thread as ``trio.lowlevel.open_process`` does; and ``UnitScope.forking`` needs the
+    fork to happen while no other task of ours runs."""
+    try:
+        return subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out_fd,
+            stderr=out_fd,
+            start_new_session=True,
+        )
+    except OSError as err:
+        raise spawn_error(argv, cwd, err) from err
 
 
 def adopt(popen: Reapable, env: Mapping[str, str]) -> ChildProcess:

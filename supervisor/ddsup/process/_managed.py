@@ -2,7 +2,7 @@
 
 ddsup is a child subreaper: orphans of its units are reparented to it, and
 ``_subreaper.reap_adopted_children`` reaps their zombies. Children that ``spawn`` started
-are owned by a task that waits for them (trio's ``Process.wait``); if the reaper took
+are owned by a task that waits for them (``AdoptedProcess.wait``); if the reaper took
 their exit status first, the owner would lose it. So ``spawn`` registers each PID here,
 and holds the lock from the fork to the registration, so that a child which exits at
 once is never seen by the reaper as an unknown zombie.

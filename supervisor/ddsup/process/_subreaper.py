@@ -63,10 +63,11 @@ async def _reap_first_zombies(registry: ManagedChildren) -> tuple[int, bool]:
     ``waitid(WNOWAIT)`` names one zombie child without reaping it. None left: done, and
     sure (the common case, once trio has reaped the unit that just exited). One that is
     not ours to reap (a managed child its owner has yet to wait for, a helper in our
-    session): it hides the others, so the caller scans. That is rare: the kernel walks
-    the calling thread's children first, orphans are adopted by this (the main) thread,
-    and trio forks the units from worker threads; children forked before trio ran are
-    this thread's, though (``tests/process/test_orphans.py``).
+    session): it hides the others, so the caller scans. The kernel hands out the
+    calling thread's children in the order they became its children: the units, which
+    ``spawn`` forks on this thread, then the orphans adopted after them; so a scan
+    follows when the reaper runs before the owner of a unit that just exited has reaped
+    it (``tests/process/test_orphans.py``).
     """
     reaped = 0
     async with registry.lock:
