@@ -31,14 +31,15 @@ For each ``--stagger`` variant, one run:
 Only the first stagger variant of each code runs idle, status, trickle and churn.
 ``--baseline REV`` runs ddsup as it was at that git revision too (``git archive`` into a
 temporary directory, first on ``PYTHONPATH``), alternating with the checkout, so before
-and after come from one run on the same machine. Both are compiled to bytecode first, as
+and after come from one run on the same machine; the baseline runs first unless
+``--checkout-first`` (each run starts on the load the one before left). Both are compiled to bytecode first, as
 ``pip install`` does (these sandboxes set ``PYTHONDONTWRITEBYTECODE``). ``--port BASE``
 gives lanes fixed ports (unique across the simulated nodes); the default ``auto`` lets
 each agent pick. Every process carries the bench's mark and anything left is killed and
 reported.
 
     .venv/bin/python bench/scale_allocation.py [--nodes 128] [--gpus-per-node 8] \
-        [--stagger 0s,250ms] [--baseline REV] [--port auto|BASE] [--idle 15] \
+        [--stagger 0s,250ms] [--baseline REV [--checkout-first]] [--port auto|BASE] [--idle 15] \
         [--churn 0.1] [--limit 900] [--json out.json]
 """
 
@@ -615,6 +616,11 @@ def main() -> None:
     parser.add_argument("--cool", type=float, default=300.0, help="most seconds between runs")
     parser.add_argument("--limit", type=float, default=900.0, help="seconds to all ready")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--checkout-first",
+        action="store_true",
+        help="run this checkout before the baseline (the second run starts on the load the first left)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the state directories")
     parser.add_argument("--profile", type=Path, help="run the controller under cProfile, to here")
     parser.add_argument(
@@ -629,7 +635,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ddsup-scale-alloc-"))
     codes: list[tuple[str, Path | None]] = [("checkout", None)]
     if args.baseline:
-        codes.insert(0, (args.baseline, baseline_code(args.baseline, work / "baseline")))
+        baseline = (args.baseline, baseline_code(args.baseline, work / "baseline"))
+        codes.insert(len(codes) if args.checkout_first else 0, baseline)
     compile_bytecode(code or ROOT / "supervisor" for _name, code in codes)
     try:
         for index, stagger in enumerate(args.stagger.split(",")):
