@@ -290,6 +290,27 @@ def test_a_unit_cgroup_the_kernel_refuses_starts_the_unit_outside_it(
     assert run.finish() == 0
 
 
+@pytest.mark.parametrize("kind", ["v2", "v1-freezer", "v1-pids"])
+def test_an_agent_alone_on_its_node_leaves_no_cgroup_of_the_run(
+    kind: str, tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """A node agent is the only supervisor of the run on its node (Slurm: every node but
+    the controller's): at its end the run's cgroup there is gone too, not left as an
+    empty directory (which would keep Slurm from removing the step's cgroup around it)."""
+    _need(kind)
+    run = Supervisor(
+        tmp_path, invocation_id, cgroup=kind, name="agent-node1", root=False, state_dir=None
+    )
+    supervisors.append(run)
+    started = run.step()
+    controller = _cgroup.CgroupKind(kind).controller
+    assert started["unit_cgroups"][controller].endswith(f"/ddsup-{invocation_id}/agent-node1/u-u1")
+    run.step()  # the unit ended
+    closed = run.step()
+    assert closed["run_cgroup_exists"] is False and closed["survivors"] == [], closed
+    assert run.finish() == 0
+
+
 KILL_OUR_OWN = """
 import os, sys
 from ddsup.process import _cgroup

@@ -164,6 +164,12 @@ class Containment:
                 self.survivors += await trio.to_thread.run_sync(cgroup.members)
             with contextlib.suppress(OSError):
                 await trio.to_thread.run_sync(cgroup.remove)
+        if self._placement is not None and not self.root:
+            # the run's cgroup on this node, once no other supervisor of the run has a
+            # subtree in it: on an agent's own node nobody else removes it, and an empty
+            # directory left there would keep Slurm from removing its step's cgroup
+            with contextlib.suppress(OSError):
+                os.rmdir(self._placement.run.path)
         if self._records.file is not None:
             self._records.file.close()
         if self._sentinel is not None:
