@@ -203,8 +203,10 @@ async def test_supervised_stops_the_child_when_the_block_raises(log_path: Path) 
 
 @pytest.mark.slow
 async def test_child_outlives_idle_worker_threads(log_path: Path) -> None:
-    """trio forks in a worker thread that idles out after ~10 s; nothing may tie the
-    child's life to that thread (PR_SET_PDEATHSIG would: it fires on the thread's exit)."""
+    """A unit outlives trio's worker threads, which idle out after ~10 s: nothing may tie
+    its life to a thread of ours (``PR_SET_PDEATHSIG`` would, set in a child forked from
+    a worker thread, as ``trio.lowlevel.open_process`` forks: it fires on the thread's
+    exit; ``spawn`` forks on the event loop's thread now)."""
     async with supervised(py(SLEEP), env=dict(os.environ), cwd=".", log_path=log_path) as child:
         await trio.sleep(15)  # the condition under test is the passing of time itself
         assert child.status is None

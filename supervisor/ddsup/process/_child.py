@@ -310,10 +310,11 @@ def _fork_exec(
     argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str], out_fd: int
 ) -> subprocess.Popen[bytes]:
     """``argv`` in a new session, on the event loop's thread: with no ``preexec_fn``,
-    ``subprocess`` vforks, and we are suspended only until the child has exec'd (a
-    fraction of a millisecond), which costs less than handing the fork to a worker
+    ``subprocess`` vforks, and we are suspended only until the child has exec'd (0.75 ms
+    here, ``bench/spawn_cost.py``), which costs less than handing the fork to a worker
     thread as ``trio.lowlevel.open_process`` does; and ``UnitScope.forking`` needs the
-    fork to happen while no other task of ours runs."""
+    fork to happen while no other task of ours runs. The price: an exec that is slow
+    (a program on a cold network file system) holds the loop for as long."""
     try:
         return subprocess.Popen(
             list(argv),
