@@ -52,31 +52,26 @@ class UnitScope:
     @contextlib.contextmanager
     def forking(self) -> Iterator[None]:
         """This process sits in the unit's cgroup while the body forks the unit's process,
-        and goes back ``home`` after: the child is born inside the cgroup, before it runs
-        an instruction, so nothing it forks can start outside it.
+        and goes back ``home`` after (``_cgroup.inside``): the child is born inside the
+        cgroup, so nothing it forks can start outside it.
 
         The supervisor moves, not the child: a child that moves itself needs a
         ``preexec_fn``, and with one ``subprocess`` forks (copying our page tables and
-        running Python in the child) instead of vforking: 2.5 ms of CPU per start against
-        0.7 here, 1.9 s of CPU for a start of 1,024 lanes (BENCHMARKS.md, "A lane forked
-        into its cgroup"). A move costs ~25 µs. The body must not await, so that no other
-        task of ours runs meanwhile. Without a cgroup, or when the move in fails (logged),
-        the child starts where we are and :meth:`started` finds it not contained.
+        running Python in the child) instead of vforking: 5.7 ms of CPU per start against
+        1.1 ms (BENCHMARKS.md, "A unit forked from inside its cgroup"). The body must not
+        await, so that no other task of ours runs meanwhile. Without a cgroup, or when the
+        move in fails (logged), the child starts where we are and :meth:`started` finds it
+        not contained.
         """
         if self.cgroup is None or self.home is None:
             yield
             return
-        try:
-            self.cgroup.create()
-            self.cgroup.move(os.getpid())
-        except OSError as err:
-            log.warning("%s: no cgroup of its own (%s): %s", self.unit, self.cgroup.path, err)
+        with _cgroup.inside(self.cgroup, self.home) as refused:
+            if refused is not None:
+                log.warning(
+                    "%s: no cgroup of its own (%s): %s", self.unit, self.cgroup.path, refused
+                )
             yield
-            return
-        try:
-            yield
-        finally:
-            _go_home(self.home)
 
     def started(self, pid: int) -> None:
         """The unit's process ``pid`` runs: record it, and whether its cgroup holds it.
@@ -131,17 +126,6 @@ class UnitScope:
             # dies), to record soon; not awaited, so a restart does not wait for the pass
             self._rescan(table)
         return ended
-
-
-def _go_home(home: _cgroup.Cgroup) -> None:
-    """Back to the supervisor's own cgroup. Staying in a unit's would let that unit's end
-    kill the supervisor, so a failure is not swallowed: the leaf is made again (an
-    operator may have removed it while it was empty) and tried once more."""
-    try:
-        home.move(os.getpid())
-    except OSError:
-        home.create()
-        home.move(os.getpid())
 
 
 def pin_now(pid: int) -> int | None:
