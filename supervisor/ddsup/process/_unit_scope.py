@@ -2,9 +2,9 @@
 
 ``spawn(..., unit=NAME)`` starts the process inside the unit's cgroup (the supervisor
 holds itself there while it forks, so the child is born inside and not even a process it
-forks at once can be outside it), and records the process in the registry. When that process stops, :meth:`end`
-ends whatever the unit left: every process in its cgroup, and every registry entry of
-the unit that is still the process that was seen.
+forks at once can be outside it), and records the process in the registry. When that
+process stops, :meth:`end` ends whatever the unit left: every process in its cgroup, and
+every registry entry of the unit that is still the process that was seen.
 """
 
 from __future__ import annotations
