@@ -25,6 +25,8 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from scale_allocation import baseline_code
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -61,15 +63,6 @@ trio.run(main, sys.argv[1], int(sys.argv[2]), sys.argv[3])
 """
 
 
-def export(rev: str, directory: Path) -> Path:
-    """``supervisor/`` of ``rev``, from ``git archive``, for PYTHONPATH."""
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, "supervisor"], capture_output=True, check=True
-    )
-    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive.stdout, check=True)
-    return directory / "supervisor"
-
-
 def one_round(code: Path, spawns: int, log: Path) -> dict[str, float | str]:
     env = {**os.environ, "PYTHONPATH": str(code)}
     done = subprocess.run(
@@ -94,8 +87,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         codes = {"this checkout": ROOT / "supervisor"}
         if args.baseline:
-            Path(scratch, "base").mkdir()
-            codes[args.baseline] = export(args.baseline, Path(scratch, "base"))
+            codes[args.baseline] = baseline_code(args.baseline, Path(scratch, "base"))
         results: dict[str, list[dict[str, float | str]]] = {name: [] for name in codes}
         for _ in range(args.rounds):
             for name, code in codes.items():

@@ -75,6 +75,10 @@ class Cgroup:
         return Cgroup(self.kind, os.path.join(self.path, name))
 
     @property
+    def parent(self) -> Cgroup:
+        return Cgroup(self.kind, os.path.dirname(self.path))
+
+    @property
     def name(self) -> str:
         return os.path.basename(self.path)
 
@@ -286,7 +290,7 @@ def _place(kind: CgroupKind, invocation_id: str) -> Placement:
     parts = current.path.split(os.sep)
     if run_name in parts:  # a node agent started by ddsup start: already inside the run
         run = Cgroup(kind, os.sep.join(parts[: parts.index(run_name) + 1]))
-        base = Cgroup(kind, os.path.dirname(run.path))
+        base = run.parent
     else:
         if kind is not CgroupKind.V2 and current.path != os.path.normpath(mount.mount_point):
             raise Unavailable(f"this process is in {own}, someone else's cgroup")

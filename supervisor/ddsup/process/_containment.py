@@ -90,8 +90,7 @@ class Containment:
         if scope is None:
             if self._own is not None:
                 cgroup = self._own.child(_cgroup.UNIT_PREFIX + unit)
-                home = self._own.child(_cgroup.SUPERVISOR_LEAF)
-                scope = UnitScope(unit, cgroup, self._records, home=home)
+                scope = UnitScope(unit, cgroup, self._records)
             else:
                 scope = UnitScope(unit, None, self._records, rescan=self.scan_soon)
             self._scopes[unit] = scope

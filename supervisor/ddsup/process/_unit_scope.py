@@ -34,11 +34,9 @@ class UnitScope:
         cgroup: _cgroup.Cgroup | None,
         records: Records,
         rescan: Callable[[ProcessTable | None], None] | None = None,
-        home: _cgroup.Cgroup | None = None,
     ) -> None:
         self.unit = unit
         self.cgroup = cgroup
-        self.home = home  # the supervisor's own cgroup, where ``forking`` brings it back
         self._records = records
         # without a cgroup: ask for a look that records the orphans the unit just made
         self._rescan = rescan
@@ -52,8 +50,8 @@ class UnitScope:
     @contextlib.contextmanager
     def forking(self) -> Iterator[None]:
         """This process sits in the unit's cgroup while the body forks the unit's process,
-        and goes back ``home`` after (``_cgroup.inside``): the child is born inside the
-        cgroup, so nothing it forks can start outside it.
+        and goes back to its own leaf beside it after (``_cgroup.inside``): the child is
+        born inside the cgroup, so nothing it forks can start outside it.
 
         The supervisor moves, not the child: a child that moves itself needs a
         ``preexec_fn``, and with one ``subprocess`` forks (copying our page tables and
@@ -63,10 +61,11 @@ class UnitScope:
         move in fails (logged), the child starts where we are and :meth:`started` finds it
         not contained.
         """
-        if self.cgroup is None or self.home is None:
+        if self.cgroup is None:
             yield
             return
-        with _cgroup.inside(self.cgroup, self.home) as refused:
+        home = self.cgroup.parent.child(_cgroup.SUPERVISOR_LEAF)  # <own>/supervisor
+        with _cgroup.inside(self.cgroup, home) as refused:
             if refused is not None:
                 log.warning(
                     "%s: no cgroup of its own (%s): %s", self.unit, self.cgroup.path, refused
