@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 
@@ -85,6 +86,7 @@ def test_any_placement_is_valid_or_refused(units: UnitSet, alloc: list[Node], sh
     again = make_plan(units, list(alloc), client=alloc[0].name, shared_address=shared)
     assert again.to_json() == plan.to_json()
     assert Plan.from_dict(plan.to_dict()) == plan
+    assert json.loads(plan.to_json()) == plan.to_dict()  # JSON's types: lists, names
 
 
 def _fits_again(plan: Plan, gpus: int, span: int) -> bool:

@@ -9,13 +9,15 @@ pins that they stay out, so that a new import cannot bring them back unnoticed.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from ddsup.channel import ADDRESS_ENV, SECRET_ENV
-from ddsup.run._agent_command import AgentUsage, parse_agent_args
+from ddsup.run._agent_command import AgentUsage, parse_agent_args, prepare_agents
 from support.runs import PY
 
 # module → why an agent does not need it
@@ -111,3 +113,47 @@ def test_a_bad_agent_command_line_exits_64_with_its_usage() -> None:
     assert done.stderr.startswith("usage: ddsup agent")
     assert "argument --gpus-per-node: invalid int value: 'two'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+PREPARED_AGENT = """
+import json, socket, sys, typing
+from ddsup.channel._agent_codec import decode_for_agent, encode_agent
+from ddsup.channel._agent_messages import Setup
+from ddsup.plan import Node, Plan
+from ddsup.run._agent_command import prepare_agents
+from ddsup.units import _unitset, load_unit_set
+
+assert "encodings.idna" not in sys.modules
+prepare_agents(sys.argv[1])
+# from here on, what an agent does first must find it worked out
+def worked_out_again(*args, **kwargs):
+    raise AssertionError("worked out again")
+_unitset.parse_bytes = worked_out_again
+typing.get_type_hints = worked_out_again
+before = set(sys.modules)
+socket.getaddrinfo("127.0.0.1", 1)  # an agent's connect, which encodes the host: IDNA
+plan = Plan(nodes=(Node("n1", "127.0.0.1", (0,)),), client="n1", instances=())
+setup = decode_for_agent(encode_agent(Setup(plan, "inv", "/s", sys.argv[1], "7")))
+units = load_unit_set(sys.argv[1])
+print(json.dumps({"new_modules": sorted(set(sys.modules) - before),
+                  "units": [u.name for u in units.units], "job": setup.job_id}))
+"""
+
+
+def test_the_forker_works_out_once_what_each_agent_would(tmp_path: Path) -> None:
+    """``prepare_agents`` (the forker, before it forks): an agent then connects, decodes
+    its Setup and loads the run's units without importing, evaluating annotations or
+    parsing a unit file again. A fresh interpreter, so no other test warmed anything."""
+    (tmp_path / "w.toml").write_text('[unit]\ntype = "worker"\n[service]\nexec = ["w"]\n')
+    done = subprocess.run(
+        [PY, "-c", PREPARED_AGENT, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"new_modules": [], "units": ["w"], "job": "7"}
+
+
+def test_a_unit_directory_that_does_not_load_is_left_to_the_agents(tmp_path: Path) -> None:
+    """The forker does not fail for bad units: each agent reports them, as without it."""
+    (tmp_path / "w.toml").write_text("[unit]\ntype = \n")
+    prepare_agents(str(tmp_path))
+    prepare_agents(str(tmp_path / "missing"))

@@ -86,7 +86,8 @@ from ddsup.run._agent_forker import parse_report
 become_subreaper()  # as ddsup start is: the forked agents become ours when it exits
 logs = {n: os.open(sys.argv[1] + "/" + n + ".log", os.O_WRONLY | os.O_CREAT, 0o600)
         for n in ("a", "b")}
-spec = {n: {"log_fd": fd, "env": {"DDSUP_NODE": n}} for n, fd in logs.items()}
+spec = {"nodes": {n: {"log_fd": fd, "env": {"DDSUP_NODE": n}} for n, fd in logs.items()},
+        "units": None}
 forker = subprocess.Popen(
     [sys.executable, "-m", "ddsup", "agents", "--node", "a", "--node", "b"],
     stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=tuple(logs.values()),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 from units_helpers import WriteUnits, lines, problems_of
 
 from ddsup._errors import UnitFileError
-from ddsup.units import UnitType, load_unit_files, load_unit_set
+from ddsup.units import UnitType, _unitset, load_unit_files, load_unit_set
 from ddsup.units._model import MinReady, OnFailure, Placement, ProbeKind, Restart
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,3 +181,36 @@ def test_a_directory_with_problems_loads_nothing(write_units: WriteUnits) -> Non
         {"w.toml": lines("[unit]", 'type = "worker"', "[service]", 'exec = "w"')}
     )
     assert len(problems_of(directory)) == 1
+
+
+def test_the_same_bytes_are_the_same_set_without_parsing_again(
+    write_units: WriteUnits, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agents' forker loads the run's units once and its agents take that set
+    (issue 19); any change to the files, even one that keeps size and time, is parsed."""
+    worker = lines("[unit]", 'type = "worker"', "[service]", 'exec = ["w1"]')
+    directory = write_units({"w.toml": worker})
+    first = load_unit_set(directory)
+    parses: list[str] = []
+    real = _unitset.parse_bytes
+    monkeypatch.setattr(
+        _unitset, "parse_bytes", lambda path, data: parses.append(path) or real(path, data)
+    )
+    assert load_unit_set(directory) is first
+    assert parses == []
+    stamp = (directory / "w.toml").stat()
+    write_units({"w.toml": worker.replace('"w1"', '"w2"')})  # same size
+    os.utime(directory / "w.toml", ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert load_unit_set(directory).units[0].service.exec == ("w2",)
+    write_units({"e.toml": lines("[unit]", 'type = "endpoint"')})
+    assert [u.name for u in load_unit_set(directory).units] == ["e", "w"]
+    assert len(parses) == 3
+
+
+def test_a_set_with_problems_is_loaded_again_each_time(write_units: WriteUnits) -> None:
+    directory = write_units({"w.toml": lines("[unit]", 'type = "worker"', "[service]")})
+    for _ in range(2):
+        with pytest.raises(UnitFileError):
+            load_unit_set(directory)
+    write_units({"w.toml": lines("[unit]", 'type = "worker"', "[service]", 'exec = ["w"]')})
+    assert load_unit_set(directory).units[0].service.exec == ("w",)

@@ -23,7 +23,7 @@ from ddsup.channel._agent_messages import (
     Heartbeat,
     Setup,
 )
-from ddsup.channel._typed import from_json
+from ddsup.channel._typed import from_json, prepare
 from ddsup.channel._wire import Decoder, decode_with, encode_fields
 from ddsup.plan._model import Plan
 
@@ -56,6 +56,12 @@ def decode_for_agent(line: bytes) -> AgentMessage:
         return HEARTBEAT
     message: AgentMessage = decode_with(_TO_AGENT_BY_OP, _TO_AGENT_SPECIAL, line)
     return message
+
+
+def prepare_agent_decoding() -> None:
+    """What :func:`decode_for_agent` works out on first use (each message class's shape),
+    worked out now: the agents' forker does it once for all the agents it forks."""
+    prepare(TO_AGENT)
 
 
 def decode_setup(data: dict[str, Any]) -> Setup:

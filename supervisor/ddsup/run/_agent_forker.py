@@ -6,8 +6,9 @@ its own Python start-up, ~0.3 s of CPU (trio about half): at 128 nodes on 2 CPUs
 was 38 s of CPU, nearly all of the start's overhead beyond its slowest lane. On a real
 allocation each agent has its own node's CPUs, and Slurm starts one per node; here they
 share the CPUs, so ``LocalLauncher`` starts this forker instead, once: it imports the
-agent's code, then forks one agent per node, which runs exactly what ``python -m ddsup
-agent --node N`` would run (:func:`~ddsup.run._agent_command.agent_main`), in its own
+agent's code and works out what every agent would work out on its own (the run's units,
+the codec: ``prepare_agents``), then forks one agent per node, which runs exactly what
+``python -m ddsup agent --node N`` would run (:func:`~ddsup.run._agent_command.agent_main`), in its own
 session, with its node's environment and its own log.
 
 The forker was started with the agents' environment, so each agent's
@@ -19,7 +20,7 @@ names its node.
 
 The protocol with ``ddsup start`` (``_launcher.LocalLauncher``, then
 ``_forked_agents``): on stdin a JSON object, each node's log descriptor (inherited) and
-environment; on stdout one line per agent forked, ``NODE PID``, in the order of the
+environment, and the run's unit directory; on stdout one line per agent forked, ``NODE PID``, in the order of the
 ``--node`` options; then the forker exits, and the kernel reparents its agents to
 ``ddsup start``, a child subreaper. A failure is said on stderr (the ``agents`` log), and
 the nodes it did not report have no agent.
@@ -37,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 from ddsup.process._title import retitle
-from ddsup.run._launcher import AGENT_ARGV, agent_argv
+from ddsup.run._launcher import AGENT_ARGV, SPEC_NODES, SPEC_UNITS, agent_argv
 from ddsup.run._process_end import end_process
 
 EXIT_OSERR = 71  # sysexits' EX_OSERR: fork failed
@@ -85,11 +86,13 @@ def forker_main(argv: Sequence[str]) -> int:
     # The imports every agent would otherwise make on its own: the forker's whole point.
     for module in PRELOADED:
         importlib.import_module(module)
-    agent_main = sys.modules[AGENT_MODULE].agent_main
+    agent_module = sys.modules[AGENT_MODULE]
+    agent_module.prepare_agents(spec.get(SPEC_UNITS))  # and what each would work out
+    agent_main = agent_module.agent_main
     gc.collect()
     gc.freeze()  # the agents' collector never walks (and so never copies) these pages
     for node in nodes:
-        child = spec[node]
+        child = spec[SPEC_NODES][node]
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         try:

@@ -44,6 +44,9 @@ if TYPE_CHECKING:  # trio's: the controller's side, imported after the launch
 
 AGENT_ARGV = (sys.executable, "-m", "ddsup", "agent")
 FORKER_ARGV = (sys.executable, "-m", "ddsup", "agents")  # _agent_forker
+# The forker's spec on stdin (JSON): each node's log descriptor and environment, by node;
+# the run's unit directory, which the forker loads once for all its agents
+SPEC_NODES, SPEC_UNITS = "nodes", "units"
 CONTROLLER = "controller"  # ddsup start's name among the run's supervisors
 
 
@@ -126,6 +129,7 @@ class LocalLauncher:
 
     simulated_gpus: int | None
     shares: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    unit_dir: str | None = None  # the run's: the forker loads it once for its agents
     name: str = "local"
     shared_address: bool = True
     covers_agents: bool = True
@@ -141,7 +145,8 @@ class LocalLauncher:
             for node in nodes:
                 log = state.log(f"agent-{node}")
                 logs[node] = open_log(log, partial(state.faults.failed, log))
-            spec = {node: {"log_fd": logs[node], "env": own[node]} for node in nodes}
+            each = {node: {"log_fd": logs[node], "env": own[node]} for node in nodes}
+            spec = {SPEC_NODES: each, SPEC_UNITS: self.unit_dir}
             forker_log = state.log("agents")
             forker = start_forker(
                 (*FORKER_ARGV, *shared, *(w for node in nodes for w in ("--node", node))),
@@ -219,7 +224,9 @@ def launcher_for(
     """The launcher the allocation calls for; ``srun_args`` before the lane units' own."""
     if allocation.launcher is LauncherKind.LOCAL:
         shares = {n.name: n.devices for n in allocation.nodes}
-        return LocalLauncher(simulated_gpus=allocation.simulated_gpus, shares=shares)
+        return LocalLauncher(
+            simulated_gpus=allocation.simulated_gpus, shares=shares, unit_dir=units.directory
+        )
     extra = tuple(srun_args) + tuple(a for u in units.lanes for a in u.slurm.srun_args)
     return SlurmLauncher(
         simulated_gpus=allocation.simulated_gpus,
