@@ -11,6 +11,8 @@ from __future__ import annotations
 import signal
 from dataclasses import replace
 
+import pytest
+
 from ddsup._errors import ResultStatus
 from ddsup.channel._messages import LanesChanged, LanesUpdate, PreflightReport, ReadyLane
 from ddsup.process import ExitStatus
@@ -23,6 +25,7 @@ from ddsup.record._events import (
     UnitTransition,
 )
 from ddsup.record._states import InstanceState as S
+from ddsup.run._ordering import agent_nodes, survivable
 from ddsup.run._run_inputs import (
     AgentGone,
     AgentProcessExited,
@@ -46,7 +49,7 @@ from ddsup.run._run_inputs import (
     StopSignalled,
 )
 from ddsup.run._run_state import RunState
-from ddsup.units._model import MinReady, OnFailure, Unit
+from ddsup.units._model import MinReady, OnFailure, Placement, Unit
 from support import units as u
 
 CLIENT = Host("n1", agent=False)
@@ -108,6 +111,30 @@ def test_nothing_starts_before_preflight_then_after_chains_are_followed() -> Non
     assert _starts(run.handle(_to("b", S.RESTARTING))) == []  # ready once is enough
     assert _starts(run.handle(_to("c", S.READY))) == [(CLIENT, ("worker",))]
     assert _starts(run.handle(_to("c", S.READY))) == []  # each instance starts once
+
+
+def test_an_instance_waits_for_every_instance_of_its_after_units_in_plan_order() -> None:
+    """What each instance waits for, against the rule read literally (each instance of
+    each unit named in its ``after``, the endpoint for the worker, in plan order)."""
+    run = _run(
+        u.lane("a@", replicas=3),
+        u.lane("b@", replicas=1),
+        u.service("s", oneshot=True),
+        u.service("t", after=("b", "s", "a")),
+        u.endpoint(min_ready=MinReady(count=1)),
+        u.worker(after=("t",)),
+    )
+    plan, units = run.layout.plan, run.layout.units
+    for planned in plan.instances:
+        unit = units.by_name(planned.unit)
+        names = {units.by_name(d).name for d in unit.after} | (
+            {"endpoint"} if planned.unit == "worker" else set()
+        )
+        literal = tuple(p.instance for p in plan.instances if p.unit in names)
+        assert run.layout.after[planned.instance] == literal, planned.instance
+    assert set(run.layout.after["t"]) == {"a@0", "a@1", "a@2", "b@0", "s"}
+    assert set(run.layout.after["worker"]) == {"t", "endpoint"}
+    assert run.layout.after["a@1"] == ()
 
 
 def test_a_oneshot_that_exits_otherwise_has_not_completed() -> None:
@@ -281,6 +308,35 @@ def test_a_lost_agent_ends_the_run_70_and_its_instances_are_final() -> None:
     assert _outcome(exited) == (ResultStatus.UNIT_FAILED, 70, "agent on n1")
     assert run.outcome is not None and run.outcome.exit == ExitStatus(signal=9)
     assert run.is_final("a@0") and not run.layout.survives_node_loss()
+
+
+GO_ON = {"on_failure": OnFailure.CONTINUE}
+
+
+@pytest.mark.parametrize(
+    ("units", "survives"),
+    [
+        ((u.lane("a@", replicas=2, service=GO_ON), u.lane("b@", replicas=2)), True),
+        ((u.lane("a@", replicas=4, service=GO_ON),), True),
+        ((u.lane("a@", replicas=4, service=GO_ON), u.service("s", on=Placement.EACH_NODE)), False),
+        (
+            (
+                u.lane("a@", replicas=4, service=GO_ON),
+                u.service("s", on=Placement.EACH_NODE, on_failure=OnFailure.CONTINUE),
+            ),
+            True,
+        ),
+        ((u.lane("a@", replicas=2), u.lane("b@", replicas=2)), False),
+    ],
+)
+def test_a_run_survives_a_node_loss_when_some_agent_node_runs_only_continuing_units(
+    units: tuple[Unit, ...], survives: bool
+) -> None:
+    """Against the rule read literally: some agent node, all of whose units continue."""
+    unit_set = u.unit_set(*units)
+    plan = u.plan(unit_set)  # two nodes of two GPUs: a@ fills n1 first
+    literal = any(survivable(unit_set, plan, n) for n in agent_nodes(unit_set, plan))
+    assert RunState(unit_set, plan).layout.survives_node_loss() is literal is survives
 
 
 def _lost_lanes(decisions: list[Decision]) -> list[tuple[str, str]]:

@@ -44,17 +44,43 @@ def agent_nodes(units: UnitSet, plan: Plan) -> tuple[str, ...]:
 
 
 def survives_node_loss(units: UnitSet, plan: Plan) -> bool:
-    """Whether losing some agent node would not end the run (its units all continue)."""
-    return any(survivable(units, plan, node) for node in agent_nodes(units, plan))
+    """Whether losing some agent node would not end the run (its units all continue):
+    :func:`survivable` of some agent node, found in one pass over the plan (a pass per
+    node was 8 M steps at 1,000 × 8, in ``ddsup start``'s head start)."""
+    agents: set[str] = set()
+    fatal: set[str] = set()  # nodes whose loss ends the run
+    for planned in plan.instances:
+        if runs_on_agent(units, planned):
+            agents.add(planned.node)
+            if units.by_name(planned.unit).service.on_failure is not OnFailure.CONTINUE:
+                fatal.add(planned.node)
+    return bool(agents - fatal)
 
 
-def start_after(units: UnitSet, plan: Plan, planned: PlannedInstance) -> list[str]:
-    """Instances that must be ready before ``planned`` starts (lane quorum not included)."""
-    unit = units.by_name(planned.unit)
+def start_after(units: UnitSet, plan: Plan) -> dict[str, tuple[str, ...]]:
+    """For each instance, those that must be ready before it starts (lane quorum not
+    included), in plan order. What an instance waits for depends on its unit alone, so
+    the plan is walked once, not once per instance: at 1,000 nodes × 8 lanes that was
+    64 M steps, twice in each start (issue 19)."""
+    of_unit: dict[str, list[str]] = {}
+    for planned in plan.instances:
+        of_unit.setdefault(planned.unit, []).append(planned.instance)
+    position = {planned.instance: n for n, planned in enumerate(plan.instances)}
+    waits: dict[str, tuple[str, ...]] = {}
+    for name in of_unit:
+        found = [i for after in _waits_for(units, name) for i in of_unit.get(after, ())]
+        waits[name] = tuple(sorted(found, key=position.__getitem__))
+    return {planned.instance: waits[planned.unit] for planned in plan.instances}
+
+
+def _waits_for(units: UnitSet, name: str) -> set[str]:
+    """The units whose instances one of unit ``name`` waits for: its ``after``, and the
+    endpoint for the worker."""
+    unit = units.by_name(name)
     names = {units.by_name(dep).name for dep in unit.after}
     if unit.type is UnitType.WORKER and units.endpoint is not None:
         names.add(units.endpoint.name)
-    return [other.instance for other in plan.instances if other.unit in names]
+    return names
 
 
 def lanes_by_model(units: UnitSet, plan: Plan) -> dict[str, list[str]]:

@@ -44,7 +44,7 @@ class RunLayout:
         }
         self.by_name = {p.instance: p for p in plan.instances}
         # what each instance waits for: an event only re-checks these
-        self.after = {p.instance: tuple(start_after(units, plan, p)) for p in plan.instances}
+        self.after = start_after(units, plan)
         self._agent_nodes = agent_nodes(units, plan)
         self._node_plans: dict[str, Plan] = {}
         self._agent_instances: dict[str, frozenset[str]] = {}
@@ -90,15 +90,15 @@ class RunLayout:
     def agent_instances(self, node: str) -> frozenset[str] | None:
         """The instances the agent on ``node`` runs; None when no agent belongs there.
 
-        Asked for every message an agent sends: worked out once per node."""
-        if node not in self._agent_nodes:
-            return None
-        if node not in self._agent_instances:
-            mine = self.plan.on_node(node)
-            self._agent_instances[node] = frozenset(
-                p.instance for p in mine if self.host_of(p).agent
-            )
-        return self._agent_instances[node]
+        Asked for every message an agent sends: worked out for every node at once, in
+        one pass over the plan (one per node was 8 M steps at 1,000 × 8)."""
+        if not self._agent_instances:
+            grouped: dict[str, set[str]] = {}
+            for planned in self.plan.instances:
+                if self.host_of(planned).agent:
+                    grouped.setdefault(planned.node, set()).add(planned.instance)
+            self._agent_instances = {n: frozenset(grouped[n]) for n in self._agent_nodes}
+        return self._agent_instances.get(node)
 
     def survives_node_loss(self) -> bool:
         """Whether losing some agent node would not end the run (its units all continue)."""
