@@ -73,6 +73,34 @@ def test_the_agent_imports_only_what_it_needs() -> None:
     assert not found, found
 
 
+def test_the_agents_forker_imports_only_what_an_agent_needs() -> None:
+    """The simulated nodes' forker (``ddsup agents``) imports what its agents run and
+    nothing else: every module it holds is one more in each of 128 forked agents and in
+    its start before the first fork (the allocation's resolution was, via the launcher)."""
+    done = subprocess.run(
+        [PY, "-X", "importtime", "-m", "ddsup", "agents"],
+        input='{"nodes": {}, "units": null}',
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert {"trio", "ddsup.run._agent", "ddsup.run._agent_forker"} <= imported
+    not_needed = {
+        **NOT_IMPORTED,
+        "ddsup.run._launcher": "ddsup start's",
+        "ddsup.plan._resolve": "ddsup start's",
+    }
+    not_needed.pop("psutil")  # preloaded: an agent imports it when it first stops a unit
+    found = {m: why for m, why in not_needed.items() if m in imported}
+    assert not found, found
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [

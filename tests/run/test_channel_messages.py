@@ -8,6 +8,7 @@ message comes back equal to what was sent, and a line that is not one of them ra
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 import trio
@@ -256,6 +257,44 @@ async def test_a_line_that_does_not_decode_ends_the_connection() -> None:
         await channel.aclose()
         nursery.cancel_scope.cancel()
     assert handled == [StatusRequest()]
+
+
+@pytest.mark.parametrize(
+    ("listen", "reach"), [("127.0.0.1", "127.0.0.1"), ("::1", "[::1]"), ("127.0.0.1", "localhost")]
+)
+async def test_the_controller_is_reached_by_address_or_by_name(listen: str, reach: str) -> None:
+    """A numeric address is connected to directly, a name is resolved first."""
+    if listen == "::1" and not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    handled: list[Message] = []
+    received = trio.Event()
+
+    async def handler(channel: Channel, hello: Hello) -> None:
+        while (message := await channel.receive()) is not None:
+            handled.append(message)
+            received.set()
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(
+            lambda task_status: serve_channel(handler, "s", host=listen, task_status=task_status)
+        )
+        channel = await connect_channel(f"{reach}:{port}", Hello(Role.CONTROL, "s"))
+        await channel.send(StatusRequest())
+        with trio.fail_after(5):
+            await received.wait()
+        await channel.aclose()
+        nursery.cancel_scope.cancel()
+    assert handled == [StatusRequest()]
+
+
+async def test_a_controller_that_is_not_there_is_a_channel_error() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(
+        ChannelError, match=f"cannot reach the ddsup controller at 127.0.0.1:{port}"
+    ):
+        await connect_channel(f"127.0.0.1:{port}", Hello(Role.CONTROL, "s"))
 
 
 async def test_a_wrong_secret_is_dropped_before_any_message() -> None:

@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -37,16 +36,12 @@ from ddsup._errors import UsageError
 from ddsup.plan._resolve import Allocation, LauncherKind
 from ddsup.process._popen import open_log, start_child, start_forker
 from ddsup.record._state_dir import StateDir
+from ddsup.run._agent_argv import AGENT_ARGV, FORKER_ARGV, SPEC_NODES, SPEC_UNITS, agent_argv
 from ddsup.units._model import UnitSet
 
 if TYPE_CHECKING:  # trio's: the controller's side, imported after the launch
     from ddsup.process._child import ChildProcess
 
-AGENT_ARGV = (sys.executable, "-m", "ddsup", "agent")
-FORKER_ARGV = (sys.executable, "-m", "ddsup", "agents")  # _agent_forker
-# The forker's spec on stdin (JSON): each node's log descriptor and environment, by node;
-# the run's unit directory, which the forker loads once for all its agents
-SPEC_NODES, SPEC_UNITS = "nodes", "units"
 CONTROLLER = "controller"  # ddsup start's name among the run's supervisors
 
 
@@ -87,11 +82,6 @@ class ForkedAgents:
 
     def agent_argv(self, node: str) -> tuple[str, ...]:
         return agent_argv(self.options, node)
-
-
-def agent_argv(options: Sequence[str], node: str) -> tuple[str, ...]:
-    """The command line of ``node``'s agent: exec'd by ``srun``, or shown by a forked one."""
-    return (*AGENT_ARGV, *options, "--node", node)
 
 
 Launched = list[StartedAgents | ForkedAgents]
