@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import threading
 from pathlib import Path
 
 import pytest
 import trio
 from process_helpers import SETSID_PARENT, SLEEP, alive, py, reporter, run_env, wait_gone
+from trio._core import _thread_cache
 
 from ddsup._errors import DdsupError
 from ddsup.process import ChildProcess, ExitStatus, SpawnError, spawn, supervised
@@ -201,13 +203,23 @@ async def test_supervised_stops_the_child_when_the_block_raises(log_path: Path) 
     assert child.status == ExitStatus(signal=signal.SIGTERM)
 
 
-@pytest.mark.slow
-async def test_child_outlives_idle_worker_threads(log_path: Path) -> None:
-    """A unit outlives trio's worker threads, which idle out after ~10 s: nothing may tie
-    its life to a thread of ours (``PR_SET_PDEATHSIG`` would, set in a child forked from
-    a worker thread, as ``trio.lowlevel.open_process`` forks: it fires on the thread's
-    exit; ``spawn`` forks on the event loop's thread now)."""
+async def test_child_outlives_idle_worker_threads(
+    log_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A unit outlives trio's worker threads, which exit once idle: nothing may tie its
+    life to a thread of ours (``PR_SET_PDEATHSIG`` would, set in a child forked from a
+    worker thread, as ``trio.lowlevel.open_process`` forks: it fires on the thread's
+    exit; ``spawn`` forks on the event loop's thread). Worker threads idle out after
+    0.1 s here instead of 10 s, and every one of them is waited for, so the condition
+    under test (no worker thread of ours left alive) holds when the child is checked."""
+    monkeypatch.setattr(_thread_cache, "IDLE_TIMEOUT", 0.1)
     async with supervised(py(SLEEP), env=dict(os.environ), cwd=".", log_path=log_path) as child:
-        await trio.sleep(15)  # the condition under test is the passing of time itself
+        await trio.to_thread.run_sync(lambda: None)  # a worker thread ran, and idles out
+        workers = [t for t in threading.enumerate() if t.name.startswith("Trio thread")]
+        assert workers
+        for worker in workers:
+            worker.join(15)  # blocks the loop for ~0.1 s: nothing else runs in this test
+            assert not worker.is_alive()
+        # the absence of a death can only be watched for: a PDEATHSIG lands at once
+        assert not await wait_gone(child.pid, 0.5)
         assert child.status is None
-        assert alive(child.pid)
