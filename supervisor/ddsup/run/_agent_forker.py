@@ -8,8 +8,9 @@ allocation each agent has its own node's CPUs, and Slurm starts one per node; he
 share the CPUs, so ``LocalLauncher`` starts this forker instead, once: it imports the
 agent's code and works out what every agent would work out on its own (the run's units,
 the codec: ``prepare_agents``), then forks one agent per node, which runs exactly what
-``python -m ddsup agent --node N`` would run (:func:`~ddsup.run._agent_command.agent_main`), in its own
-session, with its node's environment and its own log.
+``python -m ddsup agent --node N`` would run
+(:func:`~ddsup.run._agent_command.agent_main`), in its own session, with its node's
+environment and its own log.
 
 The forker was started with the agents' environment, so each agent's
 ``/proc/PID/environ`` carries the run's ``DDSUP_INVOCATION_ID`` as an exec'd one's does
@@ -19,11 +20,11 @@ Its command line is rewritten in place to an agent's (``process._title``), so ``
 names its node.
 
 The protocol with ``ddsup start`` (``_launcher.LocalLauncher``, then
-``_forked_agents``): on stdin a JSON object, each node's log descriptor (inherited) and
-environment, and the run's unit directory; on stdout one line per agent forked, ``NODE PID``, in the order of the
-``--node`` options; then the forker exits, and the kernel reparents its agents to
-``ddsup start``, a child subreaper. A failure is said on stderr (the ``agents`` log), and
-the nodes it did not report have no agent.
+``_forked_agents``): on stdin a JSON object (``_agent_argv``), each node's log descriptor
+(inherited) and environment, and the run's unit directory; on stdout one line per agent
+forked, ``NODE PID``, in the order of the ``--node`` options; then the forker exits,
+and the kernel reparents its agents to ``ddsup start``, a child subreaper. A failure is
+said on stderr (the ``agents`` log), and the nodes it did not report have no agent.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class RunLayout:
         self.after = start_after(units, plan)
         self._agent_nodes = agent_nodes(units, plan)
         self._node_plans: dict[str, Plan] = {}
-        self._agent_instances: dict[str, frozenset[str]] = {}
+        self._agent_instances: dict[str, frozenset[str]] | None = None  # on first use
 
     def with_ports(self, ports: dict[str, int]) -> RunLayout:
         """The layout of the plan once preflight has picked ``port = "auto"`` ports."""
@@ -92,7 +92,7 @@ class RunLayout:
 
         Asked for every message an agent sends: worked out for every node at once, in
         one pass over the plan (one per node was 8 M steps at 1,000 × 8)."""
-        if not self._agent_instances:
+        if self._agent_instances is None:
             grouped: dict[str, set[str]] = {}
             for planned in self.plan.instances:
                 if self.host_of(planned).agent:
