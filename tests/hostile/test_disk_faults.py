@@ -70,7 +70,10 @@ def _start(tmp_path: Path, state: Path, output: Path) -> subprocess.Popen[bytes]
 
 
 def _worker_ready(state: Path) -> bool:
-    return any(e.get("instance") == "worker" and e.get("to") == "ready" for e in read_events(state))
+    return any(
+        e.get("instance") == "worker" and e.get("to") == "ready"
+        for e in read_events(state, live=True)
+    )
 
 
 def _check_run_ended_as_its_worker(

@@ -57,7 +57,8 @@ def test_an_unprivileged_user_gets_typed_errors_from_a_root_run(shared: Path) ->
     try:
         until_sync(
             lambda: any(
-                e.get("to") == "ready" and e.get("instance") == "worker" for e in read_events(state)
+                e.get("to") == "ready" and e.get("instance") == "worker"
+                for e in read_events(state, live=True)
             ),
             "the worker to be ready",
             limit=30,

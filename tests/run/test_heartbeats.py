@@ -210,7 +210,7 @@ async def test_an_idle_run_keeps_its_agents_for_many_agent_timeouts(tmp_path: Pa
     async with running(units, tmp_path / "state", *args) as run:
         await run.wait_ready("lane@0", "lane@1")
         await trio.sleep(6)  # three agent timeouts of idling: the time itself is the test
-        events = run.run.events()
+        events = run.run.events(live=True)
         run.signal(signal.SIGTERM)
         done = await run.wait()
     lost = [e for e in events if "lost" in str(e.get("reason", "")) or e.get("to") == "failed"]

@@ -47,13 +47,21 @@ def start_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def read_events(state: Path) -> list[dict[str, Any]]:
-    """Every line of events.jsonl, checked to be one JSON object with time and event."""
+def read_events(state: Path, *, live: bool = False) -> list[dict[str, Any]]:
+    """Every line of events.jsonl, checked to be one JSON object with time and event.
+
+    ``live``: the run is still writing it, so a last line without its newline is one
+    being written (a read may see part of a write: CI saw one) and is left for the next
+    read. Of a finished run every line must be whole, the last one too."""
     path = state / "events.jsonl"
     if not path.exists():
         return []
+    lines = path.read_text().split("\n")
+    last = lines.pop()  # "" after the last newline
+    if last and not live:
+        lines.append(last)  # fails below: a torn line in a finished run's events
     events = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         event = json.loads(line)
         assert isinstance(event, dict), f"events.jsonl:{number} is not an object"
         assert isinstance(event.get("time"), float), f"events.jsonl:{number}: no float time"
@@ -74,8 +82,8 @@ class Run:
         data: dict[str, Any] = json.loads((self.state / "result.json").read_text())
         return data
 
-    def events(self) -> list[dict[str, Any]]:
-        return read_events(self.state)
+    def events(self, *, live: bool = False) -> list[dict[str, Any]]:
+        return read_events(self.state, live=live)
 
     def transitions(self, instance: str, to: str | None = None) -> list[dict[str, Any]]:
         return [
@@ -132,7 +140,7 @@ class Running:
                 said = self.log.read_text(errors="replace")[-3000:] if self.log else ""
                 code = self.process.returncode
                 raise AssertionError(f"ddsup start ended early ({code}); it said:\n{said}")
-            events = self.run.events()
+            events = self.run.events(live=True)
             return events if predicate(events) else None
 
         return await until(satisfied, "the run's events", limit=limit)
