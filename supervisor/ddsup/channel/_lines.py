@@ -9,13 +9,13 @@ their own codec; :func:`connect_lines` opens one to ``host:port`` and says hello
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import trio
 
 from ddsup.channel._hello import MAX_LINE, ChannelError
+from ddsup.channel._tcp import connect_tcp
 
 RECEIVE_SIZE = 65536
 
@@ -139,7 +139,7 @@ async def connect_lines(address: str, hello: Any, make: Callable[[trio.abc.Strea
     its codec writes) on it; raises ChannelError when unreachable."""
     host, _, port = address.rpartition(":")
     try:
-        stream = await open_stream(host.strip("[]"), int(port))
+        stream = trio.SocketStream(await connect_tcp(host.strip("[]"), int(port)))
     except (OSError, ValueError) as err:
         raise ChannelError(f"cannot reach the ddsup controller at {address}: {err}") from err
     channel = make(stream)
@@ -148,32 +148,3 @@ async def connect_lines(address: str, hello: Any, make: Callable[[trio.abc.Strea
     except (trio.BrokenResourceError, OSError) as err:
         raise ChannelError(f"controller at {address} closed the connection: {err}") from err
     return channel
-
-
-async def open_stream(host: str, port: int) -> trio.SocketStream:
-    """A TCP connection to ``host:port``.
-
-    A numeric address, what ``ddsup start`` hands its agents, is connected to directly:
-    ``trio.open_tcp_stream``'s resolution and its racing attempts (a nursery and a task
-    per address) cost ~0.8 ms of CPU in a freshly forked agent, 128 of them at once on a
-    simulated allocation's start (issue 19). A name still goes through it."""
-    family = _numeric_family(host)
-    if family is None:
-        return await trio.open_tcp_stream(host, port)
-    sock = trio.socket.socket(family, socket.SOCK_STREAM)
-    try:
-        await sock.connect((host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return trio.SocketStream(sock)  # which sets TCP_NODELAY, as open_tcp_stream's does
-
-
-def _numeric_family(host: str) -> socket.AddressFamily | None:
-    for family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            socket.inet_pton(family, host)
-        except OSError:
-            continue
-        return family
-    return None

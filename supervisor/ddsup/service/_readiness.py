@@ -13,13 +13,13 @@ with :class:`ddsup._errors.ReadinessTimeout` (75).
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import trio
 
+from ddsup.channel._tcp import connect_tcp
 from ddsup.process import LogError, SpawnError, spawn
 from ddsup.units import resolve_argv, resolve_specifiers
 from ddsup.units._model import ProbeKind, ReadySection
@@ -143,7 +143,7 @@ async def http_status(url: str) -> int | str:
         "Accept: */*\r\nConnection: close\r\n\r\n"
     ).encode("latin-1")
     try:
-        sock = await _connect(host, parts.port or 80)
+        sock = await connect_tcp(host, parts.port or 80)
     except OSError as err:
         return _why(err)
     with sock:
@@ -163,33 +163,6 @@ async def http_status(url: str) -> int | str:
     if len(fields) < 2 or not fields[0].startswith(b"HTTP/") or not fields[1].isdigit():
         return "not an HTTP response"
     return int(fields[1])
-
-
-async def _connect(host: str, port: int) -> trio.socket.SocketType:
-    """A socket connected to ``host:port``, its addresses tried in turn.
-
-    Not ``trio.open_tcp_stream``: its happy-eyeballs nursery and stream wrapper cost
-    about 40 % of a probe's CPU (484 vs 259 µs per probe, ``bench/probe_cost.py``), and
-    a ready lane is probed every ``liveness_interval`` for as long as it runs, by every
-    agent (most of an idle agent's CPU). A lane's
-    address is a literal or a name that resolves locally, where racing addresses buys
-    nothing. The last address's error is raised when none connects.
-    """
-    infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    error: OSError = OSError(f"no address for {host}")
-    for family, type_, proto, _name, address in infos:
-        sock = trio.socket.socket(family, type_, proto)
-        try:
-            await sock.connect(address)
-        except OSError as err:
-            sock.close()
-            error = err
-            continue
-        except BaseException:
-            sock.close()
-            raise
-        return sock
-    raise error
 
 
 def _why(err: OSError) -> str:
