@@ -88,7 +88,7 @@ def forker_main(argv: Sequence[str]) -> int:
     for module in PRELOADED:
         importlib.import_module(module)
     agent_module = sys.modules[AGENT_MODULE]
-    agent_module.prepare_agents(spec.get(SPEC_UNITS))  # and what each would work out
+    agent_module.prepare_agents(spec[SPEC_UNITS])  # and what each would work out
     agent_main = agent_module.agent_main
     gc.collect()
     gc.freeze()  # the agents' collector never walks (and so never copies) these pages

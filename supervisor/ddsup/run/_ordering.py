@@ -31,10 +31,12 @@ def agent_instances(units: UnitSet, plan: Plan, node: str) -> list[PlannedInstan
 
 def survivable(units: UnitSet, plan: Plan, node: str) -> bool:
     """Whether the run may go on without ``node``: all it runs says ``continue``."""
-    return all(
-        units.by_name(p.unit).service.on_failure is OnFailure.CONTINUE
-        for p in agent_instances(units, plan, node)
-    )
+    return all(_continues(units, p) for p in agent_instances(units, plan, node))
+
+
+def _continues(units: UnitSet, planned: PlannedInstance) -> bool:
+    """Whether the run goes on when ``planned`` fails (its unit says ``continue``)."""
+    return units.by_name(planned.unit).service.on_failure is OnFailure.CONTINUE
 
 
 def agent_nodes(units: UnitSet, plan: Plan) -> tuple[str, ...]:
@@ -52,7 +54,7 @@ def survives_node_loss(units: UnitSet, plan: Plan) -> bool:
     for planned in plan.instances:
         if runs_on_agent(units, planned):
             agents.add(planned.node)
-            if units.by_name(planned.unit).service.on_failure is not OnFailure.CONTINUE:
+            if not _continues(units, planned):
                 fatal.add(planned.node)
     return bool(agents - fatal)
 

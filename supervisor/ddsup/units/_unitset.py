@@ -34,12 +34,13 @@ def load_unit_set(path: StrPath) -> UnitSet:
         raise UnitFileError([new_problem(shown, 1, 1, "no unit files (*.toml) in this directory")])
     contents = [_read_unit_bytes(os.path.join(shown, p.name)) for p in files]
     readable = tuple(c for c in contents if isinstance(c, tuple))
+    all_read = len(readable) == len(contents)
     loaded = _LAST_LOADED.get(shown)
-    if loaded is not None and len(readable) == len(contents) and loaded[0] == readable:
+    if loaded is not None and all_read and loaded[0] == readable:
         return loaded[1]
     parsed = [c if isinstance(c, ParsedFile) else parse_bytes(*c) for c in contents]
     units = _validate(shown, parsed, siblings=frozenset())
-    if len(readable) == len(contents):
+    if all_read:
         _LAST_LOADED.clear()
         _LAST_LOADED[shown] = (readable, units)
     return units
