@@ -199,9 +199,13 @@ async def test_all_queues_full_answers_429_with_retry_after(workers: int) -> Non
         http_client() as client,
     ):
         async with trio.open_nursery() as nursery:
+            # one after the other: two workers choosing at the same instant may both pick
+            # the same lane (the documented bound, workers - 1), and the third would fit
             nursery.start_soon(post, client, ep.url, completion())
+            await _wait_total([a, b], 1)
             nursery.start_soon(post, client, ep.url, completion())
             await _wait_total([a, b], 2)
+            assert (a.completions, b.completions) == (1, 1)
             response = await post(client, ep.url, completion())
             assert response.status_code == 429
             assert response.headers["retry-after"] == "3"

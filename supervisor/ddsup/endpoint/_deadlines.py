@@ -25,18 +25,9 @@ import time
 
 import trio
 
+from ddsup.endpoint._driver import STEPPING, Parked, SocketWait, in_own_task
+
 MAX_TICK = 1.0
-
-
-class Parked:
-    """What a task parks on when its wait is not on a socket of its own: a stream handed
-    to the server's relay (:mod:`._stream_relay`). :meth:`Timed.interrupt` wakes it."""
-
-    __slots__ = ()
-
-    def wake(self) -> None:
-        """Give the task back its wait, which then raises the interruption."""
-        raise NotImplementedError
 
 
 Pollable = socket.socket | select.epoll
@@ -83,6 +74,10 @@ class Timed:
 
     async def wait_readable(self, target: Pollable) -> None:
         self.raise_interruption()
+        if STEPPING.by and type(target) is socket.socket:  # a driven connection: see _driver
+            await SocketWait(target, self)  # parked, its waiting_on set by the driver
+            self.raise_interruption()
+            return
         self.waiting_on = target
         try:
             await trio.lowlevel.wait_readable(target)
@@ -93,6 +88,7 @@ class Timed:
             self.waiting_on = None
 
     async def wait_writable(self, target: socket.socket) -> None:
+        await in_own_task()
         self.raise_interruption()
         self.waiting_on = target
         try:

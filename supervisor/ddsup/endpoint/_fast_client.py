@@ -27,10 +27,9 @@ off all the same). The head waits are :class:`Timed` (see :mod:`._deadlines`: no
 scope per request); a body that did not come with its head is read under a cancel scope. A
 hang-up while the request is forwarded is noticed by the server's hang-up watch, which
 interrupts the lane connection's wait (see :mod:`._hangups`): no reader task per
-connection. After a response the next request is waited for before a read is tried: a
-client that waits for its answer has not sent the next request yet, so that read would
-only fail (one system call and one exception per request); a pipelined one is read
-after one wait that returns at once.
+connection. After a response the next request is waited for before a read is tried
+(that read would only fail: the client waits for its answer), unless the last read
+filled its buffer: the driver's set (:mod:`._driver`) reports new bytes only.
 """
 
 from __future__ import annotations
@@ -45,6 +44,7 @@ import trio
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientGone, Framing, Hangup, Request
 from ddsup.endpoint._deadlines import Expired, Timed
+from ddsup.endpoint._driver import checkpoint_in_own_task, in_own_task
 from ddsup.endpoint._errors import (
     ApiError,
     bad_request,
@@ -89,13 +89,8 @@ class _Head:
         self.listed = False  # Connection names more than keep-alive and close
 
     def reset(self) -> None:
-        """Ready for the next head.
-
-        A method, not assignments at the caller: after ``proto.content_length = None`` a
-        type checker takes the field to hold None until the caller assigns it again, though
-        the parser's callbacks change it in between; mypyc compiles what the checker
-        believes, and the compiled endpoint then refused every Content-Length.
-        """
+        """Ready for the next head. A method: assigned at the caller, the fields would be
+        None to a type checker (and to mypyc) though the parser's callbacks change them."""
         self.headers = []
         self.forwarded = []
         self.content_length = None
@@ -123,6 +118,7 @@ class FastClient(Timed):
 
     __slots__ = (
         "_body_unread",
+        "_drained",
         "_parsed",
         "_parser",
         "_proto",
@@ -156,6 +152,7 @@ class FastClient(Timed):
         self._parser = httptools.HttpRequestParser(self._proto)
         self._body_unread = False
         self._parsed = False  # a request was parsed: the client waits for its answer
+        self._drained = True  # the last read left nothing unread (see _driver: edges)
         self._started = False
         self._reframe = False
 
@@ -171,7 +168,7 @@ class FastClient(Timed):
             if end < 0:
                 return None
         else:
-            await trio.lowlevel.checkpoint()  # pipelined: let other connections run first
+            await checkpoint_in_own_task()  # pipelined: let other connections run first
         return self._parse(buf, end + 4)
 
     async def _more_head(self) -> tuple[bytes, int]:
@@ -182,7 +179,7 @@ class FastClient(Timed):
         if buf:
             self.deadline = time.monotonic() + config.client_header_timeout
         waited = False
-        if not buf and self._parsed:  # the next request comes after the answer: wait first
+        if not buf and self._parsed and self._drained:  # the next request comes later: wait
             self.deadline = time.monotonic() + config.client_idle_timeout
             waited = True
             try:
@@ -214,12 +211,13 @@ class FastClient(Timed):
                 return buf, -1
             if not buf:
                 self.deadline = time.monotonic() + config.client_header_timeout
+            self._drained = len(data) < RECEIVE_SIZE
             buf += data
             self.buffer = buf
             end = buf.find(b"\r\n\r\n", max(0, len(buf) - len(data) - 3))
             if end >= 0:
                 if not waited:
-                    await trio.lowlevel.checkpoint()  # the client is ahead: others first
+                    await checkpoint_in_own_task()  # the client is ahead: others first
                 return buf, end
 
     def _parse(self, buf: bytes, head_end: int) -> Request:
@@ -266,6 +264,7 @@ class FastClient(Timed):
         if len(buf) < length:
             chunks = [buf]
             have = len(buf)
+            await in_own_task()  # a cancel scope: the task's own
             with trio.move_on_after(self.config.client_body_timeout):  # the whole body
                 while have < length:
                     data = await self.wire.receive_some()
@@ -274,6 +273,7 @@ class FastClient(Timed):
                         raise bad_request("the request ended before its body")
                     chunks.append(data)
                     have += len(data)
+                    self._drained = len(data) < RECEIVE_SIZE
             if have < length:
                 raise request_timeout("request body")
             buf = b"".join(chunks)

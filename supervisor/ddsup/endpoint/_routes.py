@@ -21,6 +21,7 @@ from ddsup.endpoint._body_budget import BodyBudget
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientConnection, ClientGone, Request
 from ddsup.endpoint._deadlines import Deadlines
+from ddsup.endpoint._driver import Driver, in_own_task
 from ddsup.endpoint._errors import (
     ApiError,
     bad_request,
@@ -62,6 +63,7 @@ class Endpoint:
         )
         self.hangups = Hangups()
         self.streams = StreamRelay()
+        self.driver = Driver()
         self.proxy = Proxy(config, lanes, self.metrics, self.deadlines, self.streams)
         self.bodies = BodyBudget(config.max_buffered_bytes)
         self.open_routes = frozenset(route.encode() for route in config.open_routes)
@@ -113,6 +115,7 @@ async def _route(ep: Endpoint, client: ClientConnection, request: Request) -> No
             raise unauthorized()
         await _proxied(ep, client, request)
         return
+    await in_own_task()  # the rest is rare: none of it is stepped by the server's task
     if path not in GET_ROUTES:
         raise not_found(path.decode(errors="replace"))
     if method != b"GET" and method != b"HEAD":  # a HEAD answer is a GET's, without the body
@@ -239,6 +242,7 @@ async def _watched(ep: Endpoint, client: ClientConnection, forward: Forward, mod
     """
     if client.hangup is not None:
         return await ep.proxy.forward(client, forward, model)
+    await in_own_task()
     scope = trio.CancelScope()
     client.watch(scope)
     try:

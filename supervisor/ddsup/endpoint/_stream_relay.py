@@ -46,7 +46,7 @@ import outcome
 import trio
 
 from ddsup.endpoint._connection import ClientConnection
-from ddsup.endpoint._deadlines import Parked
+from ddsup.endpoint._driver import Parked, in_own_task
 from ddsup.endpoint._upstream import UpstreamConnection
 from ddsup.endpoint._wire import RECEIVE_SIZE
 
@@ -145,6 +145,7 @@ class StreamRelay:
         the proxy's ``Abort``) or the interruption of ``conn``'s wait (``ClientGone``,
         ``Expired``).
         """
+        await in_own_task()  # the stream's task parks here, not the server's
         conn.raise_interruption()
         assert self._set is not None
         stream = _Stream(self, conn, client, pass_on, silence)

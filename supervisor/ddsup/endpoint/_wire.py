@@ -18,6 +18,8 @@ import socket
 
 import trio
 
+from ddsup.endpoint._driver import checkpoint_in_own_task, in_own_task
+
 RECEIVE_SIZE = 65536
 
 
@@ -46,6 +48,7 @@ class Wire:
             try:
                 return sock.recv(max_bytes)
             except BlockingIOError:
+                await in_own_task()
                 await trio.lowlevel.wait_readable(sock)
 
     async def send_all(self, data: bytes) -> None:
@@ -57,6 +60,7 @@ class Wire:
         if sent == len(data):
             return
         view = memoryview(data)
+        await in_own_task()
         while sent < len(view):
             await trio.lowlevel.wait_writable(sock)
             try:
@@ -65,7 +69,7 @@ class Wire:
                 continue
 
     async def send_eof(self) -> None:
-        await trio.lowlevel.checkpoint()
+        await checkpoint_in_own_task()
         self.sock.shutdown(socket.SHUT_WR)
 
     def close(self) -> None:
