@@ -4,10 +4,10 @@ A proxied request on the fast path waits twice: for the client's next request an
 the lane's answer. As a plain trio wait, each costs a registration of the socket
 (``EPOLLONESHOT``: one ``epoll_ctl``), trio's bookkeeping of the waiter, and a turn of
 the run loop to reschedule the task and resume its coroutine. Measured side by side
-(``bench/endpoint_compare.py``'s floors, plain requests, one core), a bare trio proxy
-built so costs 34–38 µs per request, one whose sockets are in one edge-triggered epoll
-set that wakes the tasks 30–33 µs, and one whose coroutines that set steps directly
-21.8 µs, as much as a proxy written as callbacks (21.0–25.0 µs).
+(``bench/floor_designs.py``: four bare trio proxies with the same code and only their
+waits changed; plain requests, one core), trio waits cost 35.0 µs per request, tasks
+woken from one edge-triggered set 31.3 µs, coroutines stepped directly by that set's
+task 23.3 µs, about what a proxy written as callbacks costs (21.5 µs).
 
 So a fast-path connection's coroutine is run by :meth:`Driver.drive` in the
 connection's task, and its socket waits (:meth:`Timed.wait_readable
