@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import pytest
 import trio
@@ -41,15 +41,21 @@ class _TaskSteps(trio.abc.Instrument):
             self.steps += 1
 
 
-@asynccontextmanager
-async def _driver() -> AsyncIterator[tuple[Driver, socket.socket, trio.socket.SocketType]]:
-    """A running driver, and a connected pair: the driven side (plain, non-blocking) and
-    the test's side (a trio socket)."""
+@contextmanager
+def _pair() -> Iterator[tuple[socket.socket, trio.socket.SocketType]]:
+    """A connected pair: the driven side (plain, non-blocking) and the test's (trio)."""
     ours, theirs = socket.socketpair()
     ours.setblocking(False)
     peer = trio.socket.from_stdlib_socket(theirs)
-    driver = Driver()
     with ours, peer:
+        yield ours, peer
+
+
+@asynccontextmanager
+async def _driver() -> AsyncIterator[tuple[Driver, socket.socket, trio.socket.SocketType]]:
+    """A running driver, and a pair (:func:`_pair`)."""
+    driver = Driver()
+    with _pair() as (ours, peer):
         async with trio.open_nursery() as nursery:
             await nursery.start(driver.run)
             yield driver, ours, peer
@@ -230,11 +236,8 @@ async def test_a_trio_call_without_in_own_task_is_logged_as_a_bug(
 
 
 async def test_when_the_driver_stops_parked_waits_go_on_as_plain_trio_waits() -> None:
-    ours, theirs = socket.socketpair()
-    ours.setblocking(False)
-    peer = trio.socket.from_stdlib_socket(theirs)
     driver = Driver()
-    with ours, peer:
+    with _pair() as (ours, peer):
         async with trio.open_nursery() as outer:
             got: list[bytes] = []
 
