@@ -235,3 +235,28 @@ async def test_the_clients_key_is_not_forwarded_and_a_lanes_own_is_sent(workers:
     assert keyed.received[0].headers["authorization"] == "Bearer lane-key"
     assert "authorization" not in plain.received[0].headers
     assert "lane-key" not in repr(LaneInfo("x", "k", "http://h:1", api_key="lane-key"))
+
+
+@pytest.mark.parametrize("first_read", ["request and more", "the request alone"])
+async def test_bytes_after_a_closing_request_do_not_reset_its_answer(
+    workers: int, first_read: str
+) -> None:
+    """Found by the fuzz test: a client that sends more after ``Connection: close`` (which
+    it must not) still reads its answer whole; closing on unread bytes would reset the
+    connection, and the reset destroyed the answer in flight (RFC 9112 §9.6). The
+    endpoint's first read takes 64 KiB: the bytes after the request are partly read with
+    it, or (a request of exactly 64 KiB) all still in the kernel."""
+    lane = FakeLane("a")
+
+    def closing(pad: int) -> bytes:
+        return post(b'{"model":"m","prompt":"%s"}' % (b"x" * pad), b"connection: close")
+
+    pad = 0
+    if first_read == "the request alone":
+        while len(closing(pad)) != 65536:
+            pad += 65536 - len(closing(pad))
+    async with running_endpoint([lane], workers=workers) as ep:
+        answer, closed = await exchange(ep.url, closing(pad) + b"[" * 100_000)
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1]) == {"lane": "a", "n": 1}
+    assert closed

@@ -16,7 +16,10 @@ of calling trio. The socket goes into the server's set (``EPOLLET``: registered 
 never again per wait), the task parks, and when the socket becomes readable the
 server's task (:meth:`Driver.run`) sends into the coroutine itself: the request goes on
 to its next socket wait without its own task being scheduled. The code is the same
-coroutine code whichever runs it, so the fast path keeps one implementation.
+coroutine code whichever runs it, so the fast path keeps one implementation. A stream's
+events are handled the same way, by a :class:`Watcher` the coroutine waits on
+(:class:`WatchWait`; the stream relay, :mod:`._stream_relay`): one set and one task per
+server for every fast-path wait.
 
 What only the connection's own task may do goes back to it:
 
@@ -24,8 +27,8 @@ What only the connection's own task may do goes back to it:
   call that takes "the current task" (a cancel scope, a trio wait, a channel) would
   take the wrong one. Such code first awaits :func:`in_own_task`, which hands the
   coroutine back to its task when, and only when, the server's task is stepping it
-  (the endpoint does so before its cancel scopes, trio waits and the stream relay).
-  Anything else the coroutine yields there is a bug; it is logged and handed back.
+  (the endpoint does so before its cancel scopes and trio waits). Anything else the
+  coroutine yields there is a bug; it is logged and handed back.
 - an interruption of a parked wait (a deadline, the client's hang-up: see
   :class:`Timed.interrupt <ddsup.endpoint._deadlines.Timed.interrupt>`) hands the
   coroutine back, which raises it; a cancellation of the task (the server stops) is
@@ -60,9 +63,8 @@ _EDGE = select.EPOLLIN | select.EPOLLET
 
 
 class Parked:
-    """What a task parks on when its wait is not a trio wait on a socket of its own: a
-    wait stepped by the :class:`Driver`, or a stream handed to the server's relay
-    (:mod:`._stream_relay`). :meth:`Timed.interrupt
+    """What a wait parks on when it is not a trio wait on a socket: a wait stepped by the
+    :class:`Driver`, or a :class:`Watcher`. :meth:`Timed.interrupt
     <ddsup.endpoint._deadlines.Timed.interrupt>` wakes it."""
 
     __slots__ = ()
@@ -109,6 +111,36 @@ class SocketWait:
 
     def __await__(self) -> Generator[Any, Any, None]:
         yield self
+
+
+class Watcher(Parked):
+    """What handles a socket's readiness itself while a driven coroutine waits for it to
+    finish (a stream of the relay, :mod:`._stream_relay`): the driver calls :meth:`ready`
+    whenever the socket is readable, and the watcher ends the wait with
+    :meth:`Driver.resume`. ``driven`` is the wait it ends (set by the driver)."""
+
+    __slots__ = ("driven",)
+
+    def __init__(self) -> None:
+        self.driven: Any = None
+
+    def ready(self) -> None:
+        raise NotImplementedError
+
+
+class WatchWait:
+    """What a driven coroutine yields to wait until ``watcher`` resumes it, with what
+    the coroutine then gets; ``None`` when the socket is closed already."""
+
+    __slots__ = ("sock", "timed", "watcher")
+
+    def __init__(self, sock: socket.socket, timed: Any, watcher: Watcher) -> None:
+        self.sock = sock
+        self.timed = timed
+        self.watcher = watcher
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return (yield self)
 
 
 class _OwnTask:
@@ -182,6 +214,7 @@ class Driver:
     def __init__(self) -> None:
         self._set: select.epoll | None = None
         self._parked: dict[int, _Driven] = {}  # by socket: the wait parked on it
+        self._watched: dict[int, Watcher] = {}  # by socket: what handles it for a wait
         self._registered: dict[int, socket.socket] = {}  # by descriptor: what is in the set
 
     @property
@@ -221,7 +254,7 @@ class Driver:
         """What to send into the coroutine next once ``yielded`` is dealt with, or (with
         True) the outcome it ended with while the server's task stepped it."""
         while True:
-            if type(yielded) is SocketWait:
+            if type(yielded) is SocketWait or type(yielded) is WatchWait:
                 if self._set is None:  # the server stops: a plain wait
                     wait = trio.lowlevel.wait_readable
                     return await outcome.acapture(wait, yielded.sock), False
@@ -240,28 +273,37 @@ class Driver:
                 return outcome.Value(None), False
             return await outcome.acapture(_forward, yielded), False  # a trio trap: its own
 
-    def _park(self, driven: _Driven, wait: SocketWait) -> bool:
+    def _park(self, driven: _Driven, wait: SocketWait | WatchWait) -> bool:
         """Park ``driven`` on ``wait``'s socket; False when it is closed (its read fails)."""
         sock = wait.sock
         fd = sock.fileno()
         if fd < 0:
             return False
+        assert self._set is not None
         if self._registered.get(fd) is not sock:
-            assert self._set is not None
             try:
                 self._set.register(fd, _EDGE)  # readable already: reported at once
             except FileExistsError:  # a descriptor of a closed socket, reused
                 self._set.modify(fd, _EDGE)
             self._registered[fd] = sock
+        elif type(wait) is WatchWait:  # re-armed: bytes left unread by the last read too
+            self._set.modify(fd, _EDGE)
         driven.fd = fd
         driven.timed = wait.timed
-        wait.timed.waiting_on = driven
-        self._parked[fd] = driven
+        if type(wait) is WatchWait:
+            wait.watcher.driven = driven
+            wait.timed.waiting_on = wait.watcher
+            self._watched[fd] = wait.watcher
+        else:
+            wait.timed.waiting_on = driven
+            self._parked[fd] = driven
         return True
 
     def unpark(self, driven: _Driven) -> None:
         if self._parked.get(driven.fd) is driven:
             del self._parked[driven.fd]
+        elif (watcher := self._watched.get(driven.fd)) is not None and watcher.driven is driven:
+            del self._watched[driven.fd]
         if driven.timed is not None:
             driven.timed.waiting_on = None
             driven.timed = None
@@ -271,8 +313,17 @@ class Driver:
         self.unpark(driven)
         trio.lowlevel.reschedule(driven.task, outcome.Value((kind, value)))
 
-    def _step(self, driven: _Driven) -> None:
-        """Its socket is readable: step ``driven`` until it waits again, or hand it back."""
+    def resume(self, driven: _Driven, result: outcome.Outcome[Any], *, inline: bool) -> None:
+        """A watcher ends ``driven``'s wait with ``result``: stepped on at once (``inline``:
+        from its ``ready``, in this task's poll loop), or handed back to its own task."""
+        if inline:
+            self._step(driven, result)
+        else:
+            self.hand_back(driven, _Message.SEND, result)
+
+    def _step(self, driven: _Driven, send: outcome.Outcome[Any] | None = None) -> None:
+        """Its socket is readable (or its watcher is done, ``send``): step ``driven``
+        until it waits again, or hand it back."""
         self.unpark(driven)
         driven.stepping = True
         STEPPING.by = Stepper.SERVER
@@ -281,18 +332,25 @@ class Driver:
         try:
             while True:
                 try:
-                    yielded = driven.context.run(driven.coro.send, None)
+                    if send is None:
+                        yielded = driven.context.run(driven.coro.send, None)
+                    elif isinstance(send, outcome.Error):
+                        yielded = driven.context.run(driven.coro.throw, send.error)
+                    else:
+                        yielded = driven.context.run(driven.coro.send, send.unwrap())
                 except StopIteration as end:
                     kind, value = _Message.ENDED, outcome.Value(end.value)
                     break
                 except BaseException as exc:
                     kind, value = _Message.ENDED, outcome.Error(exc)
                     break
-                if type(yielded) is SocketWait and not driven.cancel_pending:
+                send = None
+                waits = type(yielded) is SocketWait or type(yielded) is WatchWait
+                if waits and not driven.cancel_pending:
                     if self._park(driven, yielded):
                         return
                     continue  # readable already
-                if type(yielded) not in (SocketWait, _OwnTask):
+                if not waits and type(yielded) is not _OwnTask:
                     log.error("bug: a trio call stepped by the server's task: %r", yielded)
                 kind, value = _Message.SETTLE, yielded
                 break
@@ -313,18 +371,21 @@ class Driver:
                         driven = self._parked.get(fd)
                         if driven is not None:
                             self._step(driven)
+                        elif (watcher := self._watched.get(fd)) is not None:
+                            watcher.ready()
                         elif self._registered.pop(fd, None) is not None:
                             self._unregister(fd)
             finally:
                 self._set = None
                 for driven in list(self._parked.values()):
                     self.hand_back(driven, _Message.SEND, outcome.Value(None))
+                for watcher in list(self._watched.values()):
+                    watcher.wake()  # the watcher gives the wait back
                 self._registered.clear()
 
     def _unregister(self, fd: int) -> None:
-        """Readable with no wait parked on it: out of the set until its next wait, whose
-        registration reports the bytes already there (a stream in the relay's set, for
-        one, would otherwise wake this task for each of its events)."""
+        """Readable with no wait parked on it: this report is spent, so out of the set
+        until its next wait, whose registration reports the bytes that came meanwhile."""
         assert self._set is not None
         with contextlib.suppress(OSError):  # closed meanwhile: the kernel took it out
             self._set.unregister(fd)

@@ -62,8 +62,8 @@ class Endpoint:
             config.client_idle_timeout, config.client_header_timeout, config.upstream_timeout
         )
         self.hangups = Hangups()
-        self.streams = StreamRelay()
         self.driver = Driver()
+        self.streams = StreamRelay(self.driver)
         self.proxy = Proxy(config, lanes, self.metrics, self.deadlines, self.streams)
         self.bodies = BodyBudget(config.max_buffered_bytes)
         self.open_routes = frozenset(route.encode() for route in config.open_routes)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -177,7 +178,6 @@ async def serve_connections(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(endpoint.deadlines.run)
         await nursery.start(endpoint.hangups.run)
-        await nursery.start(endpoint.streams.run)
         await nursery.start(endpoint.driver.run)
         nursery.start_soon(write_series, endpoint.metrics.series)  # [series hook]
         handler = partial(_serve_connection, endpoint)
@@ -228,9 +228,22 @@ async def _serve_fast(endpoint: Endpoint, client: FastClient) -> None:
                 return
             await handle_request(endpoint, client, request)
             if not client.keep_alive():
+                client.linger_wanted = client.linger_wanted or _more_was_sent(client)
                 return
     except (Abort, ClientGone, OSError):
         client.linger_wanted = False
+
+
+def _more_was_sent(client: FastClient) -> bool:
+    """Whether the client sent bytes beyond the request just answered (read, or still in
+    the kernel): closing on them would reset the connection, and the reset can destroy
+    the answer before the client reads it (RFC 9112 §9.6: close in stages)."""
+    if client.buffer:
+        return True
+    try:
+        return bool(client.wire.sock.recv(1, socket.MSG_PEEK))
+    except OSError:  # nothing there (would block), or the connection is gone
+        return False
 
 
 async def _serve_h11(endpoint: Endpoint, client: Client) -> None:

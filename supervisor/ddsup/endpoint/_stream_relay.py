@@ -9,15 +9,18 @@ resumed. Measured side by side (``bench/endpoint_compare.py``, ``floor proxy tas
 one that relays from callbacks off a single edge-triggered epoll set, as nginx does,
 20–32 µs; the endpoint, 37–49 µs before this relay and 28–34 µs with it.
 
-So, once an answer turns out to be a stream, the request's task parks here
-(:meth:`StreamRelay.follow`), and one task per server relays for every such stream: the
-lane's socket is in one epoll set (``EPOLLET``: registered once per stream, never again
-per event), the task waits on the set and, for each ready lane, reads, passes the bytes
-on through the proxy's own :meth:`~ddsup.endpoint._proxy.Proxy._pass_buffered` (the same
-framing, checks and series hook as in the task) and writes them to the client. Every
-read refreshes the silence deadline, as the task's loop does.
+So, once an answer turns out to be a stream, the request's coroutine waits here
+(:meth:`StreamRelay.follow`) and the server's driver (:mod:`._driver`) relays for
+every such stream: the lane's socket stays in the driver's edge-triggered set (where
+the wait for the answer's head put it; re-armed once per stream, never per event), and
+for each readable lane the driver calls the stream's :meth:`~_Stream.ready`, which
+reads, passes the bytes on through the proxy's own
+:meth:`~ddsup.endpoint._proxy.Proxy._pass_buffered` (the same framing, checks and
+series hook as in the request's code) and writes them to the client. Every read
+refreshes the silence deadline, as the request's loop does.
 
-Anything but that happy path hands the stream back to its task, which then goes on
+Anything but that happy path gives the stream back to the request's coroutine (stepped
+on at once by the driver, or, for an interruption, by its own task), which then goes on
 exactly as it would have without the relay, so errors, timeouts and backpressure keep
 one implementation each:
 
@@ -30,69 +33,63 @@ one implementation each:
   in the task);
 - the client hung up, or the lane stayed silent past its deadline: both interrupt the
   lane connection's wait (:meth:`Timed.interrupt <ddsup.endpoint._deadlines.Timed.interrupt>`),
-  which wakes the task with :class:`~ddsup.endpoint._connection.ClientGone` or
+  which gives the stream back to its task, and the wait raises
+  :class:`~ddsup.endpoint._connection.ClientGone` or
   :class:`~ddsup.endpoint._deadlines.Expired`;
-- the task was cancelled (the server stops): the stream leaves the set.
+- the task was cancelled (the server stops): the stream ends with the wait.
 """
 
 from __future__ import annotations
 
 import enum
-import select
 import time
 from collections.abc import Callable
 
 import outcome
-import trio
 
 from ddsup.endpoint._connection import ClientConnection
-from ddsup.endpoint._driver import Parked, in_own_task
+from ddsup.endpoint._driver import STEPPING, Driver, Watcher, WatchWait
 from ddsup.endpoint._upstream import UpstreamConnection
 from ddsup.endpoint._wire import RECEIVE_SIZE
 
-_EDGE = select.EPOLLIN | select.EPOLLET
-
 
 class Handback(enum.Enum):
-    """Why a stream went back to its task (see the module docstring)."""
+    """Why a stream went back to its request's code (see the module docstring)."""
 
     DONE = "the body ended; its last bytes are queued"
     FLUSH = "the client did not take the bytes whole"
-    READ = "the task reads the lane itself"
+    READ = "the request's code reads the lane itself"
 
 
 Pass = Callable[[], bool]  # queue what the lane sent for the client; True at the body's end
 
 
-class _Stream(Parked):
-    """One stream in the relay: its lane connection, client and parked task."""
+class _Stream(Watcher):
+    """One stream in the relay: its lane connection and its client."""
 
-    __slots__ = ("client", "conn", "fd", "pass_on", "relay", "silence", "task")
+    __slots__ = ("client", "conn", "driver", "pass_on", "silence")
 
     def __init__(
         self,
-        relay: StreamRelay,
+        driver: Driver,
         conn: UpstreamConnection,
         client: ClientConnection,
         pass_on: Pass,
         silence: float,
     ) -> None:
-        self.relay = relay
+        super().__init__()
+        self.driver = driver
         self.conn = conn
         self.client = client
         self.pass_on = pass_on
         self.silence = silence
-        self.fd = conn.wire.fd
-        self.task = trio.lowlevel.current_task()
 
     def wake(self) -> None:
-        """An interruption (hang-up, deadline): back to the task, which raises it."""
-        self.hand_back(outcome.Value(Handback.READ))
+        """An interruption (hang-up, deadline): back to its task, which raises it."""
+        self.driver.resume(self.driven, outcome.Value(Handback.READ), inline=False)
 
     def hand_back(self, result: outcome.Outcome[Handback]) -> None:
-        self.relay.leave(self)
-        self.conn.waiting_on = None
-        trio.lowlevel.reschedule(self.task, result)
+        self.driver.resume(self.driven, result, inline=True)
 
     def ready(self) -> None:
         """The lane's socket became readable: relay what came, or hand the stream back."""
@@ -105,7 +102,7 @@ class _Stream(Parked):
             self.hand_back(outcome.Error(err))
             return
         if not data:
-            self.hand_back(outcome.Value(Handback.READ))  # EOF: the task reads it again
+            self.hand_back(outcome.Value(Handback.READ))  # EOF: the code reads it again
             return
         conn.buffer += data
         try:
@@ -125,63 +122,29 @@ class _Stream(Parked):
 
 
 class StreamRelay:
-    """The streams of one server's fast-path clients, and the task that relays them."""
+    """The streams of one server's fast-path clients, relayed by its driver."""
 
-    def __init__(self) -> None:
-        self._set: select.epoll | None = None
-        self._streams: dict[int, _Stream] = {}
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
 
     @property
     def running(self) -> bool:
-        return self._set is not None
+        return self.driver.running
 
     async def follow(
         self, conn: UpstreamConnection, client: ClientConnection, pass_on: Pass, silence: float
     ) -> Handback:
-        """Relay ``conn``'s stream to ``client`` until it goes back to this task.
+        """Relay ``conn``'s stream to ``client`` until it comes back to this coroutine.
 
         ``silence``: the longest wait for the lane's next bytes (each read moves
         ``conn``'s deadline on by it). Raises what the relay met (a read's ``OSError``,
         the proxy's ``Abort``) or the interruption of ``conn``'s wait (``ClientGone``,
-        ``Expired``).
+        ``Expired``). Not driven (the driver has stopped): the coroutine reads itself.
         """
-        await in_own_task()  # the stream's task parks here, not the server's
         conn.raise_interruption()
-        assert self._set is not None
-        stream = _Stream(self, conn, client, pass_on, silence)
-        self._set.register(stream.fd, _EDGE)  # reports data already there at once
-        self._streams[stream.fd] = stream
-        conn.waiting_on = stream
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            self.leave(stream)
-            conn.waiting_on = None
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        handback: Handback = await trio.lowlevel.wait_task_rescheduled(abort)
+        if not STEPPING.by:
+            return Handback.READ
+        stream = _Stream(self.driver, conn, client, pass_on, silence)
+        handback: Handback | None = await WatchWait(conn.wire.sock, conn, stream)
         conn.raise_interruption()
-        return handback
-
-    def leave(self, stream: _Stream) -> None:
-        """Take ``stream`` out of the set (its socket is still open: its task closes it)."""
-        if self._streams.get(stream.fd) is stream:
-            del self._streams[stream.fd]
-            if self._set is not None:
-                self._set.unregister(stream.fd)
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Relay until cancelled; ``started`` once :meth:`follow` may be called."""
-        with select.epoll() as streams_set:
-            self._set = streams_set
-            try:
-                task_status.started()
-                while True:
-                    await trio.lowlevel.wait_readable(streams_set)
-                    for fd, _events in streams_set.poll(0):
-                        stream = self._streams.get(fd)
-                        if stream is not None:
-                            stream.ready()
-            finally:
-                self._set = None
-                for stream in list(self._streams.values()):
-                    stream.hand_back(outcome.Value(Handback.READ))
+        return Handback.READ if handback is None else handback
