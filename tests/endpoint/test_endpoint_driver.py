@@ -113,22 +113,20 @@ async def test_bytes_that_come_while_nothing_waits_are_not_lost() -> None:
             await waiter.wait_readable(ours)
             return [first, ours.recv(4096)]
 
-        async with trio.open_nursery() as nursery:
-            got: list[list[bytes]] = []
+        got: list[list[bytes]] = []
 
-            async def run() -> None:
-                got.append(await driver.drive(two_messages()))
+        async def run() -> None:
+            got.append(await driver.drive(two_messages()))
 
-            nursery.start_soon(run)
-            await trio.testing.wait_all_tasks_blocked()  # parked on the socket
-            await peer.send(b"one")
-            await busy.wait()
-            await peer.send(b"two")
-            await trio.testing.wait_all_tasks_blocked()  # the driver saw it, nobody waiting
-            resume.set()
-            with trio.fail_after(5):
-                while not got:
-                    await trio.testing.wait_all_tasks_blocked()
+        with trio.fail_after(5):  # lost bytes: the second wait would never end
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run)
+                await trio.testing.wait_all_tasks_blocked()  # parked on the socket
+                await peer.send(b"one")
+                await busy.wait()
+                await peer.send(b"two")
+                await trio.testing.wait_all_tasks_blocked()  # the driver saw it, none waiting
+                resume.set()
         assert got == [[b"one", b"two"]]
 
 

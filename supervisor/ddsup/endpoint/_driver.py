@@ -116,8 +116,8 @@ class SocketWait:
 class Watcher(Parked):
     """What handles a socket's readiness itself while a driven coroutine waits for it to
     finish (a stream of the relay, :mod:`._stream_relay`): the driver calls :meth:`ready`
-    whenever the socket is readable, and the watcher ends the wait with
-    :meth:`Driver.resume`. ``driven`` is the wait it ends (set by the driver)."""
+    whenever the socket is readable, and the watcher ends the wait with :meth:`resume`.
+    ``driven`` is the wait it ends (set by the driver)."""
 
     __slots__ = ("driven",)
 
@@ -126,6 +126,11 @@ class Watcher(Parked):
 
     def ready(self) -> None:
         raise NotImplementedError
+
+    def resume(self, result: outcome.Outcome[Any], *, inline: bool) -> None:
+        """End the wait with ``result``: the coroutine is stepped on at once (``inline``:
+        from :meth:`ready`, in the driver's poll loop), or handed back to its own task."""
+        self.driven.driver.resume(self.driven, result, inline=inline)
 
 
 class WatchWait:

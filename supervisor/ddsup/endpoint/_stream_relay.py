@@ -67,18 +67,12 @@ Pass = Callable[[], bool]  # queue what the lane sent for the client; True at th
 class _Stream(Watcher):
     """One stream in the relay: its lane connection and its client."""
 
-    __slots__ = ("client", "conn", "driver", "pass_on", "silence")
+    __slots__ = ("client", "conn", "pass_on", "silence")
 
     def __init__(
-        self,
-        driver: Driver,
-        conn: UpstreamConnection,
-        client: ClientConnection,
-        pass_on: Pass,
-        silence: float,
+        self, conn: UpstreamConnection, client: ClientConnection, pass_on: Pass, silence: float
     ) -> None:
         super().__init__()
-        self.driver = driver
         self.conn = conn
         self.client = client
         self.pass_on = pass_on
@@ -86,10 +80,10 @@ class _Stream(Watcher):
 
     def wake(self) -> None:
         """An interruption (hang-up, deadline): back to its task, which raises it."""
-        self.driver.resume(self.driven, outcome.Value(Handback.READ), inline=False)
+        self.resume(outcome.Value(Handback.READ), inline=False)
 
     def hand_back(self, result: outcome.Outcome[Handback]) -> None:
-        self.driver.resume(self.driven, result, inline=True)
+        self.resume(result, inline=True)
 
     def ready(self) -> None:
         """The lane's socket became readable: relay what came, or hand the stream back."""
@@ -144,7 +138,7 @@ class StreamRelay:
         conn.raise_interruption()
         if not STEPPING.by:
             return Handback.READ
-        stream = _Stream(self.driver, conn, client, pass_on, silence)
+        stream = _Stream(conn, client, pass_on, silence)
         handback: Handback | None = await WatchWait(conn.wire.sock, conn, stream)
         conn.raise_interruption()
         return Handback.READ if handback is None else handback
