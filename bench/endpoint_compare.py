@@ -21,7 +21,10 @@ system of the serving processes), CPU per event (SSE minus plain, per event: the
 issue's definition, which charges any per-request cost of SSE to its events; with
 ``--more-events N`` also the marginal cost, the slope between requests of ``--events``
 and of N events) and the regime: the serving processes' share of the cores they are pinned to, so a figure taken
-at saturation is told apart from one taken below it. Then goodput in front of lanes
+at saturation is told apart from one taken below it, and the load's own CPU per request
+(wrk's and the lanes'): where the load shares the 2-worker variants' cores (fewer than 4
+cores), the most two workers can give there follows from it (those cores' seconds over
+a request's whole cost on them), printed beside the 2-worker goal. Then goodput in front of lanes
 modelled as GPU-bound (``ddsup fake-vllm`` with ``--max-num-seqs`` slots held ``--ttft``
 seconds each): 2xx/s through nginx and through the endpoint at the same concurrency,
 at 1× and 4× their capacity (open loop: ``endpoint_overload.py``'s generator). The
@@ -38,6 +41,7 @@ import argparse
 import contextlib
 import os
 import re
+import resource
 import shutil
 import socket
 import statistics
@@ -112,6 +116,7 @@ class Sample:
     p50_ms: float
     p99_ms: float
     cpu_s: float
+    load_cpu_s: float  # wrk's and the lanes' (the load's own cost, for the 2-core ceiling)
 
     @property
     def rps(self) -> float:
@@ -124,6 +129,10 @@ class Sample:
     @property
     def cpu_us(self) -> float:
         return self.cpu_s / max(1, self.requests) * 1e6
+
+    @property
+    def load_us(self) -> float:
+        return self.load_cpu_s / max(1, self.requests) * 1e6
 
 
 @dataclass(frozen=True)
@@ -147,10 +156,20 @@ def wrk(url: str, body: str, seconds: float, connections: int, cpus: set[int]) -
     return [out]
 
 
-def measure(v: Variant, body: str, seconds: float, connections: int, cpus: set[int]) -> Sample:
-    before = cpu_time(v.serving)
+def measure(
+    v: Variant,
+    body: str,
+    seconds: float,
+    connections: int,
+    cpus: set[int],
+    lanes: tuple[psutil.Process, ...] = (),
+) -> Sample:
+    """One wrk run; the CPU of the variant's processes and, apart, of the load (wrk, the
+    only child reaped meanwhile, and ``lanes``)."""
+    before, load_before = cpu_time(v.serving), cpu_time(lanes) + _reaped_cpu()
     (out,) = wrk(v.url, body, seconds, connections, cpus)
     cpu = cpu_time(v.serving) - before
+    load = cpu_time(lanes) + _reaped_cpu() - load_before
 
     def find(pattern: str, default: str | None = None) -> str:
         match = re.search(pattern, out)
@@ -167,7 +186,12 @@ def measure(v: Variant, body: str, seconds: float, connections: int, cpus: set[i
     took = _ms(find(r"\d+ requests in ([\d.]+\w+)")) / 1000.0
     non2xx = int(find(r"Non-2xx or 3xx responses: (\d+)", "0"))
     p50, p99 = _ms(find(r"50%\s+([\d.]+\w+)")), _ms(find(r"99%\s+([\d.]+\w+)"))
-    return Sample(requests, requests - non2xx, took, p50, p99, cpu)
+    return Sample(requests, requests - non2xx, took, p50, p99, cpu, load)
+
+
+def _reaped_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _ms(text: str) -> float:
@@ -285,6 +309,7 @@ def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[
         lanes.append(port_file)
     lane_urls = [f"http://127.0.0.1:{wait_port(p)}" for p in lanes]
     lane0 = psutil.Process(children[0].pid)
+    lane_procs = tuple(psutil.Process(child.pid) for child in children[: args.lanes])
     children.append(h11 := start([*me, "--floor-h11", str(tmp / "h11")], proxy))
     children.append(ht := start([*me, "--floor-httptools", str(tmp / "ht")], proxy))
     floor_proxies = {}
@@ -344,10 +369,10 @@ def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[
         phases.append(("sse_more", sse, STREAM_MORE % args.more_events))
     for kind, variants, body in phases:
         for v in variants:  # warm-up: pools, caches, page faults
-            measure(v, body, 1, args.connections, load)
+            measure(v, body, 1, args.connections, load, lane_procs)
         for order in rotations(variants, args.reps):
             for v in order:
-                sample = measure(v, body, args.seconds, args.connections, load)
+                sample = measure(v, body, args.seconds, args.connections, load, lane_procs)
                 results[kind].setdefault(v.name, []).append(sample)
     return {"results": results, "variants": {v.name: v for v in plain}}
 
@@ -406,6 +431,7 @@ def report_cpu(cpu: dict[str, Any], args: argparse.Namespace) -> dict[str, float
                 "p99": median([s.p99_ms for s in ss]),
                 "cpu": median([s.cpu_us for s in ss]),
                 "share": median([s.cpu_s / s.seconds for s in ss]),
+                "load": median([s.load_us for s in ss]),
             }
             for name, ss in by_name.items()
         }
@@ -413,7 +439,8 @@ def report_cpu(cpu: dict[str, Any], args: argparse.Namespace) -> dict[str, float
     }
     print(
         f"wrk -c {args.connections} -d {args.seconds:g}s × {args.reps} reps, medians; "
-        "CPU = user + system of the serving processes; share = of the cores they may use"
+        "CPU = user + system of the serving processes; share = of the cores they may use; "
+        "load = wrk's and the lanes' CPU"
     )
     print(f"\nplain JSON, {args.lanes} fast lanes")
     _table(med["plain"], variants)
@@ -459,13 +486,38 @@ def report_cpu(cpu: dict[str, Any], args: argparse.Namespace) -> dict[str, float
                     f"{args.baseline} {workers} {then['cpu']:.1f} µs "
                     f"(x {now['cpu'] / then['cpu']:.2f}); req/s x {now['rps'] / then['rps']:.2f}"
                 )
+    ceiling = _two_core_ceiling(plain, variants)
     return {
+        "ceiling": ceiling.get("endpoint", float("nan")),
         "cpu": plain["endpoint 1w"]["cpu"],
         "event": per_event["endpoint 1w"],
         "event_marginal": marginal.get("endpoint 1w", float("nan")),
         "scale": plain["endpoint 2w"]["rps"] / plain["endpoint 1w"]["rps"],
         "nginx_scale": plain["nginx 2w"]["rps"] / plain["nginx 1w"]["rps"],
     }
+
+
+def _two_core_ceiling(
+    plain: dict[str, dict[str, float]], variants: dict[str, Variant]
+) -> dict[str, float]:
+    """Where the load shares the 2-worker variants' cores (a machine with fewer than 4),
+    the most 2 workers can give, as a multiple of 1 worker's req/s: those cores' CPU
+    seconds divided by what a request costs on them (the proxy's CPU plus wrk's and the
+    lanes'). Printed, and returned per proxy; empty where the load has cores of its own."""
+    ceilings: dict[str, float] = {}
+    for proxy in ("endpoint", "nginx"):
+        two, one = plain[f"{proxy} 2w"], plain[f"{proxy} 1w"]
+        cores = variants[f"{proxy} 2w"].cores | variants["direct"].cores
+        if not variants[f"{proxy} 2w"].cores & variants["direct"].cores:
+            continue
+        most = len(cores) / ((two["cpu"] + two["load"]) * 1e-6)
+        ceilings[proxy] = most / one["rps"]
+        print(
+            f"  {proxy} 2w on cores shared with the load: at most {most:,.0f} req/s "
+            f"({len(cores)} cores / ({two['cpu']:.1f} µs proxy + {two['load']:.1f} µs "
+            f"wrk and lanes per request)) = {ceilings[proxy]:.2f}× its 1 worker"
+        )
+    return ceilings
 
 
 def report_goodput(goodput: dict[str, Any], args: argparse.Namespace) -> float:
@@ -517,6 +569,11 @@ def report(
             f"  2 workers on 2 cores ≥ 1.8× the req/s of 1 worker: {scale:.2f}× "
             f"({'met' if scale >= 1.8 else 'missed'}; nginx 2w/1w {figures['nginx_scale']:.2f}×)"
         )
+        if figures["ceiling"] == figures["ceiling"]:  # not NaN: the load shares the cores
+            print(
+                f"    … the most these cores allow with the load on them: "
+                f"{figures['ceiling']:.2f}× (the goal needs cores the load does not use)"
+            )
     if worst is not None:
         verdict = "met" if worst >= 0.95 else "missed"
         print(f"  goodput ≥ 0.95 of nginx's: {worst:.3f} at worst ({verdict})")
@@ -530,7 +587,7 @@ def _table(med: dict[str, dict[str, float]], variants: dict[str, Variant]) -> No
     nginx = med.get("nginx 1w")
     print(
         f"  {'variant':<16}{'cores':>6}{'req/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
-        f"{'CPU µs/req':>11}{'x nginx':>8}{'share':>7}"
+        f"{'CPU µs/req':>11}{'x nginx':>8}{'share':>7}{'load µs/req':>12}"
     )
     for name, m in med.items():
         cores = variants[name].cores
@@ -539,6 +596,7 @@ def _table(med: dict[str, dict[str, float]], variants: dict[str, Variant]) -> No
         print(
             f"  {name:<16}{','.join(map(str, sorted(cores))):>6}{m['rps']:>9.0f}"
             f"{m['p50']:>8.2f}{m['p99']:>8.2f}{m['cpu']:>11.1f}{ratio:>8.2f}{share:>6.0f}%"
+            f"{m['load']:>12.1f}"
         )
 
 

@@ -14,6 +14,10 @@ PID file, and prints one JSON line per step on stdout:
    ``{"step": "closed", "engine_alive": …, "run_cgroup_exists": …}``;
 3. with ``then = "hang"``: it sleeps until the test SIGKILLs it.
 
+With ``slow_moves`` (seconds), every move into or out of a cgroup first waits that long
+(the kernel's cgroup mutex held elsewhere); ``started`` then also tells ``loop_gap``, the
+longest the event loop went without a turn while the unit was forked.
+
 With ``unit_cgroup_at``, the unit's cgroup is that directory (a test's way to give it one
 the kernel refuses: a plain directory is no cgroup); when the spawn fails (an ``argv``
 that cannot be executed), ``{"step": "spawn-failed", ...}`` with where we are, and the
@@ -25,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +67,21 @@ async def main(config: dict[str, Any]) -> None:
         scope = containment.scope("u1")
         if config.get("unit_cgroup_at") and scope.cgroup is not None:
             scope.cgroup = Cgroup(scope.cgroup.kind, config["unit_cgroup_at"])
+        if config.get("slow_moves"):
+            _slow_moves(config["slow_moves"])
+        gaps: list[float] = []
         try:
-            child = await spawn(config["argv"], env=env, cwd="/", log_path=config["log"], unit="u1")
+            async with trio.open_nursery() as nursery:
+                await nursery.start(_tick, gaps)
+                child = await spawn(
+                    config["argv"], env=env, cwd="/", log_path=config["log"], unit="u1"
+                )
+                nursery.cancel_scope.cancel()
         except SpawnError as err:
             say({"step": "spawn-failed", "error": str(err), "supervisor_cgroups": read_cgroups()})
             engine = 0
         else:
+            config["loop_gap"] = max(gaps, default=0.0)
             engine = await started(containment, child, config)
     run = containment.layers.run_cgroup
     say(
@@ -78,6 +92,33 @@ async def main(config: dict[str, Any]) -> None:
             "survivors": containment.survivors,
         }
     )
+
+
+def _slow_moves(seconds: float) -> None:
+    """Every move into or out of a cgroup waits ``seconds`` first, in whatever thread
+    makes it: the kernel's cgroup mutex held by other processes' moves, as it is when
+    128 agents start lanes on one kernel."""
+    move = Cgroup.move
+
+    def slow(self: Cgroup, pid: int) -> None:
+        time.sleep(seconds)
+        move(self, pid)
+
+    Cgroup.move = slow  # type: ignore[method-assign]
+
+
+async def _tick(gaps: list[float], task_status: trio.TaskStatus[None]) -> None:
+    """The event loop's pulse while the unit is forked: the gaps between 5 ms sleeps,
+    the last one until this task is cancelled."""
+    last = time.monotonic()
+    task_status.started()
+    try:
+        while True:
+            await trio.sleep(0.005)
+            gaps.append(time.monotonic() - last)
+            last = time.monotonic()
+    finally:
+        gaps.append(time.monotonic() - last)
 
 
 async def started(
@@ -99,6 +140,7 @@ async def started(
             "engine_cgroups": read_cgroups(engine),
             "supervisor_cgroups": read_cgroups(),
             "sentinel_cgroups": read_cgroups(containment.layers.sentinel or 0),
+            "loop_gap": config["loop_gap"],
         }
     )
     if config["then"] == "hang":

@@ -259,6 +259,28 @@ def test_the_supervisor_forks_a_unit_from_its_cgroup_and_is_home_after(
     assert run.finish() == 0
 
 
+@pytest.mark.parametrize("kind", ["v2", "v1-freezer"])
+def test_ddsup_start_forks_a_unit_into_its_cgroup_off_its_event_loop(
+    kind: str, tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """``ddsup start``'s loop serves the whole run (every agent's channel, the lane feed):
+    while the kernel holds the cgroup lock that the moves around a unit's fork wait for
+    (here each move waits 0.4 s), the loop keeps its turns, and the unit is still born
+    in its own cgroup, the supervisor back home after."""
+    _need(kind)
+    run = Supervisor(tmp_path, invocation_id, cgroup=kind, state_dir=None, slow_moves=0.4)
+    supervisors.append(run)
+    started = run.step()
+    assert started["step"] == "started", started
+    assert started["loop_gap"] < 0.2, started  # two moves: 0.8 s on the loop
+    controller = _cgroup.CgroupKind(kind).controller
+    assert started["engine_cgroups"][controller].endswith("/controller/u-u1"), started
+    assert started["supervisor_cgroups"][controller].endswith("/controller/supervisor")
+    assert run.step()["step"] == "unit-ended"
+    assert run.step()["run_cgroup_exists"] is False
+    assert run.finish() == 0
+
+
 def test_a_unit_cgroup_the_kernel_refuses_starts_the_unit_outside_it(
     tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
 ) -> None:

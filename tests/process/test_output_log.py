@@ -9,6 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 import trio
 
 from ddsup.process import OutputLog, output_pipe, rotated_log, spawn
@@ -111,6 +112,55 @@ async def test_a_stalled_file_never_blocks_the_unit_and_drops_are_said(tmp_path:
     kept = len(data) - sum(len(dropped_notice(int(n))) for n in notices)
     assert kept + dropped == 48 * MIB  # every byte written, or counted as dropped
     assert kept <= 16 * MIB + 2 * MIB  # the backlog, and what the pipe held at the end
+
+
+@pytest.mark.parametrize("first", ["size", "copy"])
+async def test_a_log_file_slow_to_create_never_holds_the_event_loop(
+    first: str, tmp_path: Path
+) -> None:
+    """The log is created (by the look at its size before a start, or else by the copy
+    of the output) in a worker thread (a directory that 128 agents create their logs in,
+    a stalled shared file system): meanwhile the event loop keeps its turns, and the
+    unit's output reaches the file once it exists."""
+    path = tmp_path / "lane@0.log"
+    log = OutputLog(path, max_size=1 << 20, max_files=1)
+    release = threading.Event()
+    real_open = log._open
+
+    def slow_open() -> int:
+        release.wait(10)  # bounded: a loop held here shows in the turn below, not a hang
+        return real_open()
+
+    log._open = slow_open  # type: ignore[method-assign]
+    read_end, write_end = output_pipe()
+    try:
+        child = await spawn(_lines(100), env=dict(os.environ), cwd=".", output=write_end)
+    finally:
+        os.close(write_end)
+    sizes: list[int] = []
+    sized = trio.Event()
+
+    async def size() -> None:
+        sizes.append(await log.size())
+        sized.set()
+
+    async with trio.open_nursery() as nursery:
+        if first == "size":
+            nursery.start_soon(size)
+        else:
+            log.copy_in(nursery, read_end, name="output")
+        began = trio.current_time()
+        await trio.sleep(0.05)  # the file's creation waits now
+        assert trio.current_time() - began < 1.0  # the loop was not held
+        assert not path.exists()
+        release.set()
+        if first == "size":
+            await sized.wait()
+            assert sizes == [0]  # the file it made
+            log.copy_in(nursery, read_end, name="output")
+        assert (await child.wait()).code == 0
+    log.close()
+    assert len(path.read_bytes().splitlines()) == 100
 
 
 async def test_a_copy_ends_at_its_deadline_when_an_escaped_process_holds_the_pipe(

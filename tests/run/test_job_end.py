@@ -17,14 +17,14 @@ import trio
 
 from ddsup._errors import ResultStatus
 from ddsup.plan import Plan
-from ddsup.process import ExitStatus
+from ddsup.process import ExitStatus, fork_lock
 from ddsup.record._events import UnitTransition
 from ddsup.record._outcome import Outcome, WorkerEnded
 from ddsup.record._state_dir import create_state_dir, for_attempt
 from ddsup.record._states import InstanceState as S
 from ddsup.run._run_inputs import EndNear, Host, Observed, PreflightOver, StartOn, StopOn
 from ddsup.run._run_state import RunState
-from ddsup.run._slurm_job import attempt_of, parse_end_time, settle_requeue
+from ddsup.run._slurm_job import _run, attempt_of, parse_end_time, settle_requeue
 from ddsup.units._model import UnitSet
 from support import units as u
 from support.runs import PY, run_start
@@ -117,3 +117,23 @@ async def test_a_later_attempt_runs_in_its_own_state_dir_and_tells_the_units(
     result = json.loads((state / "result.json").read_text())
     assert result["status"] == "worker_failed"
     assert "but this run is not in a Slurm job" in result["cause"]["reason"]
+
+
+async def test_a_slurm_query_is_not_forked_while_a_unit_is(tmp_path: Path) -> None:
+    """``ddsup start`` forks a unit from a worker thread while it sits in the unit's
+    cgroup; a child forked by another task meanwhile would be born in that cgroup. So
+    the Slurm client's command (``squeue``, ``scontrol``) waits for the fork lock, and
+    runs once it is free."""
+    marker = tmp_path / "ran"
+    done: list[object] = []
+
+    async def query() -> None:
+        done.append(await _run(["touch", str(marker)]))
+
+    async with trio.open_nursery() as nursery, fork_lock():  # a unit's fork in flight
+        nursery.start_soon(query)
+        with trio.move_on_after(1.0):  # it must not run: bounded look for its mark
+            while not await trio.Path(marker).exists():  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        assert not marker.exists(), "the command was forked while the lock was held"
+    assert marker.exists() and len(done) == 1 and not isinstance(done[0], str), done

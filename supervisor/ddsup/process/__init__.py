@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ddsup.process._final_sweep import sweep_until_gone as sweep_until_gone
     from ddsup.process._layers import Layers as Layers
     from ddsup.process._managed import ManagedChildren as ManagedChildren
+    from ddsup.process._managed import fork_lock as fork_lock
     from ddsup.process._managed import managed_children as managed_children
     from ddsup.process._opening import CGROUP_ENV as CGROUP_ENV
     from ddsup.process._opening import OpenedLayers as OpenedLayers
@@ -87,6 +88,7 @@ _LAZY = {
     "end_on_this_node": "ddsup.process._ending",
     "sweep_until_gone": "ddsup.process._final_sweep",
     "ManagedChildren": "ddsup.process._managed",
+    "fork_lock": "ddsup.process._managed",
     "managed_children": "ddsup.process._managed",
     "CopyTask": "ddsup.process._output_log",
     "OutputLog": "ddsup.process._output_log",

@@ -201,10 +201,11 @@ class Cgroup:
 def inside(target: Cgroup, home: Cgroup) -> Iterator[OSError | None]:
     """This process sits in ``target`` for the body, then goes back to ``home``: what the
     body forks is born in ``target``, before it runs an instruction, so nothing it forks
-    can start outside it (``UnitScope.forking``).
+    can start outside it (``UnitScope.fork_inside``).
 
     Yields None once inside, or the error that kept it out (it then stays where it is).
-    The body must not let anything else of this process run or fork meanwhile. Staying
+    Nothing else of this process may fork meanwhile: its child would be born in
+    ``target`` too. Every thread of this process moves with it. Staying
     in ``target`` would let its end kill us, so a failed move back is not swallowed: the
     ``home`` directory is made again (it was empty, and may have been removed) and the
     move tried once more. Moves are cheap back to back (~25 µs here) and cost an RCU

@@ -24,7 +24,8 @@ import os
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager, nullcontext, suppress
+from contextlib import asynccontextmanager, suppress
+from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
@@ -295,8 +296,8 @@ async def spawn(
     scope = None if containment is None or unit is None else containment.scope(unit)
     try:
         async with registry.lock:  # the reaper waits from the fork to the registration
-            with nullcontext() if scope is None else scope.forking():
-                popen = _fork_exec(argv, env, cwd, out_fd)
+            fork = partial(_fork_exec, argv, env, cwd, out_fd)
+            popen = fork() if scope is None else await scope.fork_inside(fork)
             registry.pids.add(popen.pid)
     finally:
         if output is None:
@@ -309,12 +310,12 @@ async def spawn(
 def _fork_exec(
     argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str], out_fd: int
 ) -> subprocess.Popen[bytes]:
-    """``argv`` in a new session, on the event loop's thread: with no ``preexec_fn``,
-    ``subprocess`` vforks, and we are suspended only until the child has exec'd (0.75 ms
-    here, ``bench/spawn_cost.py``), which costs less than handing the fork to a worker
-    thread as ``trio.lowlevel.open_process`` does; and ``UnitScope.forking`` needs the
-    fork to happen while no other task of ours runs. The price: an exec that is slow
-    (a program on a cold network file system) holds the loop for as long."""
+    """``argv`` in a new session. With no ``preexec_fn`` ``subprocess`` vforks, and the
+    calling thread is suspended only until the child has exec'd (0.75 ms here,
+    ``bench/spawn_cost.py``): the event loop's thread for a unit without a cgroup (less
+    than handing the fork to a worker thread, as ``trio.lowlevel.open_process`` does),
+    ``UnitScope.fork_inside``'s worker thread for one with a cgroup. The price on the
+    loop: an exec that is slow (a program on a cold network file system) holds it as long."""
     try:
         return subprocess.Popen(
             list(argv),

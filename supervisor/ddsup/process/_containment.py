@@ -90,7 +90,7 @@ class Containment:
         if scope is None:
             if self._own is not None:
                 cgroup = self._own.child(_cgroup.UNIT_PREFIX + unit)
-                scope = UnitScope(unit, cgroup, self._records)
+                scope = UnitScope(unit, cgroup, self._records, fork_off_loop=self.root)
             else:
                 scope = UnitScope(unit, None, self._records, rescan=self.scan_soon)
             self._scopes[unit] = scope

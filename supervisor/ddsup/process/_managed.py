@@ -6,6 +6,12 @@ are owned by a task that waits for them (``AdoptedProcess.wait``); if the reaper
 their exit status first, the owner would lose it. So ``spawn`` registers each PID here,
 and holds the lock from the fork to the registration, so that a child which exits at
 once is never seen by the reaper as an unknown zombie.
+
+The same lock keeps a supervisor's other forks apart from a unit's: ``spawn`` holds it
+while this process sits in the unit's cgroup to fork there, from a worker thread
+(``UnitScope.fork_inside``), and a child forked by another thread meanwhile would be born
+in that cgroup too. So any other child a running supervisor starts is forked under it
+(:func:`fork_lock`).
 """
 
 from __future__ import annotations
@@ -35,3 +41,10 @@ def managed_children() -> ManagedChildren:
         registry = ManagedChildren()
         _MANAGED.set(registry)
         return registry
+
+
+def fork_lock() -> trio.Lock:
+    """The lock to hold while this process forks (``trio.run_process`` started with
+    ``nursery.start``, which returns once the child exists): no unit's fork sits in its
+    cgroup meanwhile (the module docstring)."""
+    return managed_children().lock

@@ -9,9 +9,13 @@ what is written between the copy and the truncate).
 The rules, chosen so that a lane that writes fast is never slowed down by its log and
 nothing is lost without a word:
 
-- **Never blocking the unit.** The pipe is read continuously (its buffer enlarged to
-  1 MiB where the kernel allows), independently of the file: writes to the file run in
-  a worker thread, so a slow or stalled shared file system delays only the file.
+- **Never blocking the unit, nor ddsup.** The pipe is read continuously (its buffer
+  enlarged to 1 MiB where the kernel allows), independently of the file: every touch of
+  the file (its creation, its size, writes, rotation) runs in a worker thread, so a slow
+  or stalled shared file system delays only the file, and a directory that other
+  processes create files in at the same moment does not hold the event loop (``ddsup
+  start``'s waited 0.4 s to create ``endpoint.log`` while 128 agents created theirs
+  beside it: BENCHMARKS.md, "The controller's loop off the kernel's locks").
 - **A bounded backlog.** Output waits for the file in memory up to ``backlog`` bytes
   (16 MiB). Beyond that, new output is dropped, counted, and replaced in the file by one
   line ``[ddsup: dropped N bytes of output: the log file did not keep up]`` as soon as
@@ -97,13 +101,17 @@ class OutputLog:
         for copy in self._copies:
             copy.scope.deadline = min(copy.scope.deadline, deadline)
 
-    @property
-    def size(self) -> int:
-        """Bytes in the current file now (where the next process's output will begin)."""
+    async def size(self) -> int:
+        """Bytes in the current file now (where the next process's output will begin). The
+        file is created here if it is not there yet, in the same worker thread (every
+        touch of the file runs in one: the module docstring), so the copy finds it open."""
+        return await trio.to_thread.run_sync(self._open_size)
+
+    def _open_size(self) -> int:
         try:
-            return self.path.stat().st_size
+            return os.fstat(self._open()).st_size
         except OSError:
-            return 0
+            return 0  # the copy tries again, and says why
 
     async def copy(self, read_end: int) -> None:
         """Copy one process's output until every writer closed the pipe (EOF).
@@ -112,8 +120,9 @@ class OutputLog:
         scope keeps a stop from cutting off the last words of a process.
         """
         stream = trio.lowlevel.FdStream(read_end)
-        try:
-            self._open()  # the log exists from the start, as the process does
+        try:  # the log exists from the start, as the process does
+            if self._fd is None:
+                await trio.to_thread.run_sync(self._open)
         except OSError as err:
             self._failed(err, "open")
         read_done = trio.Event()

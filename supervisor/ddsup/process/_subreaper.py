@@ -63,9 +63,10 @@ async def _reap_first_zombies(registry: ManagedChildren) -> tuple[int, bool]:
     ``waitid(WNOWAIT)`` names one zombie child without reaping it. None left: done, and
     sure (the common case, once trio has reaped the unit that just exited). One that is
     not ours to reap (a managed child its owner has yet to wait for, a helper in our
-    session): it hides the others, so the caller scans. The kernel hands out the
-    calling thread's children in the order they became its children: the units, which
-    ``spawn`` forks on this thread, then the orphans adopted after them; so a scan
+    session): it hides the others, so the caller scans. The kernel hands out each
+    thread's children in the order they became its children (and every thread's, the
+    children of ``ddsup start``'s worker threads too, whose unit forks run there): the
+    units, which ``spawn`` forks, then the orphans adopted after them; so a scan
     follows when the reaper runs before the owner of a unit that just exited has reaped
     it (``tests/process/test_orphans.py``).
     """

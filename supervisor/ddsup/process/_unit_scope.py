@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from typing import TypeVar
 
 import trio
 
@@ -22,6 +23,7 @@ from ddsup.process._table import ProcessTable
 
 log = logging.getLogger(__name__)
 
+_Forked = TypeVar("_Forked")
 END_GRACE = 5.0  # seconds for a unit's SIGKILLed leftovers to die (no later than the stop's)
 
 
@@ -34,9 +36,12 @@ class UnitScope:
         cgroup: _cgroup.Cgroup | None,
         records: Records,
         rescan: Callable[[ProcessTable | None], None] | None = None,
+        *,
+        fork_off_loop: bool = False,
     ) -> None:
         self.unit = unit
         self.cgroup = cgroup
+        self._fork_off_loop = fork_off_loop  # see fork_inside
         self._records = records
         # without a cgroup: ask for a look that records the orphans the unit just made
         self._rescan = rescan
@@ -47,30 +52,42 @@ class UnitScope:
     def running(self) -> bool:
         return self.pid is not None
 
-    @contextlib.contextmanager
-    def forking(self) -> Iterator[None]:
-        """This process sits in the unit's cgroup while the body forks the unit's process,
-        and goes back to its own leaf beside it after (``_cgroup.inside``): the child is
-        born inside the cgroup, so nothing it forks can start outside it.
+    async def fork_inside(self, fork: Callable[[], _Forked]) -> _Forked:
+        """``fork()`` (it forks the unit's process) while this process sits in the unit's
+        cgroup, then back to its own leaf beside it (``_cgroup.inside``): the child is born
+        inside the cgroup, so nothing it forks can start outside it.
 
         The supervisor moves, not the child: a child that moves itself needs a
         ``preexec_fn``, and with one ``subprocess`` forks (copying our page tables and
         running Python in the child) instead of vforking: 5.7 ms of CPU per start against
-        1.1 ms (BENCHMARKS.md, "A unit forked from inside its cgroup"). The body must not
-        await, so that no other task of ours runs meanwhile. Without a cgroup, or when the
-        move in fails (logged), the child starts where we are and :meth:`started` finds it
-        not contained.
+        1.1 ms (BENCHMARKS.md, "A unit forked from inside its cgroup").
+
+        With ``fork_off_loop`` (``ddsup start``, whose loop serves the whole run: every
+        agent's channel, the lane feed, the operator) the cgroup's ``mkdir``, the two
+        moves and the fork run in a worker thread: each of the three takes the kernel's
+        cgroup mutex, which other processes' moves hold through RCU grace periods. In a
+        sampled 128 × 8 start ``ddsup start``'s loop waited 480 ms in ``cgroup_mkdir``
+        for the endpoint's cgroup while 128 agents on one kernel moved, and every lane
+        event waited with it (BENCHMARKS.md, "The controller's loop off the kernel's
+        locks"). Other tasks run meanwhile; none forks, as ``inside`` needs: a unit's
+        fork holds the registry's lock around this, and so does every other fork of a
+        running supervisor (``fork_lock``). A node agent forks in one step of its loop,
+        which serves its own node only: there the thread cost more than it saved (with
+        128 agents forking from threads, ready → table p99 median 84 ms in eight runs
+        against 32 ms, same stop). Without a cgroup the fork stays on the loop (a vfork:
+        the loop waits only for the child's exec). When the move in fails (logged), the
+        child starts where we are and :meth:`started` finds it not contained.
         """
         if self.cgroup is None:
-            yield
-            return
+            return fork()
         home = self.cgroup.parent.child(_cgroup.SUPERVISOR_LEAF)  # <own>/supervisor
-        with _cgroup.inside(self.cgroup, home) as refused:
-            if refused is not None:
-                log.warning(
-                    "%s: no cgroup of its own (%s): %s", self.unit, self.cgroup.path, refused
-                )
-            yield
+        if self._fork_off_loop:
+            refused, forked = await trio.to_thread.run_sync(_fork_inside, self.cgroup, home, fork)
+        else:
+            refused, forked = _fork_inside(self.cgroup, home, fork)
+        if refused is not None:
+            log.warning("%s: no cgroup of its own (%s): %s", self.unit, self.cgroup.path, refused)
+        return forked
 
     def started(self, pid: int) -> None:
         """The unit's process ``pid`` runs: record it, and whether its cgroup holds it.
@@ -125,6 +142,14 @@ class UnitScope:
             # dies), to record soon; not awaited, so a restart does not wait for the pass
             self._rescan(table)
         return ended
+
+
+def _fork_inside(
+    target: _cgroup.Cgroup, home: _cgroup.Cgroup, fork: Callable[[], _Forked]
+) -> tuple[OSError | None, _Forked]:
+    """``fork()`` from inside ``target`` (a worker thread's part of ``fork_inside``)."""
+    with _cgroup.inside(target, home) as refused:
+        return refused, fork()
 
 
 def pin_now(pid: int) -> int | None:

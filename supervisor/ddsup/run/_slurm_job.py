@@ -24,6 +24,7 @@ from dataclasses import replace
 import trio
 
 from ddsup._errors import EXIT_REQUEUE, ResultStatus
+from ddsup.process import fork_lock
 from ddsup.record._outcome import Outcome
 from ddsup.run._run_facts import attempt_of as attempt_of
 from ddsup.units import printable
@@ -86,10 +87,25 @@ async def _run(argv: list[str]) -> subprocess.CompletedProcess[bytes] | str:
     program = shutil.which(argv[0])
     if program is None:
         return f"{argv[0]} is not on PATH"
-    with trio.move_on_after(CLIENT_TIMEOUT):
-        done = await trio.run_process(
-            [program, *argv[1:]], capture_stdout=True, capture_stderr=True, check=False
+    finished: list[subprocess.CompletedProcess[bytes]] = []
+
+    async def run(task_status: trio.TaskStatus[trio.Process]) -> None:
+        command = [program, *argv[1:]]
+        finished.append(
+            await trio.run_process(
+                command,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                task_status=task_status,
+            )
         )
+
+    with trio.move_on_after(CLIENT_TIMEOUT):
+        # forked under the lock (not while a unit's fork sits in its cgroup), then waited
+        async with trio.open_nursery() as nursery, fork_lock():
+            await nursery.start(run)
+        (done,) = finished
         if done.returncode != 0:
             why = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
             return f"{' '.join(argv)} failed: {printable(why)}"

@@ -77,7 +77,7 @@ class OneStart:
         end).
         """
         spec, hooks = self.spec, self.hooks
-        log_offset = self.output.size
+        log_offset = await self.output.size()
         read_end, write_end = output_pipe()
         try:
             child = await spawn(  # ddsup:containment: unit= puts it in its unit's cgroup
