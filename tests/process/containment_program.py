@@ -70,15 +70,18 @@ async def main(config: dict[str, Any]) -> None:
         if config.get("slow_moves"):
             _slow_moves(config["slow_moves"])
         gaps: list[float] = []
-        try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(_tick, gaps)
+        child: ChildProcess | SpawnError
+        async with trio.open_nursery() as nursery:
+            await nursery.start(_tick, gaps)
+            try:
                 child = await spawn(
                     config["argv"], env=env, cwd="/", log_path=config["log"], unit="u1"
                 )
-                nursery.cancel_scope.cancel()
-        except SpawnError as err:
-            say({"step": "spawn-failed", "error": str(err), "supervisor_cgroups": read_cgroups()})
+            except SpawnError as err:
+                child = err
+            nursery.cancel_scope.cancel()
+        if isinstance(child, SpawnError):
+            say({"step": "spawn-failed", "error": str(child), "supervisor_cgroups": read_cgroups()})
             engine = 0
         else:
             config["loop_gap"] = max(gaps, default=0.0)
