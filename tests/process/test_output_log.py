@@ -124,10 +124,11 @@ async def test_a_log_file_slow_to_create_never_holds_the_event_loop(
     unit's output reaches the file once it exists."""
     path = tmp_path / "lane@0.log"
     log = OutputLog(path, max_size=1 << 20, max_files=1)
-    release = threading.Event()
+    entered, release = threading.Event(), threading.Event()
     real_open = log._open
 
     def slow_open() -> int:
+        entered.set()
         release.wait(10)  # bounded: a loop held here shows in the turn below, not a hang
         return real_open()
 
@@ -150,8 +151,8 @@ async def test_a_log_file_slow_to_create_never_holds_the_event_loop(
         else:
             log.copy_in(nursery, read_end, name="output")
         began = trio.current_time()
-        await trio.sleep(0.05)  # the file's creation waits now
-        assert trio.current_time() - began < 1.0  # the loop was not held
+        await trio.to_thread.run_sync(entered.wait, 10)  # the file's creation waits now
+        assert trio.current_time() - began < 1.0  # the loop was not held meanwhile
         assert not path.exists()
         release.set()
         if first == "size":
