@@ -233,6 +233,17 @@ def reaped_cpu_s(proc: psutil.Process) -> float:
     return 0.0
 
 
+def loop_waits(proc: psutil.Process) -> tuple[float, int]:
+    """(seconds runnable but waiting for a CPU, times preempted) of ``proc``'s main
+    thread (the controller's event loop) so far: the regime beside a latency figure. A
+    loop that waits for a CPU delays every event it has not handled yet, whatever its
+    code costs (``/proc/PID/schedstat``: on-CPU, run-queue wait, slices)."""
+    with suppress(OSError, ValueError, IndexError):
+        waited = int(Path(f"/proc/{proc.pid}/schedstat").read_text().split()[1]) / 1e9
+        return waited, proc.num_ctx_switches().involuntary
+    return float("nan"), -1
+
+
 def rss_mib(procs: Iterable[psutil.Process]) -> list[float]:
     out = []
     for proc in procs:
@@ -355,6 +366,9 @@ def measure_start(run: Run, tail: EventTail, spawned: float, procs: Procs) -> No
     last_lane = max(lanes, key=lambda i: lanes[i])
     run.put("overhead_s", last - spawned - max(own) - stagger_of(last_lane, events))
     run.put("controller_cpu_to_ready_s", cpu_s([procs.controller]))
+    waited, preempted = loop_waits(procs.controller)
+    run.put("controller_cpu_wait_to_ready_s", waited)
+    run.put("controller_preempted_to_ready", preempted)
     # children the controller has reaped: the local agents' forker, which has exited
     run.put("reaped_cpu_to_ready_s", reaped_cpu_s(procs.controller))
     run.put("agents_cpu_to_ready_s", cpu_s(procs.agents))
@@ -539,6 +553,8 @@ def run_variant(run: Run, args: argparse.Namespace, full: bool) -> dict[str, flo
     run.put("table_max_ms", 1000 * max(to_table, default=float("nan")))
     run.put("table_lanes_seen", len(to_table))
     run.put("feed_updates", feed.get("updates", 0))
+    if args.readies is not None:
+        write_readies(args.readies, run.stagger, tail, feed["added"])
     run.put("feed_subscriber_cpu_s", feed.get("cpu_s", float("nan")))
     if full and killed:
         line, table = feed_latencies(tail, feed["added"], *trickle)
@@ -549,6 +565,18 @@ def run_variant(run: Run, args: argparse.Namespace, full: bool) -> dict[str, flo
         _line, churn_table = feed_latencies(tail, feed["added"], since=killed)
         run.put("churn_table_p99_ms", 1000 * percentile(churn_table, 0.99))
     return run.result
+
+
+def write_readies(path: Path, variant: str, tail: EventTail, added: dict[str, list[float]]) -> None:
+    """One JSON line per ready, appended to ``path``: when its agent stamped it, when
+    the line was seen in ``events.jsonl`` and when the lane was in the table (null: never),
+    to look at a run's tail (which lanes, when, which hop)."""
+    with path.open("a") as out:
+        for seen, event in tail.transitions("ready"):
+            at = float(event["time"])
+            later = [t for t in added.get(event["instance"], []) if t >= at - 0.001]
+            row = [variant, event["instance"], at, seen, min(later) if later else None]
+            out.write(json.dumps(row) + "\n")
 
 
 # --- main ---------------------------------------------------------------------------
@@ -616,6 +644,7 @@ def main() -> None:
     parser.add_argument("--cool", type=float, default=300.0, help="most seconds between runs")
     parser.add_argument("--limit", type=float, default=900.0, help="seconds to all ready")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--readies", type=Path, help="append each ready's times here (JSON lines)")
     parser.add_argument(
         "--checkout-first",
         action="store_true",
