@@ -314,7 +314,7 @@ class Run:
     def argv(self, units: Path, profile: Path | None) -> list[str]:
         ddsup = DDSUP
         if profile is not None:
-            ddsup = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "ddsup"]
+            ddsup = [sys.executable, str(ROOT / "bench" / "profiled_ddsup.py"), str(profile)]
         start = ["start", str(units), "--state-dir", str(self.state), "-q"]
         return [*ddsup, *start, "--nodes", str(self.nodes), "--gpus-per-node", str(self.gpus)]
 

@@ -87,6 +87,11 @@ def test_any_placement_is_valid_or_refused(units: UnitSet, alloc: list[Node], sh
     assert again.to_json() == plan.to_json()
     assert Plan.from_dict(plan.to_dict()) == plan
     assert json.loads(plan.to_json()) == plan.to_dict()  # JSON's types: lists, names
+    # one line of plan.json per instance and per node: `grep lane@3` finds its placement
+    entries = [line.strip().rstrip(",") for line in plan.to_json().splitlines()]
+    data = plan.to_dict()
+    wanted = [*data["instances"], *data["nodes"]]
+    assert [json.loads(e) for e in entries if e.startswith('{"')] == wanted
 
 
 def _fits_again(plan: Plan, gpus: int, span: int) -> bool:
