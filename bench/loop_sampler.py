@@ -59,8 +59,8 @@ def sample_once(pid: int) -> list[Any] | None:
         cpu, waited = Path(f"/proc/{pid}/schedstat").read_text().split()[:2]
         where: list[str] = []
         if state == "D":
-            with_syscall = Path(f"/proc/{pid}/syscall").read_text().split()[:1]
-            where = Path(f"/proc/{pid}/stack").read_text().splitlines()[:6] + with_syscall
+            syscall = Path(f"/proc/{pid}/syscall").read_text().split()[:1]  # its number
+            where = Path(f"/proc/{pid}/stack").read_text().splitlines()[:6] + syscall
         return [state, int(cpu), int(waited), where]
     except (OSError, IndexError, ValueError):
         return None

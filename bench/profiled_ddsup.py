@@ -24,7 +24,7 @@ from typing import NoReturn
 from ddsup._cli import main
 
 
-def run(out: str, argv: list[str]) -> int:
+def run(out: str, argv: list[str]) -> NoReturn:
     profiler = cProfile.Profile(time.thread_time)
     real_exit = os._exit
 
@@ -35,9 +35,12 @@ def run(out: str, argv: list[str]) -> int:
 
     os._exit = exit_with_profile
     profiler.enable()
-    status = main(argv)
+    try:
+        status = main(argv)
+    except SystemExit as ended:  # argparse's --help, --version, a usage error
+        status = ended.code if isinstance(ended.code, int) else 1
     exit_with_profile(status)
 
 
 if __name__ == "__main__":
-    sys.exit(run(sys.argv[1], sys.argv[2:]))
+    run(sys.argv[1], sys.argv[2:])

@@ -326,6 +326,13 @@ class Run:
         self.result[key] = round(value, 6)
 
 
+def in_table(added: dict[str, list[float]], instance: str, ready: float) -> float | None:
+    """When ``instance`` entered the subscriber's table after its ready at ``ready`` (the
+    first entry from then on, 1 ms of clock skew allowed), None: it never did."""
+    later = [t for t in added.get(instance, []) if t >= ready - 0.001]
+    return min(later, default=None)
+
+
 def feed_latencies(
     tail: EventTail, added: dict[str, list[float]], since: float = 0.0, until: float = 1e12
 ) -> tuple[list[float], list[float]]:
@@ -337,9 +344,9 @@ def feed_latencies(
         if not since <= at < until:
             continue
         to_line.append(seen - at)
-        later = [t for t in added.get(event["instance"], []) if t >= at - 0.001]
-        if later:
-            to_table.append(min(later) - at)
+        entered = in_table(added, event["instance"], at)
+        if entered is not None:
+            to_table.append(entered - at)
     return to_line, to_table
 
 
@@ -554,7 +561,7 @@ def run_variant(run: Run, args: argparse.Namespace, full: bool) -> dict[str, flo
     run.put("table_lanes_seen", len(to_table))
     run.put("feed_updates", feed.get("updates", 0))
     if args.readies is not None:
-        write_readies(args.readies, run.stagger, tail, feed["added"])
+        write_readies(args.readies, run.stagger, tail, feed["added"], feed.get("subscribed", 0.0))
     run.put("feed_subscriber_cpu_s", feed.get("cpu_s", float("nan")))
     if full and killed:
         line, table = feed_latencies(tail, feed["added"], *trickle)
@@ -567,16 +574,20 @@ def run_variant(run: Run, args: argparse.Namespace, full: bool) -> dict[str, flo
     return run.result
 
 
-def write_readies(path: Path, variant: str, tail: EventTail, added: dict[str, list[float]]) -> None:
+def write_readies(
+    path: Path, variant: str, tail: EventTail, added: dict[str, list[float]], since: float
+) -> None:
     """One JSON line per ready, appended to ``path``: when its agent stamped it, when
     the line was seen in ``events.jsonl`` and when the lane was in the table (null: never),
-    to look at a run's tail (which lanes, when, which hop)."""
+    to look at a run's tail (which lanes, when, which hop). Only the readies after the
+    subscriber subscribed (``since``), as the latency figures count them: an earlier one
+    enters the table with the first snapshot, however late that is."""
     with path.open("a") as out:
         for seen, event in tail.transitions("ready"):
             at = float(event["time"])
-            later = [t for t in added.get(event["instance"], []) if t >= at - 0.001]
-            row = [variant, event["instance"], at, seen, min(later) if later else None]
-            out.write(json.dumps(row) + "\n")
+            if at >= since:
+                row = [variant, event["instance"], at, seen, in_table(added, event["instance"], at)]
+                out.write(json.dumps(row) + "\n")
 
 
 # --- main ---------------------------------------------------------------------------

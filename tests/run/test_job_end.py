@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from ddsup._errors import ResultStatus
 from ddsup.plan import Plan
@@ -130,10 +131,10 @@ async def test_a_slurm_query_is_not_forked_while_a_unit_is(tmp_path: Path) -> No
     async def query() -> None:
         done.append(await _run(["touch", str(marker)]))
 
-    async with trio.open_nursery() as nursery, fork_lock():  # a unit's fork in flight
+    lock = fork_lock()
+    async with trio.open_nursery() as nursery, lock:  # a unit's fork in flight
         nursery.start_soon(query)
-        with trio.move_on_after(1.0):  # it must not run: bounded look for its mark
-            while not await trio.Path(marker).exists():  # noqa: ASYNC110
-                await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked()  # the query waits: for what?
+        assert lock.statistics().tasks_waiting == 1, "it did not wait for the fork lock"
         assert not marker.exists(), "the command was forked while the lock was held"
     assert marker.exists() and len(done) == 1 and not isinstance(done[0], str), done
