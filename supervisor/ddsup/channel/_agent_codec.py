@@ -12,7 +12,6 @@ decode does.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from ddsup.channel._agent_messages import (
@@ -24,7 +23,7 @@ from ddsup.channel._agent_messages import (
     Setup,
 )
 from ddsup.channel._typed import from_json, prepare
-from ddsup.channel._wire import Decoder, decode_with, encode_fields
+from ddsup.channel._wire import Decoder, decode_with, encode_fields, line_json
 from ddsup.plan._model import Plan
 
 # A heartbeat's line, written and read without json: every idle agent connection carries
@@ -37,7 +36,7 @@ def encode_agent(message: AgentMessage) -> bytes:
     if isinstance(message, Heartbeat):
         return HEARTBEAT_LINE
     fields = agent_fields(message)
-    return json.dumps({"op": message.op, **fields}, separators=(",", ":")).encode()
+    return line_json({"op": message.op, **fields}).encode()
 
 
 def agent_fields(message: Any) -> dict[str, Any]:

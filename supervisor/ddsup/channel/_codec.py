@@ -12,7 +12,6 @@ those): the same bytes either way. This adds the endpoint's lane feed, and reads
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from ddsup.channel._agent_codec import HEARTBEAT_LINE as HEARTBEAT_LINE
@@ -32,7 +31,7 @@ from ddsup.channel._messages import (
 )
 from ddsup.channel._operator_codec import OPERATOR_SPECIAL, encode_operator
 from ddsup.channel._typed import from_json
-from ddsup.channel._wire import Decoder, decode_with, object_parser
+from ddsup.channel._wire import Decoder, decode_with, line_json, object_parser
 from ddsup.record._event_parse import parse_event
 from ddsup.record._node_events import NODE_EVENTS, NodeEvent
 from ddsup.units._model import EndpointSection
@@ -45,7 +44,7 @@ def encode(message: Message) -> bytes:
         return HEARTBEAT_LINE
     if isinstance(message, StatusReply):
         return encode_operator(message)
-    return json.dumps({"op": message.op, **_fields(message)}, separators=(",", ":")).encode()
+    return line_json({"op": message.op, **_fields(message)}).encode()
 
 
 def _fields(message: Message) -> dict[str, Any]:
@@ -105,12 +104,20 @@ def _node_event(data: dict[str, Any]) -> NodeEvent:
     return event
 
 
+def _event_report(data: dict[str, Any]) -> EventReport:
+    """An agent's report of one event: most of what the controller reads in a start, so
+    read here field by field, not through ``from_json``'s walk of its annotations."""
+    if set(data) != {"event"}:
+        raise ValueError("it carries one event object")
+    return EventReport(_read_node_event(data["event"]))
+
+
+_read_node_event = object_parser(_node_event)
+
 _SPECIAL: dict[type[Any], Decoder] = {
     **OPERATOR_SPECIAL,
     Setup: decode_setup,
     EndpointSetup: _endpoint_setup,
-    EventReport: lambda data: from_json(
-        EventReport, data, parsers={"event": object_parser(_node_event)}
-    ),
+    EventReport: _event_report,
 }
 _BY_OP: dict[str, type[Any]] = {kind.op: kind for kind in MESSAGES}

@@ -10,13 +10,12 @@ the same bytes either way).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ddsup.channel._hello import Hello
 from ddsup.channel._operator_messages import OPERATOR_MESSAGES, OperatorMessage, StatusReply
 from ddsup.channel._typed import from_json
-from ddsup.channel._wire import Decoder, decode_with, encode_fields, object_parser
+from ddsup.channel._wire import Decoder, decode_with, encode_fields, line_json, object_parser
 from ddsup.record._status import RunSnapshot
 
 
@@ -25,7 +24,7 @@ def encode_operator(message: Hello | OperatorMessage) -> bytes:
     """One message as a JSON line's bytes (without the newline)."""
     if isinstance(message, StatusReply):  # its rows' text joined: RunSnapshot.json_text
         return f'{{"op":"{message.op}","snapshot":{message.snapshot.json_text()}}}'.encode()
-    return json.dumps({"op": message.op, **encode_fields(message)}, separators=(",", ":")).encode()
+    return line_json({"op": message.op, **encode_fields(message)}).encode()
 
 
 # --- decode -------------------------------------------------------------------------------
