@@ -311,10 +311,12 @@ class Run:
         (units / "endpoint.toml").write_text(ENDPOINT_UNIT.format(port=free_port()))
         return units
 
-    def argv(self, units: Path, profile: Path | None) -> list[str]:
+    def argv(self, units: Path, profile: Path | None, sample: Path | None = None) -> list[str]:
         ddsup = DDSUP
         if profile is not None:
             ddsup = [sys.executable, str(ROOT / "bench" / "profiled_ddsup.py"), str(profile)]
+        elif sample is not None:
+            ddsup = [sys.executable, str(ROOT / "bench" / "sampled_ddsup.py"), "run", str(sample)]
         start = ["start", str(units), "--state-dir", str(self.state), "-q"]
         return [*ddsup, *start, "--nodes", str(self.nodes), "--gpus-per-node", str(self.gpus)]
 
@@ -513,14 +515,25 @@ def measure_stop(run: Run, tail: EventTail, process: subprocess.Popen[bytes]) ->
     run.put("exit_status", process.returncode)
 
 
-def run_variant(run: Run, args: argparse.Namespace, full: bool) -> dict[str, float]:
+def variant_path(path: Path | None, variant: str) -> Path | None:
+    """``path`` with the variant's name in it (``ctl.txt`` → ``ctl-checkout-250ms.txt``)."""
+    if path is None:
+        return None
+    return path.with_name(f"{path.stem}-{variant.replace(' ', '-')}{path.suffix}")
+
+
+def run_variant(run: Run, args: argparse.Namespace, full: bool, name: str) -> dict[str, float]:
     units = run.write_units(busybox())
     tail = EventTail(run.state / "events.jsonl")
     feed_out = run.work / "feed.json"
     spawned = time.time()
     output = run.work / "output"
     with marked_process(
-        run.argv(units, args.profile), output, stop_timeout=120, env=run.env, session=True
+        run.argv(units, args.profile, variant_path(args.sample, name)),
+        output,
+        stop_timeout=120,
+        env=run.env,
+        session=True,
     ) as process:
         wait_for(lambda: (run.state / "control.secret").exists(), 60, "control channel", process)
         watcher = subprocess.Popen(
@@ -561,7 +574,7 @@ def run_variant(run: Run, args: argparse.Namespace, full: bool) -> dict[str, flo
     run.put("table_lanes_seen", len(to_table))
     run.put("feed_updates", feed.get("updates", 0))
     if args.readies is not None:
-        write_readies(args.readies, run.stagger, tail, feed["added"], feed.get("subscribed", 0.0))
+        write_readies(args.readies, name, tail, feed["added"], feed.get("subscribed", 0.0))
     run.put("feed_subscriber_cpu_s", feed.get("cpu_s", float("nan")))
     if full and killed:
         line, table = feed_latencies(tail, feed["added"], *trickle)
@@ -664,6 +677,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the state directories")
     parser.add_argument("--profile", type=Path, help="run the controller under cProfile, to here")
     parser.add_argument(
+        "--sample", type=Path, help="sample the controller's stacks on its CPU clock, to here"
+    )
+    parser.add_argument(
         "--baseline",
         metavar="REV",
         help="also run ddsup as of this revision (or from this directory of its source)",
@@ -695,7 +711,7 @@ def main() -> None:
                     args.port,
                     code,
                 )
-                results[name] = run_variant(run, args, full=index == 0)
+                results[name] = run_variant(run, args, full=index == 0, name=name)
                 loads[name] = (load, os.getloadavg()[0])
     finally:
         left = kill_marked()

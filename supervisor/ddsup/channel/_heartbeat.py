@@ -91,9 +91,9 @@ async def receive_within(
     without any message. ``answer`` (the agent's ordered outbox) gets a heartbeat back for
     every heartbeat received: the controller's beats are round trips.
 
-    A message the last read already brought is returned without a timeout: a read brings
-    a backlog of several (128 agents on 2 CPUs report in bursts), and a cancel scope for
-    each of them was a tenth of the controller's CPU per event (issue 19)."""
+    A message the last read already brought is returned without a timeout of its own:
+    when the controller falls behind (128 agents on 2 CPUs report in bursts) one read
+    brings several, and each cancel scope costs its entry, exit and a deadline."""
     while True:
         message = channel.receive_buffered()
         if message is None:
