@@ -529,7 +529,7 @@ def run_variant(run: Run, args: argparse.Namespace, full: bool, name: str) -> di
     spawned = time.time()
     output = run.work / "output"
     with marked_process(
-        run.argv(units, args.profile, variant_path(args.sample, name)),
+        run.argv(units, variant_path(args.profile, name), variant_path(args.sample, name)),
         output,
         stop_timeout=120,
         env=run.env,

@@ -29,7 +29,8 @@ while three beats cost the controller 40 % fewer messages than five.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import math
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 import trio
@@ -39,6 +40,7 @@ from ddsup.channel._hello import ChannelError
 from ddsup.channel._lines import LineChannel
 
 M = TypeVar("M")
+T = TypeVar("T")
 
 BEATS_PER_TIMEOUT = 3
 
@@ -89,21 +91,56 @@ async def receive_within(
 ) -> M | None:
     """The next message other than a heartbeat; ChannelError after ``silence`` seconds
     without any message. ``answer`` (the agent's ordered outbox) gets a heartbeat back for
-    every heartbeat received: the controller's beats are round trips.
-
-    A message the last read already brought is returned without a timeout of its own:
-    when the controller falls behind (128 agents on 2 CPUs report in bursts) one read
-    brings several, and each cancel scope costs its entry, exit and a deadline."""
+    every heartbeat received: the controller's beats are round trips."""
     while True:
-        message = channel.receive_buffered()
-        if message is None:
-            with trio.move_on_after(silence) as waited:
-                message = await channel.receive()
-            if waited.cancelled_caught:
-                raise ChannelError(f"no word from {peer} for {silence:g}s (unreachable or hung)")
-            if message is None:
-                return None  # a clean end of stream
-        if not isinstance(message, Heartbeat):
-            return message
-        if answer is not None:
-            answer(HEARTBEAT)
+        with trio.move_on_after(silence):
+            message = await channel.receive()
+            if not isinstance(message, Heartbeat):
+                return message
+            if answer is not None:
+                answer(HEARTBEAT)
+            continue
+        raise ChannelError(f"no word from {peer} for {silence:g}s (unreachable or hung)")
+
+
+class Silence:
+    """When a connection last said anything, and its loss once it has said nothing for
+    ``limit`` seconds: the controller's side of an agent's connection.
+
+    Not a timeout per message (:func:`receive_within`): a start's 128 agents send
+    thousands of reports, and a cancel scope per wait (its entry, its exit, a deadline in
+    trio's heap) was 8–12 % of the controller's CPU while they did (BENCHMARKS.md, "The
+    controller's CPU in the first wave"). Here a message only notes the time
+    (:meth:`hear`); one cancel scope covers the whole reading, its deadline ``limit``
+    after the last message heard when it was set. When that deadline passes, a message
+    heard since sets the next one and the reading starts over (a channel cancelled in a
+    read loses nothing); none heard is the loss.
+    """
+
+    def __init__(self, peer: str, limit: float = math.inf) -> None:
+        self.peer = peer
+        self.limit = limit
+        self.heard = trio.current_time()
+        self._scope: trio.CancelScope | None = None
+
+    def hear(self) -> None:
+        """A message came: the silence starts again from now."""
+        self.heard = trio.current_time()
+
+    def expect_within(self, limit: float) -> None:
+        """From now on, ``limit`` seconds without a word is the connection's loss."""
+        self.limit = limit
+        self.hear()
+        if self._scope is not None:
+            self._scope.deadline = self.heard + limit
+
+    async def keep(self, read: Callable[[], Awaitable[T]]) -> T:
+        """What ``read()`` returns (it calls :meth:`hear` for every message it reads);
+        ChannelError once nothing was heard for ``limit`` seconds."""
+        while True:
+            with trio.CancelScope(deadline=self.heard + self.limit) as self._scope:
+                return await read()
+            if trio.current_time() >= self.heard + self.limit:
+                raise ChannelError(
+                    f"no word from {self.peer} for {self.limit:g}s (unreachable or hung)"
+                )

@@ -20,18 +20,18 @@ can break its own connection, never the run's record.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Set
 from dataclasses import dataclass, field
 
 import trio
 
 from ddsup.channel._channel import Channel
-from ddsup.channel._heartbeat import Pacemaker, receive_within
+from ddsup.channel._heartbeat import Pacemaker, Silence, receive_within
 from ddsup.channel._messages import (
     AgentStopped,
     ChannelError,
     EventReport,
+    Heartbeat,
     Hello,
     Inventory,
     PreflightReport,
@@ -146,19 +146,26 @@ class ControlServer:
         await remote.send_all(channel)
 
     async def _agent_reports(self, channel: Channel, node: str) -> str:
-        """An agent's reports until it stops; how it went away (ChannelError: broken)."""
+        """An agent's reports until it stops; how it went away (ChannelError: broken, or
+        silent for ``agent_timeout``)."""
         # Preflight blocks the agent (no heartbeats) and has its own bound in the
         # controller (PreflightOver): silence counts only once the agent has reported.
-        silence = math.inf
+        silence = Silence(f"the agent on {node}")
+        return await silence.keep(lambda: self._read_reports(channel, node, silence))
+
+    async def _read_reports(self, channel: Channel, node: str, silence: Silence) -> str:
         while True:
-            message = await receive_within(channel, silence, f"the agent on {node}")
+            message = await channel.receive()
             if message is None or isinstance(message, AgentStopped):
                 return f"the agent on {node} went away"
+            silence.hear()
+            if isinstance(message, Heartbeat):
+                continue  # its answer to the pacemaker's beat: heard is all it says
             instances = self.agent_instances(node) or frozenset()  # the plan's, once it has one
             if isinstance(message, PreflightReport):
                 if message.node != node or not set(message.ports) <= instances:
                     raise ChannelError(f"the agent on {node} reported for another node")
-                silence = self.agent_timeout
+                silence.expect_within(self.agent_timeout)
                 self.feed(PreflightReported(message))
             elif isinstance(message, EventReport):
                 event = message.event
