@@ -104,6 +104,9 @@ def _node_event(data: dict[str, Any]) -> NodeEvent:
     return event
 
 
+_read_node_event = object_parser(_node_event)
+
+
 def _event_report(data: dict[str, Any]) -> EventReport:
     """An agent's report of one event: most of what the controller reads in a start, so
     read here field by field, not through ``from_json``'s walk of its annotations."""
@@ -111,8 +114,6 @@ def _event_report(data: dict[str, Any]) -> EventReport:
         raise ValueError("it carries one event object")
     return EventReport(_read_node_event(data["event"]))
 
-
-_read_node_event = object_parser(_node_event)
 
 _SPECIAL: dict[type[Any], Decoder] = {
     **OPERATOR_SPECIAL,

@@ -19,6 +19,11 @@ timer task's wake-up per agent and beat, and the wake-ups of beats arriving one 
 time (the answers arrive together, a few loop turns for all of them).
 ``bench/controller_idle.py`` measures it (``BENCHMARKS.md``, issue 19).
 
+The controller's side of that silence is :class:`Silence`: a message only notes the time,
+and one cancel scope covers the whole reading of a connection (no timeout per message:
+a start's thousands of reports each paid for one). An agent, with one connection and
+few messages, uses :func:`receive_within`.
+
 Why three beats per timeout and not more: TCP neither loses nor reorders a beat, so a
 beat only has to be *on time*, and a peer is declared lost only when a round trip is
 late by more than ``agent_timeout * (1 - 1 / BEATS_PER_TIMEOUT)``: 20 s at the default
@@ -109,7 +114,7 @@ class Silence:
 
     Not a timeout per message (:func:`receive_within`): a start's 128 agents send
     thousands of reports, and a cancel scope per wait (its entry, its exit, a deadline in
-    trio's heap) was 8–12 % of the controller's CPU while they did (BENCHMARKS.md, "The
+    trio's heap) was 8–15 % of the controller's CPU while they did (BENCHMARKS.md, "The
     controller's CPU in the first wave"). Here a message only notes the time
     (:meth:`hear`); one cancel scope covers the whole reading, its deadline ``limit``
     after the last message heard when it was set. When that deadline passes, a message
