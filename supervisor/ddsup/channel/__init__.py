@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ddsup.channel._messages import Role as Role
     from ddsup.channel._server import ServerLimits as ServerLimits
     from ddsup.channel._server import serve_channel as serve_channel
+    from ddsup.channel._wire import line_json as line_json
 
 _LAZY = {
     "decode": "ddsup.channel._codec",
@@ -51,6 +52,7 @@ _LAZY = {
     "new_secret": "ddsup.channel._channel",
     "ServerLimits": "ddsup.channel._server",
     "serve_channel": "ddsup.channel._server",
+    "line_json": "ddsup.channel._wire",
 }
 
 __getattr__ = lazy_names(__name__, _LAZY, globals())

@@ -28,7 +28,7 @@ from typing import Any
 
 import trio
 
-from ddsup.channel import ChannelError, LineChannel
+from ddsup.channel import ChannelError, LineChannel, line_json
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._lanes import LaneInfo
 
@@ -169,7 +169,7 @@ Link = LineChannel[Message]
 
 
 def _to_line(message: Message) -> bytes:
-    return json.dumps(encode(message), separators=(",", ":")).encode()
+    return line_json(encode(message)).encode()
 
 
 def _from_line(line: bytes) -> Message:
@@ -217,7 +217,7 @@ def peer_pid(sock: trio.socket.SocketType) -> int:
 
 async def send_start(sock: trio.socket.SocketType, start: Start, fds: list[int]) -> None:
     """The first message, with ``fds`` passed along (the worker gets its own copies)."""
-    data = json.dumps(encode(start), separators=(",", ":")).encode() + b"\n"
+    data = _to_line(start) + b"\n"
     ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
     view = memoryview(data)[await sock.sendmsg([data], ancillary) :]
     while view:  # the descriptors went with the first byte; the rest is plain data
