@@ -66,16 +66,19 @@ def run(out: Path, seconds: float, bench_args: list[str]) -> None:
     argv = [sys.executable, str(ROOT / "bench" / "scale_allocation.py"), *bench_args]
     argv += ["--keep", "--readies", str(out / "readies.jsonl"), "--json", str(out / "result.json")]
     (out / "offset").write_text(f"{time.time() - time.monotonic()}\n")
-    with (out / "bench.txt").open("w") as log:
-        tracefs("tracing_on", "1")
-        bench = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            bench.wait(timeout=seconds)  # the start, and what follows it for a while
+    try:
+        with (out / "bench.txt").open("w") as log:
+            tracefs("tracing_on", "1")
+            bench = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                bench.wait(timeout=seconds)  # the start, and what follows it for a while
+            tracefs("tracing_on", "0")
+            bench.wait()
+        (out / "trace.txt").write_text((TRACEFS / "trace").read_text())
+    finally:  # the tracepoints off and the buffer emptied, however the bench ended
         tracefs("tracing_on", "0")
-        bench.wait()
-    (out / "trace.txt").write_text((TRACEFS / "trace").read_text())
-    tracefs("trace", "")
-    tracefs("events/enable", "0")
+        tracefs("events/enable", "0")
+        tracefs("trace", "")
     report(out, top=6, late_ms=50.0)
 
 
@@ -118,14 +121,15 @@ class Roles:
 class Trace:
     """The controller's waits for a CPU, and who ran on each CPU when."""
 
+    roles: Roles
     waits: list[tuple[float, float]] = field(default_factory=list)
-    spans: list[tuple[float, float, str]] = field(default_factory=list)  # start, end, kind
+    spans: list[tuple[float, float, int, str]] = field(default_factory=list)  # pid, comm
+    tgids: dict[int, int] = field(default_factory=dict)  # thread → its process
 
     @classmethod
     def read(cls, path: Path, offset: float, roles: Roles) -> Trace:
-        trace = cls()
-        running: dict[int, tuple[float, str]] = {}
-        tgids: dict[int, int] = {}
+        trace = cls(roles)
+        running: dict[int, tuple[float, int, str]] = {}
         waiting_since: float | None = None  # runnable, not running, since
         ctl = roles.controller
         for line in path.read_text().splitlines():
@@ -134,16 +138,15 @@ class Trace:
                 continue
             _comm, pid, tgid, cpu, stamp, name, rest = match.groups()
             if tgid is not None and tgid.isdigit():
-                tgids[int(pid)] = int(tgid)
+                trace.tgids[int(pid)] = int(tgid)
             at = float(stamp) + offset
             fields = dict(FIELD.findall(rest))
             if name == "sched_switch":
                 before, after = int(fields["prev_pid"]), int(fields["next_pid"])
                 if int(cpu) in running:
-                    since, kind = running[int(cpu)]
-                    trace.spans.append((since, at, kind))
-                tgid_after = tgids.get(after, after)
-                running[int(cpu)] = (at, roles.kind(tgid_after, fields["next_comm"]))
+                    since, ran, comm = running[int(cpu)]
+                    trace.spans.append((since, at, ran, comm))
+                running[int(cpu)] = (at, after, fields["next_comm"])
                 if before == ctl:  # preempted (still runnable), or asleep: a wake-up
                     # noted while it ran was not a wait
                     waiting_since = at if fields["prev_state"].startswith("R") else None
@@ -156,12 +159,13 @@ class Trace:
         return trace
 
     def cpu_by_kind(self, start: float, end: float) -> dict[str, float]:
-        """Seconds of CPU each kind used from ``start`` to ``end``."""
+        """Seconds of CPU each kind used from ``start`` to ``end`` (a thread counts as
+        its process: its thread-group id is known once it has run, so after the read)."""
         used: dict[str, float] = collections.defaultdict(float)
-        for since, until, kind in self.spans:
+        for since, until, pid, comm in self.spans:
             overlap = min(until, end) - max(since, start)
             if overlap > 0:
-                used[kind] += overlap
+                used[self.roles.kind(self.tgids.get(pid, pid), comm)] += overlap
         return used
 
 

@@ -79,3 +79,25 @@ def test_waits_are_read_from_switches_and_wakeups(tmp_path: Path, tgid: bool) ->
     during = trace.cpu_by_kind(1.020, 1.120)
     assert during == pytest.approx({"agent": 0.100})
     assert trace.cpu_by_kind(1.130, 1.205) == pytest.approx({"lane": 0.075})
+
+
+def test_a_thread_counts_as_its_process(tmp_path: Path) -> None:
+    """A worker thread of an agent is the agent's CPU, though the switch that ran it
+    names only the thread (its process is known from its own lines, read later)."""
+    thread = AGENT + 1
+    lines = [
+        f"  swapper/0-0 (      0) [000] d..2. 1.000000: sched_switch: prev_comm=swapper/0 "
+        f"prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=Trio thread 0 "
+        f"next_pid={thread} next_prio=120",
+        f"  Trio thread 0-{thread} ({AGENT:>7}) [000] d..2. 1.010000: sched_switch: "
+        f"prev_comm=Trio thread 0 prev_pid={thread} prev_prio=120 prev_state=S ==> "
+        f"next_comm=busybox next_pid={LANE} next_prio=120",
+        _switch(1.020, 0, LANE, "S", CTL, True),
+    ]
+    path = tmp_path / "trace.txt"
+    path.write_text("\n".join(lines) + "\n")
+    roles = sched_waits.Roles(
+        controller=CTL, kinds={CTL: "controller", AGENT: "agent", LANE: "lane"}
+    )
+    trace = sched_waits.Trace.read(path, 0.0, roles)
+    assert trace.cpu_by_kind(1.0, 1.02) == pytest.approx({"agent": 0.010, "lane": 0.010})
