@@ -37,7 +37,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ddsup.endpoint import _admission
-from ddsup.endpoint._lanes import LaneInfo, LaneState, LaneTable
+from ddsup.endpoint._lanes import LaneTable
+
+try:
+    from ddsup.endpoint._lane_state import LaneInfo, LaneState
+except ImportError:  # a --baseline tree from before the nineteenth stop keeps them here
+    from ddsup.endpoint._lanes import LaneInfo, LaneState  # type: ignore[attr-defined]
 from ddsup.endpoint._shared_counts import SharedCounts
 
 Pick = Callable[[float, int], LaneState | None]

@@ -42,9 +42,9 @@ import h11
 import httptools
 import trio
 
+from ddsup.endpoint import LaneInfo, LaneTable
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._fast_client import FastClient
-from ddsup.endpoint._lanes import LaneInfo, LaneTable
 from ddsup.endpoint._routes import Endpoint, handle_request
 from ddsup.endpoint._upstream import UpstreamConnection
 from ddsup.endpoint._wire import Wire

@@ -16,16 +16,21 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import trio
 
+from ddsup.endpoint import LaneInfo, LaneTable  # as exported by a baseline's tree too
 from ddsup.endpoint._lane_feed import open_controller_feed
-from ddsup.endpoint._lanes import LaneTable
 
 
 class StampingTable(LaneTable):
-    """A lane table that notes when each lane came and went (wall clock, like events)."""
+    """A lane table that notes when each lane came and went (wall clock, like events).
+
+    It stamps after the endpoint's own code applied a change, looking only at the lanes
+    the change names (a full set: at all), so the stamping costs O(change) as the table
+    itself does."""
 
     def __init__(self) -> None:
         self.added: dict[str, list[float]] = {}
@@ -34,16 +39,26 @@ class StampingTable(LaneTable):
         self._had: set[str] = set()
         super().__init__([])
 
-    def _rebuild(self) -> None:
-        super()._rebuild()
+    def set_ready(self, lanes: Iterable[LaneInfo]) -> None:
+        super().set_ready(lanes)
+        self._stamp(self._had | {state.info.instance for state in self.states()})
+
+    def change(self, added: Iterable[LaneInfo], removed: Iterable[str]) -> None:
+        added = list(added)
+        removed = list(removed)
+        super().change(added, removed)
+        self._stamp({lane.instance for lane in added}.union(removed))
+
+    def _stamp(self, touched: set[str]) -> None:
         now = time.time()
         self.updates += 1
-        have = set(self._lanes)
-        for name in have - self._had:
-            self.added.setdefault(name, []).append(now)
-        for name in self._had - have:
-            self.removed.setdefault(name, []).append(now)
-        self._had = have
+        for name in touched:
+            if self.serves(name) and name not in self._had:
+                self.added.setdefault(name, []).append(now)
+                self._had.add(name)
+            elif not self.serves(name) and name in self._had:
+                self.removed.setdefault(name, []).append(now)
+                self._had.discard(name)
 
 
 async def watch(state: Path) -> dict[str, object]:

@@ -11,7 +11,8 @@ For each ``--stagger`` variant, one run:
 - **start**: spawn of ``ddsup start`` → its ``run starting`` event (Python start-up) →
   every agent's first event → all lanes ready; the slowest lane's own
   ``starting`` → ``ready``; the overhead beyond it; CPU of the controller, of the
-  agents and of the lanes until then, and of the children the controller has reaped by
+  agents, of the endpoint (its start-up and the lanes joining its table) and of the
+  lanes until then, and of the children the controller has reaped by
   then (the local agents' forker, which has exited);
 - **latency**: a lane's ``ready`` (stamped by its agent) → the line in ``events.jsonl``
   (seen by a reader here polling it every 2 ms: an upper bound) → the lane in the
@@ -383,6 +384,7 @@ def measure_start(run: Run, tail: EventTail, spawned: float, procs: Procs) -> No
     run.put("agents_cpu_to_ready_s", cpu_s(procs.agents))
     run.put("sentinels_cpu_to_ready_s", cpu_s(procs.sentinels))
     run.put("lanes_cpu_to_ready_s", cpu_s(procs.lanes))
+    run.put("endpoint_cpu_to_ready_s", cpu_s(procs.endpoint))  # from its start, with the joins
     run.put("events_to_ready", len(events))
 
 

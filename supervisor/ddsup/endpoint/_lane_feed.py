@@ -32,7 +32,8 @@ from ddsup.channel._messages import (
     Role,
     merge_changes,
 )
-from ddsup.endpoint._lanes import LaneInfo, LaneState, LaneTable
+from ddsup.endpoint._lane_state import LaneInfo, LaneState
+from ddsup.endpoint._lanes import LaneTable
 from ddsup.units._model import EndpointSection
 
 log = logging.getLogger(__name__)

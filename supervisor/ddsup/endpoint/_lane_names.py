@@ -3,8 +3,9 @@
 vLLM serves its model under every ``--served-model-name`` and each LoRA adapter of
 ``--lora-modules`` under the adapter's name; a request may name any of them, and
 ``/v1/models`` lists them all (adapters loaded at run time too). The endpoint asks each
-lane when it joins the rotation, then every ``REFRESH`` seconds, so that a request for
-an alias or an adapter is routed to the lanes that serve it (issue 20). ``/health``
+lane when it joins the rotation (again when it joins again), then every ``REFRESH``
+seconds, so that a request for an alias or an adapter is routed to the lanes that serve
+it (issue 20). ``/health``
 answers 503 until every ready lane has been asked once (answered or not), so a worker
 started when the endpoint is ready never meets a name the endpoint has not learned yet.
 
@@ -15,15 +16,17 @@ at the next refresh; meanwhile it answers to its unit's names. One process asks 
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import logging
 import math
-import time
 
 import trio
 
 from ddsup.endpoint._config import EndpointConfig
-from ddsup.endpoint._lanes import LaneInfo, LaneState, LaneTable, Names
+from ddsup.endpoint._lane_state import LaneState, Names
+from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._upstream import UpstreamError, fetch
 
 log = logging.getLogger("ddsup.endpoint")
@@ -39,29 +42,39 @@ async def learn_lane_names(
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Ask each lane that is due, wait for a change or the next due time, until cancelled.
+    """Ask each lane when it joins and every ``REFRESH`` seconds after, until cancelled.
 
+    The lanes that join come from the table as they join (``watch_joins``), the refreshes
+    from a heap of due times, so a wake-up costs the lanes it asks: it used to walk the
+    whole table twice per change of it, and a start whose lanes join one by one made
+    that quadratic (3.2 ms a walk at 8,000 lanes). A lane that joins again is asked again.
     ``task_status.started()`` once the lanes of the table as it was at the start were
     asked, so that an endpoint that serves has learned its static lanes' names.
     """
-    asked: dict[LaneInfo, float] = {}
+    refreshes: list[tuple[float, int, LaneState]] = []  # (due, order of asking, lane)
+    order = itertools.count()
     started = False
-    while True:
-        now = time.monotonic()
-        due = [s for s in lanes.states() if now - asked.get(s.info, -math.inf) >= REFRESH]
-        if due:
-            async with trio.open_nursery() as nursery:
-                for state in due:
-                    asked[state.info] = now
-                    nursery.start_soon(_ask, config, lanes, state)
-        if not started:
-            task_status.started()
-            started = True
-        # a lane that joined while others were asked is due at once (never asked: -inf)
-        asked_at = (asked.get(s.info, -math.inf) for s in lanes.states())
-        next_due = min((at + REFRESH for at in asked_at), default=math.inf)
-        with trio.move_on_at(trio.current_time() + max(0.0, next_due - time.monotonic())):
-            await lanes.wait_changed()
+    with lanes.watch_joins() as joined:
+        while True:
+            now = trio.current_time()
+            due = [state for state in joined if lanes.current(state)]  # never asked: now
+            joined.clear()
+            while refreshes and refreshes[0][0] <= now:
+                state = heapq.heappop(refreshes)[2]
+                if lanes.current(state):  # not a lane that left or was replaced since
+                    due.append(state)
+            if due:
+                async with trio.open_nursery() as nursery:
+                    for state in due:
+                        heapq.heappush(refreshes, (now + REFRESH, next(order), state))
+                        nursery.start_soon(_ask, config, lanes, state)
+            if not started:
+                task_status.started()
+                started = True
+            if joined:
+                continue  # joined while others were asked: due at once
+            with trio.move_on_at(refreshes[0][0] if refreshes else math.inf):
+                await lanes.wait_changed()
 
 
 async def _ask(config: EndpointConfig, lanes: LaneTable, state: LaneState) -> None:

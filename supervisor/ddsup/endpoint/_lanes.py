@@ -3,15 +3,13 @@
 The controller's feed (or a static list) changes the set at any time with
 :meth:`LaneTable.set_ready`, :meth:`LaneTable.change`, :meth:`LaneTable.add` and
 :meth:`LaneTable.remove`; the
-request path only reads a per-model tuple that is rebuilt on each change, so a lane that
-stops being ready leaves the rotation at once while requests already sent to it finish
-on the :class:`LaneState` they hold.
+request path only reads a per-name tuple that each change replaces (the lanes that
+joined or left, not the whole table: :mod:`._lane_index`), so a lane that stops being
+ready leaves the rotation at once while requests already sent to it finish on the
+:class:`LaneState` they hold.
 
-A lane's requests in flight live in a :class:`SharedCounts` table, one slot per lane, so
-that every worker of the endpoint sees the total over all workers. Slots are tied to the
-lane's identity (instance and URL): a lane that leaves and comes back keeps its slot,
-and requests still in flight on its old state count towards it, as they should. The
-slot's shared cells hold its passive-ejection state (:mod:`._ejection`).
+Each lane's identity and load are a :class:`~._lane_state.LaneState`; its requests in
+flight count in a slot of a :class:`SharedCounts` table that every worker shares.
 
 Requests are routed by name. A lane answers to its model (``[lane] model``), to the
 names its unit gives (``served_names``: vLLM's ``--served-model-name`` aliases and LoRA
@@ -27,129 +25,14 @@ that way before it stops it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import trio
 
+from ddsup.endpoint._lane_index import NameIndex
+from ddsup.endpoint._lane_state import SAMPLED_MAX, LaneInfo, LaneState, Names
 from ddsup.endpoint._shared_counts import ACTIVE, SLOTS, SharedCounts
-from ddsup.endpoint._upstream import ConnectionPool
-
-Names = tuple[str, ...]
-# A lane's shared cells (SharedCounts.cell), its passive-ejection state (see ._ejection):
-STREAK = 0  # failures in a row
-EJECTED_UNTIL = 1  # microseconds of time.monotonic() until which it is out of the rotation
-EJECTIONS = 2  # ejections since its last success (each doubles the next one's length)
-BEGUN = 3  # 1 once a request began since the sampler last looked (see ._metrics_sampler)
-
-
-@dataclass(frozen=True)
-class LaneInfo:
-    """One lane as the endpoint sees it: ``url`` is its base URL, ``http://host:port``.
-
-    ``served_names``: the other names its unit says it answers to. ``api_key``: the key
-    the endpoint sends it (the lane's own, never a client's; not in ``repr``).
-    """
-
-    instance: str
-    model: str
-    url: str
-    served_names: tuple[str, ...] = ()
-    api_key: str | None = field(default=None, repr=False)
-
-
-class LaneState:
-    """A lane's load: requests in flight through the endpoint and its last queue sample."""
-
-    __slots__ = (
-        "_cell",
-        "_mark",
-        "_sampled",
-        "counts",
-        "info",
-        "level",
-        "names",
-        "order",
-        "pool",
-        "sampled_at",
-        "slot",
-        "waiting",
-    )
-
-    def __init__(
-        self,
-        info: LaneInfo,
-        max_idle: int,
-        counts: SharedCounts,
-        slot: int,
-        learned: Names,
-        sampled: list[LaneState] | None = None,
-    ) -> None:
-        self.info = info
-        self.counts = counts
-        self.slot = slot
-        self.names = frozenset({info.model, *info.served_names, *learned})
-        self.waiting: int | None = None  # vllm:num_requests_waiting, None = no good sample
-        self.sampled_at = float("-inf")
-        self.pool = ConnectionPool(info.url, max_idle, info.api_key)
-        self.order = 0  # its place in the table's order, and ...
-        self.level = -3  # ... in the choice's index (both kept by ._admission.Admission)
-        self._sampled = sampled  # LaneTable.sampled
-        self._cell = counts.cell
-        self._mark = counts.mark
-
-    @property
-    def ejected_until(self) -> int:
-        """Microseconds of :func:`time.monotonic` until which the lane is ejected."""
-        return self._cell(self.slot, EJECTED_UNTIL)
-
-    @property
-    def outstanding(self) -> int:
-        """Requests in flight to this lane through every worker of the endpoint."""
-        return self.counts.total(self.slot)
-
-    def begin(self) -> None:
-        """One more request of this process in flight to the lane.
-
-        It also marks the lane as begun (a plain store into a shared cell, in that order:
-        see :meth:`take_begun`), so that the sampler, which samples a lane with nothing
-        in flight rarely, samples it on its next tick even when the request is over by then.
-        """
-        self.counts.add(self.slot, 1)
-        self._mark(self.slot, BEGUN, 1)
-
-    def take_begun(self) -> bool:
-        """Whether a request began since the last call (any worker's); clears the mark.
-
-        A worker's mark that lands between the read and the clear is lost, but its
-        request was counted before it was marked: a caller that reads
-        :attr:`outstanding` after this call sees it unless it ended in between.
-        """
-        if not self._cell(self.slot, BEGUN):
-            return False
-        self._mark(self.slot, BEGUN, 0)
-        return True
-
-    def end(self) -> None:
-        self.counts.add(self.slot, -1)
-
-    def queue(self, now: float, stale_after: float) -> int:
-        """Outstanding requests, or the lane's own waiting count when a fresh sample says more.
-
-        ``now`` and the sample times are :func:`time.monotonic` (shared by processes).
-        """
-        waiting = self.waiting
-        if waiting is not None and now - self.sampled_at <= stale_after:
-            return max(self.outstanding, waiting)
-        return self.outstanding
-
-    def record_sample(self, waiting: int | None, now: float) -> None:
-        """A good sample (``waiting``), or ``None`` when the lane's /metrics failed."""
-        self.waiting = waiting
-        self.sampled_at = now
-        sampled = self._sampled
-        if sampled is not None and len(sampled) < LaneTable.SAMPLED_MAX:
-            sampled.append(self)
 
 
 class LaneTable:
@@ -166,7 +49,7 @@ class LaneTable:
     and it re-reads them all).
     """
 
-    SAMPLED_MAX = 1 << 14
+    SAMPLED_MAX = SAMPLED_MAX
 
     def __init__(
         self,
@@ -179,8 +62,7 @@ class LaneTable:
         self._max_idle = max_idle
         self.counts = counts or SharedCounts.private()
         self._lanes: dict[str, LaneState] = {}
-        self._by_name: dict[str, tuple[LaneState, ...]] = {}
-        self._by_slot: dict[int, LaneState] = {}
+        self._index: NameIndex[LaneState] = NameIndex()
         self._models: set[str] = set(models)
         self._names: set[str] = set(self._models)
         self._learned: dict[LaneInfo, Names] = {}  # from each lane's /v1/models (._lane_names)
@@ -191,6 +73,7 @@ class LaneTable:
         self.on_retired: Callable[[LaneState], None] | None = None  # a lane left the rotation
         self.generation = 0
         self.sampled: list[LaneState] = []
+        self._join_watchers: list[list[LaneState]] = []  # see watch_joins
         self.set_ready(lanes)
 
     def slot_of(self, lane: LaneInfo) -> int:
@@ -210,7 +93,7 @@ class LaneTable:
         for instance in list(self._lanes):
             self._drop(instance)
         for info in infos:
-            self._lanes[info.instance] = self._state(info)
+            self._enter(info)
         self._rebuild()
 
     def use_slots(self, slots: Mapping[LaneInfo, int]) -> None:
@@ -236,7 +119,7 @@ class LaneTable:
                 self._drop(instance)
         for lane in wanted.values():
             if lane.instance not in self._lanes:
-                self._lanes[lane.instance] = self._state(lane)
+                self._enter(lane)
         self._rebuild()
 
     def change(self, added: Iterable[LaneInfo], removed: Iterable[str]) -> None:
@@ -245,28 +128,55 @@ class LaneTable:
             if instance in self._lanes:
                 self._drop(instance)
         for lane in added:
-            if lane.instance in self._lanes:
-                self._drop(lane.instance)
-            self._lanes[lane.instance] = self._state(lane)
-        self._rebuild()
+            self._join(lane)
+        self._moved_on()
 
     def add(self, lane: LaneInfo) -> None:
         """One lane became ready (a lane with the same instance name is replaced)."""
+        self._join(lane)
+        self._moved_on()
+
+    def _join(self, lane: LaneInfo) -> None:
         if lane.instance in self._lanes:
             self._drop(lane.instance)
-        self._lanes[lane.instance] = self._state(lane)
-        self._rebuild()
+        state = self._enter(lane)
+        self._index.join(state)
+        self._models.add(lane.model)
+        self._names.update(state.names)
 
-    def _state(self, lane: LaneInfo) -> LaneState:
+    def _enter(self, lane: LaneInfo) -> LaneState:
+        """A new state for ``lane``, in the table and told to every join watcher (the
+        caller updates the index)."""
         learned = self._learned.get(lane, ())
         slot = self.slot_of(lane)
-        return LaneState(lane, self._max_idle, self.counts, slot, learned, self.sampled)
+        state = LaneState(lane, self._max_idle, self.counts, slot, learned, self.sampled)
+        self._lanes[lane.instance] = state
+        for joined in self._join_watchers:
+            joined.append(state)
+        return state
+
+    @contextlib.contextmanager
+    def watch_joins(self) -> Iterator[list[LaneState]]:
+        """A list of the lanes ready now, to which every lane that joins later is
+        appended while the block lasts; the watcher takes them out (the name learner:
+        each joining lane without a walk of the table per change)."""
+        joined = list(self._lanes.values())
+        self._join_watchers.append(joined)
+        try:
+            yield joined
+        finally:
+            self._join_watchers = [w for w in self._join_watchers if w is not joined]
+
+    def current(self, state: LaneState) -> bool:
+        """Whether ``state`` is its lane's state in the rotation now (not one that left
+        or was replaced)."""
+        return self._lanes.get(state.info.instance) is state
 
     def remove(self, instance: str) -> None:
         """One lane stopped being ready; unknown names are ignored (the feed may repeat)."""
         if instance in self._lanes:
             self._drop(instance)
-            self._rebuild()
+            self._moved_on()
 
     def declare_models(self, models: Iterable[str]) -> None:
         """Models the deployment serves even while none of their lanes is ready."""
@@ -294,11 +204,13 @@ class LaneTable:
             return
         self._learned[lane] = names
         state = self._lanes.get(lane.instance)
-        if state is not None and state.info == lane:
-            state.names = frozenset({lane.model, *lane.served_names, *names})
-            self._rebuild()
+        answers = frozenset({lane.model, *lane.served_names, *names})
+        if state is not None and state.info == lane and answers != state.names:
+            self._index.rename(state, answers)
+            self._names.update(answers)
+            self._moved_on()
         else:
-            self._changed()
+            self._changed()  # /health waits for every ready lane to be asked
 
     def learned(self) -> dict[LaneInfo, Names]:
         """What every lane asked so far listed (a worker takes its parent's)."""
@@ -320,6 +232,7 @@ class LaneTable:
 
     def _drop(self, instance: str) -> None:
         state = self._lanes.pop(instance)
+        self._index.leave(state)
         state.pool.close_idle(retire=True)
         if self.on_retired is not None:
             self.on_retired(state)
@@ -329,21 +242,23 @@ class LaneTable:
         return instance in self._lanes
 
     def _rebuild(self) -> None:
-        by_name: dict[str, list[LaneState]] = {}
+        """The index from the whole table (a new set at once: :meth:`set_ready`)."""
+        self._index.rebuild(self._lanes.values())
         for state in self._lanes.values():
             self._models.add(state.info.model)
-            for name in state.names:
-                by_name.setdefault(name, []).append(state)
-        self._by_name = {name: tuple(states) for name, states in by_name.items()}
-        self._by_slot = {state.slot: state for state in self._lanes.values()}
-        self._names.update(by_name)
+            self._names.update(state.names)
+        self._moved_on()
+
+    def _moved_on(self) -> None:
+        """The set of lanes or their names changed: a new generation (the choice's index
+        re-reads the table), and whoever waits for a change is told."""
         self._names.update(self._models)
         self.generation += 1
         self._changed()
 
     def ready(self, name: str) -> tuple[LaneState, ...]:
         """The ready lanes that answer to ``name`` (empty when none or unknown)."""
-        return self._by_name.get(name, ())
+        return self._index.lanes(name)
 
     def is_known(self, name: str) -> bool:
         return name in self._names
@@ -361,7 +276,7 @@ class LaneTable:
 
     def ready_names(self) -> list[str]:
         """Every name a ready lane answers to (``GET /v1/models``)."""
-        return sorted(self._by_name)
+        return sorted(self._index.by_name)
 
     def states(self) -> list[LaneState]:
         """Every ready lane (for the metrics sampler and /metrics)."""
@@ -369,7 +284,7 @@ class LaneTable:
 
     def state_at(self, slot: int) -> LaneState | None:
         """The ready lane counted in ``slot``, if any."""
-        return self._by_slot.get(slot)
+        return self._index.by_slot.get(slot)
 
     def infos(self) -> list[LaneInfo]:
         """Every ready lane's identity."""

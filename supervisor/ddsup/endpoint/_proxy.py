@@ -30,7 +30,8 @@ from ddsup.endpoint._deadlines import Deadlines, Expired
 from ddsup.endpoint._ejection import Ejection
 from ddsup.endpoint._errors import no_ready_lane, overloaded, upstream_failed
 from ddsup.endpoint._http1 import ProtocolError, ResponseHead
-from ddsup.endpoint._lanes import LaneState, LaneTable
+from ddsup.endpoint._lane_state import LaneState
+from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._stream_relay import Handback, StreamRelay
 from ddsup.endpoint._upstream import (

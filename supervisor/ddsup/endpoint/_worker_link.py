@@ -30,7 +30,7 @@ import trio
 
 from ddsup.channel import ChannelError, LineChannel, line_json
 from ddsup.endpoint._config import EndpointConfig
-from ddsup.endpoint._lanes import LaneInfo
+from ddsup.endpoint._lane_state import LaneInfo
 
 MAX_FDS = 64  # listening sockets plus the counts table
 _START_MAX = 1024 * 1024
