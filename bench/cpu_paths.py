@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
 import json
 import re
 import subprocess
@@ -35,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sched_waits import Roles  # the same reading of events.jsonl (a sibling script)
+from sched_waits import Roles, kept_roles  # the same reading of events.jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 # "comm pid/tid time:" (comm may hold spaces: "Trio thread 0"), then one frame a line
@@ -120,12 +119,7 @@ def run(out: Path, seconds: float, frequency: int, bench_args: list[str]) -> Non
 
 
 def report(out: Path) -> None:
-    text = (out / "bench.txt").read_text().splitlines()
-    kept = [line.removeprefix("kept ") for line in text if line.startswith("kept /")]
-    events = sorted(glob.glob(f"{kept[-1]}/run*/state/events.jsonl"))
-    if len(events) != 1:
-        raise SystemExit(f"cpu_paths: expected one kept run, found {events}")
-    roles = Roles.of(Path(events[0]))
+    roles = kept_roles(out)
     offset = float((out / "offset").read_text())
     ms = 1e3 / int((out / "frequency").read_text())
     found = list(samples((out / "samples.txt").read_text(), offset))

@@ -16,15 +16,11 @@ fresh interpreter), at 1,024 and 8,000 lanes, and prints the CPU medians and the
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-from scale_allocation import baseline_code
+from side_by_side import Runs, alternate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,20 +61,6 @@ trio.run(main, int(sys.argv[1]))
 """
 
 
-def one(code: Path, count: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    done = subprocess.run(
-        [sys.executable, "-c", PROGRAM, str(count)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    steps: dict[str, float] = json.loads(done.stdout)
-    return steps
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--baseline", metavar="REV", help="also time ddsup as of this revision")
@@ -86,20 +68,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     print(f"load {os.getloadavg()[0]:.1f} at the start")
-    with tempfile.TemporaryDirectory() as scratch:
-        codes = {"this checkout": ROOT / "supervisor"}
-        if args.baseline:
-            codes[args.baseline] = baseline_code(args.baseline, Path(scratch, "base"))
-        for count in (int(n) for n in args.lanes.split(",")):
-            runs: dict[str, list[dict[str, float]]] = {name: [] for name in codes}
-            for _ in range(args.rounds):
-                for name, code in codes.items():
-                    runs[name].append(one(code, count))
-            report(count, runs)
+    counts = (int(n) for n in args.lanes.split(","))
+    for count, runs in alternate(PROGRAM, counts, args.rounds, args.baseline):
+        report(count, runs)
     print(f"load {os.getloadavg()[0]:.1f} at the end; CPU, medians of {args.rounds}")
 
 
-def report(count: int, runs: dict[str, list[dict[str, float]]]) -> None:
+def report(count: int, runs: Runs) -> None:
     names = list(runs)
     print(f"\n{count} lanes: CPU ms in all (µs per lane)")
     print(f"  {'step':<36}" + "".join(f"{n[:20]:>24}" for n in names) + "   ratio")

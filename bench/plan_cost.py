@@ -15,15 +15,11 @@ and 1,000 × 8 (issue 19's paper row), and prints the medians and their ratio.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-from scale_allocation import baseline_code
+from side_by_side import Runs, alternate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,22 +68,8 @@ timed(steps, "every agent's Setup encoded", lambda: [
     encode_agent(Setup(layout.node_plan(n.name), "inv", "/s", "/u", "7")) for n in nodes[:-1]
 ])
 timed(steps, "every agent's instances", lambda: [layout.agent_instances(n.name) for n in nodes])
-print(json.dumps({"lanes": len(plan.instances) - 2, "steps": steps}))
+print(json.dumps(steps))
 """
-
-
-def one(code: Path, count: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    done = subprocess.run(
-        [sys.executable, "-c", PROGRAM, str(count)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    steps: dict[str, float] = json.loads(done.stdout)["steps"]
-    return steps
 
 
 def main() -> None:
@@ -96,20 +78,13 @@ def main() -> None:
     parser.add_argument("--nodes", default="128,1000", help="allocation sizes (× 8 GPUs)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as scratch:
-        codes = {"this checkout": ROOT / "supervisor"}
-        if args.baseline:
-            codes[args.baseline] = baseline_code(args.baseline, Path(scratch, "base"))
-        for count in (int(n) for n in args.nodes.split(",")):
-            runs: dict[str, list[dict[str, float]]] = {name: [] for name in codes}
-            for _ in range(args.rounds):
-                for name, code in codes.items():
-                    runs[name].append(one(code, count))
-            report(count, runs)
+    counts = (int(n) for n in args.nodes.split(","))
+    for count, runs in alternate(PROGRAM, counts, args.rounds, args.baseline):
+        report(count, runs)
     print(f"load {os.getloadavg()[0]:.1f} at the end; CPU seconds, medians of {args.rounds}")
 
 
-def report(count: int, runs: dict[str, list[dict[str, float]]]) -> None:
+def report(count: int, runs: Runs) -> None:
     names = list(runs)
     print(f"\n{count} nodes × 8 GPUs ({count * 8} lanes), CPU ms per step")
     print(f"  {'step':<34}" + "".join(f"{n[:14]:>16}" for n in names) + "   ratio")

@@ -173,13 +173,18 @@ def largest(used: dict[str, float], count: int) -> list[tuple[str, float]]:
     return sorted(used.items(), key=lambda item: -item[1])[:count]
 
 
-def report(out: Path, top: int, late_ms: float) -> None:
+def kept_roles(out: Path) -> Roles:
+    """The roles of the one run whose state the bench kept (it says where in ``bench.txt``)."""
     text = (out / "bench.txt").read_text().splitlines()
     kept = [line.removeprefix("kept ") for line in text if line.startswith("kept /")]
-    events = sorted(glob.glob(f"{kept[-1]}/run*/state/events.jsonl"))
+    events = sorted(glob.glob(f"{kept[-1]}/run*/state/events.jsonl")) if kept else []
     if len(events) != 1:
-        raise SystemExit(f"sched_waits: expected one kept run, found {events}")
-    roles = Roles.of(Path(events[0]))
+        raise SystemExit(f"{out}: expected one kept run, found {events}")
+    return Roles.of(Path(events[0]))
+
+
+def report(out: Path, top: int, late_ms: float) -> None:
+    roles = kept_roles(out)
     offset = float((out / "offset").read_text())
     trace = Trace.read(out / "trace.txt", offset, roles)
     readies = [json.loads(line) for line in (out / "readies.jsonl").read_text().splitlines()]
