@@ -13,55 +13,10 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lane_scripts import MODELS, apply_step, info, learning, steps
 
-from ddsup.endpoint._lane_state import LaneInfo, LaneState
+from ddsup.endpoint._lane_state import LaneState
 from ddsup.endpoint._lanes import LaneTable
-
-INSTANCES = [f"lane@{i}" for i in range(6)]
-MODELS = ["m", "n"]
-LEARNED = [(), ("m",), ("adapter-a",), ("adapter-a", "adapter-b"), ("n",)]
-
-
-def _info(instance: str, model: str, port: int, alias: bool) -> LaneInfo:
-    served = ("alias",) if alias else ()
-    return LaneInfo(instance, model, f"http://127.0.0.1:{port}", served_names=served)
-
-
-infos = st.builds(
-    _info,
-    st.sampled_from(INSTANCES),
-    st.sampled_from(MODELS),
-    st.integers(8000, 8002),  # the same lane name may come back at another URL
-    st.booleans(),
-)
-joins = st.tuples(
-    st.just("change"), st.lists(infos, max_size=3), st.lists(st.sampled_from(INSTANCES), max_size=2)
-)
-steps = st.one_of(
-    joins,
-    st.tuples(st.just("add"), infos),
-    st.tuples(st.just("remove"), st.sampled_from(INSTANCES)),
-    st.tuples(st.just("set_ready"), st.lists(infos, max_size=4)),
-)
-learning = st.tuples(st.just("learn"), st.sampled_from(INSTANCES), st.sampled_from(LEARNED))
-
-
-def _apply(table: LaneTable, step: tuple[object, ...]) -> None:
-    match step:
-        case ("change", list() as added, list() as removed):
-            table.change(added, removed)
-        case ("add", LaneInfo() as lane):
-            table.add(lane)
-        case ("remove", str() as instance):
-            table.remove(instance)
-        case ("set_ready", list() as lanes):
-            table.set_ready({lane.instance: lane for lane in lanes}.values())
-        case ("learn", str() as instance, tuple() as names):
-            state = next((s for s in table.states() if s.info.instance == instance), None)
-            if state is not None:
-                table.learn_names(state.info, names)
-        case _:
-            raise AssertionError(step)
 
 
 def _from_scratch(table: LaneTable) -> dict[str, list[LaneState]]:
@@ -102,7 +57,7 @@ def test_joins_and_leaves_keep_the_table_a_rebuild_would_make(
     table = LaneTable()
     for step in script:
         generation, before = table.generation, list(map(id, table.states()))
-        _apply(table, step)
+        apply_step(table, step)
         _check(table, ordered=True)
         if list(map(id, table.states())) != before:  # the choice's index re-reads the table
             assert table.generation > generation
@@ -113,12 +68,12 @@ def test_joins_and_leaves_keep_the_table_a_rebuild_would_make(
 def test_learned_names_keep_the_same_lanes_per_name(script: list[tuple[object, ...]]) -> None:
     table = LaneTable()
     for step in script:
-        _apply(table, step)
+        apply_step(table, step)
         _check(table, ordered=False)
 
 
 def test_a_request_keeps_the_tuple_it_read() -> None:
-    lanes = [_info(f"lane@{i}", "m", 8000 + i, False) for i in range(3)]
+    lanes = [info(f"lane@{i}", "m", 8000 + i, False) for i in range(3)]
     table = LaneTable(lanes[:2])
     held = table.ready("m")
     table.change([lanes[2]], ["lane@0"])
@@ -127,7 +82,7 @@ def test_a_request_keeps_the_tuple_it_read() -> None:
 
 
 def test_a_name_learned_joins_its_lane_last_and_leaves_with_it() -> None:
-    lanes = [_info(f"lane@{i}", "m", 8000 + i, False) for i in range(3)]
+    lanes = [info(f"lane@{i}", "m", 8000 + i, False) for i in range(3)]
     table = LaneTable(lanes)
     before = table.generation
     table.learn_names(lanes[1], ("m",))  # nothing new: no new generation

@@ -27,12 +27,23 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 import trio
 
 from ddsup.endpoint._lane_index import NameIndex
 from ddsup.endpoint._lane_state import SAMPLED_MAX, LaneInfo, LaneState, Names
 from ddsup.endpoint._shared_counts import ACTIVE, SLOTS, SharedCounts
+
+
+@dataclass
+class Touched:
+    """What changed in a table since its watcher last looked (:meth:`LaneTable.watch_changes`):
+    the instances that joined, left or were replaced, and the lanes whose learned names
+    changed. The watcher empties both."""
+
+    instances: dict[str, None] = field(default_factory=dict)  # in the order first touched
+    learned: dict[LaneInfo, None] = field(default_factory=dict)
 
 
 class LaneTable:
@@ -74,6 +85,7 @@ class LaneTable:
         self.generation = 0
         self.sampled: list[LaneState] = []
         self._join_watchers: list[list[LaneState]] = []  # see watch_joins
+        self._touch_watchers: list[Touched] = []  # see watch_changes
         self.set_ready(lanes)
 
     def slot_of(self, lane: LaneInfo) -> int:
@@ -153,6 +165,8 @@ class LaneTable:
         self._lanes[lane.instance] = state
         for joined in self._join_watchers:
             joined.append(state)
+        for touched in self._touch_watchers:
+            touched.instances[lane.instance] = None
         return state
 
     @contextlib.contextmanager
@@ -166,6 +180,25 @@ class LaneTable:
             yield joined
         finally:
             self._join_watchers = [w for w in self._join_watchers if w is not joined]
+
+    @contextlib.contextmanager
+    def watch_changes(self) -> Iterator[Touched]:
+        """What changes from now on, while the block lasts (the parent of the endpoint's
+        workers: it sends them the lanes a change touched, not the whole table)."""
+        touched = Touched()
+        self._touch_watchers.append(touched)
+        try:
+            yield touched
+        finally:
+            self._touch_watchers = [w for w in self._touch_watchers if w is not touched]
+
+    def state_of(self, instance: str) -> LaneState | None:
+        """``instance``'s state in the rotation now, if it is in it."""
+        return self._lanes.get(instance)
+
+    def learned_names(self, lane: LaneInfo) -> Names | None:
+        """What ``lane``'s ``/v1/models`` listed (``None``: not asked yet, or no answer)."""
+        return self._learned.get(lane)
 
     def current(self, state: LaneState) -> bool:
         """Whether ``state`` is its lane's state in the rotation now (not one that left
@@ -198,11 +231,13 @@ class LaneTable:
         if names is None:
             if lane not in self._learned:
                 self._learned[lane] = ()
+                self._learned_changed(lane)
                 self._changed()
             return
         if self._learned.get(lane) == names:
             return
         self._learned[lane] = names
+        self._learned_changed(lane)
         state = self._lanes.get(lane.instance)
         answers = frozenset({lane.model, *lane.served_names, *names})
         if state is not None and state.info == lane and answers != state.names:
@@ -211,6 +246,10 @@ class LaneTable:
             self._moved_on()
         else:
             self._changed()  # /health waits for every ready lane to be asked
+
+    def _learned_changed(self, lane: LaneInfo) -> None:
+        for touched in self._touch_watchers:
+            touched.learned[lane] = None
 
     def learned(self) -> dict[LaneInfo, Names]:
         """What every lane asked so far listed (a worker takes its parent's)."""
@@ -233,6 +272,8 @@ class LaneTable:
     def _drop(self, instance: str) -> None:
         state = self._lanes.pop(instance)
         self._index.leave(state)
+        for touched in self._touch_watchers:
+            touched.instances[instance] = None
         state.pool.close_idle(retire=True)
         if self.on_retired is not None:
             self.on_retired(state)

@@ -98,14 +98,8 @@ class _Follower:
 
     async def _apply(self, message: link.Message) -> None:
         table = self.endpoint.lanes
-        if isinstance(message, link.Lanes):
-            table.use_slots(dict(message.lanes))
-            table.declare_models(message.models)
-            table.declare_names(message.names)
-            for (info, _slot), names in zip(message.lanes, message.learned, strict=True):
-                if names is not None:
-                    table.learn_names(info, names)
-            table.set_ready(info for info, _slot in message.lanes)
+        if isinstance(message, link.Lanes | link.LanesChanged):
+            apply_lanes(table, message)
             await link.send(self.channel, link.Applied(message.seq))
         elif isinstance(message, link.Samples):
             now = time.monotonic()
@@ -146,3 +140,23 @@ class _Follower:
         endpoint = self.endpoint
         now = time.monotonic()
         return total.render(endpoint.lanes, now, endpoint.config.metrics_stale_after, workers)
+
+
+def apply_lanes(table: LaneTable, message: link.Lanes | link.LanesChanged) -> None:
+    """The parent's lane table, or what changed in it, applied to this worker's: the slots
+    and names first, so that a joining lane starts with the names it listed."""
+    if isinstance(message, link.Lanes):
+        table.use_slots(dict(message.lanes))
+        table.declare_models(message.models)
+        table.declare_names(message.names)
+        for (info, _slot), names in zip(message.lanes, message.learned, strict=True):
+            if names is not None:
+                table.learn_names(info, names)
+        table.set_ready(info for info, _slot in message.lanes)
+        return
+    table.use_slots(dict(message.joined))
+    table.declare_models(message.models)
+    table.declare_names(message.names)
+    for info, names in message.learned:
+        table.learn_names(info, names)
+    table.change((info for info, _slot in message.joined), message.removed)

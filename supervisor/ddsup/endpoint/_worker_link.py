@@ -9,9 +9,9 @@ sockets and of the shared counts table (``SCM_RIGHTS``), so nothing else may tak
 
 After that the link is JSON lines (:class:`ddsup.channel.Channel`) carrying the frozen
 messages below. Parent to worker: :class:`Start`, :class:`Lanes`, :class:`Samples`,
-:class:`SnapshotWanted`, :class:`Scraped`. Worker to parent: :class:`Ready`,
-:class:`Applied`, :class:`Counters`, :class:`Scrape`. Every :class:`Lanes` and
-:class:`Samples` has a sequence number that the worker acknowledges (:class:`Applied`)
+:class:`LanesChanged`, :class:`SnapshotWanted`, :class:`Scraped`. Worker to parent:
+:class:`Ready`, :class:`Applied`, :class:`Counters`, :class:`Scrape`. Every
+:class:`Lanes`, :class:`LanesChanged` and :class:`Samples` has a sequence number that the worker acknowledges (:class:`Applied`)
 once it routes by it, which is what :meth:`WorkerPool.synced` waits for.
 """
 
@@ -56,6 +56,22 @@ class Lanes:
     models: tuple[str, ...]
     names: tuple[str, ...] = ()
     learned: tuple[tuple[str, ...] | None, ...] = ()  # one per lane of ``lanes``
+
+
+@dataclass(frozen=True)
+class LanesChanged:
+    """What changed in the parent's lane table since its last :class:`Lanes` or
+    :class:`LanesChanged`: the lanes that joined or replaced one of the same instance
+    (with their slots), the instances that left, what changed in the names lanes
+    listed, and the known models and names. A start whose lanes join one by one sends
+    one lane a message, not the whole table each time."""
+
+    seq: int
+    joined: tuple[tuple[LaneInfo, int], ...]
+    removed: tuple[str, ...]
+    learned: tuple[tuple[LaneInfo, tuple[str, ...]], ...]
+    models: tuple[str, ...]
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -111,10 +127,22 @@ class Scrape:
     id: int
 
 
-Message = Start | Lanes | Samples | SnapshotWanted | Scraped | Ready | Applied | Counters | Scrape
+Message = (
+    Start
+    | Lanes
+    | LanesChanged
+    | Samples
+    | SnapshotWanted
+    | Scraped
+    | Ready
+    | Applied
+    | Counters
+    | Scrape
+)
 _OPS: dict[str, type[Message]] = {
     "start": Start,
     "lanes": Lanes,
+    "lanes_changed": LanesChanged,
     "samples": Samples,
     "snapshot": SnapshotWanted,
     "scraped": Scraped,
@@ -133,11 +161,20 @@ def encode(message: Message) -> dict[str, Any]:
     if isinstance(message, Start):
         data["config"] = dataclasses.asdict(message.config)
     elif isinstance(message, Lanes):
-        data["lanes"] = [
-            [lane.instance, lane.model, lane.url, list(lane.served_names), lane.api_key, slot]
-            for lane, slot in message.lanes
-        ]
+        data["lanes"] = [_lane_row(lane, slot) for lane, slot in message.lanes]
+    elif isinstance(message, LanesChanged):
+        data["joined"] = [_lane_row(lane, slot) for lane, slot in message.joined]
+        data["learned"] = [[_lane_row(lane, 0), list(names)] for lane, names in message.learned]
     return data
+
+
+def _lane_row(lane: LaneInfo, slot: int) -> list[Any]:
+    return [lane.instance, lane.model, lane.url, list(lane.served_names), lane.api_key, slot]
+
+
+def _lane_of(row: list[Any]) -> tuple[LaneInfo, int]:
+    instance, model, url, names, key, slot = row
+    return LaneInfo(instance, model, url, tuple(names), key), int(slot)
 
 
 def decode(data: dict[str, Any]) -> Message:
@@ -149,13 +186,18 @@ def decode(data: dict[str, Any]) -> Message:
             config["open_routes"] = tuple(config["open_routes"])
             data["config"] = EndpointConfig(**config)
         elif kind is Lanes:
-            data["lanes"] = tuple(
-                (LaneInfo(i, m, u, tuple(names), key), s)
-                for i, m, u, names, key, s in data["lanes"]
-            )
+            data["lanes"] = tuple(_lane_of(row) for row in data["lanes"])
             data["models"] = tuple(data["models"])
             data["names"] = tuple(data["names"])
             data["learned"] = tuple(None if x is None else tuple(x) for x in data["learned"])
+        elif kind is LanesChanged:
+            data["joined"] = tuple(_lane_of(row) for row in data["joined"])
+            data["removed"] = tuple(str(instance) for instance in data["removed"])
+            data["learned"] = tuple(
+                (_lane_of(row)[0], tuple(names)) for row, names in data["learned"]
+            )
+            data["models"] = tuple(data["models"])
+            data["names"] = tuple(data["names"])
         elif kind is Scraped:
             data["workers"] = tuple((i, p) for i, p in data["workers"])
         elif kind is Samples:

@@ -34,8 +34,8 @@ from ddsup.channel import ChannelError
 from ddsup.endpoint import _worker_link as link
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._lane_names import learn_lane_names
-from ddsup.endpoint._lane_state import LaneState
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lane_state import LaneInfo, LaneState
+from ddsup.endpoint._lanes import LaneTable, Touched
 from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._metrics_sampler import sample_lanes
 from ddsup.endpoint._shared_counts import SharedCounts
@@ -87,6 +87,8 @@ class WorkerPool:
         self.metrics = Metrics()  # the parent's own: /metrics sample failures
         self._workers: list[_Worker] = []
         self._seq = 0
+        self._touched: Touched | None = None  # the table's changes since the last send
+        self._sent: dict[str, LaneState] | None = None  # the lanes the workers have
         self._progress = trio.Event()
         self._gatherings: dict[int, _Gathering] = {}
         self._next_gathering = 0
@@ -112,22 +114,8 @@ class WorkerPool:
         counts = SharedCounts.create(rows=self.count + 1, row=self.count)  # last row: ours
         self.lanes.share_counts(counts)
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                fds = [listener.socket.fileno() for listener in listeners]
-                assert counts.fd is not None
-                await self._start_all([*fds, counts.fd], nursery)
-                if self.failure is None:
-                    self.lanes.on_change = self._lanes_changed
-                    self._lanes_changed()
-                    await self.synced()  # serving means: serving the lanes of the table
-                    await nursery.start(learn_lane_names, self.config, self.lanes)
-                    await self.synced()  # the names learned at the start reached everyone
-                    recorded = self._samples_recorded
-                    nursery.start_soon(
-                        sample_lanes, self.config, self.lanes, self.metrics, recorded
-                    )
-                    task_status.started()
+            with self.lanes.watch_changes() as self._touched:
+                await self._serve(listeners, counts, task_status)
         finally:
             self.lanes.on_change = None
             self._stopping = True
@@ -136,6 +124,28 @@ class WorkerPool:
             counts.close()
         if self.failure is not None:
             raise self.failure
+
+    async def _serve(
+        self,
+        listeners: list[trio.SocketListener],
+        counts: SharedCounts,
+        task_status: trio.TaskStatus[None],
+    ) -> None:
+        """The workers started, the lanes handed on, until cancelled (see :meth:`run`)."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            fds = [listener.socket.fileno() for listener in listeners]
+            assert counts.fd is not None
+            await self._start_all([*fds, counts.fd], nursery)
+            if self.failure is None:
+                self.lanes.on_change = self._lanes_changed
+                self._lanes_changed()
+                await self.synced()  # serving means: serving the lanes of the table
+                await nursery.start(learn_lane_names, self.config, self.lanes)
+                await self.synced()  # the names learned at the start reached everyone
+                recorded = self._samples_recorded
+                nursery.start_soon(sample_lanes, self.config, self.lanes, self.metrics, recorded)
+                task_status.started()
 
     async def synced(self) -> None:
         """Until every worker routes by the lane table and samples as they are now."""
@@ -266,18 +276,49 @@ class WorkerPool:
                 worker.outbox.send_nowait(message)
 
     def _lanes_changed(self) -> None:
+        """Pass the table's change on: the whole table the first time, then only the lanes
+        a change touched (:class:`link.LanesChanged`): a start whose lanes join one by one
+        costs each worker a lane per message, where the whole table each time made it
+        quadratic."""
         self._seq += 1
+        table = self.lanes
+        touched = self._touched
+        assert touched is not None
+        if self._sent is None:
+            self._sent = {state.info.instance: state for state in table.states()}
+            touched.instances.clear()
+            touched.learned.clear()
+            self._broadcast(self._whole_table())
+            return
+        joined: list[tuple[LaneInfo, int]] = []
+        removed: list[str] = []
+        for instance in touched.instances:
+            state = table.state_of(instance)
+            if state is None:
+                if self._sent.pop(instance, None) is not None:
+                    removed.append(instance)
+            elif self._sent.get(instance) is not state:
+                self._sent[instance] = state
+                joined.append((state.info, state.slot))
+        learned = [(info, table.learned_names(info) or ()) for info in touched.learned]
+        touched.instances.clear()
+        touched.learned.clear()
+        models, names = tuple(table.known_models()), tuple(table.known_names())
+        change = link.LanesChanged(
+            self._seq, tuple(joined), tuple(removed), tuple(learned), models, names
+        )
+        self._broadcast(change)
+
+    def _whole_table(self) -> link.Lanes:
         table = self.lanes
         lanes = tuple((info, table.slot_of(info)) for info in table.infos())
         learned = table.learned()
-        self._broadcast(
-            link.Lanes(
-                self._seq,
-                lanes,
-                tuple(table.known_models()),
-                tuple(table.known_names()),
-                tuple(learned.get(info) for info, _slot in lanes),
-            )
+        return link.Lanes(
+            self._seq,
+            lanes,
+            tuple(table.known_models()),
+            tuple(table.known_names()),
+            tuple(learned.get(info) for info, _slot in lanes),
         )
 
     def _samples_recorded(self, states: Sequence[LaneState]) -> None:
