@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 from pathlib import Path
 
-from side_by_side import Runs, alternate
+from side_by_side import Runs, alternate, step_medians
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,10 +77,8 @@ def report(count: int, runs: Runs) -> None:
     names = list(runs)
     print(f"\n{count} lanes: CPU ms in all (µs per lane)")
     print(f"  {'step':<36}" + "".join(f"{n[:20]:>24}" for n in names) + "   ratio")
-    for step in runs[names[0]][0]:
-        medians = [statistics.median(r[step] for r in runs[n]) for n in names]
+    for step, medians, ratio in step_medians(runs):
         cells = "".join(f"{1e3 * m:12.1f} ({1e6 * m / count:7.1f})" for m in medians)
-        ratio = f"{medians[0] / medians[1]:8.3f}" if len(medians) > 1 and medians[1] else ""
         print(f"  {step:<36}" + cells + ratio)
 
 

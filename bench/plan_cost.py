@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 from pathlib import Path
 
-from side_by_side import Runs, alternate
+from side_by_side import Runs, alternate, step_medians
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,10 +87,8 @@ def report(count: int, runs: Runs) -> None:
     names = list(runs)
     print(f"\n{count} nodes × 8 GPUs ({count * 8} lanes), CPU ms per step")
     print(f"  {'step':<34}" + "".join(f"{n[:14]:>16}" for n in names) + "   ratio")
-    for step in runs[names[0]][0]:
-        medians = [statistics.median(r[step] for r in runs[n]) * 1e3 for n in names]
-        ratio = f"{medians[0] / medians[1]:8.3f}" if len(medians) > 1 and medians[1] else ""
-        print(f"  {step:<34}" + "".join(f"{m:16.2f}" for m in medians) + ratio)
+    for step, medians, ratio in step_medians(runs):
+        print(f"  {step:<34}" + "".join(f"{1e3 * m:16.2f}" for m in medians) + ratio)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,3 +55,13 @@ def alternate(
                 for name, code in codes.items():
                     runs[name].append(timed(program, code, size))
             yield size, runs
+
+
+def step_medians(runs: Runs) -> Iterator[tuple[str, list[float], str]]:
+    """Each step's median CPU seconds per code (this checkout first), and the ratio of
+    the first to the second as a cell ("" without a baseline)."""
+    names = list(runs)
+    for step in runs[names[0]][0]:
+        medians = [statistics.median(r[step] for r in runs[name]) for name in names]
+        ratio = f"{medians[0] / medians[1]:8.3f}" if len(medians) > 1 and medians[1] else ""
+        yield step, medians, ratio

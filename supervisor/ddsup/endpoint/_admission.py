@@ -36,7 +36,7 @@ from bisect import bisect_left, insort
 from collections.abc import Collection, Sequence
 from operator import attrgetter
 
-from ddsup.endpoint._lane_state import LaneState
+from ddsup.endpoint._lane_state import SAMPLED_MAX, LaneState
 from ddsup.endpoint._lanes import LaneTable
 
 WALK_UP_TO = 16  # lanes of a name; at most this many, the pass is cheaper
@@ -225,7 +225,7 @@ class Admission:
         self._now, self._now_us = now, now * 1e6
         slots = table.counts.changes(self._seen)
         sampled = table.sampled
-        if slots is None or len(sampled) >= table.SAMPLED_MAX:
+        if slots is None or len(sampled) >= SAMPLED_MAX:
             self._resync(limit, now, stale_after)  # some changes were lost
             return
         state_at = table.state_at

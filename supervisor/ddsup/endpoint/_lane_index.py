@@ -6,7 +6,7 @@ all of them by walking every ready lane in Python: a start in which lanes become
 one by one, the common case once the controller keeps up with its agents (a feed message
 of one or two lanes each), cost the endpoint a walk of the table per lane, twice with the
 names each lane's ``/v1/models`` lists: quadratic in the fleet (with the name learner's
-own walks, 3.0 ms per joining lane at 8,000 lanes, now 53 µs: BENCHMARKS.md, "The
+own walks, 3.3 ms per joining lane at 8,000 lanes, now 60 µs: BENCHMARKS.md, "The
 start's two CPUs by kind and kernel path, and the endpoint's table lane by lane"). Now a
 join puts the lane at the end of each of its names' tuples and a leave takes it out,
 each a copy of one tuple in C.

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import trio
 
 from ddsup.endpoint._lane_index import NameIndex
-from ddsup.endpoint._lane_state import SAMPLED_MAX, LaneInfo, LaneState, Names
+from ddsup.endpoint._lane_state import LaneInfo, LaneState, Names
 from ddsup.endpoint._shared_counts import ACTIVE, SLOTS, SharedCounts
 
 
@@ -56,11 +56,9 @@ class LaneTable:
     The index that chooses a lane for a request (:class:`~._admission.Admission`, one
     per process) follows the table's changes through :attr:`generation`, which every
     change of the set of lanes or of their names moves on, and :attr:`sampled`, the lanes
-    whose queue sample changed since it last looked (at most :data:`SAMPLED_MAX`: more,
+    whose queue sample changed since it last looked (at most :data:`~._lane_state.SAMPLED_MAX`: more,
     and it re-reads them all).
     """
-
-    SAMPLED_MAX = SAMPLED_MAX
 
     def __init__(
         self,
@@ -84,7 +82,6 @@ class LaneTable:
         self.on_retired: Callable[[LaneState], None] | None = None  # a lane left the rotation
         self.generation = 0
         self.sampled: list[LaneState] = []
-        self._join_watchers: list[list[LaneState]] = []  # see watch_joins
         self._touch_watchers: list[Touched] = []  # see watch_changes
         self.set_ready(lanes)
 
@@ -102,6 +99,7 @@ class LaneTable:
         """Count in ``counts`` from now on (before serving: the lanes' states are new)."""
         self.counts = counts
         infos = self.infos()
+        self._index = NameIndex()  # rebuilt below: the drops need not take lanes out
         for instance in list(self._lanes):
             self._drop(instance)
         for info in infos:
@@ -126,6 +124,7 @@ class LaneTable:
     def set_ready(self, lanes: Iterable[LaneInfo]) -> None:
         """Make exactly ``lanes`` the ready set; lanes kept keep their load and connections."""
         wanted = {lane.instance: lane for lane in lanes}
+        self._index = NameIndex()  # rebuilt below: the drops need not take lanes out
         for instance, state in list(self._lanes.items()):
             if wanted.get(instance) != state.info:
                 self._drop(instance)
@@ -157,34 +156,21 @@ class LaneTable:
         self._names.update(state.names)
 
     def _enter(self, lane: LaneInfo) -> LaneState:
-        """A new state for ``lane``, in the table and told to every join watcher (the
+        """A new state for ``lane``, in the table and noted by every change watcher (the
         caller updates the index)."""
         learned = self._learned.get(lane, ())
         slot = self.slot_of(lane)
         state = LaneState(lane, self._max_idle, self.counts, slot, learned, self.sampled)
         self._lanes[lane.instance] = state
-        for joined in self._join_watchers:
-            joined.append(state)
         for touched in self._touch_watchers:
             touched.instances[lane.instance] = None
         return state
 
     @contextlib.contextmanager
-    def watch_joins(self) -> Iterator[list[LaneState]]:
-        """A list of the lanes ready now, to which every lane that joins later is
-        appended while the block lasts; the watcher takes them out (the name learner:
-        each joining lane without a walk of the table per change)."""
-        joined = list(self._lanes.values())
-        self._join_watchers.append(joined)
-        try:
-            yield joined
-        finally:
-            self._join_watchers = [w for w in self._join_watchers if w is not joined]
-
-    @contextlib.contextmanager
     def watch_changes(self) -> Iterator[Touched]:
-        """What changes from now on, while the block lasts (the parent of the endpoint's
-        workers: it sends them the lanes a change touched, not the whole table)."""
+        """What changes from now on, while the block lasts: the name learner asks the
+        lanes that joined, the parent of the endpoint's workers sends them the lanes a
+        change touched; neither walks the whole table per change."""
         touched = Touched()
         self._touch_watchers.append(touched)
         try:
@@ -199,11 +185,6 @@ class LaneTable:
     def learned_names(self, lane: LaneInfo) -> Names | None:
         """What ``lane``'s ``/v1/models`` listed (``None``: not asked yet, or no answer)."""
         return self._learned.get(lane)
-
-    def current(self, state: LaneState) -> bool:
-        """Whether ``state`` is its lane's state in the rotation now (not one that left
-        or was replaced)."""
-        return self._lanes.get(state.info.instance) is state
 
     def remove(self, instance: str) -> None:
         """One lane stopped being ready; unknown names are ignored (the feed may repeat)."""

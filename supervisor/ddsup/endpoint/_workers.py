@@ -281,33 +281,33 @@ class WorkerPool:
         costs each worker a lane per message, where the whole table each time made it
         quadratic."""
         self._seq += 1
-        table = self.lanes
         touched = self._touched
         assert touched is not None
         if self._sent is None:
-            self._sent = {state.info.instance: state for state in table.states()}
-            touched.instances.clear()
-            touched.learned.clear()
-            self._broadcast(self._whole_table())
-            return
+            self._sent = {state.info.instance: state for state in self.lanes.states()}
+            message: link.Lanes | link.LanesChanged = self._whole_table()
+        else:
+            message = self._changes(touched, self._sent)
+        touched.instances.clear()
+        touched.learned.clear()
+        self._broadcast(message)
+
+    def _changes(self, touched: Touched, sent: dict[str, LaneState]) -> link.LanesChanged:
+        """What ``touched`` changed against what the workers have (``sent``, kept up)."""
+        table = self.lanes
         joined: list[tuple[LaneInfo, int]] = []
         removed: list[str] = []
         for instance in touched.instances:
             state = table.state_of(instance)
             if state is None:
-                if self._sent.pop(instance, None) is not None:
+                if sent.pop(instance, None) is not None:
                     removed.append(instance)
-            elif self._sent.get(instance) is not state:
-                self._sent[instance] = state
+            elif sent.get(instance) is not state:
+                sent[instance] = state
                 joined.append((state.info, state.slot))
-        learned = [(info, table.learned_names(info) or ()) for info in touched.learned]
-        touched.instances.clear()
-        touched.learned.clear()
+        learned = tuple((info, table.learned_names(info) or ()) for info in touched.learned)
         models, names = tuple(table.known_models()), tuple(table.known_names())
-        change = link.LanesChanged(
-            self._seq, tuple(joined), tuple(removed), tuple(learned), models, names
-        )
-        self._broadcast(change)
+        return link.LanesChanged(self._seq, tuple(joined), tuple(removed), learned, models, names)
 
     def _whole_table(self) -> link.Lanes:
         table = self.lanes
