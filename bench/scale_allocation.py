@@ -312,14 +312,9 @@ class Run:
         (units / "endpoint.toml").write_text(ENDPOINT_UNIT.format(port=free_port()))
         return units
 
-    def argv(self, units: Path, profile: Path | None, sample: Path | None = None) -> list[str]:
-        ddsup = DDSUP
-        if profile is not None:
-            ddsup = [sys.executable, str(ROOT / "bench" / "profiled_ddsup.py"), str(profile)]
-        elif sample is not None:
-            ddsup = [sys.executable, str(ROOT / "bench" / "sampled_ddsup.py"), "run", str(sample)]
+    def argv(self, units: Path) -> list[str]:
         start = ["start", str(units), "--state-dir", str(self.state), "-q"]
-        return [*ddsup, *start, "--nodes", str(self.nodes), "--gpus-per-node", str(self.gpus)]
+        return [*DDSUP, *start, "--nodes", str(self.nodes), "--gpus-per-node", str(self.gpus)]
 
     @property
     def state(self) -> Path:
@@ -517,13 +512,6 @@ def measure_stop(run: Run, tail: EventTail, process: subprocess.Popen[bytes]) ->
     run.put("exit_status", process.returncode)
 
 
-def variant_path(path: Path | None, variant: str) -> Path | None:
-    """``path`` with the variant's name in it (``ctl.txt`` → ``ctl-checkout-250ms.txt``)."""
-    if path is None:
-        return None
-    return path.with_name(f"{path.stem}-{variant.replace(' ', '-')}{path.suffix}")
-
-
 def run_variant(run: Run, args: argparse.Namespace, full: bool, name: str) -> dict[str, float]:
     units = run.write_units(busybox())
     tail = EventTail(run.state / "events.jsonl")
@@ -531,7 +519,7 @@ def run_variant(run: Run, args: argparse.Namespace, full: bool, name: str) -> di
     spawned = time.time()
     output = run.work / "output"
     with marked_process(
-        run.argv(units, variant_path(args.profile, name), variant_path(args.sample, name)),
+        run.argv(units),
         output,
         stop_timeout=120,
         env=run.env,
@@ -677,10 +665,6 @@ def main() -> None:
         help="run this checkout before the baseline (the second run starts on the load the first left)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the state directories")
-    parser.add_argument("--profile", type=Path, help="run the controller under cProfile, to here")
-    parser.add_argument(
-        "--sample", type=Path, help="sample the controller's stacks on its CPU clock, to here"
-    )
     parser.add_argument(
         "--baseline",
         metavar="REV",
