@@ -11,14 +11,13 @@ Every variant runs in front of the same upstream lanes with wrk on the same core
   with h11 or with httptools (the floor of a Python server, not a proxy);
 - ``direct``: wrk against a lane itself;
 - with ``--baseline REV`` (a git revision, e.g. ``main``): ``REV 1w`` / ``REV 2w``, the
-  endpoint of that revision (its ``supervisor/`` tree, exported with ``git archive`` and
-  put first on ``PYTHONPATH``), run beside this tree's in the same rotations: a change's
-  before and after, side by side in one run.
+  endpoint of that revision (``side_by_side.py``), run beside this tree's in the same
+  rotations: a change's before and after, side by side in one run.
 
 For plain requests (two fast lanes, ``Upstream`` of ``endpoint_proxy.py``) and for SSE
 (``--events`` events ``--gap`` s apart) it prints req/s, p50/p99, CPU per request (user +
 system of the serving processes), CPU per event (SSE minus plain, per event: the
-issue's definition, which charges any per-request cost of SSE to its events; with
+goal's definition, which charges any per-request cost of SSE to its events; with
 ``--more-events N`` also the marginal cost, the slope between requests of ``--events``
 and of N events) and the regime: the serving processes' share of the cores they are pinned to, so a figure taken
 at saturation is told apart from one taken below it, and the load's own CPU per request
@@ -28,7 +27,7 @@ a request's whole cost on them), printed beside the 2-worker goal. Then goodput 
 modelled as GPU-bound (``ddsup fake-vllm`` with ``--max-num-seqs`` slots held ``--ttft``
 seconds each): 2xx/s through nginx and through the endpoint at the same concurrency,
 at 1× and 4× their capacity (open loop: ``endpoint_overload.py``'s generator). The
-last lines check the goals of the endpoint issue and say "met" or "missed".
+last lines check the endpoint's goals and say "met" or "missed".
 
     .venv/bin/python bench/endpoint_compare.py [--seconds 5] [--reps 3] [--baseline main]
 
@@ -66,6 +65,7 @@ from endpoint_proxy import (
     wait_port,
 )
 from proxy_floors import serve_epoll, serve_tasks
+from side_by_side import baseline_code, baseline_env, rotations
 
 Child = subprocess.Popen[Any]
 PLAIN = '{"model":"m","prompt":"hi","max_tokens":16}'
@@ -257,36 +257,6 @@ def endpoint(
     return proc, url
 
 
-def export_baseline(rev: str, tmp: Path) -> Path:
-    """The ``supervisor/`` tree of git revision ``rev``, exported under ``tmp``."""
-    root = Path(__file__).resolve().parent.parent
-    out = tmp / "baseline"
-    out.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(root), "archive", rev, "supervisor"], capture_output=True, check=False
-    )
-    if archive.returncode:
-        raise SystemExit(f"--baseline {rev}: {archive.stderr.decode().strip()}")
-    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
-    source = out / "supervisor"
-    check = [sys.executable, "-c", "import ddsup; print(ddsup.__file__)"]
-    found = subprocess.run(check, env=baseline_env(source), capture_output=True, text=True)
-    if not found.stdout.startswith(str(source)):
-        raise SystemExit(f"--baseline {rev}: ddsup was imported from {found.stdout.strip()!r}")
-    return source
-
-
-def baseline_env(source: Path) -> dict[str, str]:
-    """The environment that imports ``ddsup`` from ``source``: first on ``PYTHONPATH``,
-    before this tree's editable install."""
-    path = [str(source), *filter(None, [os.environ.get("PYTHONPATH")])]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
-
-
-def rotations(variants: list[Variant], reps: int) -> list[list[Variant]]:
-    return [variants[r % len(variants) :] + variants[: r % len(variants)] for r in range(reps)]
-
-
 def core_layout() -> tuple[set[int], set[int], set[int]]:
     """(one proxy core, the two cores of the 2-worker variants, the cores of wrk and the
     lanes). With 4 cores or more the load never shares a proxy's core, so a proxy's
@@ -325,7 +295,7 @@ def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[
     children += [n1, n2, e1, e2]
     before: list[Variant] = []
     if args.baseline:
-        source = export_baseline(args.baseline, tmp)
+        source = baseline_code(args.baseline, tmp / "baseline")
         b1, b1_url = endpoint(lane_urls, 1, proxy, source=source)
         b2, b2_url = endpoint(lane_urls, 2, both, source=source)
         children += [b1, b2]

@@ -30,11 +30,11 @@ For each ``--stagger`` variant, one run:
 - **stop**: SIGTERM → the last lane's ``exited`` → ``ddsup start`` exits.
 
 Only the first stagger variant of each code runs idle, status, trickle and churn.
-``--baseline REV`` runs ddsup as it was at that git revision too (``git archive`` into a
-temporary directory, first on ``PYTHONPATH``), alternating with the checkout, so before
-and after come from one run on the same machine; the baseline runs first unless
-``--checkout-first`` (each run starts on the load the one before left). Both are compiled to bytecode first, as
-``pip install`` does (these sandboxes set ``PYTHONDONTWRITEBYTECODE``). ``--port BASE``
+``--baseline REV`` runs ddsup as it was at that git revision too (``side_by_side.py``),
+alternating with the checkout, so before and after come from one run on the same
+machine; the baseline runs first unless ``--checkout-first`` (each run starts on the load
+the one before left). Both are compiled to bytecode first, as ``pip install`` does
+(without it every process would compile ddsup from source). ``--port BASE``
 gives lanes fixed ports (unique across the simulated nodes); the default ``auto`` lets
 each agent pick. Every process carries the bench's mark and anything left is killed and
 reported.
@@ -67,6 +67,7 @@ from typing import Any
 
 import psutil
 from bench_marks import kill_marked, marked_process, marked_processes
+from side_by_side import baseline_code, baseline_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DDSUP = [sys.executable, "-m", "ddsup"]
@@ -290,13 +291,7 @@ class Run:
 
     @property
     def env(self) -> dict[str, str]:
-        if self.code is None:
-            return {}
-        # the baseline's source instead of this checkout's, the rest of the path kept (a
-        # machine with ddsup's dependencies beside it, such as the lent device)
-        ours = str(ROOT / "supervisor")
-        kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != ours]
-        return {"PYTHONPATH": os.pathsep.join([str(self.code), *kept])}
+        return {} if self.code is None else baseline_env(self.code)
 
     def write_units(self, box: str) -> Path:
         units, docroot = self.work / "units", self.work / "docroot"
@@ -601,19 +596,6 @@ def cool_down(limit: float, below: float = 6.0) -> None:
     deadline = time.monotonic() + limit
     while os.getloadavg()[0] > below and time.monotonic() < deadline:
         time.sleep(5)
-
-
-def baseline_code(rev: str, directory: Path) -> Path:
-    """ddsup's source as of ``rev``, for ``PYTHONPATH``; ``rev`` may also name a directory
-    that holds it already (where there is no git history, as on the lent device)."""
-    if (Path(rev) / "ddsup").is_dir():
-        return Path(rev).resolve()
-    directory.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, "supervisor"], check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive, check=True)
-    return directory / "supervisor"
 
 
 def compile_bytecode(trees: Iterable[Path]) -> None:

@@ -1,67 +1,69 @@
-"""In-process step timings of this checkout beside a baseline revision, alternating.
+"""Another revision of ddsup beside this checkout, in one run.
 
-``plan_cost.py`` and ``lane_table_cost.py`` time steps of ddsup in-process: a program
-(Python source) that takes one size as its argument and prints one JSON object, each
-step's CPU seconds. Each round runs it once per code, each in a fresh interpreter with
-that code first on ``PYTHONPATH``, alternating, so this checkout and ``--baseline REV``
-(``scale_allocation.baseline_code``: a ``git archive``, or a directory holding the
-source) meet the same machine; the callers print the medians.
+A change's before and after are only comparable when they meet the same machine: these
+machines are shared, and their load moves figures more than most changes do. So a bench
+given ``--baseline REV`` runs that revision's code and this checkout's in one run,
+alternating (:func:`rotations`). :func:`baseline_code` gets the revision's ``supervisor/``
+tree (``git archive``, or a directory that already holds the source, where there is no
+git history), :func:`baseline_env` runs it, and :func:`export_tree` exports the whole
+tree where the bench builds a wheel of it.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import statistics
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Sequence
 from pathlib import Path
-
-from scale_allocation import baseline_code
+from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
-Steps = dict[str, float]  # step → CPU seconds
-Runs = dict[str, list[Steps]]  # code's name → one Steps per round
+T = TypeVar("T")
 
 
-def timed(program: str, code: Path, size: int) -> Steps:
-    """``program``'s step timings at ``size``, with ``code`` (a ``supervisor`` tree)."""
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    done = subprocess.run(
-        [sys.executable, "-c", program, str(size)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
+def export_tree(rev: str, directory: Path, *paths: str) -> Path:
+    """``paths`` (all of the tree without any) of git revision ``rev``, under ``directory``."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, *paths], capture_output=True, check=False
     )
-    steps: Steps = json.loads(done.stdout)
-    return steps
+    if archive.returncode:
+        raise SystemExit(f"--baseline {rev}: {archive.stderr.decode().strip()}")
+    directory.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive.stdout, check=True)
+    return directory
 
 
-def alternate(
-    program: str, sizes: Iterable[int], rounds: int, baseline: str | None
-) -> Iterator[tuple[int, Runs]]:
-    """For each size, ``rounds`` rounds of this checkout and then the baseline (if any)."""
-    with tempfile.TemporaryDirectory() as scratch:
-        codes = {"this checkout": ROOT / "supervisor"}
-        if baseline:
-            codes[baseline] = baseline_code(baseline, Path(scratch, "base"))
-        for size in sizes:
-            runs: Runs = {name: [] for name in codes}
-            for _ in range(rounds):
-                for name, code in codes.items():
-                    runs[name].append(timed(program, code, size))
-            yield size, runs
+def baseline_code(rev: str, directory: Path) -> Path:
+    """ddsup's ``supervisor/`` tree as of ``rev``, for ``PYTHONPATH``: exported under
+    ``directory``, or ``rev`` itself when it names a directory that holds the source.
+    Checked to be the ``ddsup`` that a process started with :func:`baseline_env` imports,
+    not this checkout's editable install."""
+    given = Path(rev)
+    if (given / "ddsup").is_dir():
+        source = given.resolve()
+    elif (given / "supervisor" / "ddsup").is_dir():
+        source = (given / "supervisor").resolve()
+    else:
+        source = export_tree(rev, directory, "supervisor") / "supervisor"
+    check = [sys.executable, "-c", "import ddsup; print(ddsup.__file__)"]
+    found = subprocess.run(check, env=baseline_env(source), capture_output=True, text=True)
+    if not found.stdout.startswith(str(source)):
+        raise SystemExit(f"--baseline {rev}: ddsup was imported from {found.stdout.strip()!r}")
+    return source
 
 
-def step_medians(runs: Runs) -> Iterator[tuple[str, list[float], str]]:
-    """Each step's median CPU seconds per code (this checkout first), and the ratio of
-    the first to the second as a cell ("" without a baseline)."""
-    names = list(runs)
-    for step in runs[names[0]][0]:
-        medians = [statistics.median(r[step] for r in runs[name]) for name in names]
-        ratio = f"{medians[0] / medians[1]:8.3f}" if len(medians) > 1 and medians[1] else ""
-        yield step, medians, ratio
+def baseline_env(source: Path) -> dict[str, str]:
+    """The environment whose processes import ``ddsup`` from ``source``: first on
+    ``PYTHONPATH``, this checkout's tree taken off it, the rest kept (a machine whose
+    ddsup dependencies are on the path beside it)."""
+    ours = str(ROOT / "supervisor")
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != ours]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), *kept])}
+
+
+def rotations(variants: Sequence[T], reps: int) -> list[list[T]]:
+    """``reps`` orders of ``variants``, each starting one later: none always runs first,
+    on the load that the bench's own start-up left."""
+    count = len(variants)
+    return [[*variants[r % count :], *variants[: r % count]] for r in range(reps)]

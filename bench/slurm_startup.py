@@ -8,8 +8,8 @@ docs/testing-slurm.md).
 ddsup is installed as a user installs it: a wheel of the checkout (``pip wheel``) into a
 fresh virtual environment (``pip install`` compiles every module to bytecode), and the
 job script runs that environment's ``ddsup`` console script. ``--baseline REV`` builds
-a second wheel from ``git archive REV`` into a second environment, and the jobs of both
-alternate, so before and after come from one run.
+a second wheel from that revision's tree (``side_by_side.py``) into a second environment,
+and the jobs of both alternate, so before and after come from one run.
 
 Each run is ``sbatch -N3`` of ``exec ddsup start`` with six tiny HTTP lanes (two per
 node, ``stagger = "0s"``) and a worker that exits at once. The job script writes a
@@ -20,14 +20,13 @@ timestamp just before ``exec``. From it and ``events.jsonl``:
   moment it bound its port, which it writes down): everything ddsup adds before the
   user's work begins, its own Python start-up included (goal ≤ 1 s);
 - split into *exec → srun spawned* (what ``ddsup start`` does before it launches the
-  agents), *exec → run starting* (its whole Python start-up: since the head start, the
-  controller is imported after the agents' step is spawned, so this overlaps the next
-  rows), *srun spawned → last agent forked*, *last agent forked → first lane start* (the
+  agents), *exec → run starting* (its whole Python start-up: the controller is imported
+  after the agents' step is spawned, so this overlaps the next rows), *srun spawned → last agent forked*, *last agent forked → first lane start* (the
   agents' Python start-up, connect, set-up, preflight), the lanes, and *after the last
   ready* (until the worker starts);
 - **overhead from run starting** = (``run starting`` → worker ``starting``) minus the
-  slowest lane's own ``starting`` → ``ready``: the figure BENCHMARKS.md gave before,
-  which leaves out ``ddsup start``'s own start-up.
+  slowest lane's own ``starting`` → ``ready``, which leaves out ``ddsup start``'s own
+  start-up.
 
 Then, for the causes: ``srun --overlap -N3 true`` and ``srun --overlap -N3 python -c
 'import ddsup.run._agent'`` inside a job (the agent step's floor), and the import time of
@@ -49,6 +48,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from side_by_side import export_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -108,15 +109,6 @@ def _quiet(argv: list[str], env: dict[str, str] | None = None) -> None:
     done = subprocess.run(argv, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"bench: {argv[:4]} failed:\n{done.stdout}{done.stderr}")
-
-
-def baseline_source(rev: str, directory: Path) -> Path:
-    directory.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True
-    )
-    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive.stdout, check=True)
-    return directory
 
 
 def _units(job: DdsupJob, worker: str) -> None:
@@ -282,7 +274,7 @@ def main() -> None:
         work = Path(tmp)
         installs = [install("checkout", ROOT, work)]
         if args.baseline:
-            source = baseline_source(args.baseline, work / "baseline-src")
+            source = export_tree(args.baseline, work / "baseline-src")
             installs.insert(0, install(args.baseline, source, work))
         cluster = SlurmCluster.start(work / "cluster")
         runs: dict[str, list[dict[str, float]]] = {i.name: [] for i in installs}
