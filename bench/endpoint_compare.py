@@ -14,7 +14,7 @@ Every variant runs in front of the same upstream lanes with wrk on the same core
   endpoint of that revision (``side_by_side.py``), run beside this tree's in the same
   rotations: a change's before and after, side by side in one run.
 
-For plain requests (two fast lanes, ``Upstream`` of ``endpoint_proxy.py``) and for SSE
+For plain requests (two fast lanes, ``Upstream`` of ``endpoint_servers.py``) and for SSE
 (``--events`` events ``--gap`` s apart) it prints req/s, p50/p99, CPU per request (user +
 system of the serving processes), CPU per event (SSE minus plain, per event: the
 goal's definition, which charges any per-request cost of SSE to its events; with
@@ -37,73 +37,35 @@ Needs wrk and nginx (``apt-get install -y nginx wrk``); takes about 10 minutes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import re
 import resource
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 from endpoint_overload import run_level
-from endpoint_proxy import (
-    JSON_BODY,
-    NGINX_CONF,
-    Upstream,
+from endpoint_servers import (
+    Child,
     cpu_time,
     ensure_nginx,
-    serve_bare,
+    first_line_url,
+    server_argv,
+    start,
+    start_nginx,
     stop_all,
     wait_port,
+    wrk,
 )
-from proxy_floors import serve_epoll, serve_tasks
 from side_by_side import baseline_code, baseline_env, rotations
 
-Child = subprocess.Popen[Any]
 PLAIN = '{"model":"m","prompt":"hi","max_tokens":16}'
 STREAM = '{"model":"m","prompt":"hi","stream":true}'
 STREAM_MORE = '{"model":"m","prompt":"hi","stream":true,"events":%d}'
-
-
-def serve_httptools_floor(port_file: str) -> None:
-    """The httptools floor: bare trio, parsing with httptools, answering a fixed body."""
-    import httptools
-    import trio
-
-    answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-    answer += b"content-length: %d\r\n\r\n%s" % (len(JSON_BODY), JSON_BODY)
-
-    class Done:
-        def __init__(self) -> None:
-            self.count = 0
-
-        def on_message_complete(self) -> None:
-            self.count += 1
-
-    async def handle(stream: trio.SocketStream) -> None:
-        done = Done()
-        parser = httptools.HttpRequestParser(done)
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            while data := await stream.receive_some(65536):
-                parser.feed_data(data)
-                if done.count:
-                    await stream.send_all(answer * done.count)
-                    done.count = 0
-
-    async def main() -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        await trio.Path(port_file).write_text(str(listeners[0].socket.getsockname()[1]))
-        await trio.serve_listeners(handle, listeners)
-
-    trio.run(main)
 
 
 @dataclass(frozen=True)
@@ -143,19 +105,6 @@ class Variant:
     serving: tuple[psutil.Process, ...]
 
 
-def wrk(url: str, body: str, seconds: float, connections: int, cpus: set[int]) -> list[str]:
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(f"wrk.method = \"POST\"\nwrk.body = '{body}'\n")
-        script.write('wrk.headers["Content-Type"] = "application/json"\n')
-    argv = ["wrk", "-t", "1", "-c", str(connections), "-d", f"{seconds:g}s", "--latency"]
-    argv += ["-s", script.name, f"{url}/v1/completions"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    os.sched_setaffinity(proc.pid, cpus)
-    out, _ = proc.communicate()
-    os.unlink(script.name)
-    return [out]
-
-
 def measure(
     v: Variant,
     body: str,
@@ -167,80 +116,18 @@ def measure(
     """One wrk run; the CPU of the variant's processes and, apart, of the load (wrk, the
     only child reaped meanwhile, and ``lanes``)."""
     before, load_before = cpu_time(v.serving), cpu_time(lanes) + _reaped_cpu()
-    (out,) = wrk(v.url, body, seconds, connections, cpus)
+    run = wrk(f"{v.url}/v1/completions", body, seconds, connections, cpus)
     cpu = cpu_time(v.serving) - before
     load = cpu_time(lanes) + _reaped_cpu() - load_before
-
-    def find(pattern: str, default: str | None = None) -> str:
-        match = re.search(pattern, out)
-        if match is None:
-            if default is not None:
-                return default
-            raise SystemExit(f"unexpected wrk output for {v.name}:\n{out}")
-        return match.group(1)
-
-    if "Socket errors" in out:
-        errors = find(r"(Socket errors:[^\n]*)")
-        print(f"  ({v.name}: {errors})", file=sys.stderr)
-    requests = int(find(r"(\d+) requests in"))
-    took = _ms(find(r"\d+ requests in ([\d.]+\w+)")) / 1000.0
-    non2xx = int(find(r"Non-2xx or 3xx responses: (\d+)", "0"))
-    p50, p99 = _ms(find(r"50%\s+([\d.]+\w+)")), _ms(find(r"99%\s+([\d.]+\w+)"))
-    return Sample(requests, requests - non2xx, took, p50, p99, cpu, load)
+    if run.socket_errors:
+        print(f"  ({v.name}: {run.socket_errors})", file=sys.stderr)
+    ok = run.requests - run.non2xx
+    return Sample(run.requests, ok, run.seconds, run.p50_ms, run.p99_ms, cpu, load)
 
 
 def _reaped_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def _ms(text: str) -> float:
-    match = re.match(r"([\d.]+)(\w+)", text)
-    assert match is not None
-    value, unit = match.groups()
-    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
-
-
-def start(
-    argv: list[str], cpus: set[int] | frozenset[int], env: dict[str, str] | None = None
-) -> Child:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
-    os.sched_setaffinity(proc.pid, cpus)
-    return proc
-
-
-def first_line_url(proc: Child) -> str:
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        raise SystemExit(f"{proc.args!r} exited before printing its URL")
-    return str(line.split()[-1])
-
-
-def start_nginx(binary: str, lanes: list[str], cores: list[int], tmp: Path) -> tuple[Child, str]:
-    """nginx in front of ``lanes`` with one worker per core in ``cores`` (least_conn)."""
-    home = tmp / f"nginx-{len(cores)}w"
-    home.mkdir()
-    listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
-    port = listener.getsockname()[1]
-    servers = "        least_conn;\n" + "\n".join(
-        f"        server {lane.removeprefix('http://')};" for lane in lanes
-    )
-    masks = " ".join("1" + "0" * core for core in cores)
-    conf = NGINX_CONF.format(mask=masks, tmp=home, servers=servers, port=port)
-    conf = conf.replace("worker_processes 1;", f"worker_processes {len(cores)};")
-    (home / "nginx.conf").write_text(conf)
-    fd = listener.fileno()
-    argv = [binary, "-p", str(home), "-c", str(home / "nginx.conf"), "-e", str(home / "err.log")]
-    proc = subprocess.Popen(argv, env={**os.environ, "NGINX": f"{fd};"}, pass_fds=(fd,))
-    listener.close()
-    os.sched_setaffinity(proc.pid, set(cores))
-    deadline = time.monotonic() + 20
-    while len(psutil.Process(proc.pid).children()) < len(cores):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"nginx did not start (status {proc.poll()})")
-        time.sleep(0.05)  # nginx forks its workers: bounded poll for an external process
-    return proc, f"http://127.0.0.1:{port}"
 
 
 def endpoint(
@@ -270,21 +157,20 @@ def core_layout() -> tuple[set[int], set[int], set[int]]:
 def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[str, Any]:
     """Plain and SSE side by side, fast lanes: CPU per request and per event, req/s, p50/p99."""
     proxy, both, load = core_layout()
-    me = [sys.executable, __file__]
     lanes = []
     for i in range(args.lanes):
         port_file = tmp / f"up{i}"
-        up = [*me, "--upstream", str(port_file), "--events", str(args.events)]
+        up = server_argv("upstream", port_file, "--events", str(args.events))
         children.append(start([*up, "--gap", str(args.gap)], load))
         lanes.append(port_file)
     lane_urls = [f"http://127.0.0.1:{wait_port(p)}" for p in lanes]
     lane0 = psutil.Process(children[0].pid)
     lane_procs = tuple(psutil.Process(child.pid) for child in children[: args.lanes])
-    children.append(h11 := start([*me, "--floor-h11", str(tmp / "h11")], proxy))
-    children.append(ht := start([*me, "--floor-httptools", str(tmp / "ht")], proxy))
+    children.append(h11 := start(server_argv("floor-h11", tmp / "h11"), proxy))
+    children.append(ht := start(server_argv("floor-httptools", tmp / "ht"), proxy))
     floor_proxies = {}
     for kind in ("tasks", "epoll"):
-        argv = [*me, "--floor-proxy", kind, str(tmp / f"fp-{kind}"), *lane_urls]
+        argv = server_argv(f"floor-{kind}", tmp / f"fp-{kind}", *lane_urls)
         floor_proxies[kind] = start(argv, proxy)
         children.append(floor_proxies[kind])
     nginx = ensure_nginx()
@@ -603,26 +489,9 @@ def main() -> None:
     parser.add_argument(
         "--baseline", metavar="REV", help="also run the endpoint of this git revision (CPU part)"
     )
-    parser.add_argument("--upstream", help=argparse.SUPPRESS)
-    parser.add_argument("--floor-h11", help=argparse.SUPPRESS)
-    parser.add_argument("--floor-httptools", help=argparse.SUPPRESS)
-    parser.add_argument("--floor-proxy", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.more_events and args.more_events <= args.events:
         parser.error("--more-events must be more than --events (the slope is between them)")
-    if args.upstream:
-        Upstream(args.events, args.gap).serve(args.upstream)
-        return
-    if args.floor_h11:
-        serve_bare(args.floor_h11)
-        return
-    if args.floor_httptools:
-        serve_httptools_floor(args.floor_httptools)
-        return
-    if args.floor_proxy:
-        kind, port_file, *lanes = args.floor_proxy
-        (serve_tasks if kind == "tasks" else serve_epoll)(port_file, lanes)
-        return
     if not shutil.which("wrk"):
         raise SystemExit("wrk is needed: apt-get install -y wrk")
     tmp = Path(tempfile.mkdtemp(prefix="ddsup-compare-"))

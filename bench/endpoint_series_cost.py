@@ -1,7 +1,7 @@
 """Measure what the endpoint's time series costs: the endpoint with it on, and off.
 
 Two ``ddsup endpoint`` processes pinned to the same core, in front of the same minimal
-upstream lanes (``endpoint_proxy.py``'s), one with ``DDSUP_STATE_DIR`` set (the series
+upstream lanes (``endpoint_servers.py``'s), one with ``DDSUP_STATE_DIR`` set (the series
 is recorded: hooks on every request, a line a second written by a thread) and one
 without (the hooks are no-ops). Two wrk processes drive both at the same time, so
 both see the same machine (a shared machine's load changes from second to second):
@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
-from endpoint_proxy import cpu_time, stop_all, wait_port, wrk
+from endpoint_servers import cpu_time, server_argv, start, stop_all, wait_port, wrk
 
 from ddsup.endpoint._timeseries import NO_SERIES, SeriesRecorder
 from ddsup.record import read_series
@@ -38,12 +38,6 @@ from ddsup.record._series import STARTED
 
 PLAIN = '{"model":"m","prompt":"hi","max_tokens":16}'
 STREAM = '{"model":"m","prompt":"hi","stream":true}'
-
-
-def start(argv: list[str], cpus: set[int], env: dict[str, str]) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
-    os.sched_setaffinity(proc.pid, cpus)
-    return proc
 
 
 def hooks_ns() -> tuple[float, float]:
@@ -68,13 +62,12 @@ def measure(args: argparse.Namespace) -> dict[str, list[float]]:
     tmp = Path(tempfile.mkdtemp(prefix="ddsup-series-bench-"))
     state = tmp / "state"
     state.mkdir(mode=0o700)
-    here = Path(__file__).with_name("endpoint_proxy.py")
     children: list[subprocess.Popen[str]] = []
     base_env = {k: v for k, v in os.environ.items() if k != "DDSUP_STATE_DIR"}
     try:
         for i in range(args.lanes):
-            up = [sys.executable, str(here), "--upstream", str(tmp / f"up{i}")]
-            up += ["--events", str(args.events), "--gap", str(args.gap)]
+            up = server_argv("upstream", tmp / f"up{i}", "--events", str(args.events))
+            up += ["--gap", str(args.gap)]
             children.append(start(up, others, base_env))
         lanes = [f"http://127.0.0.1:{wait_port(tmp / f'up{i}')}" for i in range(args.lanes)]
         argv = [sys.executable, "-m", "ddsup", "endpoint", "--port", "0"]
@@ -96,13 +89,13 @@ def measure(args: argparse.Namespace) -> dict[str, list[float]]:
                         for n in ("off", "on")
                     }
                     done = {n: run.result() for n, run in runs.items()}
-                    sent += done["on"][0]
+                    sent += done["on"].requests
                     if rep == 0:
                         continue
-                    for n, (count, took, _p50, _p99) in done.items():
+                    for n, run in done.items():
                         used = cpu_time((procs[n],)) - before[n]
-                        cpu.setdefault(f"{n} {kind}", []).append(used / count * 1e6)
-                        cpu.setdefault(f"{n} {kind} rps", []).append(count / took)
+                        cpu.setdefault(f"{n} {kind}", []).append(used / run.requests * 1e6)
+                        cpu.setdefault(f"{n} {kind} rps", []).append(run.requests / run.seconds)
         stop_all(children)  # the recording endpoint writes its last line as it stops
         series = read_series(state)
         counted = sum(line.total(STARTED) for line in series.lines)
