@@ -4,7 +4,7 @@ Each process started through :func:`marked_process` has ``DDSUP_BENCH_MARK=<rand
 its environment, and so does everything it starts (units, their children, setsid
 escapees that keep their environment). Once a measurement is over, every live process
 with the mark is SIGKILLed and counted: a bench reports a leftover, it never leaves one.
-Shared by ``scale.py`` and ``supervision.py`` (run from the repository root, as
+Shared by ``scale_allocation.py`` and ``supervision.py`` (run from the repository root, as
 ``python bench/NAME.py``, this folder is on ``sys.path``).
 """
 
