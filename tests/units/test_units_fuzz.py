@@ -2,36 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import string
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
+import fuzz_units as fuzz
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddsup.units._schema import SECTIONS
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_fuzz_module() -> ModuleType:
-    """``bench/fuzz_units.py`` holds the generator; the test and the bench share it."""
-    spec = importlib.util.spec_from_file_location("fuzz_units", ROOT / "bench" / "fuzz_units.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fuzz_units", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-fuzz = _load_fuzz_module()
 
 KEYS = [key.name for section in SECTIONS for key in section.keys]
 NAMES = [section.name for section in SECTIONS]

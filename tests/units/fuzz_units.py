@@ -1,9 +1,9 @@
 """Fuzz the unit-file loader: random and mutated unit files must only ever give problems.
 
-Usage: ``python bench/fuzz_units.py [COUNT] [--seed N]`` (default 10,000 inputs). Prints
-the number of inputs, how many were accepted, how many were rejected with
+``test_units_fuzz.py`` runs it on every test run; for a longer run,
+``.venv/bin/python tests/units/fuzz_units.py [COUNT] [--seed N]`` (default 10,000
+inputs) prints the number of inputs, how many were accepted, how many were rejected with
 ``UnitFileError``, and how many raised anything else (must be 0), then exits 1 if any did.
-The generator is shared with ``tests/units/test_units_fuzz.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ddsup._errors import UnitFileError
 from ddsup.units import load_unit_set, parse_unit_set
 from ddsup.units._schema import SECTIONS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "units" / "examples").glob("*/*.toml"))
 FILE_NAMES = ("lane@", "endpoint", "worker", "svc", "svc@", "other", "x y", "lane")
 JUNK_WORDS = (
