@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# bench/endpoint_compare.py on the device machine (16 cores: room for two proxy cores of
-# their own, wrk and the lanes elsewhere), where nothing can be installed: Debian's wrk
-# and nginx and the libraries they need travel in .benchbin/ (ignored by git), ddsup's
+# bench/endpoint_compare.py on a machine with 16 cores (room for two proxy cores of their
+# own, wrk and the lanes elsewhere) where nothing can be installed: Debian's wrk and
+# nginx and the libraries they need travel in .benchbin/ (ignored by git), ddsup's
 # runtime wheels in .whl/ (bench/gpu_truth.sh --wheels).
 #
 #   bench/endpoint_device.sh --binaries   here, once: copy wrk, nginx and their libraries
-#   bench/endpoint_device.sh [ARGS]       there (device `run`, carry [".whl", ".benchbin"])
+#   bash bench/endpoint_device.sh [ARGS]  there, in a copy of the checkout with both folders
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--binaries" ]; then

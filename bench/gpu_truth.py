@@ -1,8 +1,8 @@
 """GPU truth: what the tests can only model, checked on real GPUs by the driver's own view.
 
-ddsup's tests run without a GPU. This script is the check to run where one is lent (the
-device machine: one H200, PyTorch, no vLLM, no network; see ``bench/gpu_truth.sh``). Two
-claims, each checked by an oracle that is not ddsup's:
+ddsup's tests run without a GPU. This script is the check to run on a machine with GPUs
+(PyTorch installed; no vLLM or network needed: see ``bench/gpu_truth.sh``). Two claims,
+each checked by an oracle that is not ddsup's:
 
 - **No survivors.** Each lane starts a child that calls ``setsid`` and retitles itself
   as vLLM's engine does (``setproctitle`` with a long title, which wipes its environment

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# GPU truth (bench/gpu_truth.py) on the device machine: python3 there holds PyTorch,
-# Python 3.12, and nothing can be fetched, so ddsup's runtime wheels that it lacks travel
-# with the working tree in .whl/ (ignored by git).
+# GPU truth (bench/gpu_truth.py) on a machine with GPUs whose python3 (3.12) holds
+# PyTorch and which cannot fetch anything: ddsup's runtime wheels that it lacks travel
+# with the checkout in .whl/ (ignored by git).
 #
 #   bench/gpu_truth.sh --wheels   here, once: download them into .whl/
-#   bench/gpu_truth.sh            there (device `run`, carry [".whl"]): install them into
-#                                 /tmp/site, run the check, figures to $OUT/gpu_truth.json
+#   bash bench/gpu_truth.sh       there, in a copy of the checkout with .whl/: install
+#                                 them into /tmp/site, run the check, figures to
+#                                 $OUT/gpu_truth.json (/tmp without OUT)
 #
-# The device image already has h11, httpx, attrs, idna, sortedcontainers and psutil.
+# Such a machine's image is expected to hold h11, httpx, attrs, idna, sortedcontainers
+# and psutil already.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=(trio==0.35.0 outcome==1.3.0.post0 sniffio==1.3.1 hypercorn==0.18.0 h2==4.4.1

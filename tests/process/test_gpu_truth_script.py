@@ -1,12 +1,12 @@
-"""``bench/gpu_truth.py`` (the check to run where a GPU is lent) kept working without one.
+"""``bench/gpu_truth.py`` (the check to run on a machine with GPUs) kept working without one.
 
 Its ``--fake`` mode runs the same steps on simulated GPUs: lanes whose setsid,
 setproctitle'd child stands in for a GPU holder, SIGKILL of ``ddsup start``, the
 holders' own PIDs as the survivors' oracle, and the GPUs each lane was given, with every
 GPU and with ``CUDA_VISIBLE_DEVICES=2,3``. Its GPU mode runs here too, against a stand-in
 driver (an ``nvidia-smi`` that lists this test's retitled holders, and a ``torch`` that
-reports the UUIDs its ``CUDA_VISIBLE_DEVICES`` names), so the one call a lent device
-allows is not spent on a bug of the script. The checks themselves must catch what they
+reports the UUIDs its ``CUDA_VISIBLE_DEVICES`` names), so a run on scarce GPU time is
+not spent on a bug of the script. The checks themselves must catch what they
 look for: a holder that survives, a GPU given twice or one the job does not have.
 """
 
