@@ -1,9 +1,9 @@
 """The messages of an agent's connection: what a node agent and the controller say.
 
 Apart from the rest of ``_messages`` (the endpoint's lane feed, the operators') because a
-node agent needs only these: every frozen dataclass costs its module's importer ~4 M
-instructions to create (Python 3.11 compiles each generated method on its own), and an
-agent's imports are on a run's path to its first lane (``BENCHMARKS.md``). ``_messages``
+node agent needs only these: every frozen dataclass costs its module's importer the
+compiling of each generated method, and an agent's imports are on a run's path to its
+first lane. ``_messages``
 re-exports them; ``_agent_codec`` reads and writes them. Who sends what::
 
     agent → controller      Hello (the first line), Inventory (right after it), then

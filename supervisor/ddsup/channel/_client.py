@@ -1,10 +1,10 @@
 """The operator commands' client: one request and its answer, over a blocking socket.
 
 ``ddsup status`` asks a live run for its snapshot and exits. Starting an event loop for
-that one exchange cost more than the exchange (trio's import alone is ~0.2 s of CPU
-here), so operators speak the channel's protocol (a hello with the secret, the request,
+that one exchange would cost more than the exchange (trio's import alone does), so
+operators speak the channel's protocol (a hello with the secret, the request,
 one line back) with the standard library, and only the operator's part of the codec
-(``_operator_codec``). The server side is ``_server`` and ``_channel`` as ever.
+(``_operator_codec``). The server side is ``_server`` and ``_channel``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ frozen agent answers none (the controller times it out), and a dead node or netw
 silences both directions. What this saves the controller, with 128 idle agents: a
 timer task's wake-up per agent and beat, and the wake-ups of beats arriving one at a
 time (the answers arrive together, a few loop turns for all of them).
-``bench/controller_idle.py`` measures it (``BENCHMARKS.md``, issue 19).
 
 The controller's side of that silence is :class:`Silence`: a message only notes the time,
 and one cancel scope covers the whole reading of a connection (no timeout per message:
@@ -27,8 +26,8 @@ few messages, uses :func:`receive_within`.
 Why three beats per timeout and not more: TCP neither loses nor reorders a beat, so a
 beat only has to be *on time*, and a peer is declared lost only when a round trip is
 late by more than ``agent_timeout * (1 - 1 / BEATS_PER_TIMEOUT)``: 20 s at the default
-30 s (it was 24 s with five beats), far beyond any scheduling delay of a live process,
-while three beats cost the controller 40 % fewer messages than five.
+30 s, far beyond any scheduling delay of a live process, while every beat fewer is a
+message fewer per agent for the controller.
 """
 
 from __future__ import annotations
@@ -114,8 +113,7 @@ class Silence:
 
     Not a timeout per message (:func:`receive_within`): a start's 128 agents send
     thousands of reports, and a cancel scope per wait (its entry, its exit, a deadline in
-    trio's heap) was 8–15 % of the controller's CPU while they did (BENCHMARKS.md, "The
-    controller's CPU in the first wave"). Here a message only notes the time
+    trio's heap) is a noticeable share of the controller's CPU while they do. Here a message only notes the time
     (:meth:`hear`); one cancel scope covers the whole reading, its deadline ``limit``
     after the last message heard when it was set. When that deadline passes, a message
     heard since sets the next one and the reading starts over (a channel cancelled in a

@@ -67,8 +67,8 @@ class LineChannel(Generic[M]):
         Else the rest stays queued, and :meth:`flush` (or any later send) must send it.
 
         Why not a writer task: between the step that stamps an agent's event and the
-        writer's turn the agent can lose its CPU, and 128 agents on 2 CPUs take turns of
-        hundreds of milliseconds (issue 19: most of a start's ready → endpoint latency).
+        writer's turn the agent can lose its CPU, and many agents on few CPUs take turns
+        of hundreds of milliseconds: a start's ready events would reach the endpoint late.
         """
         self._unsent += b"".join(self._encode(message) + b"\n" for message in messages)
         # the descriptor now, not one kept: once closed, its number may be another file's

@@ -108,7 +108,8 @@ class LaneDrained:
 @dataclass(frozen=True)
 class LanesChanged:
     """The lanes that joined and left the ready set since the feed's previous message
-    (after one full :class:`LanesUpdate`: 1,024 lanes as full sets were 0.5 M records)."""
+    (after one full :class:`LanesUpdate`: full sets at every change would be quadratic in
+    the lanes of a start)."""
 
     op: ClassVar[str] = "lanes_changed"
     added: tuple[ReadyLane, ...] = ()

@@ -2,8 +2,8 @@
 
 ``ddsup status`` sends a hello and one request and reads one reply. The whole protocol's
 codec (``_codec``) knows every message of the run and imports what they carry (the plan,
-the unit sections, every event): ~20 ms of the command's CPU, more than its exchange at
-256 lanes. So this reads and writes only the operator's messages, by the rules every
+the unit sections, every event), which costs the command more CPU than its exchange
+with a run of hundreds of lanes. So this reads and writes only the operator's messages, by the rules every
 message follows (``_wire``); ``_codec`` adds the run's own messages (one implementation:
 the same bytes either way).
 """

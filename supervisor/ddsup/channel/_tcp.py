@@ -3,10 +3,9 @@
 ``open_tcp_stream`` races a host's addresses (happy eyeballs) with a nursery and a task
 per address. The connections ddsup makes most often, or from most fresh processes at
 once, are to a literal address or a name that resolves locally, where racing buys
-nothing: every readiness probe of every lane (484 vs 259 µs of CPU per probe,
-``bench/probe_cost.py``), and each agent's connection to its controller (128 agents
-forked at once on a simulated allocation: ~0.8 ms of CPU each, issue 19). So their
-addresses are tried in turn.
+nothing and the nursery costs CPU every time: every readiness probe of every lane, and
+each agent's connection to its controller (hundreds of agents may start at once). So
+their addresses are tried in turn.
 """
 
 from __future__ import annotations

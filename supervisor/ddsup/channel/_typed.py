@@ -48,8 +48,8 @@ def prepare(kinds: Iterable[type[Any]]) -> None:
 
     :func:`from_json` works a class's shape out on its first use in a process. The
     agents' forker (``run._agent_forker``) calls this for what an agent decodes before it
-    forks, and its 128 agents inherit the shapes instead of each evaluating annotation
-    strings for its first Setup (~1 ms of CPU, issue 19)."""
+    forks, and its agents inherit the shapes instead of each evaluating annotation
+    strings for its first Setup."""
     for kind in kinds:
         if dataclasses.is_dataclass(kind):
             hints, _fields = _shape(kind)
@@ -67,7 +67,7 @@ def _held_dataclasses(hints: Iterable[Any]) -> Iterable[type[Any]]:
 @functools.cache
 def _shape(kind: type[Any]) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
     """A class's field types and fields, once: ``get_type_hints`` evaluates annotation
-    strings on every call (~40 µs), and a lane feed decoded every lane record with it."""
+    strings on every call, and a lane feed decodes every lane record with them."""
     return typing.get_type_hints(kind), {f.name: f for f in dataclasses.fields(kind)}
 
 
