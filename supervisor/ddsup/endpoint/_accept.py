@@ -1,8 +1,8 @@
 """Accepting client connections: a cap on open connections, and running out of descriptors survived.
 
 ``trio.serve_listeners`` accepts without bound and, once the process is out of file
-descriptors (``EMFILE``), logs a traceback every 100 ms for as long as that lasts (issue
-17: at ``ulimit -n 256``, a stream of them). Here each process:
+descriptors (``EMFILE``), logs a traceback every 100 ms for as long as that lasts (a
+stream of them under a low ``ulimit -n``). Here each process:
 
 - raises its soft ``RLIMIT_NOFILE`` to the hard limit at start (:func:`raise_fd_limit`):
   a proxy needs two descriptors per busy connection (the client's and the lane's), and

@@ -4,8 +4,8 @@
 (:mod:`._ejection`) are passed over, unless every untried lane is ejected: then the
 choice is made as if none were (the panic rule).
 
-That pass costs about half a microsecond per lane, per request: 0.4 ms at 1,024 lanes,
-more than the rest of a proxied request (``bench/endpoint_choose.py``). So the endpoint
+That pass costs time per lane, per request: at a thousand lanes, more than the rest of
+a proxied request. So the endpoint
 chooses through :class:`Admission`, an index of the lanes that gives the same lane as
 :func:`choose` for the same state at a cost that does not grow with the number of
 lanes: each name's lanes in buckets by outstanding count, each bucket in the table's

@@ -3,8 +3,8 @@
 A proxied request's body is read whole (the model is in it) and kept until the request
 ends, because a retry on another lane sends it again. Each body is capped
 (``max_body_bytes``), but without a bound on their sum, many large bodies at once
-exhaust memory (issue 17: 100 MiB bodies × 4,096 concurrent requests; one 20 MB body
-cost 116 MB of RSS). So each process keeps a budget of ``max_buffered_bytes``: a body is
+exhaust memory (thousands of concurrent requests with bodies near the cap; a body costs
+several times its size in RSS). So each process keeps a budget of ``max_buffered_bytes``: a body is
 reserved before it is read (its Content-Length; a chunked body, rare, reserves the cap
 and gives back what it did not use), and a request that does not fit is refused at once
 with 429 and ``Retry-After`` rather than read.

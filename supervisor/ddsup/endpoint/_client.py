@@ -11,7 +11,7 @@ with deadlines (slowloris protection: a request head must arrive within
 all, an idle keep-alive connection is closed after ``client_idle_timeout``), the body
 size limit, batching writes into one ``send_all`` per flush, and noticing a client that
 hangs up while its request is served. Some requests h11 takes are refused here, and the
-connection closed after the answer (issue 17): an HTTP version other than 1.0 and 1.1
+connection closed after the answer: an HTTP version other than 1.0 and 1.1
 (505), Content-Length together with Transfer-Encoding (400: the shape of request
 smuggling, which a proxy in front might frame differently), and a head over
 ``max_header_bytes`` that arrived whole (431; h11 bounds only an incomplete one). A

@@ -3,11 +3,10 @@
 A proxied request on the fast path waits twice: for the client's next request and for
 the lane's answer. As a plain trio wait, each costs a registration of the socket
 (``EPOLLONESHOT``: one ``epoll_ctl``), trio's bookkeeping of the waiter, and a turn of
-the run loop to reschedule the task and resume its coroutine. Measured side by side
-(``bench/floor_designs.py``: four bare trio proxies with the same code and only their
-waits changed; plain requests, one core), trio waits cost 35.0 µs per request, tasks
-woken from one edge-triggered set 31.3 µs, coroutines stepped directly by that set's
-task 23.3 µs, about what a proxy written as callbacks costs (21.5 µs).
+the run loop to reschedule the task and resume its coroutine. Bare trio proxies with
+the same code and only their waits changed cost most with trio waits, a little less
+with tasks woken from one edge-triggered set, and least with coroutines stepped
+directly by that set's task: about what a proxy written as callbacks costs.
 
 So a fast-path connection's coroutine is run by :meth:`Driver.drive` in the
 connection's task, and its socket waits (:meth:`Timed.wait_readable

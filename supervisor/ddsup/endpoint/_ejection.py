@@ -4,7 +4,7 @@ Readiness and liveness probes (the service layer) catch a lane that stops answer
 them; between probes, and for a lane whose ``/health`` answers while its requests fail,
 the endpoint learns from its own requests. Under least-outstanding choice a lane that
 fails fast is the least busy one, so without this it would attract ever more traffic,
-held back only by ``retries`` (issue 22).
+held back only by ``retries``.
 
 A lane whose requests fail ``eject_after`` times in a row is ejected: no request goes to
 it for ``eject_for`` seconds. A failure is a connection refused, failed or timed out, a

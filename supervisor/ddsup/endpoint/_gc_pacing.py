@@ -4,9 +4,9 @@ CPython starts a young collection when allocations minus deallocations pass a
 threshold. Under steady load old objects die as fast as new ones are born (answers from
 a second ago are freed while new requests arrive), so that count stays low while
 thousands of live young objects pile up; the collection that finally comes walks all of
-them. Measured at 4× overload (``bench/endpoint_overload.py``): young collections of up
-to 18,000 objects, 20 ms pauses, and every 429 answered during one waited for it (429
-p99 10–12 ms instead of 5–6 ms).
+them. At 4× overload (``bench/endpoint_overload.py``) such collections walk tens of
+thousands of objects, and every 429 answered during one waits for it: the pauses set
+the 429s' p99.
 
 The endpoint's request paths create no reference cycles
 (``tests/endpoint/test_endpoint_garbage.py`` checks it), so refcounting frees their

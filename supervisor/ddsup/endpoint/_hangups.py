@@ -1,7 +1,7 @@
 """Noticing fast-path clients that hang up, at no cost per request.
 
 A client that hangs up while its request is forwarded must end that request: the lane
-stops generating for nobody (SPEC §5's retries and streams assume it). The h11 path has
+stops generating for nobody (retries and streams assume it). The h11 path has
 a reader task per connection for that; the fast path has none, so something else must
 wake the request's task, which is waiting for the lane's bytes, when the client's side
 closes.

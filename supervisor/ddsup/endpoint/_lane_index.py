@@ -1,15 +1,11 @@
 """The ready lanes by each name they answer to, and by slot, kept as lanes join and leave.
 
 The request path reads one tuple per name (:meth:`NameIndex.lanes`), so a change must
-leave a new tuple, never edit one a request holds. Until this index, every change rebuilt
-all of them by walking every ready lane in Python: a start in which lanes become ready
-one by one, the common case once the controller keeps up with its agents (a feed message
-of one or two lanes each), cost the endpoint a walk of the table per lane, twice with the
-names each lane's ``/v1/models`` lists: quadratic in the fleet (with the name learner's
-own walks, 3.3 ms per joining lane at 8,000 lanes, now 60 µs: BENCHMARKS.md, "The
-start's two CPUs by kind and kernel path, and the endpoint's table lane by lane"). Now a
-join puts the lane at the end of each of its names' tuples and a leave takes it out,
-each a copy of one tuple in C.
+leave a new tuple, never edit one a request holds. Rebuilding all of them at every
+change would walk every ready lane in Python, and in a start whose lanes become ready
+one by one (the common case: a feed message of one or two lanes each) that is a walk of
+the table per lane, quadratic in the fleet. So a join puts the lane at the end of each
+of its names' tuples and a leave takes it out, each a copy of one tuple in C.
 
 A name's tuple is in the order its lanes joined (a lane that joins again goes last),
 which is what a rebuild from the table, whose dict keeps that order, gives too; a name a

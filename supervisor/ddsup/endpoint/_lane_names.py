@@ -5,8 +5,7 @@ vLLM serves its model under every ``--served-model-name`` and each LoRA adapter 
 ``/v1/models`` lists them all (adapters loaded at run time too). The endpoint asks each
 lane when it joins the rotation (again when it joins again), then every ``REFRESH``
 seconds, so that a request for an alias or an adapter is routed to the lanes that serve
-it (issue 20). ``/health``
-answers 503 until every ready lane has been asked once (answered or not), so a worker
+it. ``/health`` answers 503 until every ready lane has been asked once (answered or not), so a worker
 started when the endpoint is ready never meets a name the endpoint has not learned yet.
 
 A lane that does not answer (an older server, a key the endpoint lacks) is asked again
@@ -45,9 +44,9 @@ async def learn_lane_names(
     """Ask each lane when it joins and every ``REFRESH`` seconds after, until cancelled.
 
     The lanes that join come from the table as they join (``watch_changes``), the
-    refreshes from a heap of due times, so a wake-up costs the lanes it asks: it used to walk the
-    whole table twice per change of it, and a start whose lanes join one by one made
-    that quadratic (3.2 ms a walk at 8,000 lanes). A lane that joins again is asked again.
+    refreshes from a heap of due times, so a wake-up costs the lanes it asks, not a walk
+    of the table (quadratic in a start whose lanes join one by one). A lane that joins
+    again is asked again.
     ``task_status.started()`` once the lanes of the table as it was at the start were
     asked, so that an endpoint that serves has learned its static lanes' names.
     """

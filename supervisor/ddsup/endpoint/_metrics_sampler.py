@@ -11,8 +11,8 @@ request began on since the last tick (the shared ``BEGUN`` mark: a short request
 over by then), and one whose last sample showed a queue of its own (admission passes
 over it, so nothing of ours marks it). Those are sampled every ``metrics_interval``
 (1 s). Each lane is also sampled when it joins, and every other lane once per
-``metrics_idle_interval`` (30 s), spread over the ticks by slot. Fetching every lane
-every second cost 7-38 % of a core at 1,024 idle lanes (BENCHMARKS.md).
+``metrics_idle_interval`` (30 s), spread over the ticks by slot: fetching every lane
+every second would keep a core busy in front of a thousand idle lanes.
 
 The error bound this adds: when requests start going to a lane that was idle, its
 sample may be up to ``metrics_idle_interval`` old, so stale (older than

@@ -6,7 +6,7 @@ except speech to text (``/v1/audio/transcriptions`` and ``…/translations``), w
 request names no model (vLLM then uses its own; the endpoint, the one it serves when it
 serves one). Anything else the endpoint refuses with a typed 400 that says what is wrong,
 never a 500: a body nested so deeply that the JSON parser would exhaust the stack
-(``[`` × 100,000, issue 17) is one of those. The JSON depth limit is then Python's
+(``[`` × 100,000) is one of those. The JSON depth limit is then Python's
 recursion limit (about 1,000 levels less the stack in use, so a little under 1,000).
 """
 

@@ -157,7 +157,7 @@ async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> 
     A request counts towards ``max_concurrent`` only once its body is read: a client
     that sends its body slowly holds a connection (bounded by ``max_connections`` and
     ``client_body_timeout``) and memory (bounded by ``max_buffered_bytes``), but never a
-    slot that others need (issue 17: 20 slow bodies made everyone else get 429).
+    slot that others need (a few slow bodies would otherwise make everyone else get 429).
     """
     lanes = ep.lanes
     start = time.monotonic()

@@ -1,6 +1,6 @@
 """The endpoint's HTTP/1.1 server: trio listeners, one task per connection.
 
-Purpose-built rather than hypercorn because the data path's cost budget (BENCHMARKS.md, "Endpoint")
+Purpose-built rather than hypercorn because the data path's cost budget (BENCHMARKS.md)
 is below hypercorn's own per-request floor. Each connection starts on the fast path
 (:mod:`._fast_client`: httptools, one task, raw socket calls) and moves to h11
 (:mod:`._client`) for good at its first unusual request. The server owns keep-alive

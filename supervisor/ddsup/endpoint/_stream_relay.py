@@ -4,10 +4,9 @@ A streamed answer arrives as many small reads: one per token or batch of tokens,
 passed on to the client as it came (:mod:`._proxy`). Done by the request's task, each
 read costs a trio wait and wake of that task: the lane's socket is registered again
 (``EPOLLONESHOT``: one ``epoll_ctl``), the task is rescheduled and its coroutine chain
-resumed. Measured side by side (``bench/endpoint_compare.py``, ``floor proxy tasks`` and
-``floor proxy epoll``), a bare trio proxy built that way spent 36–44 µs per event, and
-one that relays from callbacks off a single edge-triggered epoll set, as nginx does,
-20–32 µs; the endpoint, 37–49 µs before this relay and 28–34 µs with it.
+resumed. Side by side (``bench/endpoint_compare.py``, ``floor proxy tasks`` and ``floor
+proxy epoll``), a bare trio proxy built that way spends clearly more per event than one
+that relays from callbacks off a single edge-triggered epoll set, as nginx does.
 
 So, once an answer turns out to be a stream, the request's coroutine waits here
 (:meth:`StreamRelay.follow`) and the server's driver (:mod:`._driver`) relays for

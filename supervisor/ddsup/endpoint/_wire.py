@@ -1,9 +1,8 @@
 """Raw non-blocking sockets for the endpoint's data path.
 
 trio's ``SocketStream`` wraps every call in a checkpoint sandwich, a conflict detector
-and a memoryview: about 5 µs per call, and a proxied request makes four (read the
-request, write it to the lane, read the answer, write it back), a good part of the
-per-request budget (SPEC §8). A :class:`Wire` tries each call at once and waits in
+and a memoryview, and a proxied request makes four calls (read the request, write it to
+the lane, read the answer, write it back): a good part of the per-request budget. A :class:`Wire` tries each call at once and waits in
 ``trio.lowlevel.wait_readable``/``wait_writable`` only when the kernel says it would
 block, which is the same event-driven wait without the wrapping.
 
