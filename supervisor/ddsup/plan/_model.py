@@ -103,8 +103,8 @@ class Plan:
         """``plan.json``: an object of sorted keys, one line per key, and in a list one
         line per entry (an instance, a node) in compact JSON: ``grep lane@3`` finds a
         lane's whole placement. Each line comes from the C encoder: ``indent=`` would
-        take Python's, 22 ms at 128 × 8 and 178 ms at 1,000 × 8, written twice on the
-        start's way to the first lane (``bench/plan_cost.py``)."""
+        take Python's, many times slower at allocation scale, and the plan is written
+        twice on the start's way to the first lane."""
         lines = []
         for key, value in sorted(self.to_dict().items()):
             name = _ENCODE(key)
@@ -152,9 +152,9 @@ _ENCODE = json.JSONEncoder(sort_keys=True).encode  # compact, C: one per process
 
 def _jsonable(value: Any) -> Any:
     """``value`` in JSON's types: a dataclass as an object of its fields, tuples as lists,
-    a unit type as its name. Not ``dataclasses.asdict``, which deep-copies every leaf:
-    37 ms of the controller's start for a plan of 1,024 lanes, and again for each of its
-    128 agents' node plans (issue 19); this walk costs a fraction of that."""
+    a unit type as its name. Not ``dataclasses.asdict``, which deep-copies every leaf: on
+    the controller's start for the whole plan, and again for each agent's node plan; this
+    walk costs a fraction of that."""
     if isinstance(value, UnitType):  # before str: a unit type is one
         return value.value
     if isinstance(value, (str, int, float)) or value is None:
