@@ -208,8 +208,8 @@ def inside(target: Cgroup, home: Cgroup) -> Iterator[OSError | None]:
     ``target`` too. Every thread of this process moves with it. Staying
     in ``target`` would let its end kill us, so a failed move back is not swallowed: the
     ``home`` directory is made again (it was empty, and may have been removed) and the
-    move tried once more. Moves are cheap back to back (~25 µs here) and cost an RCU
-    grace period (~3 ms) after a quiet spell: the kernel's cgroup write lock."""
+    move tried once more. Moves are cheap back to back and cost an RCU grace period after
+    a quiet spell: the kernel's cgroup write lock."""
     try:
         target.create()
         target.move(os.getpid())

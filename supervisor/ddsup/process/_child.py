@@ -44,7 +44,7 @@ from ddsup.process._unit_scope import UnitScope
 
 if TYPE_CHECKING:
     # imported where a stop needs it: every node agent imports this module, and psutil
-    # (20-40 ms of its start-up) only serves the stop of a tree
+    # (a noticeable part of its start-up) only serves the stop of a tree
     import psutil
 
 log = logging.getLogger(__name__)
@@ -311,8 +311,7 @@ def _fork_exec(
     argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str], out_fd: int
 ) -> subprocess.Popen[bytes]:
     """``argv`` in a new session. With no ``preexec_fn`` ``subprocess`` vforks, and the
-    calling thread is suspended only until the child has exec'd (0.75 ms here,
-    ``bench/spawn_cost.py``): the event loop's thread for a unit without a cgroup (less
+    calling thread is suspended only until the child has exec'd: the event loop's thread for a unit without a cgroup (less
     than handing the fork to a worker thread, as ``trio.lowlevel.open_process`` does),
     ``UnitScope.fork_inside``'s worker thread for one with a cgroup. The price on the
     loop: an exec that is slow (a program on a cold network file system) holds it as long."""

@@ -14,8 +14,7 @@ nothing is lost without a word:
   the file (its creation, its size, writes, rotation) runs in a worker thread, so a slow
   or stalled shared file system delays only the file, and a directory that other
   processes create files in at the same moment does not hold the event loop (``ddsup
-  start``'s waited 0.4 s to create ``endpoint.log`` while 128 agents created theirs
-  beside it: BENCHMARKS.md, "The controller's loop off the kernel's locks").
+  start`` creates ``endpoint.log`` while its agents create theirs beside it).
 - **A bounded backlog.** Output waits for the file in memory up to ``backlog`` bytes
   (16 MiB). Beyond that, new output is dropped, counted, and replaced in the file by one
   line ``[ddsup: dropped N bytes of output: the log file did not keep up]`` as soon as

@@ -40,8 +40,8 @@ async def _reap_once() -> int:
     if sure:
         return reaped
     # a /proc scan costs milliseconds per hundred processes: off the event loop, and
-    # outside the lock, which a restart's spawn waits for (the scan held it for 20 ms a
-    # restart with 1,000 processes on the machine). A child forked while we scan is
+    # outside the lock, which a restart's spawn waits for (a scan under it would delay
+    # every restart by the scan). A child forked while we scan is
     # registered by the time we hold the lock, so the check under it still skips it; and
     # a zombie we saw keeps its PID until we reap it.
     children = await trio.to_thread.run_sync(_proc.children_of, os.getpid())

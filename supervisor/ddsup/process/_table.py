@@ -2,8 +2,8 @@
 
 Stopping a unit reads the process tree twice: its descendants before the first signal,
 and, once it is gone, whatever in ddsup's own subtree still carries its identity. Each
-read is one pass over ``/proc`` (every process on the machine). A stop of 256 units did
-512 such passes, all at once, and took 12.7 s. Here concurrent stops share passes: a
+read is one pass over ``/proc`` (every process on the machine), so a stop of N units
+would make 2N such passes, all at once. Here concurrent stops share passes: a
 caller joins the next pass to start, never one already running (that one may predate
 the signal the caller just sent), so each caller still gets a table read after it
 asked, and a burst of N stops costs a few passes instead of 2N.

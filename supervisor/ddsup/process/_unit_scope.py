@@ -59,22 +59,19 @@ class UnitScope:
 
         The supervisor moves, not the child: a child that moves itself needs a
         ``preexec_fn``, and with one ``subprocess`` forks (copying our page tables and
-        running Python in the child) instead of vforking: 5.7 ms of CPU per start against
-        1.1 ms (BENCHMARKS.md, "A unit forked from inside its cgroup").
+        running Python in the child) instead of vforking, several times the CPU per start.
 
         With ``fork_off_loop`` (``ddsup start``, whose loop serves the whole run: every
         agent's channel, the lane feed, the operator) the cgroup's ``mkdir``, the two
         moves and the fork run in a worker thread: each of the three takes the kernel's
-        cgroup mutex, which other processes' moves hold through RCU grace periods. In a
-        sampled 128 × 8 start ``ddsup start``'s loop waited 480 ms in ``cgroup_mkdir``
-        for the endpoint's cgroup while 128 agents on one kernel moved, and every lane
-        event waited with it (BENCHMARKS.md, "The controller's loop off the kernel's
-        locks"). Other tasks run meanwhile; none forks, as ``inside`` needs: a unit's
+        cgroup mutex, which other processes' moves hold through RCU grace periods: while
+        many agents on one kernel move, ``ddsup start``'s loop would wait in
+        ``cgroup_mkdir`` for hundreds of milliseconds, and every lane event with it.
+        Other tasks run meanwhile; none forks, as ``inside`` needs: a unit's
         fork holds the registry's lock around this, and so does every other fork of a
         running supervisor (``fork_lock``). A node agent forks in one step of its loop,
-        which serves its own node only: there the thread cost more than it saved (with
-        128 agents forking from threads, ready → table p99 median 84 ms in eight runs
-        against 32 ms, same stop). Without a cgroup the fork stays on the loop (a vfork:
+        which serves its own node only: there the thread costs more than it saves (many
+        agents forking from threads delay their lanes' ready events). Without a cgroup the fork stays on the loop (a vfork:
         the loop waits only for the child's exec). When the move in fails (logged), the
         child starts where we are and :meth:`started` finds it not contained.
         """
