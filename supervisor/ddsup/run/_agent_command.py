@@ -3,8 +3,8 @@
 ``ddsup start`` spawns one agent per node (``_agent_argv.AGENT_ARGV``), many at once on a
 large allocation (128 on one machine when simulated), and whatever an agent imports
 before it can connect is on the run's path to its first lane. ``ddsup._cli`` builds an
-argparse parser for them: argparse itself, gettext and its patterns, ~4 % of an agent's
-start-up instructions, for three options that only ``ddsup start`` ever writes. So
+argparse parser for them: argparse itself, gettext and its patterns, a visible share of
+an agent's start-up, for three options that only ``ddsup start`` ever writes. So
 ``ddsup/__main__`` hands an ``agent`` command line to :func:`agent_main`, which reads
 those options by hand (``--name value`` or ``--name=value``, as argparse does) and ends
 like ``_cli.main`` does: a usage error exits 64 with a ``usage:`` line, a
@@ -96,9 +96,9 @@ def prepare_agents(unit_dir: str | None) -> None:
     codec, which the agent's connect imports on first use (``getaddrinfo`` encodes the
     controller's host with it), the shapes of what the controller sends an agent, and
     the run's units (``unit_dir``, which each agent loads from its Setup: the same bytes
-    are the same set, not parsed again). At 128 simulated nodes on 2 CPUs each agent's
-    share of these was ~5 ms of CPU before its node's preflight, the run's lanes waiting
-    on the slowest (issue 19). A unit directory that does not load is left to each agent
+    are the same set, not parsed again). With many simulated nodes on few CPUs each
+    agent would pay for these before its node's preflight, and the run's lanes wait on the
+    slowest. A unit directory that does not load is left to each agent
     to report, as it would without this."""
     codecs.lookup("idna")
     prepare_agent_decoding()

@@ -1,9 +1,9 @@
 """``python -m ddsup agents …``: the simulated nodes' agents, forked from one import.
 
 A local run of K simulated nodes (``--nodes K``, the rehearsal of a Slurm job on one
-machine) has K agents on one machine. Started as K ``python -m ddsup agent``, each paid
-its own Python start-up, ~0.3 s of CPU (trio about half): at 128 nodes on 2 CPUs that
-was 38 s of CPU, nearly all of the start's overhead beyond its slowest lane. On a real
+machine) has K agents on one machine. Started as K ``python -m ddsup agent``, each would
+pay its own Python start-up (trio about half of it): at 128 nodes on a few CPUs, nearly
+all of the start's overhead beyond its slowest lane. On a real
 allocation each agent has its own node's CPUs, and Slurm starts one per node; here they
 share the CPUs, so ``LocalLauncher`` starts this forker instead, once: it imports the
 agent's code and works out what every agent would work out on its own (the run's units,
@@ -48,7 +48,7 @@ NODE_OPTION = "--node"
 AGENT_MODULE = "ddsup.run._agent_command"  # imported by name, after the spec is read
 # What every agent imports sooner or later, imported here once: the agent's entry (trio,
 # the channel, the services), and psutil, which an agent imports when it first stops a
-# unit (``process._child``): 128 agents stopping at once each paid ~30 ms of CPU for it.
+# unit (``process._child``), which every agent would pay for again when they stop at once.
 PRELOADED = (AGENT_MODULE, "psutil")
 
 
@@ -120,9 +120,9 @@ def _become_agent(
     and a ``killpg`` of it reach it alone) but stays in this forker's session, which
     ``start_child`` made for it. Linux's scheduler shares the CPU between sessions
     (autogroups) before processes, so the simulated nodes' agents count as one against
-    ``ddsup start`` and its endpoint, not as 128: with a session each, the controller got
-    1/129 of the CPU during a start's burst and a lane's ready reached the endpoint's table
-    seconds late (issue 19)."""
+    ``ddsup start`` and its endpoint, not as 128: with a session each, the controller would
+    get 1/129 of the CPU during a start's burst and a lane's ready would reach the
+    endpoint's table seconds late."""
     status = EXIT_UNCAUGHT
     try:
         os.setpgid(0, 0)  # see the docstring

@@ -1,11 +1,9 @@
 """``ddsup start``'s head start: the agents are launched before trio is imported.
 
-An agent's Python start-up (~0.3 s of CPU: trio, the channel, the services) used to
-begin only once ``ddsup start`` had finished its own: the ``srun`` step of the agents was
-spawned by the fully imported controller, and then, since the first head start, by the
-head start inside ``trio.run``, after trio's own import (~0.1 s, 40 % of what preceded
-the spawn). Here is what launching the agents needs, with the standard library and no
-trio, so that ``run._start`` can launch them first and import trio and the controller
+An agent's Python start-up (trio, the channel, the services) would begin only once
+``ddsup start`` had finished its own if the controller, or even trio's own import,
+came before the ``srun`` step of the agents. Here is what launching the agents needs,
+with the standard library and no trio, so that ``run._start`` can launch them first and import trio and the controller
 (``_takeover``, ``_controller``) while they import theirs:
 
 - the units, parsed and validated, the allocation and the plan (``_prepare``): a bad unit

@@ -48,7 +48,7 @@ def agent_nodes(units: UnitSet, plan: Plan) -> tuple[str, ...]:
 def survives_node_loss(units: UnitSet, plan: Plan) -> bool:
     """Whether losing some agent node would not end the run (its units all continue):
     :func:`survivable` of some agent node, found in one pass over the plan (a pass per
-    node was 8 M steps at 1,000 × 8, in ``ddsup start``'s head start)."""
+    node would be quadratic at allocation scale, in ``ddsup start``'s head start)."""
     agents: set[str] = set()
     fatal: set[str] = set()  # nodes whose loss ends the run
     for planned in plan.instances:
@@ -62,8 +62,8 @@ def survives_node_loss(units: UnitSet, plan: Plan) -> bool:
 def start_after(units: UnitSet, plan: Plan) -> dict[str, tuple[str, ...]]:
     """For each instance, those that must be ready before it starts (lane quorum not
     included), in plan order. What an instance waits for depends on its unit alone, so
-    the plan is walked once, not once per instance: at 1,000 nodes × 8 lanes that was
-    64 M steps, twice in each start (issue 19)."""
+    the plan is walked once, not once per instance (quadratic at allocation scale, and
+    twice in each start)."""
     of_unit: dict[str, list[str]] = {}
     for planned in plan.instances:
         of_unit.setdefault(planned.unit, []).append(planned.instance)

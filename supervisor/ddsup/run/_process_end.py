@@ -2,9 +2,8 @@
 
 Once ``trio.run`` has returned, such a process owns nothing any more: every child is
 reaped, every connection closed, ``result.json`` and ``events.jsonl`` written and closed.
-What is left is CPython's teardown, which frees every module and object one at a time:
-~0.1 s of CPU per process here, and 128 simulated agents ending together spent 5 s of a
-stop on it. So the output streams are flushed, and the process ends with ``os._exit``.
+What is left is CPython's teardown, which frees every module and object one at a time,
+and many simulated agents ending together would spend seconds of a stop on it. So the output streams are flushed, and the process ends with ``os._exit``.
 """
 
 from __future__ import annotations

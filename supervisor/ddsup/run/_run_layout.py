@@ -91,7 +91,7 @@ class RunLayout:
         """The instances the agent on ``node`` runs; None when no agent belongs there.
 
         Asked for every message an agent sends: worked out for every node at once, in
-        one pass over the plan (one per node was 8 M steps at 1,000 × 8)."""
+        one pass over the plan (one per node would be quadratic at allocation scale)."""
         if self._agent_instances is None:
             grouped: dict[str, set[str]] = {}
             for planned in self.plan.instances:

@@ -68,14 +68,12 @@ class TakenOver:
 def run_controller(prepared: PreparedRun, state: StateDir, head: HeadStart) -> int:
     """The run, from the head start to its exit status.
 
-    What the start-up made (the modules, the units, the plan: some 50,000 objects at
-    128 nodes × 8 lanes) lives as long as the run, so the cyclic collector is told to
-    leave it alone (``gc.freeze``): a full collection then walks only what the run
-    made since, instead of spending 25 ms of the loop's CPU (40 ms of wall time with
-    the agents starting) on objects it can never free, at a moment the lanes' events
-    wait for the loop (BENCHMARKS.md, "The start's first wave"). No collection
-    first: it would cost the same 25 ms on the start-up's critical path, and found
-    33 unreachable objects.
+    What the start-up made (the modules, the units, the plan: tens of thousands of
+    objects at allocation scale) lives as long as the run, so the cyclic collector is
+    told to leave it alone (``gc.freeze``): a full collection then walks only what the
+    run made since, instead of spending the loop's CPU on objects it can never free, at
+    a moment the lanes' events wait for the loop. No collection first: it would cost as
+    much on the start-up's critical path, and finds almost nothing to free.
     """
     gc.freeze()
     return trio.run(_run, prepared, state, head, restrict_keyboard_interrupt_to_checkpoints=True)
