@@ -69,7 +69,7 @@ def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentPars
     """The parser; ``commands`` (when given and not empty) limits it to those subcommands,
     configured (and their modules imported); None: every one, configured; empty: every one
     listed, none configured (``ddsup --help``, ``--version``, a bad command). Each
-    subparser costs ~0.7 ms (argparse compiles its patterns): a command builds its own.
+    subparser costs start-up time (argparse compiles its patterns): a command builds its own.
     """
     parser = _Parser(
         prog="ddsup",

@@ -100,8 +100,8 @@ class StatusView:
 def status_view(state: StateDir, snapshot: RunSnapshot | None) -> StatusView:
     """The run's status: ``snapshot`` when the live run answered, else its files."""
     run = state.read_run()
-    # a live run's snapshot says everything: its events (1,024 lanes: ~3,000 lines,
-    # 0.1 s to parse) are read only for a finished or unreachable run
+    # a live run's snapshot says everything: its events (thousands of lines in a large
+    # run) are read only for a finished or unreachable run
     events = events_of(state) if snapshot is None else []
     finished = [e for e in events if isinstance(e, RunFinished)]
     instances = snapshot.instances if snapshot is not None else _rows_from_files(state, events)

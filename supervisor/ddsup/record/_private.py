@@ -28,8 +28,8 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOE
 def write_private(path: Path, text: str) -> None:
     """Atomically replace ``path`` with ``text``, mode 0600; OSError when it cannot."""
     # os.urandom, not the secrets module: the same bytes, and every command that reads a
-    # run (``ddsup status``) imports this module, where ``secrets`` (hmac, OpenSSL) cost
-    # ~7 ms of CPU; the name needs to be unique (O_EXCL checks), not secret
+    # run (``ddsup status``) imports this module, where ``secrets`` (hmac, OpenSSL) would
+    # add to its start-up; the name needs to be unique (O_EXCL checks), not secret
     temporary = path.with_name(f".{path.name}.{os.urandom(8).hex()}.tmp")
     fd = os.open(temporary, _CREATE_FLAGS, 0o600)
     try:

@@ -180,7 +180,7 @@ class RunSnapshot:
 
     def json_text(self) -> str:
         """:meth:`to_json` as compact JSON, the rows joined from their own (cached) text:
-        at 8,000 lanes encoding every row anew was 65 ms of the controller's CPU."""
+        at thousands of lanes, encoding every row anew would cost the controller's loop."""
         head = json.dumps(self._head(), separators=(",", ":"))
         rows = ",".join(row.json_text for row in self.instances)
         return f'{head[:-1]},"instances":[{rows}]}}'
@@ -238,9 +238,9 @@ class StatusRows:
     """One ``status`` row per planned instance, in plan order, for a live run that is asked
     again and again: the plan's facts of each row are worked out once, and a row is
     rebuilt only when its instance's record changed since the last ask (records are
-    immutable and replaced on each event, so ``is`` tells). At 1,024 lanes building every
-    row anew was 25 ms of the controller's CPU per ``ddsup status``; ``model_of``:
-    serving lanes."""
+    immutable and replaced on each event, so ``is`` tells), so a ``ddsup status`` of a
+    large run does not rebuild every row on the controller's loop; ``model_of``: serving
+    lanes."""
 
     def __init__(self, plan: Plan, model_of: Mapping[str, str]) -> None:
         self._planned: list[InstanceStatus] = []

@@ -2,7 +2,7 @@
 
 Apart from ``_model`` (the unit files' frozen sections, dozens of dataclasses) so that
 what only reads a run's record, ``ddsup status`` and its rows, imports this enum and not
-those (~10 ms of its CPU). ``_model`` re-exports it.
+those (a noticeable part of its CPU). ``_model`` re-exports it.
 """
 
 from __future__ import annotations
