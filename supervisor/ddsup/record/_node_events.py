@@ -2,9 +2,9 @@
 containment its supervisor holds there.
 
 Apart from the run's own lifecycle (``_events``: ``ddsup start``'s alone, which
-re-exports these) because a node agent emits only these, and every frozen dataclass is
-~4 M instructions of its start-up (Python 3.11 compiles each generated method on its
-own): an agent creates these six, not the fourteen of every kind. The shapes are
+re-exports these) because a node agent emits only these, and every frozen dataclass
+costs its start-up the compiling of each generated method: an agent creates these six,
+not the fourteen of every kind. The shapes are
 ``_events``' docstring's and docs/operating.md's.
 """
 
