@@ -4,7 +4,8 @@ The harness launches ``ddsup start`` on the schedule's unit files inside a PID n
 of its own, whose PID 1 is the orphan oracle (``chaos_init.py``), tails ``events.jsonl``
 (a bounded poll: a file has no change event) to recognise the phases of the run, sends
 each injection, in the schedule's order, the moment its phase is reached and its target
-runs, and then checks the promises of SPEC §3 and §4: the schedule's own exit status and
+runs, and then checks ddsup's promises (docs/cli.md's exit statuses, docs/no-orphans.md):
+the schedule's own exit status and
 ``result.json`` status, a well-formed ``result.json`` and ``events.jsonl``, every
 injection fired, no run past its bound, and nothing left in the namespace when ``ddsup
 start`` has returned (``ORPHAN_GRACE_KILLED`` after a SIGKILL of ``ddsup start``), counted
@@ -34,7 +35,7 @@ import psutil
 from chaos_schedule import Injection, LaneKind, Phase, Schedule, WorkerKind, lane_nodes
 
 ORACLE = Path(__file__).parent / "chaos_init.py"
-ORPHAN_GRACE_KILLED = 2.0  # after SIGKILL of ddsup start (issue 15); else zero grace
+ORPHAN_GRACE_KILLED = 2.0  # after SIGKILL of ddsup start (the sentinel's sweep); else zero grace
 STOP_BOUND = 6.0  # seconds from the cause of the end to the exit of ddsup start
 REENTRY_BOUND = 4.0  # seconds from a second stop signal to the exit (SIGKILL everything)
 POLL = 0.01  # seconds between looks at events.jsonl and /proc

@@ -15,18 +15,18 @@ Found and fixed (commit 25d54a0):
   SIGTERM killed ddsup start (exit -15, no result.json, no 'run finished'); SIGINT ended it
   by SIGINT (-2) while result.json said 70/130.
 
-Found and fixed (sixth stop of round 2):
+Found and fixed since:
 
 - schedule-292103-42: SIGHUP to a node agent "at PREFLIGHT" (as soon as the agent
   appears in /proc) hung the run under CPU load: the agent set stop signals to
   SIG_IGN until its signal watcher ran, so a signal in that window was lost, the agent
   carried on, and the run never ended (its worker sleeps). The agent now holds stop
   signals (``run/_held_signals``) and acts on them once its watcher runs. It failed in
-  3 of 3 runs with three busy loops beside it, on this stop's main and on ``765efb8``,
+  3 of 3 runs with three busy loops beside it before the fix (``765efb8`` and earlier),
   and passes since; without load the SIGHUP lands after the watcher and it passed.
 
-The generator has changed since (issue 15 added lane kinds with vLLM's process model, and
-noise that can always fire): these ids now name other schedules, still run whatever the
+The generator has changed since (lane kinds with vLLM's process model, and noise that can
+always fire): these ids now name other schedules, still run whatever the
 seed. The bugs themselves are pinned by the controller's own tests.
 """
 

@@ -1,5 +1,5 @@
 """Chaos schedules: a unit set, signals to inject at event-defined phases, and the exit
-status the cause table of SPEC §3 demands, all derived from ``(seed, index)`` alone.
+status that docs/cli.md's exit statuses demand, all derived from ``(seed, index)`` alone.
 
 A schedule has exactly one *primary* cause, the thing that must end the run (a stop
 signal to ``ddsup start``, the worker's end, a unit failing for good, a readiness

@@ -1,7 +1,7 @@
 """The chaos suite: seeded schedules of signals into a running ``ddsup start``, its node
-agents, lanes and worker, each checked against the no-orphan promise (SPEC §4, by an
-oracle that counts every process left in the schedule's own PID namespace), the exit
-status and result status the schedule demands (SPEC §3), well-formed
+agents, lanes and worker, each checked against the no-orphan promise (docs/no-orphans.md,
+by an oracle that counts every process left in the schedule's own PID namespace), the
+exit status and result status the schedule demands (docs/cli.md), well-formed
 ``result.json``/``events.jsonl``, every injection fired, and a hard bound.
 
 ``pytest tests/chaos --chaos-runs N --chaos-seed S``; one test id per schedule,
@@ -138,7 +138,7 @@ def test_kill9_of_start_leaves_no_setsid_grandchild_on_two_nodes(tmp_path: Path)
 def test_engines_outliving_their_api_server_leave_nothing(
     cause: Cause, kind: LaneKind, cgroup: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 15's case: each lane's API server exits 1 after 0.3 s and leaves its setsid
+    """vLLM's process model: each lane's API server exits 1 after 0.3 s and leaves its setsid
     engine, retitled by setproctitle (its environment clobbered; or re-executed with a
     cleared one), then restarts. A run that ends well (the worker's exit 0) leaves nothing
     alive when ``ddsup start`` returns; a SIGKILL of ``ddsup start`` once the engines were

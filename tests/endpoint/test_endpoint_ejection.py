@@ -1,4 +1,4 @@
-"""Passive ejection (issue 22): a lane whose requests keep failing leaves the rotation a while."""
+"""Passive ejection: a lane whose requests keep failing leaves the rotation a while."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Property-based fuzz of the endpoint's HTTP surface with the inputs of issue 17's attack pass.
+"""Property-based fuzz of the endpoint's HTTP surface with the inputs of a hostile client.
 
 Each example is one connection to a real endpoint (in-process, over TCP) with a request
 assembled from hostile parts: methods (HEAD, PUT, …), HTTP versions (``HTTP/9.9``),

@@ -1,4 +1,4 @@
-"""Hostile and odd clients (issue 17): each defect found by the attack pass, shown fixed.
+"""Hostile and odd clients: each attack gets a clear answer and leaves the endpoint serving.
 
 Every test here failed on the endpoint before the fix it names: HEAD dropped the
 connection with a traceback (defect 4), a slow body held its request slot for as long as

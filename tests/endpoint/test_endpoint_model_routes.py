@@ -1,4 +1,4 @@
-"""Routing by model on every vLLM route, by every name a lane answers to (issue 20)."""
+"""Routing by model on every vLLM route, by every name a lane answers to."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A full or read-only state directory: the run goes on and ends as it would have.
 
-Issue #17 item 3: a full or read-only state directory crashed the controller (exit 1, no
+A full or read-only state directory must not crash the controller (exit 1, no
 ``result.json``). Here the state directory is a small tmpfs mounted for the test (root
 only; CI runs as root): filled to the last byte while the run is up, or read-only from
 the start. The run ends with its worker's status, one warning says the record is

@@ -1,4 +1,4 @@
-"""API keys reach only the processes that use them (issue #17, endpoint items on the run).
+"""API keys reach only the processes that use them (the endpoint's keys on a run).
 
 The client's key (``[endpoint] api_key_env``) sat in every unit's and every agent's
 environment; docs said the worker only. Now it reaches the endpoint and the worker; a

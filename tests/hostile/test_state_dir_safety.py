@@ -1,4 +1,4 @@
-"""The state directory cannot be turned against anyone (issue #17, items 2, 7 and logs).
+"""The state directory cannot be turned against anyone: links, a foreign owner, logs.
 
 ``ddsup start`` refuses (73) an existing state directory that is another user's, that
 others may write, or that is a symlink, and never writes through a symlink planted in
@@ -57,7 +57,7 @@ async def test_an_existing_state_dir_others_may_write_is_refused(tmp_path: Path)
 async def test_a_symlink_as_the_state_dir_is_refused_and_its_target_untouched(
     tmp_path: Path,
 ) -> None:
-    """Issue #17 item 2: the link was followed and its target chmodded."""
+    """A planted link must not be followed and its target chmodded."""
     target = tmp_path / "target"
     target.mkdir(mode=0o755)
     (tmp_path / "state").symlink_to(target)
@@ -70,7 +70,7 @@ async def test_a_symlink_as_the_state_dir_is_refused_and_its_target_untouched(
 
 @as_root_only
 async def test_a_state_dir_of_another_user_is_refused(tmp_path: Path) -> None:
-    """Issue #17 item 2: root used a directory another user owns, and its planted links."""
+    """Root must not use a directory another user owns, nor its planted links."""
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     victim = tmp_path / "victim"
@@ -113,7 +113,7 @@ def _planted(tmp_path: Path, run: dict[str, object]) -> Path:
 
 
 def test_status_sends_no_secret_to_a_port_whose_run_is_gone(tmp_path: Path) -> None:
-    """Issue #17 item 7: ``run.json`` named the attacker's port and status sent the secret."""
+    """A ``run.json`` naming an attacker's port must not make status send the secret."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
         listener.settimeout(0.1)
         port = listener.getsockname()[1]
@@ -177,7 +177,7 @@ def test_stop_signals_no_process_that_is_not_the_runs(tmp_path: Path) -> None:
 
 
 async def test_logs_names_only_instances_of_the_run(tmp_path: Path) -> None:
-    """Issue #17: ``ddsup logs ../../x`` read ``../../x.log``."""
+    """``ddsup logs ../../x`` must not read ``../../x.log``."""
     state = tmp_path / "run" / "state"
     run = await run_start(_units(tmp_path / "units"), state)
     assert run.returncode == 7, run.describe()

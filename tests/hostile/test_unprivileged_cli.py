@@ -1,7 +1,7 @@
 """An unprivileged user against a root-owned run: typed errors, never a traceback.
 
-Issue #17 item 10: ``status``, ``stop`` and ``logs`` as another user, and ``start`` into
-a directory it cannot write, ended in PermissionError tracebacks. Here root runs a live
+``status``, ``stop`` and ``logs`` as another user, and ``start`` into a directory it
+cannot write, must not end in PermissionError tracebacks. Here root runs a live
 run; ``nobody`` (through ``setpriv``) tries every operator command on it and two starts
 that cannot have their state directory. Each answers one ``ddsup: error:`` line with
 its sysexits status (77 not yours, 73 cannot create), and root's run ends as it would

@@ -3,8 +3,7 @@
 ``ddsup start`` spawns one agent per node (``python -m ddsup agent …``), three at once
 on two CPUs in the Slurm test cluster and 128 in the simulated 128 × 8 allocation, and
 every module an agent loads before its first lane starts is on the run's path to it
-(``BENCHMARKS.md``, issue 19). The modules below it once loaded without using them; this
-pins that they stay out, so that a new import cannot bring them back unnoticed.
+The modules below it are not needed there; this pins that they stay out, so that a new import cannot bring them back unnoticed.
 """
 
 from __future__ import annotations

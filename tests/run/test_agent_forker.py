@@ -57,7 +57,7 @@ async def test_each_simulated_node_has_its_own_agent_a_child_of_ddsup_start(
             assert (state / "logs" / f"agent-{node}.log").exists()
         # one session for all of them, not ddsup start's: Linux shares the CPU between
         # sessions (autogroups) first, so 128 simulated nodes count once against the
-        # controller instead of 128 times (issue 19); the kernel's own view says so
+        # controller instead of 128 times; the kernel's own view says so
         sessions = {os.getsid(agent.pid) for agent in agents.values()}
         assert len(sessions) == 1 and os.getsid(start.pid) not in sessions
         groups = {_autogroup(pid) for pid in [start.pid, *(a.pid for a in agents.values())]}

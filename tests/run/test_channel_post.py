@@ -1,5 +1,5 @@
 """``LineChannel.post``: a message written from the step that made it, in order with
-everything sent or posted before (an agent's events, issue 19)."""
+everything sent or posted before (an agent's events)."""
 
 from __future__ import annotations
 

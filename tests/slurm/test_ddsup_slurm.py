@@ -404,7 +404,7 @@ def test_status_logs_and_stop_of_a_slurm_run(slurm_cluster: SlurmCluster, job: D
     assert all(i["state"] == "ready" and i["pid"] for i in lanes.values())
 
     # The control channel listens on the client node's allocation address (NodeAddr, here
-    # 127.0.0.1), never on every interface (issue #17).
+    # 127.0.0.1), never on every interface.
     run = json.loads((job.state / "run.json").read_text())
     controller = psutil.Process(run["pid"])
     listening = [c.laddr for c in controller.net_connections("tcp") if c.status == "LISTEN"]

@@ -186,8 +186,8 @@ def test_a_directory_with_problems_loads_nothing(write_units: WriteUnits) -> Non
 def test_the_same_bytes_are_the_same_set_without_parsing_again(
     write_units: WriteUnits, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The agents' forker loads the run's units once and its agents take that set
-    (issue 19); any change to the files, even one that keeps size and time, is parsed."""
+    """The agents' forker loads the run's units once and its agents take that set;
+    any change to the files, even one that keeps size and time, is parsed."""
     worker = lines("[unit]", 'type = "worker"', "[service]", 'exec = ["w1"]')
     directory = write_units({"w.toml": worker})
     first = load_unit_set(directory)
