@@ -22,7 +22,7 @@ The defaults model GPU lanes: capacity is bounded by slots and time per request 
 lanes' own HTTP work (fake-vllm on hypercorn, ~2 ms CPU per request here) compete with the
 endpoint and the generator for two cores, which measures the machine, not admission.
 
-Goal (issue): at 4× overload goodput ≥ 90 % of peak and 429s answered in ≤ 5 ms p99.
+Goal: at 4× overload goodput ≥ 90 % of peak and 429s answered in ≤ 5 ms p99.
 The goal is judged on the probe: one request every ``--probe-interval`` seconds (counted
 in the offered load) from a process that sleeps between events, so its latencies are the
 endpoint's answer time. The generator's latencies also hold its own event loop's delays

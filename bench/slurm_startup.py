@@ -163,7 +163,7 @@ def _startup_run(cluster: SlurmCluster, root: Path, ddsup: Install) -> dict[str,
         "  first lane start → last ready": last_ready - first_lane,
         "    of it: the slowest lane's own exec → listening": own,
         "  last ready → worker starting": worker - last_ready,
-        "overhead from run starting (the old figure)": worker - start - slowest,
+        "overhead from run starting": worker - start - slowest,
         "slowest lane starting → ready": slowest,
         "  of it: ddsup's spawn (starting → forked)": max(
             lane_exec[i] - first(i, "starting") for i in lanes
