@@ -52,7 +52,7 @@ from ddsup.endpoint._errors import (
     too_large,
     version_not_supported,
 )
-from ddsup.endpoint._proxy import REQUEST_DROP
+from ddsup.endpoint._head_fields import HeadFields
 from ddsup.endpoint._wire import RECEIVE_SIZE, Wire
 
 JSON = (b"content-type", b"application/json")
@@ -67,49 +67,6 @@ class Unusual(Exception):
 
 class HeadTimeout(Exception):
     """The client took too long with its next request (408 if it had begun, else a close)."""
-
-
-class _Head:
-    """httptools' callbacks for one request head.
-
-    On the way it collects the header lines a lane gets (``forwarded``), which saves the
-    proxy a second pass; a Connection header that names other headers (which must then
-    be dropped as well) leaves that to the proxy (``listed``).
-    """
-
-    __slots__ = ("close", "content_length", "forwarded", "headers", "listed", "odd")
-
-    def __init__(self) -> None:
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.forwarded: list[bytes] = []
-        self.content_length: int | None = None
-        self.odd = False  # a header that sends the request to h11
-        self.close = False  # Connection: close
-        self.listed = False  # Connection names more than keep-alive and close
-
-    def reset(self) -> None:
-        """Ready for the next head. A method: assigned at the caller, the fields would be
-        None to a type checker (and to mypyc) though the parser's callbacks change them."""
-        self.headers = []
-        self.forwarded = []
-        self.content_length = None
-        self.odd = self.close = self.listed = False
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        name = name.lower()
-        if value[-1:] in (b" ", b"\t"):
-            value = value.rstrip(b" \t")  # llhttp strips the leading OWS only
-        self.headers.append((name, value))
-        if name not in REQUEST_DROP and not name.startswith(b"proxy-"):
-            self.forwarded.append(b"%s: %s\r\n" % (name, value))
-        elif name == b"content-length":
-            self.content_length = int(value)  # llhttp checked: digits, no overflow, one only
-        elif name in (b"transfer-encoding", b"expect", b"upgrade"):
-            self.odd = True
-        elif name == b"connection":
-            tokens = {token.strip() for token in value.lower().split(b",")}
-            self.close = b"close" in tokens
-            self.listed = self.listed or not tokens <= {b"close", b"keep-alive"}
 
 
 class FastClient(Timed):
@@ -147,7 +104,7 @@ class FastClient(Timed):
         self.hangup: Hangup | None = Hangup()
         self.verbatim = True
         self.last_upstream: object | None = None
-        self._proto = _Head()
+        self._proto = HeadFields()
         self._parser = httptools.HttpRequestParser(self._proto)
         self._body_unread = False
         self._parsed = False  # a request was parsed: the client waits for its answer
