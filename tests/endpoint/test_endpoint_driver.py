@@ -19,6 +19,7 @@ import trio.testing
 from endpoint_fakes import TEST_CONFIG
 from test_endpoint_fast_path import post
 
+from ddsup.endpoint._body_budget import BodyBudget
 from ddsup.endpoint._deadlines import Timed
 from ddsup.endpoint._driver import Driver, in_own_task
 from ddsup.endpoint._fast_client import FastClient
@@ -259,13 +260,14 @@ async def test_a_request_read_whole_with_the_one_before_is_answered() -> None:
     client = FastClient(Wire(ours), TEST_CONFIG)
     peer = trio.socket.from_stdlib_socket(theirs)
     driver = Driver()
+    bodies = BodyBudget(1 << 30)
 
     async def serve(requests: int) -> list[int]:
         sizes = []
         for _ in range(requests):
             request = await client.read_head()
             assert request is not None
-            sizes.append(len(await client.read_body(request, 1 << 20)))
+            sizes.append(len(await client.read_body(request, 1 << 20, bodies.account(str))))
             await client.respond(200, [], b"ok")
         return sizes
 

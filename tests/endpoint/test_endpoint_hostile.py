@@ -122,32 +122,6 @@ async def test_a_deeply_nested_body_is_a_clear_400(
     no_traceback(capfd)
 
 
-async def test_bodies_in_memory_are_bounded(workers: int) -> None:
-    """A body that would take the worker past ``max_buffered_bytes`` is refused unread."""
-    lane = FakeLane("a")
-    async with (
-        running_endpoint(
-            [lane], max_body_bytes=600, max_buffered_bytes=1000, client_body_timeout=5.0, workers=1
-        ) as ep,
-        http_client() as client,
-    ):
-        holder = await trio.open_tcp_stream("127.0.0.1", int(ep.url.rsplit(":", 1)[1]))
-        async with holder:
-            await holder.send_all(post(b"x" * 600)[:-600])  # 600 bytes reserved, none sent
-            await trio.sleep(0.2)  # the endpoint reads the head: the test's own pacing
-            big = {"model": "m", "prompt": "y" * 500}
-            refused = await client.post(f"{ep.url}/v1/completions", json=big)
-            assert refused.status_code == 429
-            assert refused.json()["error"]["type"] == "overloaded"
-            assert "retry-after" in refused.headers
-            small = await client.post(f"{ep.url}/v1/completions", json={"model": "m"})
-            assert small.status_code == 200
-        with trio.fail_after(5):
-            while (await client.post(f"{ep.url}/v1/completions", json=big)).status_code != 200:  # noqa: ASYNC110
-                await trio.sleep(0.05)  # bounded poll: the endpoint sees the holder leave
-    assert workers  # the bound is per worker: shown with one
-
-
 @pytest.mark.parametrize(
     ("request_bytes", "status"),
     [

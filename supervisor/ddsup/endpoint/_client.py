@@ -32,6 +32,7 @@ from http import HTTPStatus
 import h11
 import trio
 
+from ddsup.endpoint._body_budget import BodyAccount
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientGone, Framing, Hangup, Request
 from ddsup.endpoint._errors import (
@@ -169,8 +170,9 @@ class Client:
                 started = True
                 deadline = trio.current_time() + config.client_header_timeout
 
-    async def read_body(self, request: Request, limit: int) -> bytes:
-        """The whole request body; :class:`ApiError` 413/408/400 on a limit or a bad frame."""
+    async def read_body(self, request: Request, limit: int, account: BodyAccount) -> bytes:
+        """The whole request body, charged to ``account`` as it arrives; :class:`ApiError`
+        413/408/400 on a limit or a bad frame; :class:`OverBudget`."""
         length = request.content_length
         if length is not None and length > limit:
             raise too_large(limit)
@@ -190,14 +192,19 @@ class Client:
                 size += len(event.data)
                 if size > limit:
                     raise too_large(limit)
+                account.arrived(len(event.data))
                 chunks.append(event.data)
             elif isinstance(event, h11.EndOfMessage):
+                account.complete()
                 return b"".join(chunks)
             elif event is h11.NEED_DATA:
                 if not await self._more(deadline):
                     raise request_timeout("request body")
             else:
                 raise bad_request("the request ended before its body")
+
+    def peer(self) -> str:
+        return self.stream.peer()
 
     def write(self, event: h11.Event) -> None:
         """Queue ``event``'s bytes; :meth:`flush` sends everything queued in one call."""

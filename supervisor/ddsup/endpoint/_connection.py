@@ -13,6 +13,7 @@ from typing import Protocol
 
 import trio
 
+from ddsup.endpoint._body_budget import BodyAccount
 from ddsup.endpoint._deadlines import Timed
 from ddsup.endpoint._errors import ApiError
 
@@ -99,7 +100,11 @@ class ClientConnection(Protocol):
     verbatim: bool
     last_upstream: object | None  # the lane connection its last request used
 
-    async def read_body(self, request: Request, limit: int) -> bytes: ...
+    async def read_body(self, request: Request, limit: int, account: BodyAccount) -> bytes:
+        """The whole body, its bytes charged to ``account`` as they arrive."""
+
+    def peer(self) -> str:
+        """The client's address (``""`` when the connection is gone)."""
 
     async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         """A complete response with a known length, sent at once."""

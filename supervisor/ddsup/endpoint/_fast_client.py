@@ -40,6 +40,7 @@ from http import HTTPStatus
 import httptools
 import trio
 
+from ddsup.endpoint._body_budget import BodyAccount
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientGone, Framing, Hangup, Request
 from ddsup.endpoint._deadlines import Expired, Timed
@@ -211,13 +212,15 @@ class FastClient(Timed):
         forwarded = None if proto.listed else b"".join(proto.forwarded)
         return Request(method, target, proto.headers, length, forwarded)
 
-    async def read_body(self, request: Request, limit: int) -> bytes:
-        """The whole body; :class:`ApiError` 413/408/400 on a limit, a timeout or an early end."""
+    async def read_body(self, request: Request, limit: int, account: BodyAccount) -> bytes:
+        """The whole body, charged to ``account`` as it arrives; :class:`ApiError`
+        413/408/400 on a limit, a timeout or an early end; :class:`OverBudget`."""
         length = request.content_length or 0
         if length > limit:
             raise too_large(limit)
         buf = self.buffer
         if len(buf) < length:
+            account.arrived(len(buf))
             chunks = [buf]
             have = len(buf)
             await in_own_task()  # a cancel scope: the task's own
@@ -227,16 +230,23 @@ class FastClient(Timed):
                     if not data:
                         self.eof = True
                         raise bad_request("the request ended before its body")
+                    account.arrived(len(data))
                     chunks.append(data)
                     have += len(data)
                     self._drained = len(data) < RECEIVE_SIZE
             if have < length:
                 raise request_timeout("request body")
+            account.complete()
             buf = b"".join(chunks)
+        elif length:
+            account.whole(length)
         body, self.buffer = buf[:length], buf[length:]
         self._parser.feed_data(body)  # ends the message in the parser, ready for the next
         self._body_unread = False
         return body
+
+    def peer(self) -> str:
+        return self.wire.peer()
 
     def take_bodiless_end(self) -> None:
         """A fast-path GET has no body: nothing to take."""

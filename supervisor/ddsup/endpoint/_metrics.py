@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from ddsup.endpoint._body_budget import BodyBudget
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._timeseries import NO_SERIES, SeriesHooks  # [series hook]
 
@@ -31,6 +32,8 @@ class Metrics:
         self.upstream_errors: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.metrics_errors: defaultdict[str, int] = defaultdict(int)
         self.ejections: defaultdict[str, int] = defaultdict(int)  # by lane (see ._ejection)
+        self.bodies: BodyBudget | None = None  # this process's, read when rendered
+        self.body_bytes = 0  # other workers' (a gathered total)
         self._hist: dict[str, list[int]] = {}
         self._sum: defaultdict[str, float] = defaultdict(float)
         self.series: SeriesHooks = NO_SERIES  # [series hook] the same counts, over time
@@ -54,7 +57,11 @@ class Metrics:
             "metrics_errors": [[k, n] for k, n in self.metrics_errors.items()],
             "ejections": [[k, n] for k, n in self.ejections.items()],
             "histogram": [[m, counts, self._sum[m]] for m, counts in self._hist.items()],
+            "body_bytes": self._body_bytes(),
         }
+
+    def _body_bytes(self) -> int:
+        return self.body_bytes + (0 if self.bodies is None else self.bodies.used)
 
     def add(self, snapshot: dict[str, Any]) -> None:
         """Add another worker's :meth:`snapshot` to these counters."""
@@ -72,6 +79,7 @@ class Metrics:
             self.metrics_errors[label] += n
         for label, n in snapshot.get("ejections", ()):
             self.ejections[label] += n
+        self.body_bytes += snapshot.get("body_bytes", 0)
         for model, counts, total in snapshot["histogram"]:
             mine = self._hist.setdefault(model, [0] * (len(BUCKETS) + 1))
             for i, n in enumerate(counts):
@@ -105,6 +113,8 @@ class Metrics:
             out.append(
                 f"ddsup_endpoint_upstream_errors_total{{lane={_q(lane)},kind={_q(kind)}}} {n}"
             )
+        _family(out, "request_body_bytes", "gauge", "Bytes of request bodies held in memory.")
+        out.append(f"ddsup_endpoint_request_body_bytes {self._body_bytes()}")
         self._render_lanes(out, lanes, now, stale_after)
         self._render_histogram(out)
         _family(out, "worker_info", "gauge", "1 for each worker process counted in this scrape.")

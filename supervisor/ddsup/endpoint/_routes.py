@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from ddsup.endpoint._body_budget import BodyBudget
+from ddsup.endpoint._body_budget import BodyAccount, BodyBudget, OverBudget
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientConnection, ClientGone, Request
 from ddsup.endpoint._deadlines import Deadlines
@@ -65,7 +65,8 @@ class Endpoint:
         self.driver = Driver()
         self.streams = StreamRelay(self.driver)
         self.proxy = Proxy(config, lanes, self.metrics, self.deadlines, self.streams)
-        self.bodies = BodyBudget(config.max_buffered_bytes)
+        self.bodies = BodyBudget(config.max_buffered_bytes, _address_share(config))
+        self.metrics.bodies = self.bodies
         self.open_routes = frozenset(route.encode() for route in config.open_routes)
         self.render_metrics: Callable[[], Awaitable[bytes]] = self._render_own_metrics
         self._key = None if config.api_key is None else config.api_key.encode()
@@ -156,19 +157,16 @@ async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> 
 
     A request counts towards ``max_concurrent`` only once its body is read: a client
     that sends its body slowly holds a connection (bounded by ``max_connections`` and
-    ``client_body_timeout``) and memory (bounded by ``max_buffered_bytes``), but never a
-    slot that others need (a few slow bodies would otherwise make everyone else get 429).
+    ``client_body_timeout``) and the bytes it has sent (bounded by ``max_buffered_bytes``
+    and its address's share, see :mod:`._body_budget`), but never a slot that others need.
     """
     lanes = ep.lanes
     start = time.monotonic()
-    model, status, counted, reserved = "", 500, False, 0
+    model, status, counted = "", 500, False
+    account = ep.bodies.account(client.peer)
     try:
         _admit(ep)  # before the body too: no point reading what would be refused
-        reserved = _reserve(ep, request)
-        body = await client.read_body(request, ep.config.max_body_bytes)
-        if request.content_length is None:  # chunked: give back what it did not use
-            ep.bodies.release(reserved - len(body))
-            reserved = len(body)
+        body = await _read_body(ep, client, request, account)
         wanted = _requested(ep, request, body)
         if not lanes.is_known(wanted):
             model = "(unknown)"  # one label, whatever clients send
@@ -191,7 +189,7 @@ async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> 
     finally:
         if counted:
             lanes.end_request()
-        ep.bodies.release(reserved)
+        account.release()
         ep.metrics.observe(model, status, time.monotonic() - start)
 
 
@@ -203,20 +201,22 @@ def _admit(ep: Endpoint) -> None:
         raise overloaded(None, ep.config.retry_after, why)
 
 
-def _reserve(ep: Endpoint, request: Request) -> int:
-    """Reserve the body's bytes in the process's budget (429 when they do not fit).
-
-    A body over ``max_body_bytes`` reserves one byte more than the cap: it is refused
-    (413) without being read.
-    """
-    cap = ep.config.max_body_bytes
-    length = request.content_length
-    size = cap if length is None else min(length, cap + 1)
-    if not ep.bodies.reserve(size):
+async def _read_body(
+    ep: Endpoint, client: ClientConnection, request: Request, account: BodyAccount
+) -> bytes:
+    """The body, charged to the process's budget as it arrives (429 when it does not fit:
+    the rest is not read, and the connection ends after the answer)."""
+    try:
+        return await client.read_body(request, ep.config.max_body_bytes, account)
+    except OverBudget as err:
         ep.metrics.rejected[("", "body_memory")] += 1
-        why = f"{ep.config.max_buffered_bytes} bytes of request bodies in memory"
-        raise overloaded(None, ep.config.retry_after, why)
-    return size
+        raise overloaded(None, ep.config.retry_after, str(err)) from None
+
+
+def _address_share(config: EndpointConfig) -> int:
+    """Bytes of bodies still arriving that one client address may hold: a quarter of
+    the budget, and at least one whole body."""
+    return max(config.max_body_bytes, config.max_buffered_bytes // 4)
 
 
 def _requested(ep: Endpoint, request: Request, body: bytes) -> str:

@@ -71,6 +71,14 @@ class Wire:
         await checkpoint_in_own_task()
         self.sock.shutdown(socket.SHUT_WR)
 
+    def peer(self) -> str:
+        """The client's address; ``""`` when it cannot be told (the peer is gone)."""
+        try:
+            address = self.sock.getpeername()
+        except OSError:
+            return ""
+        return str(address[0]) if isinstance(address, tuple) else ""
+
     def close(self) -> None:
         """Close now; a task waiting on the socket gets ``trio.ClosedResourceError``."""
         if self.sock.fileno() >= 0:

@@ -116,7 +116,8 @@ ENDPOINT = SectionSpec(
         KeySpec(
             "max_buffered_bytes",
             k.integer(1),
-            "Request bodies one worker holds in memory at once (429 above; at least max_body_bytes).",
+            "Bytes of request bodies one worker holds, counted as they arrive (429 above; at "
+            "least max_body_bytes).",
             536870912,
             134217728,
         ),
