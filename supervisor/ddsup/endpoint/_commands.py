@@ -56,7 +56,7 @@ def configure_endpoint(parser: argparse.ArgumentParser) -> None:
         default=d.max_queue_per_lane,
         help="admission limit: requests queued per lane before answering 429",
     )
-    parser.add_argument("--retry-after", default="1s", help="Retry-After of 429 answers")
+    parser.add_argument("--retry-after", default="1s", help="Retry-After of 429 and 503 answers")
     parser.add_argument("--retries", type=int, default=d.retries, help="further lanes to try")
     parser.add_argument(
         "--api-key-env",

@@ -51,7 +51,11 @@ class ApiError(Exception):
     def headers(self) -> list[tuple[bytes, bytes]]:
         if self.retry_after is None:
             return list(self.head)
-        return [(b"retry-after", str(_seconds(self.retry_after)).encode()), *self.head]
+        return [retry_after_header(self.retry_after), *self.head]
+
+
+def retry_after_header(seconds: float) -> tuple[bytes, bytes]:
+    return (b"retry-after", str(_seconds(seconds)).encode())
 
 
 def _seconds(value: float) -> int:
@@ -150,5 +154,7 @@ def upstream_failed(model: str, attempts: list[str]) -> ApiError:
     )
 
 
-def no_ready_lane(model: str) -> ApiError:
-    return ApiError(503, "no_ready_lane", f"model {model!r} has no ready lane right now")
+def no_ready_lane(model: str, retry_after: float) -> ApiError:
+    return ApiError(
+        503, "no_ready_lane", f"model {model!r} has no ready lane right now", retry_after
+    )

@@ -20,12 +20,16 @@ only a non-canonical chunk-size line is rewritten and trailers are dropped).
 from __future__ import annotations
 
 import re
+import time
+from datetime import timezone
+from email.utils import parsedate_to_datetime
 
 import httptools
 
 from ddsup.endpoint._connection import Framing
 
 MAX_HEAD = 64 * 1024
+MAX_RETRY_AFTER = 86400.0  # seconds: a lane's Retry-After beyond a day is taken as a day
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _REASON = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
 _HEX = re.compile(rb"[0-9a-fA-F]{1,16}")
@@ -295,3 +299,25 @@ class BodyDecoder:
             self._state = "data" if self._chunk_left else "trailer"
         elif not line:  # trailer: ends at an empty line (trailers themselves are dropped)
             self.done = True
+
+
+def retry_after(headers: list[tuple[bytes, bytes]]) -> float | None:
+    """The seconds a ``Retry-After`` header asks for (delay-seconds or an HTTP-date, RFC
+    9110 §10.2.3), at most :data:`MAX_RETRY_AFTER`; ``None`` without one, or with one
+    that is neither."""
+    for name, value in headers:
+        if name != b"retry-after":
+            continue
+        text = value.strip()
+        if text.isdigit():  # ASCII digits only (bytes)
+            seconds = float(text) if len(text) < 12 else MAX_RETRY_AFTER
+        else:
+            try:
+                when = parsedate_to_datetime(text.decode("latin-1"))
+            except (TypeError, ValueError, IndexError, OverflowError):
+                return None
+            if when.tzinfo is None:  # an HTTP-date is GMT; one without a zone is read so
+                when = when.replace(tzinfo=timezone.utc)
+            seconds = max(0.0, when.timestamp() - time.time())
+        return min(seconds, MAX_RETRY_AFTER)
+    return None

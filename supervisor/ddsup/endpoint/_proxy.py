@@ -29,7 +29,7 @@ from ddsup.endpoint._connection import Abort, ClientConnection, Framing, Request
 from ddsup.endpoint._deadlines import Deadlines, Expired
 from ddsup.endpoint._ejection import Ejection
 from ddsup.endpoint._errors import no_ready_lane, overloaded, upstream_failed
-from ddsup.endpoint._http1 import ProtocolError, ResponseHead
+from ddsup.endpoint._http1 import ProtocolError, ResponseHead, retry_after
 from ddsup.endpoint._lane_state import LaneState
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics import Metrics
@@ -110,11 +110,13 @@ class Forward:
 
 @dataclass(frozen=True)
 class Failure:
-    """One failed attempt on one lane; ``status`` when the lane answered (429/502/503/504)."""
+    """One failed attempt on one lane; ``status`` when the lane answered (429/502/503/504),
+    and the seconds its ``Retry-After`` asked for, if it did."""
 
     kind: str
     detail: str
     status: int | None = None
+    retry_after: float | None = None
 
 
 class Proxy:
@@ -141,6 +143,7 @@ class Proxy:
         config = self.config
         tried: list[str] = []
         failures: list[Failure] = []
+        full = False  # untried lanes are left, but none has room
         for attempt in range(config.retries + 1):
             lane = self.admission.choose(
                 model,
@@ -151,6 +154,7 @@ class Proxy:
                 turn=self.lanes.next_turn(model),
             )
             if lane is None:
+                full = len(tried) < len(self.lanes.ready(model))
                 break
             if attempt:
                 self.metrics.retries[model] += 1
@@ -160,19 +164,23 @@ class Proxy:
                 return result
             failures.append(result)
             self.metrics.upstream_errors[(lane.info.instance, result.kind)] += 1
-        raise self._refusal(model, tried, failures)
+        raise self._refusal(model, tried, failures, full)
 
-    def _refusal(self, model: str, tried: list[str], failures: list[Failure]) -> Exception:
+    def _refusal(
+        self, model: str, tried: list[str], failures: list[Failure], full: bool
+    ) -> Exception:
+        """Why no lane answered: 503 when none is ready, 429 when a lane said it is at
+        capacity or the rest had no room (a client backs off and comes back, rather than
+        spend its retries on a lane that refused a connection), else 502."""
+        config = self.config
         if not tried and not self.lanes.ready(model):
-            return no_ready_lane(model)
-        if all(f.status == 429 for f in failures):  # also true when no lane had room
+            return no_ready_lane(model, config.retry_after)
+        busy = [f for f in failures if f.status == 429]
+        if busy or full:
             self.metrics.rejected[(model, "queue_full")] += 1
-            why = (
-                f"{self.config.max_queue_per_lane} queued per lane"
-                if not failures
-                else "lanes answered 429"
-            )
-            return overloaded(model, self.config.retry_after, why)
+            why = "lanes answered 429" if busy else f"{config.max_queue_per_lane} queued per lane"
+            asked = [f.retry_after for f in busy if f.retry_after is not None]
+            return overloaded(model, max([config.retry_after, *asked]), why)
         attempts = [f"{name}: {f.detail}" for name, f in zip(tried, failures, strict=True)]
         return upstream_failed(model, attempts)
 
@@ -195,7 +203,8 @@ class Proxy:
             if code in RETRY_STATUSES:
                 conn.close_now()
                 self._judge(lane, code)
-                return Failure(f"http {code}", f"answered {code}", code)
+                asked = retry_after(response.headers) if code == 429 else None
+                return Failure(f"http {code}", f"answered {code}", code, asked)
             try:
                 _start_response(client, response, conn)
             except ValueError as err:  # a head h11 will not pass on to the client

@@ -30,6 +30,7 @@ from ddsup.endpoint._errors import (
     no_ready_lane,
     not_found,
     overloaded,
+    retry_after_header,
     unauthorized,
     unknown_model,
 )
@@ -149,7 +150,11 @@ async def _health(ep: Endpoint, client: ClientConnection) -> None:
     }
     if learning:
         body["learning_names"] = learning
-    await client.respond(200 if healthy else 503, [JSON], json.dumps(body).encode())
+    if healthy:
+        await client.respond(200, [JSON], json.dumps(body).encode())
+        return
+    retry = retry_after_header(ep.config.retry_after)  # every 503 says when to ask again
+    await client.respond(503, [JSON, retry], json.dumps(body).encode())
 
 
 async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> None:
@@ -173,7 +178,7 @@ async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> 
             raise unknown_model(wanted, lanes.known_names())
         model = wanted
         if not lanes.ready(model):
-            raise no_ready_lane(model)
+            raise no_ready_lane(model, ep.config.retry_after)
         _admit(ep)
         lanes.begin_request()
         counted = True

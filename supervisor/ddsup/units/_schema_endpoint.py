@@ -77,7 +77,12 @@ ENDPOINT = SectionSpec(
             128,
             64,
         ),
-        duration_key("retry_after", "Retry-After sent with 429 answers.", "1s", "2s"),
+        duration_key(
+            "retry_after",
+            "Retry-After sent with 429 and 503 answers (a lane's own 429 may ask for longer).",
+            "1s",
+            "2s",
+        ),
         KeySpec(
             "retries",
             k.integer(0),
