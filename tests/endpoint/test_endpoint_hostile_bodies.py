@@ -1,12 +1,15 @@
-"""Hostile request bodies: what a body costs while it arrives.
+"""Hostile request bodies and heads: what a body costs, when it is refused, one answer.
 
 A body is charged with the bytes that arrived, never with what its head declares: 16
 connections that declare 32 MiB each and send one byte hold 16 bytes, not the whole
-budget of a worker (512 MiB), and every other client is served meanwhile.
+budget of a worker (512 MiB), and every other client is served meanwhile. A body over
+``max_body_bytes`` is refused with 413 once it passes the limit, and at once when its
+first chunk declares more. A request is answered the same whatever its body's framing.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -130,3 +133,60 @@ async def test_one_address_trickling_bodies_holds_only_its_share() -> None:
         assert status.startswith(b"HTTP/1.1 200 "), body
         for stream in (*holders, third.stream, other):
             await stream.aclose()
+
+
+async def test_a_chunked_body_over_the_limit_is_refused_without_reading_it(
+    workers: int,
+) -> None:
+    """A first chunk that declares more than ``max_body_bytes`` is refused at its size
+    line, as a Content-Length over the limit is (the endpoint waits for none of it); a
+    body of small chunks is refused as soon as its bytes pass the limit."""
+    lane = FakeLane("a")
+    async with running_endpoint(
+        [lane], max_body_bytes=MIB, client_body_timeout=30.0, workers=workers
+    ) as ep:
+        for head in (declared("chunked", 40_000_000), declared("content-length", 40_000_000)):
+            talk = Conversation(await open_from(ep, head + b"x" * 1000))
+            async with talk.stream:
+                status, headers, body = await talk.response()  # within 10 s, not 30
+                assert status.startswith(b"HTTP/1.1 413 "), status
+                assert json.loads(body)["error"]["type"] == "request_too_large"
+                assert headers[b"connection"] == b"close"
+        chunk = b"%x\r\n%s\r\n" % (64 * 1024, b"x" * 64 * 1024)
+        talk = Conversation(await open_from(ep, CHUNKED_HEAD))
+        async with talk.stream:
+            await talk.stream.send_all(chunk * 16 + b"1\r\nx\r\n")  # one byte over, then wait
+            status, _, _ = await talk.response()
+            assert status.startswith(b"HTTP/1.1 413 "), status
+    assert lane.completions == 0
+
+
+@pytest.mark.parametrize("hosts", [[], [b"host: a", b"host: b"]], ids=["without-host", "two-hosts"])
+async def test_a_head_without_one_host_gets_one_answer_whatever_the_framing(
+    hosts: list[bytes], workers: int
+) -> None:
+    """HTTP/1.1 requires exactly one Host header: 400, then the connection closes, for a
+    Content-Length body and a chunked one alike."""
+    lane = FakeLane("a")
+    lines = b"".join(host + b"\r\n" for host in hosts)
+    body = BODY % b"hello"
+    framed = {
+        "content-length": b"content-length: %d\r\n\r\n%s" % (len(body), body),
+        "chunked": b"transfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body),
+    }
+    answers = {}
+    async with running_endpoint([lane], workers=workers) as ep:
+        for name, rest in framed.items():
+            talk = Conversation(
+                await open_from(ep, b"POST /v1/completions HTTP/1.1\r\n" + lines + rest)
+            )
+            async with talk.stream:
+                status, headers, body = await talk.response()
+                assert headers[b"connection"] == b"close"
+                assert await talk.closed()
+            answers[name] = (status, json.loads(body))
+    assert answers["content-length"] == answers["chunked"], answers
+    status, error = answers["chunked"]
+    assert status.startswith(b"HTTP/1.1 400 ")
+    assert error["error"]["type"] == "invalid_request_error" and "Host" in error["error"]["message"]
+    assert lane.completions == 0

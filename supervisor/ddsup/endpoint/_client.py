@@ -27,6 +27,7 @@ quarter of the per-request CPU cost), and reads stay bounded (one read at a time
 from __future__ import annotations
 
 import contextlib
+import re
 from http import HTTPStatus
 
 import h11
@@ -47,6 +48,7 @@ from ddsup.endpoint._errors import (
 from ddsup.endpoint._wire import RECEIVE_SIZE, Wire
 
 JSON = (b"content-type", b"application/json")
+_SIZE_LINE = re.compile(rb"([0-9A-Fa-f]+)[^\r\n]*\r\n")  # a chunk's size, then any extension
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 
@@ -172,7 +174,15 @@ class Client:
 
     async def read_body(self, request: Request, limit: int, account: BodyAccount) -> bytes:
         """The whole request body, charged to ``account`` as it arrives; :class:`ApiError`
-        413/408/400 on a limit or a bad frame; :class:`OverBudget`."""
+        413/408/400 on a limit or a bad frame; :class:`OverBudget`.
+
+        A chunked body is refused once its bytes pass ``limit``, and at once when its
+        first chunk's size line declares more (a client that streams a body of known
+        length sends it as one chunk): like a Content-Length over it, none of it is read.
+        That line is looked for in h11's buffer only before h11 has taken any of the body,
+        when the buffer holds at most one read besides an incomplete line: a look for
+        every chunk's line would copy the buffer once per chunk.
+        """
         length = request.content_length
         if length is not None and length > limit:
             raise too_large(limit)
@@ -182,8 +192,13 @@ class Client:
             await self.flush()
         chunks: list[bytes] = []
         size = 0
+        first_line = length is None and any(n == b"transfer-encoding" for n, _ in request.headers)
         deadline = trio.current_time() + self.config.client_body_timeout  # the whole body
         while True:
+            if first_line and (line := _SIZE_LINE.match(conn.trailing_data[0])) is not None:
+                if int(line[1], 16) > limit:
+                    raise too_large(limit)
+                first_line = False
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError as err:
@@ -194,6 +209,7 @@ class Client:
                     raise too_large(limit)
                 account.arrived(len(event.data))
                 chunks.append(event.data)
+                first_line = False
             elif isinstance(event, h11.EndOfMessage):
                 account.complete()
                 return b"".join(chunks)

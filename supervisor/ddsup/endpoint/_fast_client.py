@@ -10,7 +10,8 @@ order of magnitude faster than h11.
 Anything else raises :class:`Unusual` before a byte of the request is consumed, and the
 connection continues on h11 (:mod:`._client`) with the bytes received so far: HTTP/1.0,
 Transfer-Encoding, ``Expect``, ``Upgrade``, a method other than GET and POST (HEAD
-included), a GET with a body, a non-ASCII target, a request line with more than one
+included), a GET with a body, a head without exactly one Host header (h11 refuses it,
+whichever the body's framing), a non-ASCII target, a request line with more than one
 space between its parts (llhttp takes it, h11 does not), bare LF line ends, and anything
 httptools refuses. So every strict check h11 makes still decides the unusual cases, and
 the fast path only ever accepts requests h11 accepts. Two refusals are made here, as
@@ -199,6 +200,7 @@ class FastClient(Timed):
         target = buf[len(method) + 1 : buf.find(b"\r\n") - 9]
         if (
             proto.odd
+            or proto.hosts != 1
             or b" " in target
             or not target.isascii()
             or (method != b"POST" and (method != b"GET" or length))

@@ -1,8 +1,8 @@
 """What the fast path keeps of a request head while httptools parses it.
 
 httptools calls back for each header; :class:`HeadFields` keeps what the fast path
-decides on (Content-Length, whether anything sends the request to h11, Connection)
-and, on the way, the header lines a lane gets.
+decides on (Content-Length, how many Host headers, whether anything sends the request to
+h11, Connection) and, on the way, the header lines a lane gets.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ class HeadFields:
     be dropped as well) leaves that to the proxy (``listed``).
     """
 
-    __slots__ = ("close", "content_length", "forwarded", "headers", "listed", "odd")
+    __slots__ = ("close", "content_length", "forwarded", "headers", "hosts", "listed", "odd")
 
     def __init__(self) -> None:
         self.headers: list[tuple[bytes, bytes]] = []
         self.forwarded: list[bytes] = []
         self.content_length: int | None = None
+        self.hosts = 0  # Host headers: HTTP/1.1 needs exactly one (h11 answers the rest)
         self.odd = False  # a header that sends the request to h11
         self.close = False  # Connection: close
         self.listed = False  # Connection names more than keep-alive and close
@@ -34,6 +35,7 @@ class HeadFields:
         self.headers = []
         self.forwarded = []
         self.content_length = None
+        self.hosts = 0
         self.odd = self.close = self.listed = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -43,6 +45,8 @@ class HeadFields:
         self.headers.append((name, value))
         if name not in REQUEST_DROP and not name.startswith(b"proxy-"):
             self.forwarded.append(b"%s: %s\r\n" % (name, value))
+        elif name == b"host":
+            self.hosts += 1
         elif name == b"content-length":
             self.content_length = int(value)  # llhttp checked: digits, no overflow, one only
         elif name in (b"transfer-encoding", b"expect", b"upgrade"):
