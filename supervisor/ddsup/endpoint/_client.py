@@ -13,9 +13,13 @@ size limit, batching writes into one ``send_all`` per flush, and noticing a clie
 hangs up while its request is served. Some requests h11 takes are refused here, and the
 connection closed after the answer: an HTTP version other than 1.0 and 1.1
 (505), Content-Length together with Transfer-Encoding (400: the shape of request
-smuggling, which a proxy in front might frame differently), and a head over
-``max_header_bytes`` that arrived whole (431; h11 bounds only an incomplete one). A
-HEAD request gets the GET answer's head, without the body.
+smuggling, which a proxy in front might frame differently), a head over
+``max_header_bytes`` that arrived whole (431; h11 bounds only an incomplete one),
+CONNECT (405: the endpoint tunnels nothing) and a WebSocket handshake (400: no route
+speaks it). Any other ``Upgrade`` (``h2c``, which ``curl --http2`` offers) is ignored,
+as RFC 9110 §7.8 allows: the request is answered in HTTP/1.1 like one without it, and
+h11 takes that answer as the offer declined. A HEAD request gets the GET answer's head,
+without the body.
 
 One reader task per connection does every read (:meth:`Client.run_reader`). It reads
 only when asked: when a request is being parsed, or while a request is forwarded, so
@@ -27,6 +31,7 @@ quarter of the per-request CPU cost), and reads stay bounded (one read at a time
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from http import HTTPStatus
 
@@ -43,11 +48,18 @@ from ddsup.endpoint._errors import (
     header_too_large,
     request_timeout,
     too_large,
+    tunnel_refused,
     version_not_supported,
+    websocket_refused,
 )
+from ddsup.endpoint._notices import NOTICES
 from ddsup.endpoint._wire import RECEIVE_SIZE, Wire
 
 JSON = (b"content-type", b"application/json")
+# h11's states in which the client's request is whole; an offer to switch protocols (h2c)
+# is declined by any answer but 101. (h11 documents MIGHT_SWITCH_PROTOCOL but leaves it
+# out of its __all__.)
+_REQUEST_WHOLE = (h11.DONE, h11.MIGHT_SWITCH_PROTOCOL)  # type: ignore[attr-defined]
 _SIZE_LINE = re.compile(rb"([0-9A-Fa-f]+)[^\r\n]*\r\n")  # a chunk's size, then any extension
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 
@@ -248,7 +260,7 @@ class Client:
         """A complete response with a known length, sent in one write (a HEAD's without
         its body); ``close``: the connection ends after it."""
         headers = [*headers, (b"content-length", str(len(body)).encode())]
-        if close or self.conn.their_state is not h11.DONE:
+        if close or self.conn.their_state not in _REQUEST_WHOLE:
             headers.append((b"connection", b"close"))  # the unread body makes reuse impossible
             self.linger_wanted = True
         self.write(
@@ -344,4 +356,17 @@ def _refusal(event: h11.Request, headers: list[tuple[bytes, bytes]], limit: int)
     size += sum(len(name) + len(value) + 4 for name, value in headers)
     if size > limit:
         return header_too_large(limit)
+    if event.method == b"CONNECT":
+        NOTICES.note("connect", logging.INFO, "refused a CONNECT request (405): no tunnels")
+        return tunnel_refused()
+    if any(name == b"upgrade" and _names_websocket(value) for name, value in headers):
+        NOTICES.note("websocket", logging.INFO, "refused a WebSocket handshake (400)")
+        return websocket_refused()
     return None
+
+
+def _names_websocket(upgrade: bytes) -> bool:
+    """Whether an Upgrade header offers WebSocket (``websocket``, or ``websocket/13``)."""
+    return any(
+        offer.split(b"/", 1)[0].strip().lower() == b"websocket" for offer in upgrade.split(b",")
+    )

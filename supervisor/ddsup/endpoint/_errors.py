@@ -158,3 +158,24 @@ def no_ready_lane(model: str, retry_after: float) -> ApiError:
     return ApiError(
         503, "no_ready_lane", f"model {model!r} has no ready lane right now", retry_after
     )
+
+
+def tunnel_refused() -> ApiError:
+    """CONNECT: the endpoint is no proxy; the connection ends after the answer."""
+    return ApiError(
+        405,
+        "method_not_allowed",
+        "CONNECT is not allowed: the endpoint tunnels nothing (use GET, HEAD or POST)",
+        head=((b"allow", b"GET, HEAD, POST"),),
+        close=True,
+    )
+
+
+def websocket_refused() -> ApiError:
+    """A WebSocket handshake: no route of the endpoint speaks it."""
+    return ApiError(
+        400,
+        "invalid_request_error",
+        "the endpoint serves no WebSocket route (Upgrade: websocket); send plain HTTP/1.1",
+        close=True,
+    )

@@ -9,12 +9,13 @@ order of magnitude faster than h11.
 
 Anything else raises :class:`Unusual` before a byte of the request is consumed, and the
 connection continues on h11 (:mod:`._client`) with the bytes received so far: HTTP/1.0,
-Transfer-Encoding, ``Expect``, ``Upgrade``, a method other than GET and POST (HEAD
-included), a GET with a body, a head without exactly one Host header (h11 refuses it,
-whichever the body's framing), a non-ASCII target, a request line with more than one
-space between its parts (llhttp takes it, h11 does not), bare LF line ends, and anything
-httptools refuses. So every strict check h11 makes still decides the unusual cases, and
-the fast path only ever accepts requests h11 accepts. Two refusals are made here, as
+Transfer-Encoding, ``Expect``, ``Upgrade`` (and CONNECT, which llhttp reports as an
+upgrade), a method other than GET and POST (HEAD included), a GET with a body, a head
+without exactly one Host header (h11 refuses it, whichever the body's framing), a
+non-ASCII target, a request line with more than one space between its parts (llhttp
+takes it, h11 does not), bare LF line ends, and anything httptools refuses. So every
+strict check h11 makes still decides the unusual cases, and the fast path only ever
+accepts requests h11 accepts. Two refusals are made here, as
 :class:`ApiError` with ``close`` set (answered, then the connection ends): a head over
 ``max_header_bytes`` (431: h11 only bounds a head it has not seen whole, so a 100 KB
 head in one read passed a 64 KiB limit) and an HTTP version other than 1.0 and 1.1
@@ -188,6 +189,8 @@ class FastClient(Timed):
             parser.feed_data(buf[:head_end])
         except httptools.HttpParserError as err:  # the parser is spent: h11 takes over
             _check_version(buf)
+            raise Unusual from err
+        except httptools.HttpParserUpgrade as err:  # CONNECT, or Connection: upgrade
             raise Unusual from err
         method = parser.get_method()
         length = proto.content_length

@@ -38,6 +38,7 @@ from ddsup.endpoint._hangups import Hangups
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._model_field import model_of_form, model_of_json
+from ddsup.endpoint._notices import NOTICES
 from ddsup.endpoint._proxy import Forward, Proxy
 from ddsup.endpoint._route_table import FORM_ROUTES, GET_ROUTES, MODEL_ROUTES
 from ddsup.endpoint._stream_relay import StreamRelay
@@ -102,7 +103,8 @@ async def handle_request(ep: Endpoint, client: ClientConnection, request: Reques
     except (Abort, ClientGone):
         raise
     except Exception:
-        log.exception("bug while serving %s %s", request.method.decode(), request.path.decode())
+        what = f"{request.method.decode()} {request.path.decode(errors='replace')}"
+        NOTICES.note("bug", logging.ERROR, f"bug while serving {what}", exc_info=True)
         await client.reject(internal_error())  # still framed; if it cannot be: Abort
     await client.flush()  # a forwarded answer's end (see _proxy's docstring)
 

@@ -32,6 +32,7 @@ from ddsup.endpoint._fast_client import FastClient, HeadTimeout, Unusual
 from ddsup.endpoint._lane_names import learn_lane_names
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics_sampler import sample_lanes
+from ddsup.endpoint._notices import NOTICES
 from ddsup.endpoint._routes import Endpoint, handle_request
 from ddsup.endpoint._timeseries import open_series, write_series  # [series hook]
 from ddsup.endpoint._wire import Wire
@@ -201,7 +202,7 @@ async def _serve_connection(endpoint: Endpoint, stream: trio.SocketStream) -> No
         if client.linger_wanted:
             await client.linger()  # answered early: let the client read the answer
     except Exception:
-        log.exception("bug on a client connection; closing it")
+        NOTICES.note("bug", logging.ERROR, "bug on a client connection; closing it", exc_info=True)
     finally:
         endpoint.deadlines.discard(client)
         endpoint.hangups.discard(wire.fd)
