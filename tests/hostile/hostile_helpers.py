@@ -9,33 +9,23 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
-import pytest
 from hypothesis import strategies as st
 
 from ddsup.channel._messages import MESSAGES
 from support.runs import PY, start_env
 from support.unit_dirs import UnitDir
 
-NOBODY = pwd.getpwnam("nobody").pw_uid
-as_root_only = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None,
-    reason="needs root (another user's files, mounts) and setpriv; CI runs as root",
-)
-
 
 def ddsup(
-    *args: str, cwd: Path | None = None, as_nobody: bool = False, timeout: float = 60
+    *args: str, cwd: Path | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """``ddsup ARGS`` to its end; ``as_nobody``: as the unprivileged user ``nobody``."""
-    prefix = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    argv = [*(prefix if as_nobody else []), PY, "-m", "ddsup", *args]
+    """``ddsup ARGS`` to its end, as this process's user (``SecondUser.ddsup``: as another)."""
+    argv = [PY, "-m", "ddsup", *args]
     return subprocess.run(
         argv, cwd=cwd, env=start_env(), capture_output=True, text=True, timeout=timeout
     )

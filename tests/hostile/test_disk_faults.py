@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hostile_helpers import WORKER_STATUS, as_root_only, ddsup, release_units
+from hostile_helpers import WORKER_STATUS, ddsup, release_units
+from second_user import as_root_only
 
 from support.polls import until_sync
 from support.runs import end, read_events, simulated, start_argv, start_env

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from hostile_helpers import NOBODY, as_root_only, ddsup
+from hostile_helpers import ddsup
+from second_user import SecondUser, as_root_only
 
 from support.runs import PY, run_start, start_env
 from support.unit_dirs import UnitDir
@@ -69,17 +70,19 @@ async def test_a_symlink_as_the_state_dir_is_refused_and_its_target_untouched(
 
 
 @as_root_only
-async def test_a_state_dir_of_another_user_is_refused(tmp_path: Path) -> None:
+async def test_a_state_dir_of_another_user_is_refused(
+    tmp_path: Path, second_user: SecondUser
+) -> None:
     """Root must not use a directory another user owns, nor its planted links."""
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     (state / "events.jsonl").symlink_to(victim)
-    os.chown(state, NOBODY, NOBODY)
+    second_user.owns(state)
     run = await run_start(_units(tmp_path / "units"), state)
     assert run.returncode == 73, run.describe()
-    assert f"belongs to uid {NOBODY}" in run.output
+    assert f"belongs to uid {second_user.uid}" in run.output
     assert victim.read_text() == "precious\n"
     assert sorted(p.name for p in state.iterdir()) == ["events.jsonl"]
 

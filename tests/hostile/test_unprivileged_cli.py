@@ -1,9 +1,10 @@
 """An unprivileged user against a root-owned run: typed errors, never a traceback.
 
 ``status``, ``stop`` and ``logs`` as another user, and ``start`` into a directory it
-cannot write, must not end in PermissionError tracebacks. Here root runs a live
-run; ``nobody`` (through ``setpriv``) tries every operator command on it and two starts
-that cannot have their state directory. Each answers one ``ddsup: error:`` line with
+cannot write, must not end in PermissionError tracebacks. Here root runs a live run; the
+second user (``second_user.py``: its own readable copy of ddsup, wherever the checkout
+lies) tries every operator command on it and two starts that cannot have their state
+directory. Each answers one ``ddsup: error:`` line with
 its sysexits status (77 not yours, 73 cannot create), and root's run ends as it would
 have.
 """
@@ -18,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hostile_helpers import WORKER_STATUS, as_root_only, ddsup, release_units
+from hostile_helpers import WORKER_STATUS, release_units
+from second_user import SecondUser, as_root_only
 
 from support.polls import until_sync
 from support.runs import end, read_events, simulated, start_argv, start_env
@@ -28,7 +30,7 @@ pytestmark = as_root_only
 
 @pytest.fixture
 def shared() -> Iterator[Path]:
-    """A directory both root and ``nobody`` can traverse (tmp_path's parents are 0700)."""
+    """A directory both root and the second user can traverse (tmp_path's parents are 0700)."""
     base = Path(tempfile.mkdtemp(prefix="ddsup-hostile-", dir="/tmp"))
     base.chmod(0o755)
     try:
@@ -46,7 +48,9 @@ def _one_error_line(done: subprocess.CompletedProcess[str], status: int, words: 
     assert words in lines[0], what
 
 
-def test_an_unprivileged_user_gets_typed_errors_from_a_root_run(shared: Path) -> None:
+def test_an_unprivileged_user_gets_typed_errors_from_a_root_run(
+    shared: Path, second_user: SecondUser
+) -> None:
     units = release_units(shared / "units", shared / "release")
     shared.joinpath("units").chmod(0o755)
     state = shared / "ddsup-1"
@@ -71,17 +75,12 @@ def test_an_unprivileged_user_gets_typed_errors_from_a_root_run(shared: Path) ->
             ["report", "-o", "-"],
             ["cleanup"],
         ):
-            done = ddsup(*command, "--state-dir", str(state), as_nobody=True)
+            done = second_user.ddsup(*command, "--state-dir", str(state))
             _one_error_line(done, 77, "belongs to uid 0, not to you")
-        _one_error_line(ddsup("status", cwd=shared, as_nobody=True), 1, "no ddsup run of yours")
+        _one_error_line(second_user.ddsup("status", cwd=shared), 1, "no ddsup run of yours")
         for target in (state, shared / "new"):
-            done = ddsup(
-                "start",
-                str(units.path),
-                *simulated(2, 1),
-                "--state-dir",
-                str(target),
-                as_nobody=True,
+            done = second_user.ddsup(
+                "start", str(units.path), *simulated(2, 1), "--state-dir", str(target)
             )
             _one_error_line(done, 73, "state directory" if target != state else "not to you")
         (shared / "release").touch()
