@@ -65,3 +65,41 @@ def test_single_file_with_its_siblings() -> None:
 
 def test_no_path_is_a_usage_error() -> None:
     assert verify().returncode == 64
+
+
+def test_nul_characters_are_refused_where_they_are_written(tmp_path: Path) -> None:
+    """A NUL passed ``verify`` and made ``start`` crash at exec, with no result.json."""
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / "w.toml").write_text(
+        lines(
+            "[unit]",
+            'type = "worker"',
+            "[service]",
+            'exec = ["sh", "-c", "echo\\u0000hi"]',
+            'environment = { X = "a\\u0000b" }',
+            'working_directory = "x\\u0000"',
+            "[ready]",
+            'exec = ["true\\u0000"]',
+        )
+    )
+    said = "contains a NUL character (\\u0000), which no argument, environment variable or path can hold"
+    expected = [
+        f"{units}/w.toml:4:21: error: [service] exec[2]: {said}",
+        f"{units}/w.toml:5:21: error: [service] environment.X: value of X {said}",
+        f"{units}/w.toml:6:21: error: [service] working_directory: {said}",
+        f"{units}/w.toml:8:9: error: [ready] exec[0]: {said}",
+    ]
+    result = verify(units)
+    assert (result.returncode, result.stdout.splitlines()) == (65, expected), result.stderr
+    start = subprocess.run(
+        [sys.executable, "-m", "ddsup", "start", str(units), "--state-dir", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert start.returncode == 65, start.stderr
+    assert start.stderr.splitlines()[:4] == expected
+    assert "Traceback" not in start.stderr
+    assert not (tmp_path / "s").exists()

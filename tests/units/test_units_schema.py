@@ -80,6 +80,9 @@ def test_examples_validate_against_the_schema(path: Path) -> None:
         {"unit": {"type": "worker"}, "service": {"exec": ["x"], "timeout_stop": "30"}},
         {"unit": {"type": "worker"}, "service": {"exec": ["x"]}, "ready": {"interval": "1s"}},
         {"unit": {"type": "worker"}, "service": {"exec": ["x"], "exec_follower": ["y"]}},
+        {"unit": {"type": "worker"}, "service": {"exec": ["x\u0000"]}},
+        {"unit": {"type": "worker"}, "service": {"exec": ["x"], "environment": {"X": "\u0000"}}},
+        {"unit": {"type": "worker"}, "service": {"exec": ["x"], "working_directory": "\u0000"}},
     ],
 )
 def test_schema_rejects_what_verify_rejects(document: dict[str, object]) -> None:

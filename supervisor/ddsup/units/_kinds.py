@@ -103,7 +103,18 @@ def expect(value: object, kind: type, what: str) -> None:
 def string(value: object) -> str:
     expect(value, str, "a string")
     assert isinstance(value, str)
+    no_nul(value)
     return value
+
+
+def no_nul(text: str) -> None:
+    """Every string of a unit file ends up in an argument, a variable or a path of the
+    operating system, where a NUL ends it: refuse it here, not at exec."""
+    if "\0" in text:
+        raise Invalid(
+            "contains a NUL character (\\u0000), which no argument, environment variable "
+            "or path can hold"
+        )
 
 
 def nonempty_string(value: object) -> str:
@@ -318,9 +329,10 @@ def _auto_json(base: Json) -> Callable[[], Json]:
     return lambda: {"oneOf": [base, {"const": "auto"}]}
 
 
-STRING = Kind("string", string, lambda: {"type": "string"})
-NONEMPTY_STRING = Kind("string", nonempty_string, lambda: {"type": "string", "minLength": 1})
-STRINGS = Kind("array of strings", _strings, lambda: {"type": "array", "items": {"type": "string"}})
+TEXT: Json = {"type": "string", "pattern": "^[^\\x00]*$"}  # no NUL (``no_nul``)
+STRING = Kind("string", string, lambda: dict(TEXT))
+NONEMPTY_STRING = Kind("string", nonempty_string, lambda: {**TEXT, "minLength": 1})
+STRINGS = Kind("array of strings", _strings, lambda: {"type": "array", "items": dict(TEXT)})
 UNIT_NAMES = Kind(
     "array of unit names",
     matching(UNIT_NAME, "unit name"),
@@ -329,7 +341,7 @@ UNIT_NAMES = Kind(
 ARGV = Kind(
     "argv (array of strings)",
     _argv,
-    lambda: {"type": "array", "items": {"type": "string"}, "minItems": 1},
+    lambda: {"type": "array", "items": dict(TEXT), "minItems": 1},
 )
 SIGNAL = Kind("signal name", _signal, lambda: {"enum": list(signal_names())})
 FORWARD_SIGNALS = Kind(

@@ -9,12 +9,14 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from ddsup.units._kinds import (
+    TEXT,
     VAR_NAME,
     Invalid,
     Kind,
     each,
     expect,
     matching,
+    no_nul,
     nonempty_string,
     string,
     type_name,
@@ -44,6 +46,10 @@ def _variable(pair: object) -> None:
     if not isinstance(item, str):
         hint = f'; quote it: {name} = "{item}"' if isinstance(item, (int, float)) else ""
         raise Invalid(f"value of {name} must be a string, got {type_name(item)}{hint}")
+    try:
+        no_nul(item)
+    except Invalid as err:
+        raise Invalid(f"value of {name} {err.message}") from None
 
 
 def _http_url(value: object) -> str:
@@ -79,7 +85,7 @@ ENVIRONMENT = Kind(
     lambda: {
         "type": "object",
         "propertyNames": {"pattern": f"^{VAR_NAME.pattern}$"},
-        "additionalProperties": {"type": "string"},
+        "additionalProperties": dict(TEXT),
     },
 )
 HTTP_URL = Kind("URL", _http_url, lambda: {"type": "string", "minLength": 1})
