@@ -102,7 +102,8 @@ class SecondUser:
         return self.run([self.python, "-m", "ddsup", *args], cwd=cwd, timeout=timeout)
 
     def owns(self, path: Path) -> Path:
-        """Give ``path`` to this user; ``path``."""
+        """Give ``path`` (a directory, made 0755 when missing) to this user; ``path``."""
+        path.mkdir(mode=0o755, exist_ok=True)
         os.chown(path, self.uid, self.gid)
         return path
 

@@ -379,7 +379,7 @@ def test_registry_ends_a_seen_engine_with_its_unit(
     started = run.step()
     assert started["layers"]["cgroup"] is None
     assert started["layers"]["cgroup_reason"] == "turned off (DDSUP_CGROUP=off)"
-    entries = _registry.read_entries(str(tmp_path / "state" / "containment" / "controller.pids"))
+    entries = _registry.read_entries(str(tmp_path / "state" / "containment"), "controller")
     assert (started["engine"], start_time(started["engine"]), "u1") in [
         (e.pid, e.start_time, e.unit) for e in entries
     ]
@@ -411,7 +411,7 @@ def test_an_orphan_of_a_stopped_unit_is_recorded_without_the_periodic_scan(
     start = start_time(engine)
     assert run.step()["engine_alive"] is True
     assert run.step()["engine_alive"] is False  # the close ended it
-    entries = _registry.read_entries(str(state / "containment" / "controller.pids"))
+    entries = _registry.read_entries(str(state / "containment"), "controller")
     assert (engine, start) in [(e.pid, e.start_time) for e in entries], entries
     assert run.finish() == 0
 

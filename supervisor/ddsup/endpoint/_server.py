@@ -22,7 +22,7 @@ from pathlib import Path
 
 import trio
 
-from ddsup._errors import DdsupError
+from ddsup._errors import DdsupError, StateDirError
 from ddsup.endpoint._accept import connection_cap, raise_fd_limit, serve_listeners
 from ddsup.endpoint._client import Client
 from ddsup.endpoint._config import EndpointConfig
@@ -37,7 +37,8 @@ from ddsup.endpoint._routes import Endpoint, handle_request
 from ddsup.endpoint._timeseries import open_series, write_series  # [series hook]
 from ddsup.endpoint._wire import Wire
 from ddsup.endpoint._workers import WorkerFailed, WorkerPool
-from ddsup.record._state_dir import WORKERS_FILE, write_private
+from ddsup.record._private import HeldDir, open_private_dir
+from ddsup.record._state_dir import WORKERS_FILE
 
 log = logging.getLogger("ddsup.endpoint")
 
@@ -141,26 +142,35 @@ async def serve_endpoint(
                 await trio.sleep_forever()
             finally:
                 if published is not None:
-                    published.unlink(missing_ok=True)
+                    published.unlink(WORKERS_FILE)
+                    published.close()
     except WorkerFailed as err:
         if on_failure is None or not started:
             raise
         on_failure(err)
 
 
-def _publish(serving: Serving) -> Path | None:
-    """Write the serving PIDs where ``ddsup status`` can find them (see docs/cli.md)."""
+def _publish(serving: Serving) -> HeldDir | None:
+    """Write the serving PIDs where ``ddsup status`` can find them (see docs/cli.md),
+    into the state directory held (and checked private) from here on; that held
+    directory, to remove the file from at the end."""
     state_dir = os.environ.get("DDSUP_STATE_DIR")
     if not state_dir or not Path(state_dir).is_dir():
         return None
     path = Path(state_dir) / WORKERS_FILE
     record = {"pid": os.getpid(), "port": serving.port, "workers": list(serving.pids)}
     try:
-        write_private(path, json.dumps(record) + "\n")
-    except OSError as err:
+        held = open_private_dir(state_dir, Path(state_dir), error=StateDirError)
+    except (OSError, StateDirError) as err:
         log.warning("cannot write %s: %s", path, err)
         return None
-    return path
+    try:
+        held.write(WORKERS_FILE, json.dumps(record) + "\n")
+    except OSError as err:
+        log.warning("cannot write %s: %s", path, err)
+        held.close()
+        return None
+    return held
 
 
 async def serve_connections(

@@ -19,7 +19,7 @@ several intervals. The format is :mod:`ddsup.record._series`'s.
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import json
 import logging
 import math
@@ -32,6 +32,8 @@ from typing import Any, Protocol
 
 import trio
 
+from ddsup._errors import StateDirError
+from ddsup.record._private import open_private_dir
 from ddsup.record._series import SERIES_DIR, header_line, series_file_name
 
 log = logging.getLogger("ddsup.endpoint")
@@ -287,14 +289,20 @@ class _Writer:
 
 
 def _open_file(directory: Path) -> int:
-    """``directory/endpoint-<pid>.jsonl`` for appending: 0700/0600, no symlink followed."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(directory, 0o700)
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-    dir_fd = os.open(directory, flags)
+    """``directory/endpoint-<pid>.jsonl`` for appending: 0700/0600, no symlink followed,
+    in a state directory (``directory``'s parent) that is ours and private."""
     try:
-        name = series_file_name(os.getpid())
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-        return os.open(name, flags, 0o600, dir_fd=dir_fd)
+        state = open_private_dir(directory.parent, directory.parent, error=StateDirError)
+    except StateDirError as err:
+        raise PermissionError(errno.EPERM, str(err)) from None
+    try:
+        series = state.subdirectory(directory.name, error=StateDirError)
+    except StateDirError as err:
+        raise PermissionError(errno.EPERM, str(err)) from None
     finally:
-        os.close(dir_fd)
+        state.close()
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(series_file_name(os.getpid()), flags, 0o600, dir_fd=series.fd)
+    finally:
+        series.close()

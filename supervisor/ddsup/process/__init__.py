@@ -9,7 +9,8 @@ read once for concurrent stops), ``_managed`` (children whose owner reaps them),
 reaped), ``_final_sweep`` (the end-of-run sweep), ``_records`` and ``_unit_scope`` (one
 unit's cgroup and records), ``_opening`` (all layers of one supervisor, opened before any
 child, without trio) and ``_containment`` (the same layers owned inside trio, closed
-once: the entry point), ``_output_log`` (a unit's output into its rotating log file),
+once: the entry point), ``_output_log`` (a unit's output into its rotating log file,
+named in a held directory by ``_file_at``),
 ``_popen`` (a child started before trio runs), ``_reparented`` (a child another process
 forked, ours once it ended), ``_adopted`` (such children waited for once trio runs),
 ``_title`` (a command line rewritten in place) and ``_child`` (spawn or adopt, wait,
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from ddsup.process._containment import open_containment as open_containment
     from ddsup.process._ending import Ended as Ended
     from ddsup.process._ending import end_on_this_node as end_on_this_node
+    from ddsup.process._file_at import FileAt as FileAt
+    from ddsup.process._file_at import LogFile as LogFile
     from ddsup.process._final_sweep import sweep_until_gone as sweep_until_gone
     from ddsup.process._layers import Layers as Layers
     from ddsup.process._managed import ManagedChildren as ManagedChildren
@@ -86,6 +89,8 @@ _LAZY = {
     "open_containment": "ddsup.process._containment",
     "Ended": "ddsup.process._ending",
     "end_on_this_node": "ddsup.process._ending",
+    "FileAt": "ddsup.process._file_at",
+    "LogFile": "ddsup.process._file_at",
     "sweep_until_gone": "ddsup.process._final_sweep",
     "ManagedChildren": "ddsup.process._managed",
     "fork_lock": "ddsup.process._managed",

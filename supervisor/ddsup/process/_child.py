@@ -33,6 +33,7 @@ import trio
 from ddsup._exit import ExitStatus
 from ddsup.process._adopted import AdoptedProcess, Reapable
 from ddsup.process._containment import current_containment
+from ddsup.process._file_at import LogFile
 from ddsup.process._managed import ManagedChildren, managed_children
 from ddsup.process._popen import LogError as LogError
 from ddsup.process._popen import SpawnError as SpawnError
@@ -265,7 +266,7 @@ async def spawn(
     *,
     env: Mapping[str, str],
     cwd: str | os.PathLike[str],
-    log_path: os.PathLike[str] | int | None = None,
+    log_path: LogFile | os.PathLike[str] | int | None = None,
     output: int | None = None,
     on_log_error: LogError | None = None,
     unit: str | None = None,

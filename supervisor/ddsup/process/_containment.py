@@ -78,6 +78,7 @@ class Containment:
         self._placement = opened.placement
         self._own = opened.own
         self._records = opened.records
+        self._records_fd = opened.records_fd
         self._scopes: dict[str, UnitScope] = {}
         self._scan_wanted = trio.Event()  # set: a unit stopped, what it orphaned is ours
         self._scan_table: ProcessTable | None = None  # read after that unit's exit, if any
@@ -173,6 +174,9 @@ class Containment:
             self._records.file.close()
         if self._sentinel is not None:
             self._sentinel.close()
+        if self._records_fd is not None:
+            os.close(self._records_fd)
+            self._records_fd = None
 
     def _doomed_cgroups(self) -> list[_cgroup.Cgroup]:
         """At close: the whole run's cgroup on this node for ``ddsup start`` (agents
@@ -237,6 +241,7 @@ async def open_containment(
     cgroup: str | None = None,
     covered_by: str | None = None,
     opened: OpenedLayers | None = None,
+    state_dir_fd: int | None = None,
 ) -> AsyncIterator[Containment]:
     """Open the no-orphan layers of one supervisor (``name``: ``controller`` or
     ``agent-<node>``; ``root``: this is ``ddsup start``); see the module docstring.
@@ -251,6 +256,10 @@ async def open_containment(
     ``v1-pids``; default ``$DDSUP_CGROUP`` or ``auto``). No layer's absence fails: it is
     named, with the reason, in :attr:`Containment.layers`.
 
+    ``state_dir_fd``: the state directory, held open by whoever created or checked it;
+    the records are then made and kept through it, never through ``state_dir``'s path
+    (which then only names them in messages).
+
     ``opened``: the layers, already opened by :func:`~ddsup.process._opening.open_layers`
     before trio was imported (``ddsup start``'s head start); the other arguments are then
     not used. From here on they are this containment's, closed with it.
@@ -263,6 +272,7 @@ async def open_containment(
             root=root,
             cgroup=cgroup,
             covered_by=covered_by,
+            state_dir_fd=state_dir_fd,
         )
     containment = Containment(opened)
     token = _CURRENT.set(containment)

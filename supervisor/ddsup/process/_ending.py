@@ -67,7 +67,7 @@ def recorded_cgroups(
 
 def end_on_this_node(
     invocation_id: str,
-    directory: str | None,
+    directory: _registry.Directory | None,
     *,
     names: list[str] | None = None,
     extra_cgroups: list[_cgroup.Cgroup] | None = None,
@@ -76,7 +76,9 @@ def end_on_this_node(
 ) -> Ended:
     """End the run's processes on this node.
 
-    ``directory`` is the run's ``containment`` directory (None: unknown); ``names`` the
+    ``directory`` is the run's ``containment`` directory (None: unknown): the descriptor
+    its supervisor held (``_registry.records_directory``), so that what is read there is
+    what the run's supervisors wrote, whatever was put at its path since; ``names`` the
     supervisors whose records to use (None: every supervisor that ran on this machine,
     and then the run's whole cgroup). ``extra_cgroups`` are ended too (``cleanup
     --invocation`` finds them by name). ``agent``: the tag sweep ends only processes
@@ -84,7 +86,7 @@ def end_on_this_node(
     """
     ended = Ended()
     machine = _registry.Machine.here()
-    supervisors = _registry.supervisors_here(directory, machine) if directory else []
+    supervisors = [] if directory is None else _registry.supervisors_here(directory, machine)
     if names is not None:
         supervisors = [(name, data) for name, data in supervisors if name in names]
     layers = [data for _name, data in supervisors]
@@ -99,7 +101,7 @@ def end_on_this_node(
     entries = []
     for name, _data in supervisors:
         assert directory is not None
-        entries += _registry.read_entries(os.path.join(directory, f"{name}.pids"))
+        entries += _registry.read_entries(directory, name)
     pinned = _registry.kill_entries(entries)
     ended.registry.update(entry.pid for entry, _fd in pinned)
     _registry.wait_pidfds([fd for _entry, fd in pinned], _REGISTRY_WAIT)

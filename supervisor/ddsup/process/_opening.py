@@ -33,7 +33,8 @@ class OpenedLayers:
     invocation_id: str
     name: str
     root: bool
-    records_dir: str | None
+    records_dir: str | None  # where the records are, for messages
+    records_fd: int | None = None  # the ``containment`` directory, held (``_registry``)
     records: Records = field(default_factory=lambda: Records(None))
     sentinel: Sentinel | None = None
     placement: _cgroup.Placement | None = None
@@ -49,16 +50,17 @@ def open_layers(
     root: bool,
     cgroup: str | None = None,
     covered_by: str | None = None,
+    state_dir_fd: int | None = None,
 ) -> OpenedLayers:
     """Open the layers (``open_containment`` says what each argument means)."""
     choice = cgroup or os.environ.get(CGROUP_ENV) or "auto"
     directory = None if state_dir is None else os.path.join(os.fspath(state_dir), "containment")
     opened = OpenedLayers(invocation_id, name, root, directory)
     become_subreaper()
-    registry_reason = _open_records(opened)
+    registry_reason = _open_records(opened, state_dir, state_dir_fd)
     sentinel_of = _covering_sentinel(opened, covered_by)
     if sentinel_of is None:
-        opened.sentinel = start_sentinel(invocation_id, directory, name, root=root)
+        opened.sentinel = start_sentinel(invocation_id, opened.records_fd, name, root=root)
     cgroup_reason = _open_cgroup(opened, choice)
     opened.layers = Layers(
         supervisor=name,
@@ -74,9 +76,9 @@ def open_layers(
         registry_reason=registry_reason,
         tag_sweep=root,
     )
-    if directory is not None:
+    if opened.records_fd is not None:
         with contextlib.suppress(OSError):
-            _registry.write_layers(directory, name, opened.layers.to_json())
+            _registry.write_layers(opened.records_fd, name, opened.layers.to_json())
     return opened
 
 
@@ -84,23 +86,28 @@ def _covering_sentinel(opened: OpenedLayers, covered_by: str | None) -> str | No
     """``covered_by`` when its sentinel covers us: it wrote its layers into our registry
     directory (so its sentinel ends our records and cgroups too) from this machine, and
     its sentinel is alive. None: we start our own."""
-    if covered_by is None or opened.records.file is None:
+    if covered_by is None or opened.records_fd is None:
         return None
-    assert opened.records_dir is not None
-    data = _registry.supervisor_here(opened.records_dir, covered_by, _registry.Machine.here())
+    data = _registry.supervisor_here(opened.records_fd, covered_by, _registry.Machine.here())
     sentinel = None if data is None else data.get("sentinel")
     if isinstance(sentinel, int) and not _proc.is_dead(sentinel):
         return covered_by
     return None
 
 
-def _open_records(opened: OpenedLayers) -> str | None:
-    if opened.records_dir is None:
+def _open_records(
+    opened: OpenedLayers, state_dir: str | os.PathLike[str] | None, state_dir_fd: int | None
+) -> str | None:
+    """Hold the ``containment`` directory (through ``state_dir_fd``, the state directory
+    its creator holds, when given) and open this supervisor's registry file in it."""
+    if opened.records_dir is None or state_dir is None:
         return "no state directory"
     try:
-        os.makedirs(opened.records_dir, mode=0o700, exist_ok=True)
+        opened.records_fd = _registry.records_directory(
+            os.fspath(state_dir) if state_dir_fd is None else state_dir_fd
+        )
         path = os.path.join(opened.records_dir, f"{opened.name}.pids")
-        opened.records = Records(_registry.RegistryFile(path))
+        opened.records = Records(_registry.RegistryFile(opened.records_fd, opened.name, path))
     except OSError as err:
         return f"cannot write {opened.records_dir}: {err.strerror}"
     return None

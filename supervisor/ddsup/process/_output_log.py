@@ -38,6 +38,8 @@ from pathlib import Path
 
 import trio
 
+from ddsup.process._file_at import LogFile, open_file, renamed, replace_file, unlink_file
+
 log = logging.getLogger(__name__)
 
 BACKLOG = 16 << 20  # bytes of output held in memory while the file is behind
@@ -65,7 +67,7 @@ class OutputLog:
 
     def __init__(
         self,
-        path: Path,
+        path: LogFile,
         *,
         max_size: int,
         max_files: int,
@@ -218,7 +220,7 @@ class OutputLog:
 
     def _open(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.path, _FILE_FLAGS, 0o600)
+            self._fd = open_file(self.path, _FILE_FLAGS)
         return self._fd
 
     def _rotate(self) -> None:
@@ -227,12 +229,15 @@ class OutputLog:
             os.close(self._fd)
             self._fd = None
         self._ends_line = True
-        names = [self.path] + [rotated_log(self.path, n) for n in range(1, self.max_files + 1)]
+        rotated = [
+            renamed(self.path, f"{self.path.name}.{n}") for n in range(1, self.max_files + 1)
+        ]
+        names = [self.path, *rotated]
         with contextlib.suppress(FileNotFoundError):
-            names[-1].unlink()
+            unlink_file(names[-1])
         for older, newer in zip(reversed(names[1:]), reversed(names[:-1]), strict=True):
             with contextlib.suppress(FileNotFoundError):
-                os.replace(newer, older)
+                replace_file(newer, older)
 
     def close(self) -> None:
         if self._fd is not None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 
 from ddsup._errors import DdsupError
+from ddsup.process._file_at import LogFile, open_file
 
 
 class SpawnError(DdsupError):
@@ -41,7 +42,7 @@ def spawn_error(argv: Sequence[str], cwd: object, err: OSError) -> SpawnError:
 LogError = Callable[[OSError], None]
 
 
-def open_log(log_path: os.PathLike[str], on_error: LogError | None) -> int:
+def open_log(log_path: LogFile | os.PathLike[str], on_error: LogError | None) -> int:
     """The log's descriptor (never through a symlink); /dev/null when ``on_error`` says so.
 
     Without ``on_error`` a log that cannot be opened is a SpawnError. With it, the
@@ -50,10 +51,10 @@ def open_log(log_path: os.PathLike[str], on_error: LogError | None) -> int:
     """
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
-        return os.open(log_path, flags, 0o600)
+        return open_file(log_path, flags)
     except OSError as err:
         if on_error is None:
-            name = os.fspath(log_path)
+            name = str(log_path)
             raise SpawnError(f"cannot open log file {name!r}: {err.strerror}") from err
         on_error(err)
         return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
@@ -64,7 +65,7 @@ def start_child(
     *,
     env: Mapping[str, str],
     cwd: str | os.PathLike[str],
-    log_path: os.PathLike[str],
+    log_path: LogFile | os.PathLike[str],
     on_log_error: LogError | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` as ``spawn`` would with ``log_path`` (no unit: no cgroup of its
@@ -77,7 +78,7 @@ def start_forker(
     *,
     env: Mapping[str, str],
     cwd: str | os.PathLike[str],
-    log_path: os.PathLike[str],
+    log_path: LogFile | os.PathLike[str],
     on_log_error: LogError | None,
     spec: bytes,
     pass_fds: Sequence[int],
@@ -100,7 +101,7 @@ def _start(
     argv: Sequence[str],
     env: Mapping[str, str],
     cwd: str | os.PathLike[str],
-    log_path: os.PathLike[str],
+    log_path: LogFile | os.PathLike[str],
     on_log_error: LogError | None,
     *,
     report: bool = False,

@@ -13,12 +13,19 @@ Next to each ``.pids`` file, ``<supervisor>.json`` says which machine wrote it (
 and PID namespace: the PIDs mean nothing anywhere else) and which no-orphan layers that
 supervisor has (its cgroup among them), for the sentinel, ``ddsup cleanup`` and status.
 
+Who may act on these files decides what they may name, so they are read and written
+through a descriptor of the ``containment`` directory held since it was made
+(:func:`records_directory`: the supervisor's own, private to its user), never through a
+path someone could point elsewhere: a directory swapped in at the state directory's
+path, with a ``.pids`` line naming an unrelated process, is never read.
+
 Standard library only: the sentinel (``python -I -S``) imports this module.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import select
@@ -74,13 +81,60 @@ class Entry:
         return f"{self.pid} {self.start_time} {self.unit}\n"
 
 
-class RegistryFile:
-    """The append-only ``.pids`` file of one supervisor (owner-only, never a symlink)."""
+Directory = int | str
+"""A directory of records: a descriptor held open (what supervisors, the sentinel and
+``ddsup cleanup`` use), or a path (tests, tools)."""
 
-    def __init__(self, path: str) -> None:
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_in(directory: Directory, name: str, flags: int, mode: int = 0o600) -> int:
+    """``name`` in ``directory``, never through a symlink."""
+    if isinstance(directory, int):
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=directory)
+    return os.open(os.path.join(directory, name), flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def private_directory(fd: int, shown: str) -> int:
+    """``fd`` when its directory is the caller's and nobody else may write it; else it is
+    closed and PermissionError says why."""
+    status = os.fstat(fd)
+    if status.st_uid == os.geteuid() and not status.st_mode & 0o022:
+        return fd
+    os.close(fd)
+    raise PermissionError(
+        errno.EPERM,
+        f"{shown} is not private (uid {status.st_uid}, mode {status.st_mode & 0o7777:o})",
+    )
+
+
+def records_directory(state_dir: Directory) -> int:
+    """A descriptor of the ``containment`` directory in ``state_dir`` (a held descriptor of
+    it, or its path, made when missing and opened here without following a symlink), made
+    0700 when missing and checked private; OSError when it cannot be."""
+    if isinstance(state_dir, int):
+        parent, shown = state_dir, DIRECTORY
+    else:
+        os.makedirs(state_dir, 0o700, exist_ok=True)
+        parent = private_directory(os.open(state_dir, _DIRECTORY_FLAGS), state_dir)
+        shown = os.path.join(state_dir, DIRECTORY)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(DIRECTORY, 0o700, dir_fd=parent)
+        return private_directory(os.open(DIRECTORY, _DIRECTORY_FLAGS, dir_fd=parent), shown)
+    finally:
+        if parent is not state_dir:
+            os.close(parent)
+
+
+class RegistryFile:
+    """The append-only ``.pids`` file of one supervisor (owner-only, never a symlink);
+    ``path`` is where it is, for messages and status."""
+
+    def __init__(self, directory: Directory, name: str, path: str) -> None:
         self.path = path
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        self._fd: int | None = os.open(path, flags, 0o600)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        self._fd: int | None = _open_in(directory, f"{name}.pids", flags)
 
     def add(self, entries: Iterable[Entry]) -> None:
         """Append entries in one write (a reader never sees half a line of a batch)."""
@@ -94,10 +148,11 @@ class RegistryFile:
             self._fd = None
 
 
-def read_entries(path: str) -> list[Entry]:
-    """The entries of a ``.pids`` file; malformed lines (a torn write) are skipped."""
+def read_entries(directory: Directory, name: str) -> list[Entry]:
+    """The entries of supervisor ``name``'s ``.pids`` file in ``directory``; malformed
+    lines (a torn write) are skipped."""
     try:
-        with open(path) as handle:
+        with os.fdopen(_open_in(directory, f"{name}.pids", os.O_RDONLY)) as handle:
             lines = handle.read().splitlines()
     except OSError:
         return []
@@ -109,19 +164,19 @@ def read_entries(path: str) -> list[Entry]:
     return found
 
 
-def write_layers(directory: str, name: str, data: dict[str, Any]) -> str:
-    """Write ``<name>.json`` atomically, owner-only; its path."""
-    path = os.path.join(directory, f"{name}.json")
-    tmp = os.path.join(directory, f".{name}.json.{os.getpid()}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, 0o600)
+def write_layers(directory: Directory, name: str, data: dict[str, Any]) -> None:
+    """Write ``<name>.json`` into ``directory`` atomically, owner-only."""
+    tmp = f".{name}.json.{os.getpid()}.tmp"
+    fd = _open_in(directory, tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     with os.fdopen(fd, "w") as handle:
         handle.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-    return path
+    if isinstance(directory, int):
+        os.replace(tmp, f"{name}.json", src_dir_fd=directory, dst_dir_fd=directory)
+    else:
+        os.replace(os.path.join(directory, tmp), os.path.join(directory, f"{name}.json"))
 
 
-def supervisors_here(directory: str, machine: Machine) -> list[tuple[str, dict[str, Any]]]:
+def supervisors_here(directory: Directory, machine: Machine) -> list[tuple[str, dict[str, Any]]]:
     """(name, layers) of every supervisor that wrote into ``directory`` on this machine."""
     try:
         names = sorted(os.listdir(directory))
@@ -138,14 +193,14 @@ def supervisors_here(directory: str, machine: Machine) -> list[tuple[str, dict[s
     return found
 
 
-def supervisor_here(directory: str, name: str, machine: Machine) -> dict[str, Any] | None:
+def supervisor_here(directory: Directory, name: str, machine: Machine) -> dict[str, Any] | None:
     """The layers supervisor ``name`` wrote into ``directory`` on this machine; None when
     it wrote none (or on another machine). One file: a local agent looking for the
     controller's reads that one, not every agent's (128 agents read 128 files each)."""
     if not name or os.sep in name or name.startswith("."):
         return None  # a name, not a path
     try:
-        with open(os.path.join(directory, f"{name}.json")) as handle:
+        with os.fdopen(_open_in(directory, f"{name}.json", os.O_RDONLY)) as handle:
             data = json.load(handle)
     except (OSError, ValueError):
         return None

@@ -72,32 +72,36 @@ class Sentinel:
 
 
 def start_sentinel(
-    invocation_id: str, records: str | None = None, name: str | None = None, *, root: bool = True
+    invocation_id: str, records: int | None = None, name: str | None = None, *, root: bool = True
 ) -> Sentinel:
     """Start the sentinel of ``invocation_id``: a process in its own session (our group
     kills miss it) that does not carry the id (sweeps miss it) and waits for our death.
 
-    ``records`` is the run's ``containment`` directory and ``name`` this supervisor's
-    name in it: the sentinel then also ends the cgroups and registry entries recorded
-    there, those of every supervisor on this machine when ``root`` (``ddsup start``: its
-    death ends the run), else only this supervisor's (a node agent). A node agent's
-    sentinel sweeps by tag only what that agent started too (its units carry
-    ``DDSUP_AGENT=<name>``): not the endpoint and worker that ``ddsup start`` runs on the
-    same node, nor other agents' units where simulated nodes share one machine, so a run
-    that may lose a node goes on without it.
+    ``records`` is a descriptor of the run's ``containment`` directory (the one this
+    supervisor writes its records through; the sentinel inherits it, so it reads what
+    was recorded there, never what a path names by the time it reads) and ``name`` this
+    supervisor's name in it: the sentinel then also ends the cgroups and registry
+    entries recorded there, those of every supervisor on this machine when ``root``
+    (``ddsup start``: its death ends the run), else only this supervisor's (a node
+    agent). A node agent's sentinel sweeps by tag only what that agent started too (its
+    units carry ``DDSUP_AGENT=<name>``): not the endpoint and worker that ``ddsup start``
+    runs on the same node, nor other agents' units where simulated nodes share one
+    machine, so a run that may lose a node goes on without it.
     """
     read_fd, write_fd = os.pipe()  # both close-on-exec: no unit inherits the write end
     env = {k: v for k, v in os.environ.items() if k != _sweep.ENV_NAME}
     argv = [sys.executable, "-I", "-S", __file__, str(read_fd), invocation_id]
+    passed = [read_fd]
     if records is not None and name is not None:
-        argv += [records, "*" if root else name]
+        argv += [str(records), "*" if root else name]
+        passed.append(records)
     try:
         popen = subprocess.Popen(
             argv,
             env=env,
             cwd="/",
             stdin=subprocess.DEVNULL,
-            pass_fds=(read_fd,),
+            pass_fds=passed,
             start_new_session=True,
         )
     except BaseException:
@@ -109,18 +113,19 @@ def start_sentinel(
 
 
 def main(argv: list[str]) -> int:
-    """``_sentinel.py FD INVOCATION_ID [RECORDS NAME|*]``: end the run's processes on this
-    node once FD reaches end of file."""
-    if len(argv) not in (3, 5) or not argv[1].isdigit() or not argv[2]:
+    """``_sentinel.py FD INVOCATION_ID [RECORDS_FD NAME|*]``: end the run's processes on
+    this node once FD reaches end of file."""
+    fds = [argv[1], *argv[3:4]]
+    if len(argv) not in (3, 5) or not all(fd.isdigit() for fd in fds) or not argv[2]:
         print(
-            "usage: _sentinel.py FD INVOCATION_ID [RECORDS NAME] (started by ddsup, not by hand)",
+            "usage: _sentinel.py FD INVOCATION_ID [RECORDS_FD NAME] (started by ddsup, not by hand)",
             file=sys.stderr,
         )
         return 2
     _ignore_stop_signals()
     if _wait_for_parent(int(argv[1])):
         return 0
-    records, name = (argv[3], argv[4]) if len(argv) == 5 else (None, "*")
+    records, name = (int(argv[3]), argv[4]) if len(argv) == 5 else (None, "*")
     names = None if name == "*" else [name]
     ended = _ending.end_on_this_node(
         argv[2], records, names=names, agent=None if names is None else name

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from ddsup.record._event_parse import parse_event
@@ -29,8 +30,16 @@ class EventLog:
     to the file, a newline ends that torn line first, so readers skip one line only.
     """
 
-    def __init__(self, path: Path, faults: WriteFaults | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        faults: WriteFaults | None = None,
+        opener: Callable[[Path], int] = open_append,
+    ) -> None:
+        """``opener`` opens ``path`` for appending (a held state directory's
+        ``StateDir.append``; by default the path itself, never through a symlink)."""
         self._path = path
+        self._opener = opener
         self._faults = faults or WriteFaults()
         self._fd: int | None = None
         self._closed = False
@@ -39,7 +48,7 @@ class EventLog:
 
     def _open(self) -> None:
         try:
-            self._fd = open_append(self._path)
+            self._fd = self._opener(self._path)
         except OSError as err:
             self._faults.failed(self._path, err)
 

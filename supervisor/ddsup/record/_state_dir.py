@@ -19,91 +19,43 @@ Writes go through ``_private``; readers that act on what the files say check the
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ddsup.record as record  # record.Outcome: read_result's, imported when first used
 from ddsup._errors import RunStateError, StateDirError
+from ddsup.process._file_at import FileAt, LogFile
 from ddsup.record._faults import WriteFaults
-from ddsup.record._private import check_private, write_private
+from ddsup.record._private import (
+    DIRECTORY_FLAGS,
+    HeldDir,
+    check_private,
+    open_append,
+    open_parent,
+    open_private_dir,
+    write_private,
+)
+from ddsup.record._run_info import ControlAddress as ControlAddress
+from ddsup.record._run_info import RunInfo as RunInfo
 from ddsup.units import printable
 
 if TYPE_CHECKING:  # a node agent never reads a result: it need not create the outcomes
     from ddsup.record._outcome import Outcome
 
-__all__ = ["ControlAddress", "RunInfo", "StateDir", "create_state_dir", "write_private"]
-
-
-@dataclass(frozen=True)
-class ControlAddress:
-    """Where a live run's control channel listens (the secret is in ``control.secret``)."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        """``host:port`` (``[host]:port`` for IPv6), as ``connect_channel`` takes it."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """``run.json``: how to find and recognise the run (no secret)."""
-
-    invocation_id: str
-    pid: int | None = None
-    launcher: str | None = None
-    unit_dir: str | None = None
-    started_at: float | None = None
-    control: ControlAddress | None = None
-    host: str | None = None  # where ``pid`` runs (its hostname)
-    pid_start: int | None = None  # its start time (clock ticks after boot): its identity
-    containment: Mapping[str, Any] | None = None  # ddsup start's no-orphan layers
-
-    def to_json(self) -> dict[str, Any]:
-        control = self.control
-        return {
-            "containment": None if self.containment is None else dict(self.containment),
-            "invocation_id": self.invocation_id,
-            "pid": self.pid,
-            "host": self.host,
-            "pid_start": self.pid_start,
-            "launcher": self.launcher,
-            "unit_dir": self.unit_dir,
-            "started_at": self.started_at,
-            "control": None if control is None else {"host": control.host, "port": control.port},
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> RunInfo:
-        """Read back :meth:`to_json` (other tools' partial files too); ValueError when not one."""
-        if not isinstance(data, Mapping) or not isinstance(data.get("invocation_id"), str):
-            raise ValueError("no key 'invocation_id' (a string)")
-        control = data.get("control")
-        address = None
-        if isinstance(control, Mapping):
-            address = ControlAddress(str(control["host"]), int(control["port"]))
-        started = data.get("started_at")
-        host, pid_start = data.get("host"), data.get("pid_start")
-        return cls(
-            invocation_id=data["invocation_id"],
-            pid=data["pid"] if isinstance(data.get("pid"), int) else None,
-            launcher=data["launcher"] if isinstance(data.get("launcher"), str) else None,
-            unit_dir=data["unit_dir"] if isinstance(data.get("unit_dir"), str) else None,
-            started_at=float(started) if isinstance(started, (int, float)) else None,
-            control=address,
-            host=host if isinstance(host, str) else None,
-            pid_start=pid_start if isinstance(pid_start, int) else None,
-            containment=data["containment"]
-            if isinstance(data.get("containment"), Mapping)
-            else None,
-        )
+__all__ = [
+    "ControlAddress",
+    "RunInfo",
+    "StateDir",
+    "create_state_dir",
+    "open_state_dir",
+    "write_private",
+]
 
 
 WORKERS_FILE = "endpoint-workers.json"  # the endpoint's processes, while it serves (status)
@@ -111,10 +63,21 @@ WORKERS_FILE = "endpoint-workers.json"  # the endpoint's processes, while it ser
 
 @dataclass(frozen=True)
 class StateDir:
-    """Paths inside one run's state directory; ``faults`` collects failed writes there."""
+    """Paths inside one run's state directory; ``faults`` collects failed writes there.
+
+    The run's own writers (``ddsup start``, each node agent) hold the directory and its
+    ``logs/`` open (``held``, ``held_logs``: :func:`create_state_dir`,
+    :func:`open_state_dir`) and write through them, never through ``path``, which then
+    only names things in messages and for other processes. ``refused`` (an agent whose
+    state directory failed its checks) makes every write a fault. Readers (``status``,
+    ``logs``, tests) hold nothing and use ``path``.
+    """
 
     path: Path
     faults: WriteFaults = field(default_factory=WriteFaults, compare=False, repr=False)
+    held: HeldDir | None = field(default=None, compare=False, repr=False)
+    held_logs: HeldDir | None = field(default=None, compare=False, repr=False)
+    refused: OSError | None = field(default=None, compare=False, repr=False)
 
     @property
     def plan(self) -> Path:
@@ -147,43 +110,50 @@ class StateDir:
     def log(self, instance: str) -> Path:
         return self.logs / f"{instance}.log"
 
-    def create(self, *, exclusive: bool = False) -> None:
-        """Make the directory and ``logs/`` (0700), or check that an existing one is safe.
+    def log_file(self, instance: str) -> LogFile:
+        """Where to write ``instance``'s log: in the held ``logs/`` when there is one."""
+        if self.held_logs is not None:
+            return FileAt(self.held_logs.fd, f"{instance}.log", str(self.log(instance)))
+        if self.held is not None or self.refused is not None:
+            # no logs/ to write in (a fault already said why): opening fails (EBADF), and
+            # the unit's output goes to /dev/null, never to a path
+            return FileAt(-1, f"{instance}.log", str(self.log(instance)))
+        return self.log(instance)
 
-        ``exclusive``: FileExistsError when it exists (a default name: pick another).
-        StateDirError when it cannot be made or is not safe; a ``logs/`` that cannot be
-        made is a write fault (the units' output then goes nowhere, the run goes on).
-        """
-        name = printable(str(self.path))
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            os.mkdir(self.path, 0o700)
-        except FileExistsError:
-            if exclusive:
-                raise
-        except OSError as err:
-            raise StateDirError(
-                f"cannot create the state directory {name}: {err.strerror}"
-            ) from err
-        for directory in (self.path, self.logs):
-            try:
-                os.mkdir(directory, 0o700)
-            except FileExistsError:
-                pass
-            except OSError as err:
-                self.faults.failed(directory, err)
-                continue
-            check_private(directory, directory=True, error=StateDirError, hint=_HINT)
-            _owner_only(directory)
+    def _where(self, path: Path) -> tuple[HeldDir | None, str]:
+        """The held directory that ``path`` (one of this run's files) is written through,
+        and its name there; (None, the path) when nothing is held."""
+        if self.held is None:
+            return None, str(path)
+        relative = path.relative_to(self.path)
+        if relative.parent == Path("logs") and self.held_logs is not None:
+            return self.held_logs, relative.name
+        return self.held, str(relative)
 
     def write_json(self, path: Path, data: Any) -> None:
         """Write atomically (temp file + rename), mode 0600; OSError when it cannot."""
-        write_private(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+        self._write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    def _write(self, path: Path, text: str) -> None:
+        if self.refused is not None:
+            raise self.refused
+        held, name = self._where(path)
+        if held is None:
+            write_private(path, text)
+        else:
+            held.write(name, text)
+
+    def append(self, path: Path) -> int:
+        """A descriptor appending to one of the run's files; OSError when it cannot."""
+        if self.refused is not None:
+            raise self.refused
+        held, name = self._where(path)
+        return open_append(path) if held is None else held.append(name)
 
     def save(self, path: Path, text: str) -> bool:
         """Write one of the run's files; False after a write fault (never an error)."""
         try:
-            write_private(path, text)
+            self._write(path, text)
         except OSError as err:
             self.faults.failed(path, err)
             return False
@@ -191,6 +161,19 @@ class StateDir:
 
     def save_json(self, path: Path, data: Any) -> bool:
         return self.save(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    def open_records(self) -> int | str:
+        """The ``containment`` directory for ``process.end_on_this_node``: a descriptor
+        opened through the held directory (the caller closes it), else its path."""
+        if self.held is None:
+            return str(self.path / "containment")
+        return os.open("containment", DIRECTORY_FLAGS, dir_fd=self.held.fd)
+
+    def close(self) -> None:
+        """Let go of the held directories (the run's writes are over)."""
+        for held in (self.held_logs, self.held):
+            if held is not None:
+                held.close()
 
     def read_run(self) -> RunInfo:
         """``run.json``; RunStateError when it is missing or not one."""
@@ -221,16 +204,86 @@ _HINT = (
     "ddsup start uses an existing state directory only when it is yours, not writable by "
     "others and not a symlink; pass --state-dir a new path"
 )
+_PARENT_HINT = (
+    "pass --state-dir a path in a directory that only you (or root) may write, or in a "
+    "sticky one such as /tmp"
+)
 
 
-def _owner_only(directory: Path) -> None:
-    """Mode 0700, through a descriptor that did not follow a symlink (best effort)."""
-    with contextlib.suppress(OSError):  # a read-only file system: nothing is written there
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        try:
-            os.fchmod(fd, 0o700)
-        finally:
-            os.close(fd)
+def _create(path: Path, *, exclusive: bool) -> StateDir:
+    """Make ``path`` (0700) and its ``logs/``, or check that an existing one is safe, and
+    hold both (:class:`StateDir`).
+
+    ``exclusive``: FileExistsError when it exists (a default name: pick another).
+    StateDirError when it cannot be made or is not safe, or its parent lets another user
+    replace it; a ``logs/`` that cannot be made is a write fault (the units' output then
+    goes nowhere, the run goes on).
+    """
+    name = printable(str(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        parent = open_parent(path, error=StateDirError, hint=_PARENT_HINT)
+    except OSError as err:
+        raise StateDirError(f"cannot create the state directory {name}: {err.strerror}") from err
+    try:
+        held = _make_and_hold(path, parent, exclusive=exclusive)
+    finally:
+        os.close(parent)
+    state = StateDir(path, held=held)
+    _owner_only(held)
+    try:
+        logs = held.subdirectory("logs", error=StateDirError, hint=_HINT)
+    except OSError as err:
+        state.faults.failed(state.logs, err)
+        return state
+    _owner_only(logs)
+    return replace(state, held_logs=logs)
+
+
+def _make_and_hold(path: Path, parent: int, *, exclusive: bool) -> HeldDir:
+    """``mkdir`` and ``open`` of ``path`` in its parent's descriptor, no name between."""
+    try:
+        os.mkdir(path.name, 0o700, dir_fd=parent)
+    except FileExistsError:
+        if exclusive:
+            raise
+    except OSError as err:
+        raise StateDirError(
+            f"cannot create the state directory {printable(str(path))}: {err.strerror}"
+        ) from err
+    try:
+        return open_private_dir(path.name, path, dir_fd=parent, error=StateDirError, hint=_HINT)
+    except OSError as err:
+        raise StateDirError(
+            f"cannot open the state directory {printable(str(path))}: {err.strerror}"
+        ) from err
+
+
+def _owner_only(held: HeldDir) -> None:
+    """Mode 0700 (best effort: on a read-only file system nothing is written there)."""
+    with contextlib.suppress(OSError):
+        os.fchmod(held.fd, 0o700)
+
+
+def open_state_dir(path: Path) -> StateDir:
+    """An existing state directory held for writing (a node agent's: ``ddsup start`` made
+    it): when it is not a private directory of the caller's, every write to it is a fault,
+    reported once, and the run goes on."""
+    try:
+        held = open_private_dir(path, path, error=StateDirError, hint=_HINT)
+    except (OSError, StateDirError) as err:
+        refused = err if isinstance(err, OSError) else PermissionError(errno.EPERM, str(err))
+        state = StateDir(path, refused=refused)
+        state.faults.failed(path, refused)
+        return state
+    try:
+        logs = held.subdirectory("logs", error=StateDirError, hint=_HINT)
+    except (OSError, StateDirError) as err:
+        state = StateDir(path, held=held)
+        failed = err if isinstance(err, OSError) else PermissionError(errno.EPERM, str(err))
+        state.faults.failed(state.logs, failed)
+        return state
+    return StateDir(path, held=held, held_logs=logs)
 
 
 def for_attempt(path: Path, attempt: int) -> Path:
@@ -243,22 +296,19 @@ def for_attempt(path: Path, attempt: int) -> Path:
 
 
 def create_state_dir(path: Path | None, attempt: int = 0) -> StateDir:
-    """The run's state directory, created (or checked, when ``path`` exists) for ``start``.
+    """The run's state directory, created (or checked, when ``path`` exists) and held for
+    ``start``.
 
     ``path`` is made absolute without resolving symlinks: a symlink given as the state
-    directory is refused, not followed. Without ``path``: ``./ddsup-<job id>`` inside
+    directory is refused, not followed; its parent must not let another user replace it. Without ``path``: ``./ddsup-<job id>`` inside
     Slurm, else ``./ddsup-<timestamp>``, with ``.2``, ``.3`` … when taken; a requeued
     job's attempt N adds ``.attempt<N>`` (:func:`for_attempt`).
     """
     if path is not None:
-        state = StateDir(for_attempt(Path(os.path.abspath(path)), attempt))
-        state.create()
-        return state
+        return _create(for_attempt(Path(os.path.abspath(path)), attempt), exclusive=False)
     for candidate in _default_names(Path.cwd(), attempt):
-        state = StateDir(candidate)
         with contextlib.suppress(FileExistsError):
-            state.create(exclusive=True)
-            return state
+            return _create(candidate, exclusive=True)
     raise StateDirError(f"no free ddsup-* name in {printable(str(Path.cwd()))}: pass --state-dir")
 
 

@@ -47,7 +47,7 @@ from ddsup.plan._gpus import GpuList, detect_gpu_list
 from ddsup.plan._model import Plan
 from ddsup.process import AGENT_ENV, open_containment
 from ddsup.record._node_events import Contained, NodeEvent
-from ddsup.record._state_dir import StateDir
+from ddsup.record._state_dir import StateDir, open_state_dir
 from ddsup.run._held_signals import STOP_SIGNALS, HeldSignals
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._ports import HeldPorts
@@ -116,25 +116,20 @@ async def _agent_main(
     setup = await channel.receive()
     if not isinstance(setup, Setup):
         return 0  # the run ended before it had a plan (Shutdown), or the controller went
-    run = RunContext(
-        invocation_id=setup.invocation_id,
-        state_dir=setup.state_dir,
-        unit_dir=setup.unit_dir,
-        job_id=setup.job_id,
-        endpoint_url=setup.endpoint_url,
-        attempt=setup.attempt,
-    )
+    run = _run_context(setup)
     plan = setup.plan
     units = load_unit_set(run.unit_dir)
     supervisor = f"agent-{node}"
     os.environ[AGENT_ENV] = supervisor  # every unit it starts inherits it: its sentinel's mark
     if setup.rehearse:  # the same units the controller planned: fake-vllm lanes
         units = rehearsal_units(units)
+    state = open_state_dir(Path(run.state_dir))  # held from here on: all it writes goes there
     try:
         # every no-orphan layer of this node (docs/no-orphans.md), opened once
         async with open_containment(
             run.invocation_id,
             state_dir=run.state_dir,
+            state_dir_fd=None if state.held is None else state.held.fd,
             name=supervisor,
             root=False,
             covered_by=covered_by,
@@ -154,14 +149,27 @@ async def _agent_main(
                 units,
                 plan,
                 run,
+                state,
                 gpus,
                 setup.agent_timeout,
                 rehearse=setup.rehearse,
                 stop_signals=stop_signals,
             )
     finally:
+        state.close()
         await channel.aclose()
     return 0
+
+
+def _run_context(setup: Setup) -> RunContext:
+    return RunContext(
+        invocation_id=setup.invocation_id,
+        state_dir=setup.state_dir,
+        unit_dir=setup.unit_dir,
+        job_id=setup.job_id,
+        endpoint_url=setup.endpoint_url,
+        attempt=setup.attempt,
+    )
 
 
 async def _serve_controller(
@@ -170,6 +178,7 @@ async def _serve_controller(
     units: UnitSet,
     plan: Plan,
     run: RunContext,
+    state: StateDir,
     gpus: GpuList,
     silence: float,
     *,
@@ -196,7 +205,7 @@ async def _serve_controller(
             units=units,
             plan=plan,
             run=run,
-            state=StateDir(Path(run.state_dir)),
+            state=state,
             nursery=services,
             emit=emit,
         )

@@ -83,19 +83,28 @@ class AgentFleet:
 
     async def _end_share(self, agent: AgentProcess) -> None:
         """What the dead agent's sentinel would have ended (the module docstring)."""
-        records = os.path.join(self.state.path, "containment")
-        for node in agent.nodes:
-            name = f"agent-{node}"
-            end = partial(end_on_this_node, self.invocation_id, records, names=[name], agent=name)
-            ended = await trio.to_thread.run_sync(end)
-            if ended.hit or ended.survivors:
-                log.warning(
-                    "%s ended uncleanly: killed %d process(es) it left, %d survived: %s",
-                    name,
-                    len(ended.hit),
-                    len(ended.survivors),
-                    ended.survivors,
-                )
+        try:
+            records = self.state.open_records()
+        except OSError:
+            records = None  # no records: the tag sweep still ends what the agent started
+        try:
+            for node in agent.nodes:
+                await self._end_agent(f"agent-{node}", records)
+        finally:
+            if isinstance(records, int):
+                os.close(records)
+
+    async def _end_agent(self, name: str, records: int | str | None) -> None:
+        end = partial(end_on_this_node, self.invocation_id, records, names=[name], agent=name)
+        ended = await trio.to_thread.run_sync(end)
+        if ended.hit or ended.survivors:
+            log.warning(
+                "%s ended uncleanly: killed %d process(es) it left, %d survived: %s",
+                name,
+                len(ended.hit),
+                len(ended.survivors),
+                ended.survivors,
+            )
 
     def kill_unconnected(self, connected: Collection[str]) -> None:
         """SIGKILL the agents that cannot be asked: none of their nodes is connected."""

@@ -68,7 +68,10 @@ def head_start(prepared: PreparedRun, state: StateDir) -> HeadStart:
     signals = held_signals(forwarded)
     signals.hold()
     try:
-        layers = open_layers(invocation_id, state_dir=state.path, name=CONTROLLER, root=True)
+        held = None if state.held is None else state.held.fd
+        layers = open_layers(
+            invocation_id, state_dir=state.path, state_dir_fd=held, name=CONTROLLER, root=True
+        )
     except BaseException:
         signals.restore()
         raise

@@ -134,7 +134,9 @@ class LocalLauncher:
         try:
             for node in nodes:
                 log = state.log(f"agent-{node}")
-                logs[node] = open_log(log, partial(state.faults.failed, log))
+                logs[node] = open_log(
+                    state.log_file(f"agent-{node}"), partial(state.faults.failed, log)
+                )
             each = {node: {"log_fd": logs[node], "env": own[node]} for node in nodes}
             spec = {SPEC_NODES: each, SPEC_UNITS: self.unit_dir}
             forker_log = state.log("agents")
@@ -142,7 +144,7 @@ class LocalLauncher:
                 (*FORKER_ARGV, *shared, *(w for node in nodes for w in ("--node", node))),
                 env=env,
                 cwd=".",
-                log_path=forker_log,
+                log_path=state.log_file("agents"),
                 on_log_error=partial(state.faults.failed, forker_log),
                 spec=json.dumps(spec).encode(),
                 pass_fds=tuple(logs.values()),
@@ -197,7 +199,11 @@ class SlurmLauncher:
         ]
         log = state.log("agents")
         child = start_child(
-            argv, env=env, cwd=".", log_path=log, on_log_error=partial(state.faults.failed, log)
+            argv,
+            env=env,
+            cwd=".",
+            log_path=state.log_file("agents"),
+            on_log_error=partial(state.faults.failed, log),
         )
         return [StartedAgents("srun step of the agents", tuple(nodes), child, env)]
 

@@ -88,7 +88,7 @@ class NodeRunner:
         )
         env.update(self._extra_env.get(planned.instance, {}))
         cwd = Path(self.run.unit_dir, unit.service.working_directory)
-        log_path = self.state.log(planned.instance)
+        log_path = self.state.log_file(planned.instance)
         return ServiceSpec(
             instance=planned.instance,
             node=planned.node,
@@ -102,7 +102,7 @@ class NodeRunner:
             probe=not follower,
             replica=planned.nnodes > 1,
             master_port=planned.master_port if planned.nnodes > 1 else None,
-            log_error=partial(self.state.faults.failed, log_path),
+            log_error=partial(self.state.faults.failed, self.state.log(planned.instance)),
         )
 
     def _stagger_left(self, planned: PlannedInstance) -> float:

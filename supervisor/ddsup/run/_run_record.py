@@ -38,7 +38,7 @@ class RunRecord:
         self.started = time.time()
         self._launcher = launcher
         self._unit_dir = unit_dir
-        self._events = EventLog(state.events, state.faults)
+        self._events = EventLog(state.events, state.faults, opener=state.append)
         self._reports: dict[tuple[str, str | None], Contained] = {}  # per supervisor
         self._control: ControlAddress | None = None
         self._containment: Containment | None = None

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import trio
 
 from ddsup.channel._tcp import connect_tcp
-from ddsup.process import LogError, SpawnError, spawn
+from ddsup.process import LogError, LogFile, SpawnError, spawn
 from ddsup.units import resolve_argv, resolve_specifiers
 from ddsup.units._model import ProbeKind, ReadySection
 
@@ -37,7 +36,7 @@ class Probe:
         *,
         env: Mapping[str, str],
         cwd: str,
-        log_path: Path,
+        log_path: LogFile,
         on_answer: Callable[[str], None] | None = None,
         log_error: LogError | None = None,
     ) -> None:

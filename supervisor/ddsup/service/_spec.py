@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from ddsup.process import ExitStatus, LogError
+from ddsup.process import ExitStatus, LogError, LogFile
 from ddsup.record._states import InstanceState
 from ddsup.units._model import Unit
 
@@ -29,7 +28,7 @@ class ServiceSpec:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     cwd: str
-    log_path: Path
+    log_path: LogFile  # in the held logs/ of the state directory (or a path)
     context: Mapping[str, str]
     start_delay: float = 0.0
     probe: bool = True  # False for ranks > 0 of a multi-node lane: rank 0 serves HTTP
