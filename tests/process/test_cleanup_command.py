@@ -119,3 +119,61 @@ async def test_cleanup_ends_a_run_started_through_the_api(
     )
     assert result.stdout == f"ended 1 process(es) of run {invocation_id}\n".encode()
     assert (await child.wait()).signal == signal.SIGKILL
+
+
+def _run_dir(path: Path, invocation_id: str, job: str | None) -> Path:
+    path.mkdir(mode=0o700)
+    (path / "run.json").write_text(json.dumps({"invocation_id": invocation_id, "job": job}))
+    return path
+
+
+def test_cleanup_by_job_ends_only_the_runs_recorded_as_that_job_s(
+    invocation_id: str, tmp_path: Path
+) -> None:
+    """A process of job 71 names its run's state directory: ended when that run says job
+    71; left alone when the run it names (whose id it inherited) says job 70, or none."""
+    mine = _run_dir(tmp_path / "mine", invocation_id, "71")
+    other = _run_dir(tmp_path / "other", invocation_id + "-other", "70")
+    bare = _run_dir(tmp_path / "bare", invocation_id + "-bare", None)
+    procs = {
+        name: _start({**run_env(run_id), "SLURM_JOB_ID": "71", "DDSUP_STATE_DIR": str(path)})
+        for name, run_id, path in (
+            ("mine", invocation_id, mine),
+            ("other", invocation_id + "-other", other),
+            ("bare", invocation_id + "-bare", bare),
+        )
+    }
+    try:
+        done = _cleanup("--job", "71", "--user", str(os.geteuid()))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [
+            f"left alone: run {invocation_id}-bare in {bare} is of job (none), not 71",
+            f"ended 1 process(es) of run {invocation_id} (job 71, {mine})",
+            f"left alone: run {invocation_id}-other in {other} is of job 70, not 71",
+        ]
+        assert procs["mine"].wait(timeout=10) == -signal.SIGKILL
+        assert alive(procs["other"].pid) and alive(procs["bare"].pid)
+        named = _run_dir(tmp_path / "ddsup-71", invocation_id + "-named", "71")
+        again = _cleanup("--job", "71", "--state-dirs", f"{tmp_path}/ddsup-%j")
+        assert again.returncode == 0, again.stderr
+        assert f"ended 0 process(es) of run {invocation_id}-named (job 71, {named})" in again.stdout
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--invocation", "x", "--user", "0"], "--user and --state-dirs go with --job"),
+        (["--job", "7 8"], "--job needs a Slurm job id, not '7 8'"),
+        (["--job", "7", "--user", "no-such-user-here"], "no such user on this node"),
+    ],
+)
+def test_cleanup_by_job_usage_errors(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _, err = _cleanup_here(capsys, *args)
+    assert status == 64
+    assert message in err

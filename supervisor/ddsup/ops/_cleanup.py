@@ -5,63 +5,83 @@ were all killed (``docs/no-orphans.md``): the run's cgroups on this node (found 
 ``ddsup-<invocation id>``, and in the state directory's records), the (PID, start time)
 registry of the state directory, and the sweep by invocation id. Safe to repeat; it
 never touches another run.
+
+Three ways to name the run:
+
+- ``--state-dir DIR``: the directory is opened once, without following a symlink, and
+  everything is read through that descriptor (``run.json``, ``containment/``), each
+  checked to be the caller's and writable by nobody else: what it ends is what the run's
+  own supervisors recorded there, never what a file someone else could put at that path
+  names (``_recorded_run``);
+- ``--invocation ID``: an id the operator gives, by hand: its cgroups by name and the
+  tag sweep;
+- ``--job ID --user UID``: the Slurm epilog (``_job_cleanup``): the runs that the
+  ending job's user recorded as this job's, as that user.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 from pathlib import Path
 
-from ddsup._errors import RunStateError, UntrustedRunError, UsageError
-from ddsup.ops._run_handle import HINT
-from ddsup.process import end_on_this_node, find_run_cgroups
-from ddsup.record._private import check_private
+from ddsup._errors import UsageError
+from ddsup.ops._job_cleanup import run_job_cleanup
+from ddsup.ops._recorded_run import end_run, open_run
+from ddsup.process._cgroup import find_run_cgroups
+from ddsup.process._ending import end_on_this_node
 
 
 def configure_cleanup(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "SIGKILL every process on this node whose environment carries the run's "
-        "DDSUP_INVOCATION_ID, and the process groups they lead, until none is left: for a "
-        "Slurm epilog, or by hand after a node lost its supervisor. Touches nothing else; "
-        "safe to run any number of times. One of --state-dir and --invocation is required."
+        "SIGKILL every process on this node that a run recorded (in its cgroups and in its "
+        "state directory, with its start time) or that carries the run's "
+        "DDSUP_INVOCATION_ID, and the process groups they lead, until none is left: by "
+        "hand after a node lost its supervisor, or from a Slurm epilog (--job). Touches "
+        "nothing else; safe to run any number of times. One of --state-dir, --invocation "
+        "and --job is required."
     )
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument(
         "--state-dir", type=Path, metavar="DIR", help="the run's state directory (reads run.json)"
     )
     which.add_argument("--invocation", metavar="ID", help="the run's DDSUP_INVOCATION_ID")
-
-
-def _invocation_from_state_dir(state_dir: Path) -> str:
-    """The run's id from its ``run.json``, once the directory and file are the caller's."""
-    run_json = state_dir / "run.json"
-    try:
-        check_private(state_dir, directory=True, error=UntrustedRunError, hint=HINT)
-        check_private(run_json, directory=False, error=UntrustedRunError, hint=HINT)
-        data = json.loads(run_json.read_text())
-    except FileNotFoundError as err:
-        raise RunStateError(
-            f"{run_json}: no such file; is {state_dir} a ddsup state directory?"
-        ) from err
-    except (OSError, ValueError) as err:
-        raise RunStateError(f"{run_json}: cannot read the run's state: {err}") from err
-    invocation_id = data.get("invocation_id") if isinstance(data, dict) else None
-    if not isinstance(invocation_id, str) or not invocation_id:
-        raise RunStateError(f"{run_json}: no key 'invocation_id' (a string) in the run's state")
-    return invocation_id
+    which.add_argument(
+        "--job",
+        metavar="ID",
+        help="every run of this Slurm job on this node, as its --user (a Slurm epilog)",
+    )
+    parser.add_argument(
+        "--user",
+        metavar="USER",
+        help="with --job: the job's user, a name or uid (SLURM_JOB_UID), whom root acts as "
+        "(default: you)",
+    )
+    parser.add_argument(
+        "--state-dirs",
+        metavar="GLOB",
+        help="with --job: state directories to look in too, %%j for the job id (default: "
+        "those its processes name)",
+    )
 
 
 def run_cleanup(args: argparse.Namespace) -> int:
     """End every process of the run on this node; safe to repeat, touches nothing else."""
-    invocation_id = args.invocation
+    if args.job is not None:
+        return run_job_cleanup(args.job, args.user, args.state_dirs)
+    if args.user is not None or args.state_dirs is not None:
+        raise UsageError("--user and --state-dirs go with --job")
     if args.state_dir is not None:
-        invocation_id = _invocation_from_state_dir(args.state_dir)
-    if not invocation_id or "\0" in invocation_id:
-        raise UsageError("--invocation needs a non-empty invocation id")
-    records = None if args.state_dir is None else str(args.state_dir / "containment")
-    ended = end_on_this_node(invocation_id, records, extra_cgroups=find_run_cgroups(invocation_id))
+        run = open_run(Path(os.path.abspath(args.state_dir)))
+        invocation_id = run.info.invocation_id
+        ended = end_run(run)
+    else:
+        invocation_id = args.invocation
+        if not invocation_id or "\0" in invocation_id:
+            raise UsageError("--invocation needs a non-empty invocation id")
+        cgroups = find_run_cgroups(invocation_id)
+        ended = end_on_this_node(invocation_id, None, extra_cgroups=cgroups)
     print(f"ended {len(ended.hit)} process(es) of run {invocation_id}")
     if ended.survivors:
         print(f"ddsup: error: still alive after SIGKILL: {ended.survivors}", file=sys.stderr)

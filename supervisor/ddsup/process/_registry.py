@@ -108,19 +108,22 @@ def private_directory(fd: int, shown: str) -> int:
     )
 
 
-def records_directory(state_dir: Directory) -> int:
+def records_directory(state_dir: Directory, *, make: bool = True) -> int:
     """A descriptor of the ``containment`` directory in ``state_dir`` (a held descriptor of
-    it, or its path, made when missing and opened here without following a symlink), made
-    0700 when missing and checked private; OSError when it cannot be."""
+    it, or its path, opened here without following a symlink), checked private; with
+    ``make``, both made (0700) when missing. OSError when it cannot be (FileNotFoundError:
+    there is none)."""
     if isinstance(state_dir, int):
         parent, shown = state_dir, DIRECTORY
     else:
-        os.makedirs(state_dir, 0o700, exist_ok=True)
+        if make:
+            os.makedirs(state_dir, 0o700, exist_ok=True)
         parent = private_directory(os.open(state_dir, _DIRECTORY_FLAGS), state_dir)
         shown = os.path.join(state_dir, DIRECTORY)
     try:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(DIRECTORY, 0o700, dir_fd=parent)
+        if make:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(DIRECTORY, 0o700, dir_fd=parent)
         return private_directory(os.open(DIRECTORY, _DIRECTORY_FLAGS, dir_fd=parent), shown)
     finally:
         if parent is not state_dir:

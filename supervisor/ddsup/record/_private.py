@@ -75,6 +75,26 @@ class HeldDir:
     def append(self, name: str) -> int:
         return open_append(name, dir_fd=self.fd)
 
+    def read(self, name: str, *, error: type[DdsupError], hint: str = "") -> str:
+        """The text of ``name`` in this directory, once the file itself (not a symlink)
+        passed :func:`check_private`'s checks; ``error`` otherwise, OSError when it cannot
+        be read (FileNotFoundError: it is not there)."""
+        said = f": {hint}" if hint else ""
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+        except FileNotFoundError:
+            raise
+        except OSError:  # a symlink, or not ours to read: say which
+            problem = _problem(os.stat(name, dir_fd=self.fd, follow_symlinks=False), False, False)
+            if isinstance(problem, str):
+                raise error(f"{printable(str(self.path / name))} {problem}{said}") from None
+            raise
+        with os.fdopen(fd, encoding="utf-8", errors="replace") as handle:
+            problem = _problem(os.fstat(fd), False, False)
+            if isinstance(problem, str):
+                raise error(f"{printable(str(self.path / name))} {problem}{said}")
+            return handle.read()
+
     def unlink(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name, dir_fd=self.fd)

@@ -35,12 +35,16 @@ class RunInfo:
     host: str | None = None  # where ``pid`` runs (its hostname)
     pid_start: int | None = None  # its start time (clock ticks after boot): its identity
     containment: Mapping[str, Any] | None = None  # ddsup start's no-orphan layers
+    job: str | None = None  # the Slurm job it ran in (``SLURM_JOB_ID``): the epilog's check
+    uid: int | None = None  # the user it ran as (the file's owner must be the same)
 
     def to_json(self) -> dict[str, Any]:
         control = self.control
         return {
             "containment": None if self.containment is None else dict(self.containment),
             "invocation_id": self.invocation_id,
+            "job": self.job,
+            "uid": self.uid,
             "pid": self.pid,
             "host": self.host,
             "pid_start": self.pid_start,
@@ -60,7 +64,7 @@ class RunInfo:
         if isinstance(control, Mapping):
             address = ControlAddress(str(control["host"]), int(control["port"]))
         started = data.get("started_at")
-        host, pid_start = data.get("host"), data.get("pid_start")
+        host, pid_start, job, uid = (data.get(k) for k in ("host", "pid_start", "job", "uid"))
         return cls(
             invocation_id=data["invocation_id"],
             pid=data["pid"] if isinstance(data.get("pid"), int) else None,
@@ -73,4 +77,6 @@ class RunInfo:
             containment=data["containment"]
             if isinstance(data.get("containment"), Mapping)
             else None,
+            job=job if isinstance(job, str) else None,
+            uid=uid if isinstance(uid, int) and not isinstance(uid, bool) else None,
         )

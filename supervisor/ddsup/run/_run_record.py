@@ -82,6 +82,8 @@ class RunRecord:
             started_at=self.started,
             control=self._control,
             containment=None if layers is None else layers.to_json(),
+            job=os.environ.get("SLURM_JOB_ID") or None,
+            uid=os.geteuid(),
         )
         self.state.save_json(self.state.run, info.to_json())
 
