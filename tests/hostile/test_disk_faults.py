@@ -4,10 +4,11 @@ A full or read-only state directory must not crash the controller (exit 1, no
 ``result.json``). Here the state directory is a small tmpfs mounted for the test (root
 only; CI runs as root): filled to the last byte while the run is up, or read-only from
 the start. The run ends with its worker's status, one warning says the record is
-incomplete, the result is printed on stderr when ``result.json`` cannot be written, no
-traceback, and nothing is written outside the state directory (the run's working
-directory stays empty). Afterwards ``status`` and ``logs --since`` read what was kept,
-torn last line included.
+incomplete, the result reaches ``result.json`` through the space kept for it (or, when
+even that is gone, stderr), no traceback, and nothing is written outside the state
+directory (the run's working directory stays empty). Afterwards ``status`` says why the
+record is incomplete, and ``status`` and ``logs --since`` read what was kept, torn last
+line included.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from hostile_helpers import WORKER_STATUS, ddsup, release_units
@@ -46,13 +48,17 @@ def _tmpfs(path: Path, size: str = "1m") -> Iterator[Path]:
 def _fill(directory: Path) -> None:
     """Write zeros until the file system says it is full, to the last byte."""
     with open(directory / "filler", "wb", buffering=0) as handle:
-        for block in (b"\0" * 65536, b"\0"):
-            try:
-                while True:
-                    handle.write(block)
-            except OSError as err:
-                if err.errno != errno.ENOSPC:
-                    raise
+        _fill_with(handle)
+
+
+def _fill_with(handle: BinaryIO) -> None:
+    for block in (b"\0" * 65536, b"\0"):
+        try:
+            while True:
+                handle.write(block)
+        except OSError as err:
+            if err.errno != errno.ENOSPC:
+                raise
 
 
 def _start(tmp_path: Path, state: Path, output: Path) -> subprocess.Popen[bytes]:
@@ -86,6 +92,8 @@ def _check_run_ended_as_its_worker(
 
 
 def test_a_state_dir_that_fills_up_mid_run(tmp_path: Path) -> None:
+    """The result still reaches result.json (through the space kept for it), which says
+    the record is incomplete and why; ``status`` says so instead of "killed?"."""
     with _tmpfs(tmp_path / "disk") as disk:
         state, output = disk / "state", tmp_path / "output"
         process = _start(tmp_path, state, output)
@@ -99,14 +107,48 @@ def test_a_state_dir_that_fills_up_mid_run(tmp_path: Path) -> None:
         text = output.read_text(errors="replace")
         _check_run_ended_as_its_worker(tmp_path, process, text)
         assert len(re.findall("warning: cannot write", text)) == 1, text
-        result = json.loads(re.search(r"ddsup: result\.json: (.*)", text)[1])  # type: ignore[index]
+        result = json.loads((state / "result.json").read_text())
         assert (result["status"], result["exit_code"]) == ("worker_failed", WORKER_STATUS)
+        assert result["record"]["errno"] == "ENOSPC" and result["record"]["faults"] >= 1
+        said = ddsup("status", "--state-dir", str(state))
+        assert said.returncode == 0, said.stderr
+        assert "finished: worker_failed, exit 7" in said.stdout
+        assert "record incomplete: the state directory was full (No space left" in said.stdout
+        assert "killed?" not in said.stdout
         os.unlink(disk / "filler")
         status = ddsup("status", "--state-dir", str(state), "--json")
         assert status.returncode == 0, status.stderr
-        assert {i["instance"] for i in json.loads(status.stdout)["instances"]} >= {"worker"}
+        view = json.loads(status.stdout)
+        assert {i["instance"] for i in view["instances"]} >= {"worker"}
+        assert view["record_incomplete"].startswith("the state directory was full")
         logs = ddsup("logs", "--state-dir", str(state), "--since", "1h", "lane")
         assert logs.returncode == 0 and "Traceback" not in logs.stderr, logs.stderr
+
+
+def test_a_state_dir_full_to_the_last_byte_at_the_end(tmp_path: Path) -> None:
+    """No room even for the result (the space kept for it taken too): it goes to stderr,
+    and ``status`` says that the state directory is full, not "killed?"."""
+    with _tmpfs(tmp_path / "disk") as disk:
+        state, output = disk / "state", tmp_path / "output"
+        process = _start(tmp_path, state, output)
+        try:
+            until_sync(lambda: _worker_ready(state), "the worker to be ready", limit=30)
+            _fill(disk)
+            (state / ".space-for-result").unlink(missing_ok=True)
+            with open(disk / "filler", "ab", buffering=0) as more:
+                _fill_with(more)
+            (tmp_path / "release").touch()
+            process.wait(timeout=60)
+        finally:
+            end(process)
+        text = output.read_text(errors="replace")
+        _check_run_ended_as_its_worker(tmp_path, process, text)
+        result = json.loads(re.search(r"ddsup: result\.json: (.*)", text)[1])  # type: ignore[index]
+        assert (result["status"], result["exit_code"]) == ("worker_failed", WORKER_STATUS)
+        said = ddsup("status", "--state-dir", str(state))
+        assert said.returncode == 0, said.stderr
+        assert "no result.json: its state directory is full" in said.stdout, said.stdout
+        assert "killed?" not in said.stdout
 
 
 def test_a_full_disk_under_ddsup_s_own_output_too(tmp_path: Path) -> None:

@@ -92,6 +92,11 @@ def render_status(view: StatusView, *, colour: bool, now: float | None = None) -
     lines = [_paint_if(colour, "1", f"run {view.invocation_id} · launcher {view.launcher}")]
     lines[0] += " · " + _run_state(view, now)
     lines.append(f"state dir {view.state_dir}")
+    if view.result is not None and view.record_incomplete:
+        lines.append(
+            f"record incomplete: {view.record_incomplete}; the states below are as of the "
+            "last event written"
+        )
     if view.lanes:
         per_model = [f"{m} {c.ready}/{c.total}" for m, c in view.lanes.items()]
         lines.append("lanes ready: " + " · ".join(per_model))
@@ -148,6 +153,11 @@ def _run_state(view: StatusView, now: float) -> str:
             ran = duration(view.ended_at - view.started_at)
             text += f" · ran {ran}, ended {duration(now - view.ended_at)} ago"
         return text
+    if not view.live and view.record_incomplete:
+        return (
+            f"not answering and no result.json: {view.record_incomplete}, so it may have "
+            "ended without writing it: state as of its last event"
+        )
     if not view.live:
         return "not answering and no result.json (killed?): state as of its last event"
     text = f"up {duration(view.uptime or 0.0)}"

@@ -10,6 +10,7 @@ documented ``status --json`` object (docs/operating.md; fields are only ever add
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -20,6 +21,7 @@ from ddsup._errors import RunStateError
 from ddsup.ops._metrics import LaneCount, lane_counts
 from ddsup.ops._run_handle import events_of
 from ddsup.record._events import Contained, RecordedEvent, RunFinished
+from ddsup.record._faults import incomplete
 from ddsup.record._instance import fold
 from ddsup.record._outcome import Outcome
 from ddsup.record._state_dir import StateDir
@@ -65,6 +67,7 @@ class StatusView:
     time_left: float | None = None  # seconds until ends_at, when the view was made
     containment: tuple[Contained, ...] = ()  # the no-orphan layers of each supervisor
     endpoint: EndpointProcesses | None = None  # while the run's endpoint serves
+    record_incomplete: str | None = None  # why its files miss part of the run (a full disk)
 
     @cached_property
     def lanes(self) -> dict[str, LaneCount]:
@@ -94,6 +97,7 @@ class StatusView:
                 for c in self.containment
             ],
             "endpoint": None if self.endpoint is None else self.endpoint.to_json(),
+            "record_incomplete": self.record_incomplete,
         }
 
 
@@ -123,7 +127,33 @@ def status_view(state: StateDir, snapshot: RunSnapshot | None) -> StatusView:
         time_left=None if ends_at is None else round(max(0.0, ends_at - time.time()), 3),
         containment=_containment(events) if snapshot is None else snapshot.containment,
         endpoint=_endpoint(state) if snapshot is not None else None,
+        record_incomplete=None if snapshot is not None else _record_incomplete(state),
     )
+
+
+def _record_incomplete(state: StateDir) -> str | None:
+    """Why a finished run's files miss part of it: what ``result.json`` says (``record``);
+    without one, a state directory whose file system is full or read-only now (where
+    the run may have ended without writing it). None: nothing known to be missing."""
+    try:
+        data = json.loads(state.result.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return _file_system_problem(state)
+    except (OSError, ValueError):
+        return None
+    return incomplete(data.get("record")) if isinstance(data, dict) else None
+
+
+def _file_system_problem(state: StateDir) -> str | None:
+    try:
+        found = os.statvfs(state.path)
+    except OSError:
+        return None
+    if found.f_flag & os.ST_RDONLY:
+        return "its state directory is read-only"
+    if found.f_bavail == 0:
+        return "its state directory is full"
+    return None
 
 
 def _endpoint(state: StateDir) -> EndpointProcesses | None:

@@ -12,6 +12,7 @@ stderr (``run._controller``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -58,6 +59,7 @@ class WriteFaults:
         self.warn = warn
         self.count = 0
         self.first: OSError | None = None
+        self.first_path = ""
 
     def failed(self, path: Path | str, err: OSError) -> None:
         """``path`` could not be written (or opened, or created) because of ``err``."""
@@ -65,9 +67,40 @@ class WriteFaults:
         if self.first is not None:
             return
         self.first = err
+        self.first_path = os.fspath(path)
         reason = err.strerror or str(err)
         self.warn(
             f"cannot write {printable(os.fspath(path))} ({reason}); the run goes on, "
             "but its record in the state directory is incomplete (further write errors are "
             "not reported)"
         )
+
+    def to_json(self) -> dict[str, object] | None:
+        """What ``result.json`` says of them (``record``): None when there were none."""
+        if self.first is None:
+            return None
+        code = self.first.errno
+        return {
+            "faults": self.count,
+            "errno": errno.errorcode.get(code, str(code)) if code is not None else None,
+            "error": self.first.strerror or str(self.first),
+            "first": self.first_path,
+        }
+
+
+_WHY = {
+    "ENOSPC": "the state directory was full",
+    "EDQUOT": "the state directory's quota was used up",
+    "EROFS": "the state directory was read-only",
+}
+
+
+def incomplete(record: object) -> str | None:
+    """Why a run's record is incomplete, from ``result.json``'s ``record``; None when it
+    is complete (or says nothing readable)."""
+    if not isinstance(record, dict) or not record.get("faults"):
+        return None
+    why = _WHY.get(str(record.get("errno")), "the state directory could not be written")
+    first = record.get("first")
+    since = f", first {printable(os.path.basename(first))}" if isinstance(first, str) else ""
+    return f"{why} ({printable(str(record.get('error')))}{since})"

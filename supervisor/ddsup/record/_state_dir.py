@@ -59,6 +59,10 @@ __all__ = [
 
 
 WORKERS_FILE = "endpoint-workers.json"  # the endpoint's processes, while it serves (status)
+RESERVE = ".space-for-result"
+"""Space kept from the start for ``result.json``, given back when the run ends: on a disk
+that fills up meanwhile, removing it makes room for the result (``run._run_record``)."""
+RESERVE_BYTES = 64 << 10  # random, so that no compressing file system makes it smaller
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,17 @@ class StateDir:
     def save_json(self, path: Path, data: Any) -> bool:
         return self.save(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
+    def release_reserve(self) -> bool:
+        """Give back the space kept for the result (:data:`RESERVE`); whether there was any."""
+        try:
+            if self.held is None:
+                (self.path / RESERVE).unlink()
+            else:
+                os.unlink(RESERVE, dir_fd=self.held.fd)
+        except OSError:
+            return False
+        return True
+
     def open_records(self) -> int | str:
         """The ``containment`` directory for ``process.end_on_this_node``: a descriptor
         opened through the held directory (the caller closes it), else its path."""
@@ -231,6 +246,7 @@ def _create(path: Path, *, exclusive: bool) -> StateDir:
         os.close(parent)
     state = StateDir(path, held=held)
     _owner_only(held)
+    _reserve(held)
     try:
         logs = held.subdirectory("logs", error=StateDirError, hint=_HINT)
     except OSError as err:
@@ -257,6 +273,22 @@ def _make_and_hold(path: Path, parent: int, *, exclusive: bool) -> HeldDir:
         raise StateDirError(
             f"cannot open the state directory {printable(str(path))}: {err.strerror}"
         ) from err
+
+
+def _reserve(held: HeldDir) -> None:
+    """Keep :data:`RESERVE_BYTES` for the result (best effort: a disk full already, or
+    read-only, keeps nothing, and says so once its first real write fails)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(RESERVE, flags, 0o600, dir_fd=held.fd)
+    except OSError:
+        return
+    try:
+        os.write(fd, os.urandom(RESERVE_BYTES))
+    except OSError:
+        held.unlink(RESERVE)
+    finally:
+        os.close(fd)
 
 
 def _owner_only(held: HeldDir) -> None:

@@ -88,10 +88,20 @@ class RunRecord:
         self.state.save_json(self.state.run, info.to_json())
 
     def write_result(self, outcome: Outcome) -> None:
-        """``result.json``; on stderr, one JSON line, when it cannot be written."""
+        """``result.json``, with what kept the record from being complete (``record``);
+        on a full disk into the space kept for it from the start; on stderr, one JSON
+        line, when even that fails."""
         result = outcome.to_dict()
-        if not self.state.save_json(self.state.result, result):
+        faults = self.state.faults
+        if faults.count:
+            result["record"] = faults.to_json()
+        written = self.state.save_json(self.state.result, result)
+        if not written and self.state.release_reserve():
+            result["record"] = faults.to_json()
+            written = self.state.save_json(self.state.result, result)
+        if not written:
             say(f"ddsup: result.json: {json.dumps(result, sort_keys=True)}\n")
+        self.state.release_reserve()
 
     def snapshot(
         self, rows: tuple[InstanceStatus, ...], stopping: bool, ends_at: float | None
