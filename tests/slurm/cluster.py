@@ -150,12 +150,15 @@ def render_conf(
     cpus: int,
     user: str,
     gpus: int = 0,
+    epilog: Path | None = None,
 ) -> str:
     """slurm.conf for a one-host cluster: every node is a ``slurmd -N`` on 127.0.0.1.
 
-    With ``gpus``, every node has that many GRES GPUs (``gres.conf``: :func:`fake_gpus`).
+    With ``gpus``, every node has that many GRES GPUs (``gres.conf``: :func:`fake_gpus`);
+    with ``epilog``, slurmd runs that program after every job.
     """
     lines = [
+        *([f"Epilog={epilog}"] if epilog is not None else []),
         "ClusterName=ddsuptest",
         *(["GresTypes=gpu"] if gpus else []),
         f"SlurmctldHost={hostname}(127.0.0.1)",
@@ -230,12 +233,13 @@ class SlurmCluster:
         cpus: int = 2,
         gpus: int = GPUS_PER_NODE,
         timeout: float = 60.0,
+        epilog: Path | None = None,
     ) -> SlurmCluster:
         """Write the config, start munged, slurmctld and ``nodes`` slurmd; wait for idle.
 
         Each node gets ``gpus`` fake GRES GPUs where device files can be made (root);
-        ``gpus_per_node`` says how many it got. On any failure every daemon already
-        started is stopped before the error rises.
+        ``gpus_per_node`` says how many it got; ``epilog`` is slurm.conf's ``Epilog``.
+        On any failure every daemon already started is stopped before the error rises.
         """
         if nodes < 1:
             raise ValueError(f"a cluster needs at least one node, not nodes={nodes}")
@@ -249,7 +253,7 @@ class SlurmCluster:
             _make_layout(Path(tmp_dir)), [f"n{i}" for i in range(1, nodes + 1)], find_binaries()
         )
         try:
-            cluster._write_files(cpus, gpus)
+            cluster._write_files(cpus, gpus, epilog)
             cluster._start_daemons(timeout)
         except BaseException:
             cluster.stop()
@@ -356,7 +360,7 @@ class SlurmCluster:
 
     # -- internals -----------------------------------------------------------------
 
-    def _write_files(self, cpus: int, gpus: int) -> None:
+    def _write_files(self, cpus: int, gpus: int, epilog: Path | None) -> None:
         layout = self.layout
         for directory in (layout.logs, layout.jobs, layout.run / "ctld", layout.munge_key.parent):
             directory.mkdir(parents=True, exist_ok=True)
@@ -373,6 +377,7 @@ class SlurmCluster:
             cpus=cpus,
             user=getpass.getuser(),
             gpus=self.gpus_per_node,
+            epilog=epilog,
         )
         layout.conf.write_text(conf)
 
