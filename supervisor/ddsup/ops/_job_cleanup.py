@@ -30,7 +30,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from ddsup._errors import DdsupError, UsageError
+from ddsup._errors import DdsupError, UntrustedRunError, UsageError
 from ddsup.ops._recorded_run import end_run, open_run
 from ddsup.process._proc import pids, read_environ
 from ddsup.units import printable
@@ -52,19 +52,15 @@ def run_job_cleanup(job: str, user: str | None, pattern: str | None) -> int:
         except DdsupError as err:
             print(f"left alone: {err}")
             continue
+        name, where = printable(run.info.invocation_id), printable(str(state_dir))
         if run.info.job != job:
             run.close()
-            print(
-                f"left alone: run {run.info.invocation_id} in {printable(str(state_dir))} "
-                f"is of job {run.info.job or '(none)'}, not {job}"
-            )
+            of = printable(run.info.job or "(none)")
+            print(f"left alone: run {name} in {where} is of job {of}, not {job}")
             continue
         ended = end_run(run)
         survivors += ended.survivors
-        print(
-            f"ended {len(ended.hit)} process(es) of run {run.info.invocation_id} "
-            f"(job {job}, {printable(str(state_dir))})"
-        )
+        print(f"ended {len(ended.hit)} process(es) of run {name} (job {job}, {where})")
     if survivors:
         print(f"ddsup: error: still alive after SIGKILL: {survivors}", file=sys.stderr)
         return 1
@@ -89,9 +85,15 @@ def _become(account: pwd.struct_passwd) -> None:
     """Act as ``account`` from here on, for good (root only; a no-op for oneself)."""
     if account.pw_uid == os.geteuid():
         return
-    os.initgroups(account.pw_name, account.pw_gid)
-    os.setresgid(account.pw_gid, account.pw_gid, account.pw_gid)
-    os.setresuid(account.pw_uid, account.pw_uid, account.pw_uid)
+    try:
+        os.initgroups(account.pw_name, account.pw_gid)
+        os.setresgid(account.pw_gid, account.pw_gid, account.pw_gid)
+        os.setresuid(account.pw_uid, account.pw_uid, account.pw_uid)
+    except OSError as err:  # nothing is done as anyone else
+        raise UntrustedRunError(
+            f"cannot act as user {printable(account.pw_name)} (uid {account.pw_uid}): "
+            f"{err.strerror}; nothing was ended"
+        ) from err
 
 
 def _state_dirs(job: str, uid: int, pattern: str | None) -> Iterator[Path]:
