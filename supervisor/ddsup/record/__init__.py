@@ -7,9 +7,11 @@ a run, ``result.json``), ``_events`` (one frozen dataclass per kind of event;
 ``_event_parse`` and ``_fields`` read them back),
 ``_event_log`` (``events.jsonl`` written and read), ``_instance`` (an instance's record,
 the fold of its events), ``_status`` (``status`` rows and the live snapshot),
-``_state_dir`` (where it all lives), ``_private`` (files written without following
-links, checked before being trusted), ``_faults`` (a full or read-only disk: one
-warning, the run goes on) and ``_display`` (how states and durations look to a person).
+``_state_dir`` (where it all lives, held open by its writers), ``_run_info``
+(``run.json``: how to find and recognise a run), ``_private`` (files written without
+following links, directories held by descriptor, both checked before being trusted),
+``_faults`` (a full or read-only disk: one warning, the run goes on) and ``_display``
+(how states and durations look to a person).
 Reading a whole run back:
 ``_series`` (the endpoint's time series format), ``_run_files`` (every file of a run,
 tolerantly), ``_timeline`` (events replayed into segments) and ``_efficiency`` (where the
