@@ -104,7 +104,6 @@ def test_an_unknown_flag_is_a_usage_error_of_fake_vllm(capsys: pytest.CaptureFix
         (["--config", "serve.yaml"], "--config: vLLM's YAML config file is not read"),
         (["--lora-modules", "a=/l"], "--lora-modules needs --enable-lora"),
         (["--enable-lora", "--lora-modules", "{bad"], "expected NAME=PATH or a JSON object"),
-        (["m", "--model", "n"], "the model is given twice"),
         (["--nnodes", "2", "--node-rank", "2"], "--node-rank must be in [0, --nnodes)"),
         (["--engine-clear-env"], "--engine-clear-env needs --spawn-engine"),
         (["--served-model-name", "a", "a"], "names must be unique"),
@@ -115,6 +114,12 @@ def test_bad_vllm_arguments_say_what_to_fix(
 ) -> None:
     assert main(["fake-vllm", *argv]) == 64
     assert message in capsys.readouterr().err
+
+
+def test_the_positional_model_wins_over_model_as_in_vllm() -> None:
+    """``vllm serve`` sets ``args.model = args.model_tag`` when both are given."""
+    assert behaviour_from_args(_parse("m", "--model", "n")).model == "m"  # type: ignore[arg-type]
+    assert behaviour_from_args(_parse("--model", "n")).model == "n"  # type: ignore[arg-type]
 
 
 def test_lora_modules_in_both_of_vllms_forms() -> None:

@@ -17,7 +17,7 @@ DEFAULT_MODEL = "fake-model"
 DEFAULT_MAX_TOKENS = 16
 DEFAULT_MAX_MODEL_LEN = 4096
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's own default for --max-num-seqs
-DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+DEFAULT_SHUTDOWN_TIMEOUT = 0.0  # vLLM's own default: in-flight requests are aborted at once
 
 
 @dataclass(frozen=True)

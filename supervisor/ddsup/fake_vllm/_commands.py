@@ -297,10 +297,11 @@ def ignored_flags_line(args: argparse.Namespace) -> str | None:
 
 
 def _model(args: argparse.Namespace) -> str:
-    given = {m for m in (args.model_tag, args.model) if m is not None}
-    if len(given) > 1:
-        raise UsageError("fake-vllm: the model is given twice (MODEL and --model): give it once")
-    return given.pop() if given else defaults.DEFAULT_MODEL
+    """``MODEL``, else ``--model``: vLLM's serve command lets the positional win."""
+    for given in (args.model_tag, args.model):
+        if given is not None:
+            return str(given)
+    return defaults.DEFAULT_MODEL
 
 
 def _api_keys(keys: list[str] | None) -> tuple[str, ...]:

@@ -34,6 +34,23 @@ class RequestError(Exception):
         self.param = param
 
 
+def invalid(loc: str, kind: str, msg: str, given: object) -> RequestError:
+    """A refusal by vLLM's request model (pydantic, through FastAPI): type ``Bad Request``,
+    ``param`` the field's location (``body.messages``) and the validation error as text."""
+    where = f"body.{loc}" if loc else "body"
+    detail = {"type": kind, "loc": where, "msg": msg, "input": _shown(given)}
+    return RequestError(f"1 validation error:\n  {detail}", err_type="Bad Request", param=where)
+
+
+def _shown(given: object) -> str:
+    """How vLLM's validation message shows the input: containers by their size only."""
+    if isinstance(given, dict):
+        return f"<dict of {len(given)} items>"
+    if isinstance(given, list):
+        return f"<list of {len(given)} items>"
+    return str(given)
+
+
 @dataclass(frozen=True)
 class Limits:
     """What the served model allows, and how a request's ``model`` resolves.
@@ -73,7 +90,8 @@ def parse_generation(body: bytes, *, chat: bool, limits: Limits) -> GenerationRe
     stream = _optional(data, "stream", bool, False)
     if data.get("stream_options") is not None and not stream:
         raise RequestError(
-            "Stream options can only be defined when `stream=True`.", param="stream_options"
+            "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
+            param="stream_options",
         )
     return GenerationRequest(
         chat=chat,
@@ -92,10 +110,17 @@ def json_object(body: bytes) -> dict[str, Any]:
     """The request body as a JSON object, or a 400 saying why not."""
     try:
         data = json.loads(body)
+    except json.JSONDecodeError as err:
+        raise invalid(str(err.pos), "json_invalid", "JSON decode error", {}) from err
     except (UnicodeDecodeError, ValueError) as err:
-        raise RequestError(f"The request body is not valid JSON: {err}") from err
+        raise invalid("0", "json_invalid", "JSON decode error", {}) from err
     if not isinstance(data, dict):
-        raise RequestError("The request body must be a JSON object.")
+        raise invalid(
+            "",
+            "model_attributes_type",
+            "Input should be a valid dictionary or object to extract fields from",
+            data,
+        )
     return data
 
 
@@ -110,30 +135,42 @@ def _completion_prompts(data: dict[str, Any]) -> tuple[str, ...]:
             return (" ".join(map(str, prompt)),)  # one prompt given as token ids
         if all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in prompt):
             return tuple(" ".join(map(str, p)) for p in prompt)
-    raise RequestError(
-        "`prompt` must be a string, a list of strings, or token ids.", param="prompt"
+    if prompt is None or prompt == "" or prompt == []:
+        raise RequestError(
+            "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
+            param="prompt",
+        )
+    raise invalid(
+        "prompt", "string_type", "Input should be a string, a list of strings or token ids", prompt
     )
 
 
 def _chat_prompt(data: dict[str, Any]) -> str:
     messages = data.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("`messages` must be a non-empty list.", param="messages")
+    if messages is None:
+        raise invalid("messages", "missing", "Field required", data)
+    if not isinstance(messages, list):
+        raise invalid("messages", "list_type", "Input should be a valid list", messages)
+    if not messages:
+        raise RequestError(
+            "Cannot apply chat template to an empty conversation. Provide at least one message."
+        )
     lines = []
-    for message in messages:
+    for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise RequestError("Each message must be an object with a `role`.", param="messages")
-        lines.append(f"{message['role']}: {_content_text(message.get('content'))}")
+            raise invalid(f"messages.{i}.role", "missing", "Field required", message)
+        lines.append(f"{message['role']}: {_content_text(message.get('content'), i)}")
     return "\n".join(lines)
 
 
-def _content_text(content: object) -> str:
+def _content_text(content: object, index: int) -> str:
     if content is None or isinstance(content, str):
         return content or ""
     if isinstance(content, list):
         parts = [p.get("text", "") for p in content if isinstance(p, dict)]
         return " ".join(p for p in parts if isinstance(p, str))
-    raise RequestError("Message `content` must be a string or a list of parts.", param="messages")
+    loc = f"messages.{index}.content"
+    raise invalid(loc, "string_type", "Input should be a string or a list of parts", content)
 
 
 def _max_tokens(data: dict[str, Any], prompt_tokens: int, limits: Limits) -> int:
@@ -144,6 +181,12 @@ def _max_tokens(data: dict[str, Any], prompt_tokens: int, limits: Limits) -> int
             raise RequestError(_too_long(limits.max_model_len, prompt_tokens, 1), param="messages")
         return min(limits.default_max_tokens, room)
     wanted = _positive(data, key, 1)
+    if wanted > limits.max_model_len:
+        raise RequestError(
+            f"{key}={wanted} cannot be greater than max_model_len={limits.max_model_len}. "
+            f"Please request fewer output tokens. (parameter={key}, value={wanted})",
+            param=key,
+        )
     if wanted > room:
         raise RequestError(_too_long(limits.max_model_len, prompt_tokens, wanted), param=key)
     return wanted
@@ -165,7 +208,7 @@ def _stops(data: dict[str, Any]) -> tuple[str, ...]:
     if isinstance(stop, str):
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise RequestError("`stop` must be a string or a list of strings.", param="stop")
+        raise invalid("stop", "string_type", "Input should be a string or a list of strings", stop)
     return tuple(s for s in stop if s)
 
 
@@ -174,7 +217,7 @@ def _stream_options(data: dict[str, Any]) -> dict[str, Any]:
     if options is None:
         return {}
     if not isinstance(options, dict):
-        raise RequestError("`stream_options` must be an object.", param="stream_options")
+        raise invalid("stream_options", "model_type", "Input should be an object", options)
     return options
 
 
@@ -182,8 +225,14 @@ def _positive(data: dict[str, Any], key: str, default: int) -> int:
     value = data.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RequestError(f"`{key}` must be a positive integer, got {value!r}.", param=key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(key, "int_type", "Input should be a valid integer", value)
+    if value < 1:  # vLLM's own check, after the request model's
+        if key == "n":
+            raise RequestError(f"n must be at least 1, got {value}.")
+        raise RequestError(
+            f"{key} must be at least 1, got {value}. (parameter={key}, value={value})", param=key
+        )
     return value
 
 
@@ -192,5 +241,5 @@ def _optional(data: dict[str, Any], key: str, kind: type[bool], default: bool) -
     if value is None:
         return default
     if not isinstance(value, kind):
-        raise RequestError(f"`{key}` must be a boolean, got {value!r}.", param=key)
+        raise invalid(key, "bool_type", "Input should be a valid boolean", value)
     return value
