@@ -74,15 +74,67 @@ async def test_refuses_connections_until_loaded(client: httpx.AsyncClient) -> No
         assert (await client.get(f"http://127.0.0.1:{port}/health")).status_code == 200
 
 
-async def test_sigterm_while_loading_exits_zero() -> None:
+async def _loading(lane: Lane, delay: str) -> None:
+    """Wait for the line that says signals are handled and the model loads."""
+    assert lane.process.stderr is not None
+    wanted = f"fake-vllm: loading the model for {delay}s\n".encode()
+    seen = b""
+    with trio.fail_after(EXIT_DEADLINE):
+        while wanted not in seen:
+            chunk = await lane.process.stderr.receive_some(200)
+            assert chunk, seen
+            seen += chunk
+
+
+async def test_sigint_while_loading_exits_zero() -> None:
     async with fake_vllm_process(
         "--startup-delay", "30", wait_listening=False, stderr=True
     ) as lane:
-        assert lane.process.stderr is not None
-        with trio.fail_after(EXIT_DEADLINE):
-            line = await lane.process.stderr.receive_some(200)
-        assert line.startswith(b"fake-vllm: loading the model for 30s")
+        await _loading(lane, "30")
+        lane.process.send_signal(signal.SIGINT)
+        assert await _wait(lane) == 0
+
+
+async def test_sigterm_while_loading_is_ignored_and_the_start_then_fails(tmp_path: Path) -> None:
+    """As vLLM 0.32: the API server ignores SIGTERM while it loads, its engine core (in
+    the process group) exits, and the server can then never become ready."""
+    pid_file = tmp_path / "engine.pid"
+    async with fake_vllm_process(
+        "--startup-delay", "2", "--spawn-engine", "--engine-pid-file", str(pid_file),
+        wait_listening=False, stderr=True,
+    ) as lane:  # fmt: skip
+        await _loading(lane, "2")
+        engine = int(pid_file.read_text())
         lane.process.send_signal(signal.SIGTERM)
+        await _wait_gone(engine)
+        assert lane.process.returncode is None, "SIGTERM stopped a loading server"
+        assert await _wait(lane) == CRASH_EXIT_STATUS
+
+
+async def test_engine_death_fails_health_and_chat_then_exits_zero(
+    client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    """As vLLM 0.32 when its EngineCore dies: /health 503, chat 500, then exit 0."""
+    pid_file = tmp_path / "engine.pid"
+    async with fake_vllm_process("--spawn-engine", "--engine-pid-file", str(pid_file)) as lane:
+        await _ok(client, lane)
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        with trio.fail_after(EXIT_DEADLINE):
+            while (await client.get(lane.url + "/health")).status_code == 200:  # noqa: ASYNC110 - another process's state: bounded poll
+                await trio.sleep(0.02)
+        chat = await client.post(
+            lane.url + "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        )
+        assert chat.status_code == 500
+        assert chat.json()["error"]["type"] == "InternalServerError"
+        assert await _wait(lane) == 0  # the refused request ends it at once
+
+
+async def test_engine_death_without_requests_exits_within_the_watchdog(tmp_path: Path) -> None:
+    pid_file = tmp_path / "engine.pid"
+    async with fake_vllm_process("--spawn-engine", "--engine-pid-file", str(pid_file)) as lane:
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
         assert await _wait(lane) == 0
 
 

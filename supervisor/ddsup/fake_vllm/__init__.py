@@ -1,7 +1,8 @@
 """``ddsup fake-vllm``: a vLLM stand-in for rehearsals and tests (docs/cli.md, `ddsup fake-vllm`).
 
-It takes ``vllm serve``'s command line (every flag of vLLM 0.34), serves vLLM's HTTP
-surface (OpenAI completions and chat with SSE streaming, responses, embeddings, pooling,
+It takes ``vllm serve``'s command line (every flag of vLLM 0.32 and 0.34), serves vLLM's
+HTTP surface (OpenAI completions and chat with SSE streaming, batch chat, Anthropic
+messages, responses, embeddings, pooling,
 score, rerank, tokenize, ``/v1/models`` with aliases and LoRA adapters, ``/health``,
 ``/metrics``) with deterministic answers, imitates vLLM's process model (a retitled
 ``VLLM::EngineCore`` with its ``VLLM::Worker_TP…`` children), and misbehaves on request:
@@ -12,9 +13,10 @@ SIGTERM it ignores, an engine that outlives it. Layering, bottom up:
 - ``_text``: deterministic tokens and stop strings; ``_request``: request validation;
   ``_responses``: vLLM-shaped JSON; ``_metrics``: Prometheus text.
 - ``_models``: served names and adapters; ``_pooling``: pooling, scoring and tokenizer
-  routes; ``_responses_api``: ``/v1/responses``.
-- ``_engine``: the running/waiting model, counters, health, planned crashes.
-- ``_app``: the ASGI app; ``_server``: hypercorn (trio) serving it.
+  routes; ``_responses_api``: ``/v1/responses``; ``_messages_api``: ``/v1/messages``.
+- ``_answers``: a generated answer's bytes per API (whole, or event by event).
+- ``_engine``: the running/waiting model, counters, health, planned crashes, a dead engine.
+- ``_asgi``: ASGI plumbing; ``_app``: the ASGI app; ``_server``: hypercorn (trio) serving it.
 - ``_engine_core``: the retitled engine and worker processes.
 - ``_vllm_cli``: vLLM's argv inside the fake (and :func:`fake_vllm_argv` for
   rehearsals); ``_commands``: the CLI; ``_main``: running it.

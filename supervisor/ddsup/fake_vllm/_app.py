@@ -18,34 +18,43 @@ import hashlib
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from functools import partial
 
 import trio
 
 from ddsup import __version__
 from ddsup.fake_vllm import _metrics, _pooling
+from ddsup.fake_vllm._answers import SSE, Answer, BatchAnswer, MessagesAnswer, OpenAIAnswer
+from ddsup.fake_vllm._asgi import (
+    Disconnected,
+    Receive,
+    Scope,
+    Send,
+    cancel_on_disconnect,
+    lifespan,
+    read_body,
+)
 from ddsup.fake_vllm._behaviour import Behaviour
-from ddsup.fake_vllm._engine import Engine
+from ddsup.fake_vllm._engine import ENGINE_DEAD, Engine
+from ddsup.fake_vllm._messages_api import anthropic_error, count_body, parse_messages
 from ddsup.fake_vllm._models import ServedModels
 from ddsup.fake_vllm._request import (
     GenerationRequest,
     Limits,
     RequestError,
     json_object,
+    parse_batch,
     parse_generation,
 )
-from ddsup.fake_vllm._responses import DONE, ChunkWriter, dumps, error_body, full_response
+from ddsup.fake_vllm._responses import dumps, error_body
 from ddsup.fake_vllm._responses_api import parse_responses, response_body
 from ddsup.fake_vllm._text import ChoiceText, generate, tokens
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+Parse = Callable[..., GenerationRequest]  # (body, limits=…)
+AnswerKind = Callable[[GenerationRequest, Sequence[ChoiceText]], Answer]
 
-MAX_BODY_BYTES = 32 * 1024 * 1024
 _JSON = b"application/json"
-_SSE = b"text/event-stream; charset=utf-8"
 _GUARDED = ("/v1", "/v2", "/inference", "/cohere")  # vLLM's AuthenticationMiddleware
 _POOLING_ROUTES: dict[str, _pooling.Builder] = {
     "/v1/embeddings": _pooling.embeddings,
@@ -56,14 +65,21 @@ _POOLING_ROUTES: dict[str, _pooling.Builder] = {
     "/v1/rerank": _pooling.rerank,
     "/v2/rerank": _pooling.rerank,
 }
+_SCALE_OUT_ROUTES = (
+    "/v1/chat/completions/render",
+    "/v1/completions/render",
+    "/v1/messages/render",
+    "/v1/responses/render",
+    "/v1/chat/completions/derender",
+    "/v1/completions/derender",
+)
+_SCALE_OUT_OFF = (
+    "Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out to enable them."
+)
 _TOKENIZER_ROUTES: dict[str, _pooling.Builder] = {
     "/tokenize": _pooling.tokenize,
     "/detokenize": _pooling.detokenize,
 }
-
-
-class _Disconnected(Exception):
-    """The client went away before its request body was complete."""
 
 
 class FakeVllmApp:
@@ -93,8 +109,14 @@ class FakeVllmApp:
             ("GET", "/metrics"): self._metrics,
             ("POST", "/v1/completions"): self._completions,
             ("POST", "/v1/chat/completions"): self._chat,
+            ("POST", "/v1/chat/completions/batch"): self._batch,
             ("POST", "/v1/responses"): self._responses,
+            ("POST", "/v1/messages"): self._messages,
+            ("POST", "/v1/messages/count_tokens"): self._count_tokens,
+            ("GET", "/load"): self._load,
         }
+        for path in _SCALE_OUT_ROUTES:
+            self._routes["POST", path] = self._scale_out
         for path, builder in _POOLING_ROUTES.items():
             self._routes["POST", path] = self._builder_route(builder, in_engine=True)
         for path, builder in _TOKENIZER_ROUTES.items():
@@ -107,7 +129,7 @@ class FakeVllmApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -157,6 +179,15 @@ class FakeVllmApp:
     async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._respond(send, 200 if self._engine.healthy() else 503, b"")
 
+    async def _load(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """vLLM's ``/load`` without ``--enable-server-load-tracking``: always 0."""
+        await self._respond(send, 200, dumps({"server_load": 0}))
+
+    async def _scale_out(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Render and derender, as vLLM answers them without ``--enable-scale-out``."""
+        body = error_body(_SCALE_OUT_OFF, "PermissionDeniedError", 403)
+        await self._respond(send, 403, dumps(body))
+
     async def _version(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._respond(send, 200, dumps({"version": f"fake-vllm (ddsup {__version__})"}))
 
@@ -172,11 +203,11 @@ class FakeVllmApp:
 
         async def handle(scope: Scope, receive: Receive, send: Send) -> None:
             try:
-                answer = builder(json_object(await _read_body(receive)), self._served)
+                answer = builder(json_object(await read_body(receive)), self._served)
             except RequestError as err:
                 await self._error(send, err)
                 return
-            except _Disconnected:
+            except Disconnected:
                 return
             if in_engine and not await self._in_slot(receive, 1):
                 return
@@ -188,12 +219,12 @@ class FakeVllmApp:
 
     async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            data = json_object(await _read_body(receive))
+            data = json_object(await read_body(receive))
             request = parse_responses(data, self._served, self._behaviour.default_max_tokens)
         except RequestError as err:
             await self._error(send, err)
             return
-        except _Disconnected:
+        except Disconnected:
             return
         stream = tokens(self._lane, request.model, request.prompt, 0)
         choice = generate(stream, request.max_output_tokens, ())
@@ -207,7 +238,7 @@ class FakeVllmApp:
         """Queue for a slot and "generate" ``steps`` tokens; False if the client left."""
         done = False
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+            nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
             async with self._engine.slot():
                 await _sleep_until(self._token_time(trio.current_time(), steps - 1))
             done = True
@@ -217,43 +248,90 @@ class FakeVllmApp:
         return done
 
     async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._generate(receive, send, chat=False)
+        await self._generate(receive, send, parse=partial(parse_generation, chat=False))
 
     async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._generate(receive, send, chat=True)
+        await self._generate(receive, send, parse=partial(parse_generation, chat=True))
 
-    async def _generate(self, receive: Receive, send: Send, *, chat: bool) -> None:
+    async def _batch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._generate(receive, send, parse=parse_batch, kind=BatchAnswer)
+
+    async def _messages(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._generate(receive, send, parse=parse_messages, kind=MessagesAnswer)
+
+    async def _count_tokens(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            request = parse_generation(await _read_body(receive), chat=chat, limits=self._limits)
+            request = parse_messages(await read_body(receive), self._limits, count_only=True)
         except RequestError as err:
+            await self._messages_error(send, err)
+            return
+        except Disconnected:
+            return
+        await self._respond(send, 200, dumps(count_body(request)))
+
+    async def _messages_error(self, send: Send, err: RequestError) -> None:
+        """The request model's refusals in vLLM's OpenAI shape, the handler's in Anthropic's."""
+        if err.err_type == "Bad Request":
             await self._error(send, err)
+        else:
+            await self._respond(send, err.status, dumps(anthropic_error(err)))
+
+    async def _generate(
+        self, receive: Receive, send: Send, *, parse: Parse, kind: AnswerKind = OpenAIAnswer
+    ) -> None:
+        try:
+            request = parse(await read_body(receive), limits=self._limits)
+        except RequestError as err:
+            await (self._messages_error if kind is MessagesAnswer else self._error)(send, err)
             return
-        except _Disconnected:
+        except Disconnected:
             return
-        choices = self._choices(request)
-        # Queueing and generating end early if the client leaves. The last send stays
-        # outside the watch: it is what makes hypercorn report the stream closed.
-        generated_all = False
+        answer = kind(request, self._choices(request))
+        if self._engine.dead:
+            await self._engine_dead(send)
+            return
+        # Queueing and generating end early if the client leaves or the engine dies. The
+        # last send stays outside the watch: it makes hypercorn report the stream closed.
+        generated_all = streamed = False
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+            nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
+            nursery.start_soon(self._engine.cancel_when_dead, nursery.cancel_scope)
             async with self._engine.slot():
                 start = trio.current_time()
                 if request.stream:
-                    await self._stream(send, request, choices, start)
+                    streamed = True
+                    await self._stream(send, answer, start)
                 else:
-                    await _sleep_until(self._token_time(start, _steps(choices) - 1))
+                    await _sleep_until(self._token_time(start, _steps(answer.choices) - 1))
             generated_all = True
             nursery.cancel_scope.cancel()
         if not generated_all:
-            self._engine.aborted()
+            await self._cut_short(send, streamed)
             return
         if request.stream:
-            await send({"type": "http.response.body", "body": DONE, "more_body": False})
+            await send({"type": "http.response.body", "body": answer.closing(), "more_body": False})
         else:
-            await self._respond(send, 200, dumps(full_response(request, choices)))
-        generated = sum(c.completion_tokens for c in choices)
-        reasons = [c.finish_reason for c in choices]
+            await self._respond(send, 200, answer.whole())
+        generated = sum(c.completion_tokens for c in answer.choices)
+        reasons = [c.finish_reason for c in answer.choices]
         self._engine.finished(reasons, request.prompt_tokens, generated)
+
+    async def _cut_short(self, send: Send, streamed: bool) -> None:
+        """The client left (nothing to send), or the engine died: vLLM's 500, or the end
+        of a stream that had begun."""
+        self._engine.aborted()
+        if not self._engine.dead:
+            return
+        if streamed:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        else:
+            await self._engine_dead(send)
+
+    async def _engine_dead(self, send: Send) -> None:
+        """vLLM's answer once its engine core is gone (``EngineDeadError``)."""
+        self._engine.request_failed()
+        body = error_body(ENGINE_DEAD, "InternalServerError", 500)
+        await self._respond(send, 500, dumps(body))
 
     def _choices(self, request: GenerationRequest) -> list[ChoiceText]:
         return [
@@ -268,26 +346,15 @@ class FakeVllmApp:
         """When token ``step`` (0-based) is ready: first after ttft, then at the rate."""
         return start + self._behaviour.ttft + step * self._behaviour.token_interval()
 
-    async def _stream(
-        self, send: Send, request: GenerationRequest, choices: Sequence[ChoiceText], start: float
-    ) -> None:
-        headers = [(b"content-type", _SSE), (b"cache-control", b"no-cache"), self._lane_header]
+    async def _stream(self, send: Send, answer: Answer, start: float) -> None:
+        headers = [(b"content-type", SSE), (b"cache-control", b"no-cache"), self._lane_header]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        writer = ChunkWriter(request)
-        if request.chat:
-            for index in range(len(choices)):
-                await _send_event(send, writer.role(index))
-        for step in range(_steps(choices)):
+        for event in answer.opening():
+            await _send_event(send, event)
+        for step in range(_steps(answer.choices)):
             await _sleep_until(self._token_time(start, step))
-            for index, choice in enumerate(choices):
-                if step >= choice.completion_tokens:
-                    continue
-                last = step == choice.completion_tokens - 1
-                if choice.deltas[step] or last:
-                    event = writer.delta(index, choice.deltas[step], choice if last else None)
-                    await _send_event(send, event)
-        if request.include_usage:
-            await _send_event(send, writer.usage(choices))
+            for event in answer.step(step):
+                await _send_event(send, event)
 
 
 async def _sleep_until(deadline: float) -> None:
@@ -302,35 +369,3 @@ def _steps(choices: Sequence[ChoiceText]) -> int:
 
 async def _send_event(send: Send, event: bytes) -> None:
     await send({"type": "http.response.body", "body": event, "more_body": True})
-
-
-async def _read_body(receive: Receive) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Disconnected
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise RequestError(f"The request body is over {MAX_BODY_BYTES} bytes.", status=413)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    scope.cancel()
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

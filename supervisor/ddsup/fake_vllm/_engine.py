@@ -21,6 +21,7 @@ import trio
 from ddsup.fake_vllm._behaviour import Behaviour
 
 CRASH_EXIT_STATUS = 1  # what an unhandled error in vLLM's API server exits with
+ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 
 def crash_now(reason: str) -> None:
@@ -55,6 +56,25 @@ class Engine:
         self._prompt_tokens = 0
         self._generation_tokens = 0
         self._serving_since: float | None = None
+        self._died = trio.Event()
+        self.failed = trio.Event()  # a request was refused because the engine is dead
+
+    @property
+    def dead(self) -> bool:
+        """Whether the engine core process is gone (``EngineDeadError`` in vLLM)."""
+        return self._died.is_set()
+
+    def die(self) -> None:
+        """The engine core process ended: refuse generation, fail ``/health``."""
+        self._died.set()
+
+    def request_failed(self) -> None:
+        self.failed.set()
+
+    async def cancel_when_dead(self, scope: trio.CancelScope) -> None:
+        """Cancel ``scope`` once the engine dies (the generations it was running end)."""
+        await self._died.wait()
+        scope.cancel()
 
     def mark_serving(self) -> None:
         """Called once the port is open: timed knobs count from here."""
@@ -91,7 +111,7 @@ class Engine:
 
     def healthy(self) -> bool:
         """``/health`` verdict: ``--fail-health``, or ``--fail-health-after`` has passed."""
-        if self._behaviour.fail_health:
+        if self._behaviour.fail_health or self.dead:
             return False
         after = self._behaviour.fail_health_after
         if after is None or self._serving_since is None:

@@ -147,8 +147,9 @@ class EngineCore:
         """Tell the engine to exit and reap it (killing it if it does not listen)."""
         assert self.process.stdin is not None
         try:
-            self.process.stdin.write(b"stop\n")
-            self.process.stdin.close()
+            if not self.process.stdin.closed:  # stopped once already: wait() only
+                self.process.stdin.write(b"stop\n")
+                self.process.stdin.close()
         except BrokenPipeError:
             pass  # it is already gone; wait() below reaps it
         try:

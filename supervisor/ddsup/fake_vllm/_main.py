@@ -4,12 +4,21 @@ The order is vLLM's: the engine process starts first (the API server binds its p
 once the engine is up), then the server serves until SIGTERM/SIGINT, drains, and stops
 its engine on the way out (unless the engine is told to outlive it). With ``--headless``
 there is no API server: the process only waits for a signal, as vLLM's ranks > 0 do.
-The output contract is in :mod:`~ddsup.fake_vllm._commands`.
+
+Two behaviours of vLLM 0.32's API server are kept on purpose, since a supervisor must
+cope with them: SIGTERM while the model loads is ignored (its engine core, in the same
+process group, exits; the server then never becomes ready and fails once loading is
+over), and when the engine core process dies the server answers ``/health`` with 503
+and generation with 500, then exits **0** at the first refused request or within
+:data:`ENGINE_WATCHDOG` seconds (vLLM's watchdog). The output contract is in
+:mod:`~ddsup.fake_vllm._commands`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import signal
 import sys
 from functools import partial
@@ -23,8 +32,11 @@ from ddsup.fake_vllm._commands import (
     engine_options,
     ignored_flags_line,
 )
-from ddsup.fake_vllm._engine_core import spawn_engine_core
+from ddsup.fake_vllm._engine import CRASH_EXIT_STATUS, Engine
+from ddsup.fake_vllm._engine_core import EngineCore, spawn_engine_core
 from ddsup.fake_vllm._server import serve_fake_vllm
+
+ENGINE_WATCHDOG = 5.0  # vLLM's VLLM_WATCHDOG_TIME_S: how often it looks for a dead engine
 
 
 def run_fake_vllm(args: argparse.Namespace) -> int:
@@ -39,11 +51,13 @@ def run_fake_vllm(args: argparse.Namespace) -> int:
     if behaviour.ignore_sigterm:  # after the spawn: an ignored signal is inherited
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        trio.run(_headless if behaviour.headless else _main, behaviour)
+        if behaviour.headless:
+            trio.run(_headless, behaviour)
+            return 0
+        return trio.run(_main, behaviour, engine)
     finally:
         if engine is not None:
             engine.finish()
-    return 0
 
 
 async def _headless(behaviour: Behaviour) -> None:
@@ -54,31 +68,78 @@ async def _headless(behaviour: Behaviour) -> None:
             return
 
 
-async def _main(behaviour: Behaviour) -> None:
+@dataclasses.dataclass
+class _Loading:
+    """Whether a SIGTERM came while the model loaded (vLLM then never becomes ready)."""
+
+    terminated: bool = False
+
+
+async def _main(behaviour: Behaviour, process: EngineCore | None) -> int:
     shutdown = trio.Event()
     listening = trio.Event()
+    loading = _Loading()
+    engine = Engine(behaviour)
     async with trio.open_nursery() as nursery:
-        await nursery.start(_watch_signals, behaviour, shutdown, listening, nursery.cancel_scope)
+        watch = partial(_watch_signals, behaviour, shutdown, listening, loading, process)
+        await nursery.start(watch, nursery.cancel_scope)
         if behaviour.startup_delay > 0:
             print(
                 f"fake-vllm: loading the model for {behaviour.startup_delay:g}s",
                 file=sys.stderr,
                 flush=True,
             )
-        port = await nursery.start(partial(_serve_then_stop, behaviour, shutdown, nursery))
+            await trio.sleep(behaviour.startup_delay)
+        if loading.terminated:
+            print(
+                "fake-vllm: engine core initialization failed: it was stopped (SIGTERM) "
+                "while the model loaded",
+                file=sys.stderr,
+                flush=True,
+            )
+            nursery.cancel_scope.cancel()
+            return CRASH_EXIT_STATUS
+        loaded = dataclasses.replace(behaviour, startup_delay=0.0)
+        serve = partial(_serve_then_stop, loaded, engine, shutdown, nursery)
+        port = await nursery.start(serve)
         host = f"[{behaviour.host}]" if ":" in behaviour.host else behaviour.host
         print(f"fake-vllm listening on http://{host}:{port}", flush=True)
         listening.set()
+        if process is not None:
+            nursery.start_soon(_watch_engine, process, engine, shutdown)
+    return 0
 
 
 async def _serve_then_stop(
     behaviour: Behaviour,
+    engine: Engine,
     shutdown: trio.Event,
     nursery: trio.Nursery,
     task_status: trio.TaskStatus[int],
 ) -> None:
-    await serve_fake_vllm(behaviour, shutdown_trigger=shutdown.wait, task_status=task_status)
+    await serve_fake_vllm(
+        behaviour, shutdown_trigger=shutdown.wait, engine=engine, task_status=task_status
+    )
     nursery.cancel_scope.cancel()
+
+
+async def _watch_engine(process: EngineCore, engine: Engine, shutdown: trio.Event) -> None:
+    """When the engine process dies: vLLM's ``EngineDeadError``, then a clean exit (0)."""
+    fd = os.pidfd_open(process.pid)
+    try:
+        await trio.lowlevel.wait_readable(fd)
+    finally:
+        os.close(fd)
+    status = process.process.wait()
+    print(
+        f"fake-vllm: EngineDeadError: the engine core process died (status {status})",
+        file=sys.stderr,
+        flush=True,
+    )
+    engine.die()
+    with trio.move_on_after(ENGINE_WATCHDOG):
+        await engine.failed.wait()
+    shutdown.set()
 
 
 def _signals(behaviour: Behaviour) -> list[signal.Signals]:
@@ -89,17 +150,30 @@ async def _watch_signals(
     behaviour: Behaviour,
     shutdown: trio.Event,
     listening: trio.Event,
+    loading: _Loading,
+    process: EngineCore | None,
     stop: trio.CancelScope,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """First signal: drain (or, while still "loading", just stop). Second: stop now."""
+    """First signal: drain. Second: stop now. While loading: SIGTERM is ignored (and ends
+    the engine process, as the process group's signal does in vLLM); SIGINT stops."""
     with trio.open_signal_receiver(*_signals(behaviour)) as received:
         task_status.started()
         async for signum in received:
+            name = signal.Signals(signum).name
+            if not listening.is_set() and signum == signal.SIGTERM:
+                print(
+                    "fake-vllm: SIGTERM while loading: ignored, as vLLM's API server does",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                loading.terminated = True
+                if process is not None:
+                    process.stop()
+                continue
             if shutdown.is_set() or not listening.is_set():
                 stop.cancel()
                 return
-            name = signal.Signals(signum).name
             print(
                 f"fake-vllm: {name}: draining for up to {behaviour.shutdown_timeout:g}s",
                 file=sys.stderr,

@@ -106,6 +106,37 @@ def parse_generation(body: bytes, *, chat: bool, limits: Limits) -> GenerationRe
     )
 
 
+def parse_batch(body: bytes, limits: Limits) -> GenerationRequest:
+    """``/v1/chat/completions/batch``: ``messages`` is a list of conversations, answered
+    as one choice each; vLLM answers it whole, ``stream`` or not, and refuses ``n > 1``."""
+    data = json_object(body)
+    conversations = data.get("messages")
+    if not isinstance(conversations, list) or not conversations:
+        raise invalid("messages", "list_type", "Input should be a valid list", conversations)
+    if _positive(data, "n", 1) > 1:
+        raise RequestError(
+            "Batch chat completions do not support `n > 1`. Please set `n` to 1. "
+            f"(parameter=n, value={data['n']})",
+            param="n",
+        )
+    one = {key: value for key, value in data.items() if key not in ("stream", "stream_options")}
+    requests = [
+        parse_generation(_dumps({**one, "messages": conversation}), chat=True, limits=limits)
+        for conversation in conversations
+    ]
+    first = requests[0]
+    return GenerationRequest(
+        chat=True, model=first.model, prompts=tuple(r.prompts[0] for r in requests),
+        prompt_tokens=sum(r.prompt_tokens for r in requests), n=1,
+        max_tokens=min(r.max_tokens for r in requests), stops=first.stops, stream=False,
+        include_usage=False,
+    )  # fmt: skip
+
+
+def _dumps(data: dict[str, Any]) -> bytes:
+    return json.dumps(data).encode()
+
+
 def json_object(body: bytes) -> dict[str, Any]:
     """The request body as a JSON object, or a 400 saying why not."""
     try:

@@ -32,16 +32,18 @@ async def serve_fake_vllm(
     *,
     shutdown_trigger: ShutdownTrigger | None = None,
     crash: Callable[[str], None] = crash_now,
+    engine: Engine | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``behaviour``'s lane; ``task_status.started(port)`` reports the bound port.
 
     Returns after a graceful drain once ``shutdown_trigger`` returns; cancelling it stops
     at once. ``crash`` is what ``--crash-after-*`` call (``os._exit`` by default; tests
-    running in-process pass something gentler).
+    running in-process pass something gentler). ``engine``: the engine model to serve
+    (the command line passes its own, told when the engine process dies).
     """
     await trio.sleep(behaviour.startup_delay)
-    engine = Engine(behaviour, crash)
+    engine = engine or Engine(behaviour, crash)
     app = FakeVllmApp(behaviour, engine)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(partial(_serve, app, behaviour, shutdown_trigger, nursery))
