@@ -3,7 +3,9 @@
 Clients of an OpenAI-compatible API parse ``{"error": {...}}``; every refusal the
 endpoint itself makes (as opposed to a lane's own answer, which passes through) is one
 :class:`ApiError`, so a handler raises it and the server turns it into bytes in one
-place. ``code`` is the HTTP status, ``type`` a stable machine-readable word.
+place. The object has the members of vLLM's ``ErrorResponse`` (``message``, ``type``,
+``param``, ``code``): ``code`` is the HTTP status, ``type`` a stable machine-readable
+word, ``param`` the request member at fault (``model``) or null.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class ApiError(Exception):
         head: tuple[tuple[bytes, bytes], ...] = (),
         *,
         close: bool = False,
+        param: str | None = None,
     ) -> None:
         super().__init__(status, type, message)
         self.status = status
@@ -37,12 +40,18 @@ class ApiError(Exception):
         self.extra = extra  # more members of the JSON error object
         self.head = head  # more response headers (Allow, WWW-Authenticate, …)
         self.close = close  # the connection cannot carry another request after this
+        self.param = param
 
     def __str__(self) -> str:
         return f"{self.status} {self.type}: {self.message}"
 
     def body(self) -> bytes:
-        error: dict[str, object] = {"type": self.type, "code": self.status, "message": self.message}
+        error: dict[str, object] = {
+            "type": self.type,
+            "code": self.status,
+            "message": self.message,
+            "param": self.param,
+        }
         if self.retry_after is not None:
             error["retry_after"] = _seconds(self.retry_after)
         error.update(self.extra)
@@ -83,7 +92,10 @@ def not_found(path: str) -> ApiError:
 def unknown_model(model: str, known: list[str]) -> ApiError:
     served = ", ".join(known) or "none"
     return ApiError(
-        404, "model_not_found", f"model {model!r} is not served here (served: {served})"
+        404,
+        "model_not_found",
+        f"model {model!r} is not served here (served: {served})",
+        param="model",
     )
 
 
@@ -152,6 +164,11 @@ def upstream_failed(model: str, attempts: list[str]) -> ApiError:
         f"every tried lane of model {model!r} failed: {tried}",
         extra=(("attempts", attempts),),
     )
+
+
+def no_lane_answered(path: str, retry_after: float) -> ApiError:
+    """No lane is ready to answer a question about the lanes (``/version``)."""
+    return ApiError(503, "no_ready_lane", f"no lane is ready to answer {path}", retry_after)
 
 
 def no_ready_lane(model: str, retry_after: float) -> ApiError:

@@ -27,6 +27,7 @@ from ddsup.endpoint._errors import (
     bad_request,
     internal_error,
     method_not_allowed,
+    no_lane_answered,
     no_ready_lane,
     not_found,
     overloaded,
@@ -40,13 +41,14 @@ from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._model_field import model_of_form, model_of_json
 from ddsup.endpoint._notices import NOTICES
 from ddsup.endpoint._proxy import Forward, Proxy
-from ddsup.endpoint._route_table import FORM_ROUTES, GET_ROUTES, MODEL_ROUTES
+from ddsup.endpoint._route_table import FORM_ROUTES, GET_ROUTES, MODEL_ROUTES, POST_TOO
 from ddsup.endpoint._stream_relay import StreamRelay
 
 log = logging.getLogger("ddsup.endpoint")
 
 JSON = (b"content-type", b"application/json")
 TEXT = (b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
+PING_BODY_LIMIT = 4096  # a POST /ping (SageMaker's) carries no body worth reading
 
 
 class Endpoint:
@@ -72,6 +74,7 @@ class Endpoint:
         self.open_routes = frozenset(route.encode() for route in config.open_routes)
         self.render_metrics: Callable[[], Awaitable[bytes]] = self._render_own_metrics
         self._key = None if config.api_key is None else config.api_key.encode()
+        self.started = int(time.time())  # the ``created`` of the model cards
 
     async def _render_own_metrics(self) -> bytes:
         await trio.lowlevel.checkpoint()
@@ -122,21 +125,52 @@ async def _route(ep: Endpoint, client: ClientConnection, request: Request) -> No
     await in_own_task()  # the rest is rare: none of it is stepped by the server's task
     if path not in GET_ROUTES:
         raise not_found(path.decode(errors="replace"))
-    if method != b"GET" and method != b"HEAD":  # a HEAD answer is a GET's, without the body
-        raise method_not_allowed(method.decode(), path.decode(), "GET, HEAD")
+    if method not in (b"GET", b"HEAD") and not (method == b"POST" and path in POST_TOO):
+        allow = "GET, HEAD, POST" if path in POST_TOO else "GET, HEAD"
+        raise method_not_allowed(method.decode(), path.decode(), allow)  # HEAD: GET, no body
     if not ep.authorized(request):
         raise unauthorized()
-    client.take_bodiless_end()
+    if method == b"POST":
+        await client.read_body(request, PING_BODY_LIMIT)  # unread by vLLM's /ping too
+    else:
+        client.take_bodiless_end()
     if path == b"/v1/models":
-        data = [
-            {"id": name, "object": "model", "created": 0, "owned_by": "ddsup"}
-            for name in ep.lanes.ready_names()
-        ]
-        await client.respond(200, [JSON], json.dumps({"object": "list", "data": data}).encode())
-    elif path == b"/health":
+        await client.respond(200, [JSON], _model_list(ep))
+    elif path in (b"/health", b"/ping"):
         await _health(ep, client)
+    elif path == b"/version":
+        await _lane_version(ep, client, request)
     else:
         await client.respond(200, [TEXT], await ep.render_metrics())
+
+
+def _model_list(ep: Endpoint) -> bytes:
+    """vLLM's ``ModelList`` of every name a ready lane answers to.
+
+    The members a lane's own card has and the endpoint does not keep (``root``,
+    ``max_model_len``) are null, as vLLM's own cards allow; ``created`` is when the
+    endpoint started.
+    """
+    data: list[dict[str, object]] = [
+        {"id": name, "object": "model", "created": ep.started, "owned_by": "vllm",
+         "root": None, "parent": None, "max_model_len": None, "permission": []}
+        for name in ep.lanes.ready_names()
+    ]  # fmt: skip
+    return json.dumps({"object": "list", "data": data}).encode()
+
+
+async def _lane_version(ep: Endpoint, client: ClientConnection, request: Request) -> None:
+    """``/version`` forwarded to a ready lane (of the first model that has one): the
+    lanes' vLLM version, with the retries and bounds of any forwarded request."""
+    lanes = ep.lanes
+    model = next((m for m in lanes.known_models() if lanes.ready(m)), None)
+    if model is None:
+        raise no_lane_answered("/version", ep.config.retry_after)
+    lanes.begin_request()
+    try:
+        await _watched(ep, client, Forward.of(request, b""), model)
+    finally:
+        lanes.end_request()
 
 
 async def _health(ep: Endpoint, client: ClientConnection) -> None:
