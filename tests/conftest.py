@@ -40,8 +40,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _BEFORE_SESSION.update(ddsup_processes())
 
 
+@pytest.fixture(scope="session")
+def kept_sessions() -> set[int]:
+    """Process sessions that a module-scoped fixture owns across its tests (a server
+    slow to start, shared by a module): the guard below leaves them to that fixture,
+    which ends them (its session id is its leader's PID) when its last test is over."""
+    return set()
+
+
 @pytest.fixture(autouse=True)
-def _no_leftover_processes() -> Iterator[None]:
+def _no_leftover_processes(kept_sessions: set[int]) -> Iterator[None]:
     before = procs.last_pid()
     yield
     me = psutil.Process(os.getpid())
@@ -49,7 +57,9 @@ def _no_leftover_processes() -> Iterator[None]:
         return  # no process was created anywhere during the test: nothing can be left
 
     def leftovers() -> tuple[list[psutil.Process], dict[int, str]]:
-        children = [c for c in me.children(recursive=True) if _alive(c)]
+        children = [
+            c for c in me.children(recursive=True) if _alive(c) and _sid(c) not in kept_sessions
+        ]
         strays = {p: i for p, i in ddsup_processes().items() if p not in _BEFORE_SESSION}
         return children, strays
 
@@ -69,6 +79,13 @@ def _no_leftover_processes() -> Iterator[None]:
         f"test left processes behind: children={[c.pid for c in children]} "
         f"ddsup-run processes={sorted(strays)}"
     )
+
+
+def _sid(proc: psutil.Process) -> int | None:
+    try:
+        return os.getsid(proc.pid)
+    except OSError:
+        return None
 
 
 def _alive(proc: psutil.Process) -> bool:

@@ -116,6 +116,11 @@ def test_bad_vllm_arguments_say_what_to_fix(
     assert message in capsys.readouterr().err
 
 
+def test_the_drain_defaults_to_none_as_in_vllm() -> None:
+    """vLLM 0.32's ``--shutdown-timeout`` is 0: SIGTERM aborts what is in flight."""
+    assert behaviour_from_args(_parse()).shutdown_timeout == 0  # type: ignore[arg-type]
+
+
 def test_the_positional_model_wins_over_model_as_in_vllm() -> None:
     """``vllm serve`` sets ``args.model = args.model_tag`` when both are given."""
     assert behaviour_from_args(_parse("m", "--model", "n")).model == "m"  # type: ignore[arg-type]

@@ -139,8 +139,9 @@ class FakeVllmApp:
         handler = self._routes.get((scope["method"], scope["path"]))
         if handler is not None:
             await handler(scope, receive, send)
-        elif any(path == scope["path"] for _, path in self._routes):
-            await self._respond(send, 405, dumps({"detail": "Method Not Allowed"}))
+        elif allowed := sorted(method for method, path in self._routes if path == scope["path"]):
+            allow = (b"allow", ", ".join(allowed).encode())
+            await self._respond(send, 405, dumps({"detail": "Method Not Allowed"}), more=[allow])
         else:
             await self._respond(send, 404, dumps({"detail": "Not Found"}))
 
