@@ -2,14 +2,13 @@
 
 ``ddsup fake-vllm`` accepts the exact argv of a real vLLM unit (``ddsup start
 --rehearse``), so it must know each vLLM flag and its arity, or a flag's value would be
-mistaken for the positional model or for another flag. The list below is the parser of
-``vllm serve`` of **vLLM 0.34.0** (commit ``62d4bc3c7``): ``make_arg_parser`` of
-``vllm/entrypoints/common/cli_args.py`` with ``AsyncEngineArgs.add_cli_args`` of
-``vllm/engine/arg_utils.py`` and the frontend argument classes, built from that release's
-wheel with its heavy imports (torch, transformers, …) stubbed out, and read back from the
-parser's option table, so it holds every accepted spelling: short forms (``-tp``),
+mistaken for the positional model or for another flag. The table holds the parser of
+``vllm serve`` of every release in :data:`VLLM_VERSIONS`, each read back from that
+release's own option table, so it holds every accepted spelling: short forms (``-tp``),
 ``--no-…`` negations of boolean flags, and the ``--enable-…``/``--disable-…`` pairs of
-vLLM's ``EnableDisableAction`` (including the hidden ``--no-enable-…`` forms).
+vLLM's ``EnableDisableAction`` (including the hidden ``--no-enable-…`` forms). 0.34.0
+(commit ``62d4bc3c7``) was read from its wheel with the heavy imports stubbed out; later
+additions come from ``scripts/gen-vllm-flags``, run with an installed vLLM's Python.
 
 One line per flag, its option strings separated by spaces; the block says the arity:
 
@@ -18,9 +17,11 @@ One line per flag, its option strings separated by spaces; the block says the ar
 - an optional value (``--hf-token`` alone, or with a token);
 - one or more values (``--served-model-name a b``, ``--lora-modules x=/p y=/q``).
 
-To update: build vLLM's serve parser of a newer release the same way and replace the
-blocks and :data:`VLLM_VERSION`; ``tests/fake_vllm/test_vllm_flags.py`` pins what the
-fake relies on (the flags it honours, no clash with the fake's own flags).
+To update: ``.venv-vllm/bin/python scripts/gen-vllm-flags`` adds the installed
+release's flags and spellings, checks their arities, and never drops one (users run
+newer releases on GPUs than the tests install); ``tests/vllm/test_vllm_flags.py`` fails
+while the table lacks a flag of the installed vLLM, and
+``tests/fake_vllm/test_vllm_flags.py`` pins what the fake relies on.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ import enum
 from dataclasses import dataclass
 
 VLLM_VERSION = "0.34.0"
-"""The vLLM release whose ``vllm serve`` parser the table below reproduces."""
+"""The newest vLLM release whose ``vllm serve`` parser the table below holds."""
+
+VLLM_VERSIONS = ("0.32.0", "0.34.0")
+"""Every release whose parser the table holds (``scripts/gen-vllm-flags`` adds to it)."""
 
 
 class Arity(enum.Enum):
