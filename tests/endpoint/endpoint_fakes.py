@@ -66,6 +66,7 @@ class FakeLane:
         self.hang = False
         self.reset = False
         self.metrics_status = 200
+        self.metrics_hold: trio.Event | None = None  # /metrics answers once it is set
         self.names: list[str] = []  # more names its /v1/models lists (aliases, adapters)
         self.models_status = 200
         self.waiting: int | None = 0
@@ -129,6 +130,8 @@ class FakeLane:
         if path == "/metrics":
             self.metrics_hits += 1
             self._notify()
+            if self.metrics_hold is not None:
+                await self.metrics_hold.wait()  # a busy vLLM renders its /metrics late
             text = b"" if self.waiting is None else _metrics_text(self.model, self.waiting)
             await _send(conn, stream, self.metrics_status, text, [])
             return True

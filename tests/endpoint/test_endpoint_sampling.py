@@ -104,3 +104,23 @@ async def test_requests_in_flight_keep_a_lane_sampled(workers: int) -> None:
         await _ticks(clock, 5)
         assert lane.metrics_hits >= hits + 4  # in flight: every tick
         lane.hold.set()
+
+
+async def test_a_slow_metrics_holds_back_no_other_lane_and_still_counts(workers: int) -> None:
+    """vLLM under a burst renders /metrics seconds late: that lane's fetch goes on (and
+    is not sent again meanwhile) while the other lanes are sampled every interval, and
+    its sample counts once it arrives within ``metrics_timeout``."""
+    slow, clock = FakeLane("slow"), FakeLane("clock", model="other")
+    slow.waiting, clock.waiting = 7, 1  # queues of their own: both due every tick
+    slow.metrics_hold = trio.Event()
+    async with running_endpoint(
+        [slow, clock], workers=workers, metrics_timeout=SLOW, metrics_stale_after=SLOW
+    ) as ep:
+        await wait_until([slow], lambda: slow.metrics_hits == 1)
+        await _ticks(clock, 20)  # was: one round per slow fetch
+        assert slow.metrics_hits == 1
+        slow.metrics_hold.set()
+        await _sampled(ep, "slow", 7, within=5)
+        async with http_client() as client:
+            text = (await client.get(f"{ep.url}/metrics")).text
+        assert 'lane_metrics_errors_total{lane="slow"}' not in text

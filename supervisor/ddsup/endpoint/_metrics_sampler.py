@@ -88,6 +88,35 @@ def due(state: LaneState, tick: int, idle_ticks: int) -> bool:
 
 
 Recorded = Callable[[Sequence[LaneState]], None]
+Taken = tuple[LaneState, int | None, float]
+
+
+class _Fetches:
+    """The lanes being fetched, and the samples taken that are not recorded yet."""
+
+    def __init__(self) -> None:
+        self.running: set[LaneState] = set()
+        self._taken: list[Taken] = []
+        self._idle = trio.Event()
+        self._idle.set()
+
+    def begin(self, state: LaneState) -> None:
+        self.running.add(state)
+        if self._idle.is_set():
+            self._idle = trio.Event()
+
+    def end(self, taken: Taken) -> None:
+        self.running.discard(taken[0])
+        self._taken.append(taken)
+        if not self.running:
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+    def take(self) -> list[Taken]:
+        taken, self._taken = self._taken, []
+        return taken
 
 
 async def sample_lanes(
@@ -97,35 +126,41 @@ async def sample_lanes(
 
     Samples travel on the lane's own keep-alive pool: no extra client library, and
     no TLS set-up cost (lanes speak plain HTTP on the allocation's network). A round's
-    samples are recorded together once its last fetch is over (``metrics_timeout`` at
-    most), each with its own time; with several workers the parent samples once for all
-    of them, and ``recorded`` passes the round on in one message. Each round also logs
-    the lanes back from a passive ejection (:func:`~._ejection.note_returns`).
+    samples are recorded together once its fetches are over or the interval has passed,
+    each with its own time; with several workers the parent samples once for all of
+    them, and ``recorded`` passes the round on in one message. A fetch slower than the
+    interval (vLLM's API server renders its /metrics, ~70 KB, in a worker thread that a
+    burst starves: seconds) goes on, up to ``metrics_timeout``, without holding back the
+    other lanes' rounds; its lane is not asked again meanwhile, and its sample is
+    recorded with the round during which it arrived. Each round also logs the lanes back
+    from a passive ejection (:func:`~._ejection.note_returns`).
     """
     ejected: set[int] = set()
     idle_ticks = max(1, round(config.metrics_idle_interval / config.metrics_interval))
+    fetches = _Fetches()
     tick = 0
-    while True:
-        deadline = trio.current_time() + config.metrics_interval
-        taken: list[tuple[LaneState, int | None, float]] = []
-        async with trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
+        while True:
+            deadline = trio.current_time() + config.metrics_interval
             for state in lanes.states():
-                if due(state, tick, idle_ticks):
-                    nursery.start_soon(_sample_one, config, state, metrics, taken)
-        for state, waiting, at in taken:
-            state.record_sample(waiting, at)
-        if recorded is not None and taken:
-            recorded([state for state, _, _ in taken])
-        note_returns(lanes, ejected)  # the lanes back from an ejection: one line each
-        tick += 1
-        await trio.sleep_until(deadline)
+                if state not in fetches.running and due(state, tick, idle_ticks):
+                    fetches.begin(state)
+                    nursery.start_soon(_sample_one, config, state, metrics, fetches)
+            with trio.move_on_at(deadline):
+                await fetches.wait_idle()
+            # A lane that left while fetched is not recorded: its slot may be another's now.
+            taken = [t for t in fetches.take() if lanes.state_of(t[0].info.instance) is t[0]]
+            for state, waiting, at in taken:
+                state.record_sample(waiting, at)
+            if recorded is not None and taken:
+                recorded([state for state, _, _ in taken])
+            note_returns(lanes, ejected)  # the lanes back from an ejection: one line each
+            tick += 1
+            await trio.sleep_until(deadline)
 
 
 async def _sample_one(
-    config: EndpointConfig,
-    state: LaneState,
-    metrics: Metrics,
-    taken: list[tuple[LaneState, int | None, float]],
+    config: EndpointConfig, state: LaneState, metrics: Metrics, fetches: _Fetches
 ) -> None:
     waiting: int | None = None
     with trio.move_on_after(config.metrics_timeout):
@@ -137,4 +172,4 @@ async def _sample_one(
             log.debug("lane %s: /metrics failed: %s", state.info.instance, err)
     if waiting is None:
         metrics.metrics_errors[state.info.instance] += 1
-    taken.append((state, waiting, time.monotonic()))
+    fetches.end((state, waiting, time.monotonic()))
