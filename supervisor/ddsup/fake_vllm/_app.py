@@ -210,7 +210,7 @@ class FakeVllmApp:
                 return
             except Disconnected:
                 return
-            if in_engine and not await self._in_slot(receive, 1):
+            if in_engine and not await self._in_slot(receive, send, 1):
                 return
             await self._respond(send, 200, dumps(answer.body))
             if in_engine:
@@ -229,23 +229,26 @@ class FakeVllmApp:
             return
         stream = tokens(self._lane, request.model, request.prompt, 0)
         choice = generate(stream, request.max_output_tokens, ())
-        if not await self._in_slot(receive, choice.completion_tokens):
+        if not await self._in_slot(receive, send, choice.completion_tokens):
             return
         await self._respond(send, 200, dumps(response_body(request, choice)))
         reasons = [choice.finish_reason]
         self._engine.finished(reasons, request.prompt_tokens, choice.completion_tokens)
 
-    async def _in_slot(self, receive: Receive, steps: int) -> bool:
-        """Queue for a slot and "generate" ``steps`` tokens; False if the client left."""
+    async def _in_slot(self, receive: Receive, send: Send, steps: int) -> bool:
+        """Queue for a slot and "generate" ``steps`` tokens; False if the client left or
+        the engine is dead (then vLLM's 500 is sent)."""
         done = False
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
-            async with self._engine.slot():
-                await _sleep_until(self._token_time(trio.current_time(), steps - 1))
-            done = True
-            nursery.cancel_scope.cancel()
+        if not self._engine.dead:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
+                nursery.start_soon(self._engine.cancel_when_dead, nursery.cancel_scope)
+                async with self._engine.slot():
+                    await _sleep_until(self._token_time(trio.current_time(), steps - 1))
+                done = True
+                nursery.cancel_scope.cancel()
         if not done:
-            self._engine.aborted()
+            await self._cut_short(send, streamed=False)
         return done
 
     async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
