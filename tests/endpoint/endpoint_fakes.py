@@ -67,6 +67,7 @@ class FakeLane:
         self.reset = False
         self.metrics_status = 200
         self.metrics_hold: trio.Event | None = None  # /metrics answers once it is set
+        self.metrics_then_close = False  # close the connection after answering /metrics
         self.names: list[str] = []  # more names its /v1/models lists (aliases, adapters)
         self.models_status = 200
         self.waiting: int | None = 0
@@ -134,7 +135,7 @@ class FakeLane:
                 await self.metrics_hold.wait()  # a busy vLLM renders its /metrics late
             text = b"" if self.waiting is None else _metrics_text(self.model, self.waiting)
             await _send(conn, stream, self.metrics_status, text, [])
-            return True
+            return not self.metrics_then_close  # closed unannounced: a keep-alive timeout
         if path == "/v1/models":  # what vLLM lists: its names and adapters
             cards = [{"id": name, "object": "model"} for name in [self.model, *self.names]]
             listing = json.dumps({"object": "list", "data": cards}).encode()

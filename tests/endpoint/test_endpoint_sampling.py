@@ -124,3 +124,16 @@ async def test_a_slow_metrics_holds_back_no_other_lane_and_still_counts(workers:
         async with http_client() as client:
             text = (await client.get(f"{ep.url}/metrics")).text
         assert 'lane_metrics_errors_total{lane="slow"}' not in text
+
+
+async def test_a_kept_connection_the_lane_closed_is_replaced(workers: int) -> None:
+    """vLLM's server closes a connection idle for 5 s without a word: the next sample
+    on it goes out again on a new connection instead of counting as a failure."""
+    lane = FakeLane("a")
+    lane.waiting = 3  # a queue of its own: sampled every tick
+    lane.metrics_then_close = True
+    async with running_endpoint([lane], workers=workers) as ep:
+        await _ticks(lane, 6)
+        async with http_client() as client:
+            text = (await client.get(f"{ep.url}/metrics")).text
+    assert "lane_metrics_errors_total{" not in text

@@ -163,13 +163,17 @@ async def _sample_one(
     config: EndpointConfig, state: LaneState, metrics: Metrics, fetches: _Fetches
 ) -> None:
     waiting: int | None = None
-    with trio.move_on_after(config.metrics_timeout):
+    with trio.move_on_after(config.metrics_timeout) as timer:
         try:
             status, body = await fetch(state.pool, "/metrics", config.metrics_timeout)
             if status == 200:
                 waiting = parse_waiting(body)
+            else:
+                log.debug("lane %s: /metrics answered %d", state.info.instance, status)
         except UpstreamError as err:
             log.debug("lane %s: /metrics failed: %s", state.info.instance, err)
+    if timer.cancelled_caught:
+        log.debug("lane %s: /metrics took over %g s", state.info.instance, config.metrics_timeout)
     if waiting is None:
         metrics.metrics_errors[state.info.instance] += 1
     fetches.end((state, waiting, time.monotonic()))

@@ -258,26 +258,37 @@ class ConnectionPool:
 
 
 async def fetch(pool: ConnectionPool, path: str, connect_timeout: float) -> tuple[int, bytes]:
-    """``GET path`` on a pooled connection: (status, whole body). For small control reads."""
+    """``GET path`` on a pooled connection: (status, whole body). For small control reads.
+
+    A kept connection that the lane closed meanwhile (vLLM's server closes one idle for
+    5 s) is replaced by a new one once, as the proxy does: a GET is safe to send again.
+    """
+    request = b"GET %s HTTP/1.1\r\nhost: %s\r\n%s\r\n" % (
+        path.encode(),
+        pool.host_header,
+        pool.auth,
+    )
     conn = await pool.acquire(connect_timeout)
-    try:
-        request = b"GET %s HTTP/1.1\r\nhost: %s\r\n%s\r\n" % (
-            path.encode(),
-            pool.host_header,
-            pool.auth,
-        )
-        await conn.send(request)
-        head = await conn.read_head()
-        assert conn.decoder is not None
-        body = [conn.buffered()]
-        while not conn.decoder.done:
-            await conn.receive()
-            body.append(conn.buffered())
-    except (OSError, ProtocolError) as err:
-        conn.close_now()
-        raise UpstreamError("reset", str(err)) from err
-    except BaseException:
-        conn.close_now()
-        raise
-    pool.release(conn)
-    return head.status, b"".join(body)
+    for last in (False, True):
+        try:
+            await conn.send(request)
+            head = await conn.read_head()
+            assert conn.decoder is not None
+            body = [conn.buffered()]
+            while not conn.decoder.done:
+                await conn.receive()
+                body.append(conn.buffered())
+        except (OSError, ProtocolError, UpstreamError) as err:
+            conn.close_now()
+            if last or not conn.reused:
+                if isinstance(err, UpstreamError):
+                    raise
+                raise UpstreamError("reset", str(err)) from err
+            conn = await pool.connect(connect_timeout)
+            continue
+        except BaseException:
+            conn.close_now()
+            raise
+        pool.release(conn)
+        return head.status, b"".join(body)
+    raise AssertionError("unreachable")  # pragma: no cover
