@@ -28,7 +28,11 @@ class EndpointConfig:
     answers of a lane in a row take it out of the rotation for ``eject_for`` seconds
     (see :mod:`._ejection`; 0 turns ejection off). Each lane's ``/metrics`` is sampled
     every ``metrics_interval`` while it has requests in flight or a queue of its own, else
-    every ``metrics_idle_interval`` (see :mod:`._metrics_sampler`).
+    every ``metrics_idle_interval`` (see :mod:`._metrics_sampler`). A fetch may take up to
+    ``metrics_timeout``: vLLM renders its /metrics (~70 KB) seconds late when a burst
+    starves its API server, exactly when its queue matters. A sample is used for
+    ``metrics_stale_after``, longer than one fetch and one interval, so that a lane
+    fetched back to back is never without one.
     """
 
     bind: str = "127.0.0.1"
@@ -49,8 +53,8 @@ class EndpointConfig:
     client_idle_timeout: float = 75.0
     metrics_interval: float = 1.0
     metrics_idle_interval: float = 30.0
-    metrics_timeout: float = 0.5
-    metrics_stale_after: float = 3.0
+    metrics_timeout: float = 10.0
+    metrics_stale_after: float = 12.0
     max_idle_upstream_connections: int = 256
     workers: int | None = 1
     open_routes: tuple[str, ...] = DEFAULT_OPEN_ROUTES
