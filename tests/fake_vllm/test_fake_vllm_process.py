@@ -86,13 +86,14 @@ async def _loading(lane: Lane, delay: str) -> None:
             seen += chunk
 
 
-async def test_sigint_while_loading_exits_zero() -> None:
+async def test_sigint_while_loading_fails_the_start() -> None:
+    """As vLLM 0.32: interrupted while it loads, the server exits 1 (its engine failed)."""
     async with fake_vllm_process(
         "--startup-delay", "30", wait_listening=False, stderr=True
     ) as lane:
         await _loading(lane, "30")
         lane.process.send_signal(signal.SIGINT)
-        assert await _wait(lane) == 0
+        assert await _wait(lane) == CRASH_EXIT_STATUS
 
 
 async def test_sigterm_while_loading_is_ignored_and_the_start_then_fails(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ there is no API server: the process only waits for a signal, as vLLM's ranks > 0
 Two behaviours of vLLM 0.32's API server are kept on purpose, since a supervisor must
 cope with them: SIGTERM while the model loads is ignored (its engine core, in the same
 process group, exits; the server then never becomes ready and fails once loading is
-over), and when the engine core process dies the server answers ``/health`` with 503
+over; SIGINT fails it at once, status 1), and when the engine core process dies the server answers ``/health`` with 503
 and generation with 500, then exits **0** at the first refused request or within
 :data:`ENGINE_WATCHDOG` seconds (vLLM's watchdog). The output contract is in
 :mod:`~ddsup.fake_vllm._commands`.
@@ -70,9 +70,11 @@ async def _headless(behaviour: Behaviour) -> None:
 
 @dataclasses.dataclass
 class _Loading:
-    """Whether a SIGTERM came while the model loaded (vLLM then never becomes ready)."""
+    """The signal that came while the model loaded, if any (vLLM then never becomes
+    ready); ``scope`` is the load's, which SIGINT cuts short."""
 
-    terminated: bool = False
+    signal: str | None = None
+    scope: trio.CancelScope = dataclasses.field(default_factory=trio.CancelScope)
 
 
 async def _main(behaviour: Behaviour, process: EngineCore | None) -> int:
@@ -89,11 +91,12 @@ async def _main(behaviour: Behaviour, process: EngineCore | None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            await trio.sleep(behaviour.startup_delay)
-        if loading.terminated:
+            with loading.scope:
+                await trio.sleep(behaviour.startup_delay)
+        if loading.signal is not None:
             print(
-                "fake-vllm: engine core initialization failed: it was stopped (SIGTERM) "
-                "while the model loaded",
+                f"fake-vllm: engine core initialization failed: it was stopped "
+                f"({loading.signal}) while the model loaded",
                 file=sys.stderr,
                 flush=True,
             )
@@ -155,19 +158,23 @@ async def _watch_signals(
     stop: trio.CancelScope,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """First signal: drain. Second: stop now. While loading: SIGTERM is ignored (and ends
-    the engine process, as the process group's signal does in vLLM); SIGINT stops."""
+    """First signal: drain. Second: stop now. While loading, as vLLM 0.32 does: the
+    signal ends the engine process (in vLLM the process group's signal reaches it), and
+    then SIGTERM is ignored until the load is over, while SIGINT fails the start now."""
     with trio.open_signal_receiver(*_signals(behaviour)) as received:
         task_status.started()
         async for signum in received:
             name = signal.Signals(signum).name
-            if not listening.is_set() and signum == signal.SIGTERM:
-                print(
-                    "fake-vllm: SIGTERM while loading: ignored, as vLLM's API server does",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                loading.terminated = True
+            if not listening.is_set() and loading.signal is None:
+                if signum == signal.SIGTERM:
+                    print(
+                        "fake-vllm: SIGTERM while loading: ignored, as vLLM's API server does",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                else:
+                    loading.scope.cancel()
+                loading.signal = name
                 if process is not None:
                     process.stop()
                 continue
