@@ -21,9 +21,10 @@ LONG_MODULES: dict[str, str] = {
     # them, kept in one table so that a new vLLM release is one diff.
     "fake_vllm/_vllm_flags.py": "the table of vLLM's command-line flags",
 }
-# A listed module may not grow unnoticed: each stays at or under its size today.
+# A listed module may not grow unnoticed: each stays at or under its size today (the
+# flag table grows by what a new vLLM release adds: scripts/gen-vllm-flags, then here).
 LONG_MODULE_CAPS: dict[str, int] = {
-    "fake_vllm/_vllm_flags.py": 410,
+    "fake_vllm/_vllm_flags.py": 411,
 }
 
 
