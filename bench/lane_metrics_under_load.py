@@ -13,7 +13,9 @@ queue). Prints one JSON line.
 
 Everything runs on this machine: the lanes, the endpoint and the load compete for its
 CPUs, as they do in a one-node run of the tests; other processes are reported as
-``others_cpu`` (percent of one core) so a busy shared machine shows.
+``others_cpu`` (percent of one core) so a busy shared machine shows. Every process it
+starts carries the bench mark (``bench_marks.py``): ``leftovers`` counts those still alive
+at the end, killed then.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ import trio
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # in-process only: lanes must not see tests/vllm
+
+from bench_marks import MARK, MARK_VAR, kill_marked  # noqa: E402
 
 from support.vllm import installed_vllm  # noqa: E402 (after the path above)
 from support.vllm_servers import SERVED, Server, start_server  # noqa: E402
@@ -135,6 +139,8 @@ def main() -> None:
     )  # fmt: skip
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the lanes are ended below
+    os.environ[MARK_VAR] = MARK  # every process started from here on carries it ...
+    os.environ["SPT_NOENV"] = "1"  # ... the retitled vLLM engine too
     install = installed_vllm()
     if isinstance(install, str):
         sys.exit(install)
@@ -165,6 +171,7 @@ def main() -> None:
     finally:
         for lane in lanes:
             lane.end()
+    result["leftovers"] = kill_marked()
     print(json.dumps(result))
 
 
