@@ -36,6 +36,8 @@ async def test_version_is_a_ready_lanes(workers: int) -> None:
         version = await client.get(f"{ep.url}/version")
         assert version.status_code == 200
         assert version.json()["lane"] == "a"  # the fake lane's answer, passed on
+        head = await client.head(f"{ep.url}/version")
+        assert (head.status_code, head.headers["allow"]) == (405, "GET")  # as vLLM's
 
 
 async def test_models_cards_have_vllms_members(workers: int) -> None:

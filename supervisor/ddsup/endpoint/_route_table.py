@@ -24,7 +24,9 @@ and ``/is_scaling_elastic_ep`` (they change or ask one lane, not a model),
 from __future__ import annotations
 
 GET_ROUTES = frozenset({b"/health", b"/metrics", b"/v1/models", b"/ping", b"/version"})
-POST_TOO = frozenset({b"/ping"})  # GET routes vLLM also answers to POST
+# The GET routes that take other methods than GET and HEAD: vLLM's /ping answers POST too
+# (SageMaker's), and /version, a lane's answer forwarded, takes GET alone, as vLLM's.
+METHODS = {b"/ping": (b"GET", b"HEAD", b"POST"), b"/version": (b"GET",)}
 
 JSON_ROUTES = frozenset(
     {

@@ -41,7 +41,7 @@ from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._model_field import model_of_form, model_of_json
 from ddsup.endpoint._notices import NOTICES
 from ddsup.endpoint._proxy import Forward, Proxy
-from ddsup.endpoint._route_table import FORM_ROUTES, GET_ROUTES, MODEL_ROUTES, POST_TOO
+from ddsup.endpoint._route_table import FORM_ROUTES, GET_ROUTES, METHODS, MODEL_ROUTES
 from ddsup.endpoint._stream_relay import StreamRelay
 
 log = logging.getLogger("ddsup.endpoint")
@@ -125,13 +125,17 @@ async def _route(ep: Endpoint, client: ClientConnection, request: Request) -> No
     await in_own_task()  # the rest is rare: none of it is stepped by the server's task
     if path not in GET_ROUTES:
         raise not_found(path.decode(errors="replace"))
-    if method not in (b"GET", b"HEAD") and not (method == b"POST" and path in POST_TOO):
-        allow = "GET, HEAD, POST" if path in POST_TOO else "GET, HEAD"
-        raise method_not_allowed(method.decode(), path.decode(), allow)  # HEAD: GET, no body
+    if method not in METHODS.get(path, (b"GET", b"HEAD")):  # HEAD: GET's head, no body
+        allow = b", ".join(METHODS.get(path, (b"GET", b"HEAD"))).decode()
+        raise method_not_allowed(method.decode(), path.decode(), allow)
     if not ep.authorized(request):
         raise unauthorized()
     if method == b"POST":
-        await client.read_body(request, PING_BODY_LIMIT)  # unread by vLLM's /ping too
+        account = ep.bodies.account(client.peer)
+        try:  # a SageMaker ping's body, unread by vLLM's /ping too
+            await _read_body(ep, client, request, account, PING_BODY_LIMIT)
+        finally:
+            account.release()
     else:
         client.take_bodiless_end()
     if path == b"/v1/models":
@@ -243,12 +247,18 @@ def _admit(ep: Endpoint) -> None:
 
 
 async def _read_body(
-    ep: Endpoint, client: ClientConnection, request: Request, account: BodyAccount
+    ep: Endpoint,
+    client: ClientConnection,
+    request: Request,
+    account: BodyAccount,
+    limit: int | None = None,
 ) -> bytes:
     """The body, charged to the process's budget as it arrives (429 when it does not fit:
-    the rest is not read, and the connection ends after the answer)."""
+    the rest is not read, and the connection ends after the answer); at most ``limit``
+    bytes (default ``max_body_bytes``: 413 beyond)."""
+    limit = ep.config.max_body_bytes if limit is None else limit
     try:
-        return await client.read_body(request, ep.config.max_body_bytes, account)
+        return await client.read_body(request, limit, account)
     except OverBudget as err:
         ep.metrics.rejected[("", "body_memory")] += 1
         raise overloaded(None, ep.config.retry_after, str(err)) from None
