@@ -1,7 +1,8 @@
 """docs/units.md alone makes a working job: its files, taken from the page, run to exit 0.
 
 The page's "A complete job" section holds the files of ``units/my-job/`` (lanes, the
-endpoint, the worker and its client) as fenced blocks whose first line names the file;
+endpoint, the worker and its client) as fenced blocks whose first line names the file,
+and the same client written with the stock ``openai`` package (``units/openai-job/``);
 "Two models" holds the two lane units of ``units/two-models/``, which reuses the rest.
 Each job is written out exactly as shown and run for real with ``ddsup start --nodes 1
 --gpus-per-node 2``, as the page says: fake-vllm lanes, the built-in endpoint, and the
@@ -48,21 +49,29 @@ def job_files(job: str) -> dict[str, str]:
     jobs = doc_jobs()
     if job == "my-job":
         return jobs["my-job"]
-    # "Replace lane@.toml by two lane units (…; endpoint, worker and client stay)".
-    kept = {name: text for name, text in jobs["my-job"].items() if name != "lane@.toml"}
-    return {**kept, **jobs["two-models"]}
+    # "Replace lane@.toml by two lane units (…; endpoint, worker and client stay)";
+    # "this client.py does what the one above does" (the rest of my-job stays)
+    replaced = "lane@.toml" if job == "two-models" else "client.py"
+    kept = {name: text for name, text in jobs["my-job"].items() if name != replaced}
+    return {**kept, **jobs[job]}
 
 
-def test_the_page_shows_both_jobs() -> None:
+def test_the_page_shows_every_job() -> None:
     jobs = doc_jobs()
     assert sorted(jobs["my-job"]) == ["client.py", "endpoint.toml", "lane@.toml", "worker.toml"]
     assert sorted(jobs["two-models"]) == ["chat@.toml", "code@.toml"]
+    assert sorted(jobs["openai-job"]) == ["client.py"]
+    assert "from openai import OpenAI" in jobs["openai-job"]["client.py"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("job", "models"),
-    [("my-job", {"my-model": 2}), ("two-models", {"chat-model": 1, "code-model": 1})],
+    [
+        ("my-job", {"my-model": 2}),
+        ("two-models", {"chat-model": 1, "code-model": 1}),
+        ("openai-job", {"my-model": 2}),  # the stock client, no key asked: a placeholder
+    ],
 )
 async def test_the_documented_job_runs(tmp_path: Path, job: str, models: dict[str, int]) -> None:
     directory = tmp_path / "units" / job
@@ -75,7 +84,9 @@ async def test_the_documented_job_runs(tmp_path: Path, job: str, models: dict[st
     state = tmp_path / "state"
     argv = [sys.executable, "-m", "ddsup", "start", str(directory)]
     argv += ["--nodes", "1", "--gpus-per-node", "2", "--state-dir", str(state)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}  # a laptop
+    env = {  # a laptop, where nobody set a key for the OpenAI client
+        k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "OPENAI_"))
+    }
     with trio.fail_after(120):
         done = await trio.run_process(
             argv, capture_stdout=True, capture_stderr=True, check=False, env=env

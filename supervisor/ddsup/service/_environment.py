@@ -28,6 +28,9 @@ from ddsup.units import resolve_specifiers
 from ddsup.units._model import Unit, UnitSet, UnitType
 
 INVOCATION_ENV = "DDSUP_INVOCATION_ID"
+NO_KEY = "ddsup-no-key"
+"""The worker's ``OPENAI_API_KEY`` when the endpoint requires none: the stock OpenAI
+client refuses to start without a key, and the endpoint ignores one it does not ask for."""
 PRIVATE_VARIABLES = (SECRET_ENV, ADDRESS_ENV)
 
 
@@ -144,6 +147,5 @@ def unit_environment(
     if unit.type is UnitType.WORKER and run.endpoint_url:
         env["DDSUP_ENDPOINT_URL"] = run.endpoint_url
         env["OPENAI_BASE_URL"] = run.endpoint_url.rstrip("/") + "/v1"
-        if run.api_key is not None:
-            env["OPENAI_API_KEY"] = run.api_key
+        env["OPENAI_API_KEY"] = NO_KEY if run.api_key is None else run.api_key
     return env

@@ -2,8 +2,8 @@
 
 This is the rehearsal example's worker, and a template for your own: a plain asyncio +
 httpx client with nothing ddsup-specific in it. ddsup starts it once the endpoint is
-ready and passes ``OPENAI_BASE_URL`` (and ``OPENAI_API_KEY`` when the endpoint needs
-one); the worker's exit status becomes the job's.
+ready and passes ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` (the endpoint's key, or a
+placeholder when it needs none); the worker's exit status becomes the job's.
 
     python generate.py [--prompts prompts.jsonl] [--output results.jsonl] [--concurrency 32]
 
