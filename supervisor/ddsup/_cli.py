@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from ddsup import __version__
 from ddsup._errors import EXIT_NO_PERMISSION, EXIT_USAGE, DdsupError
 
 # subcommand → (module, help). The order here is the order of ``ddsup --help``.
@@ -42,6 +41,22 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+class _Version(argparse.Action):
+    """``--version``: the version and where this ddsup came from (``ddsup._install``,
+    imported on use: it asks git when ddsup runs from a checkout)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=_VERSION)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kw: object) -> None:
+        text: str = importlib.import_module("ddsup._install").version_text()
+        sys.stdout.write(text + "\n")  # on stdout, as argparse's own version action
+        parser.exit(0)
+
+
+_VERSION = "print the version and where it came from (a checkout and its commit, or a wheel)"
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -78,7 +93,7 @@ def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentPars
         "on this machine, and leaves no process behind.",
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"ddsup {__version__}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name, (_module, help_text) in COMMANDS.items():

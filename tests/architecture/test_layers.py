@@ -19,6 +19,7 @@ LAYERS = (
     "_errors",
     "_exit",
     "_lazy",
+    "_install",
     "units",
     "plan",
     "process",
