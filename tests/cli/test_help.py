@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +54,15 @@ def test_help_runs_and_shows_the_description(name: str) -> None:
     description = " ".join(_subcommands()[name].description.split()[:5])
     assert description in " ".join(done.stdout.split())
     assert "(default: " in done.stdout
+
+
+def test_the_readme_shows_every_option_of_start() -> None:
+    """The README's command table is where a newcomer looks first: its ``ddsup start``
+    row names each option that changes what a run does (not -h, -v, -q)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    [row] = [line for line in readme.splitlines() if line.startswith("| `ddsup start DIR")]
+    shown = set(re.findall(r"--[a-z-]+", row.split("` |")[0]))
+    options = {
+        s for a in _subcommands()["start"]._actions for s in a.option_strings if s.startswith("--")
+    }
+    assert options - {"--help", "--verbose", "--quiet"} <= shown, row
