@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import trio
 
+from ddsup.fake_vllm._vllm_flags import VLLM_SERVE_FLAGS, VLLM_VERSION
 from ddsup.plan import Plan
 from ddsup.record._state_dir import StateDir
 from ddsup.run._node_runner import NodeRunner
@@ -31,26 +32,15 @@ EXAMPLE_DIRS = sorted(p for p in EXAMPLES.iterdir() if p.is_dir())
 VLLM_DIRS = [p for p in EXAMPLE_DIRS if p.name.startswith("vllm-")]
 NODES = [f"gpu0{n}" for n in range(1, 5)]
 
-# Every `vllm serve` flag the examples use was checked against vLLM's source (see the
-# comment at the top of each lane@.toml). A flag not in this set has not been: check it
-# there, cite it in the lane file, then add it here.
-CHECKED_VLLM_FLAGS = frozenset(
-    {
-        "--served-model-name",
-        "--host",
-        "--port",
-        "--tensor-parallel-size",
-        "--pipeline-parallel-size",
-        "--distributed-executor-backend",
-        "--nnodes",
-        "--node-rank",
-        "--master-addr",
-        "--master-port",
-        "--max-model-len",
-        "--shutdown-timeout",
-        "--headless",
-    }
-)
+# The vLLM release whose `vllm serve` runs in the real-vLLM tier (tests/vllm checks every
+# flag of the examples against its parser); the examples' headers name it and the flag
+# table's release.
+TIER_VLLM = "0.32.0"
+
+
+def vllm_flags() -> frozenset[str]:
+    """Every spelling of every `vllm serve` flag of the fake's table (VLLM_VERSION)."""
+    return frozenset(name for entry in VLLM_SERVE_FLAGS for name in entry.names)
 
 
 def ddsup(*args: str) -> subprocess.CompletedProcess[str]:
@@ -214,7 +204,8 @@ async def test_vllm_lanes_drain_within_timeout_stop(directory: Path, tmp_path: P
         assert argv[:2] == ("vllm", "serve")
         assert flag(argv, "--tensor-parallel-size") == str(lane.lane and lane.lane.gpus)
         used = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
-        assert used <= CHECKED_VLLM_FLAGS, f"unchecked vLLM flags: {used - CHECKED_VLLM_FLAGS}"
+        unknown = used - vllm_flags()
+        assert not unknown, f"not flags of vllm serve {VLLM_VERSION}: {sorted(unknown)}"
         if "--headless" not in argv:
             drain = int(flag(argv, "--shutdown-timeout"))
             # vLLM's drain must end before ddsup's SIGKILL, with room for engine teardown
@@ -241,3 +232,13 @@ def test_vllm_comment_states_the_lane_count(directory: Path) -> None:
     assert said is not None, "lane@.toml must say '# N lanes …' for the 4 × 8 plan"
     replicas = {i["replica"] for i in lanes(plan_json(directory))}
     assert int(said.group(1)) == len(replicas)
+
+
+@pytest.mark.parametrize("directory", VLLM_DIRS, ids=lambda p: p.name)
+def test_vllm_header_names_the_versions_it_is_tested_with(directory: Path) -> None:
+    lines = (directory / "lane@.toml").read_text(encoding="utf-8").splitlines()
+    header = " ".join(line.lstrip("# ") for line in lines if line.startswith("#"))
+    table = ".".join(VLLM_VERSION.split(".")[:2])
+    assert f"in vLLM {TIER_VLLM} (the CPU build the real-vLLM test tier runs" in header
+    assert f"and {table} (the flag table of `ddsup fake-vllm`" in header
+    assert "source index" not in header  # which versions, not where flags were looked up
