@@ -3,7 +3,7 @@
 #   sbatch job.sh
 # Its numbers fit units/examples/vllm-pp-2node (2 nodes × 8 GPUs: one 2-node lane).
 #
-#SBATCH --job-name=ddsup
+#SBATCH --job-name=llama-batch     # EDIT: also names the job's state directory (below)
 #SBATCH --nodes=2                 # EDIT: nodes the plan needs (`ddsup plan` tells)
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=8         # EDIT: explicit GPUs: job steps get the job's GPUs
@@ -18,12 +18,16 @@
 
 set -euo pipefail
 
-# EDIT: ddsup's installation, unit directory and state directories. All three must be
-# at the same path on every node (the shared file system): node agents run this same
-# Python, read the unit files and write logs into the state directory.
+# EDIT: ddsup's installation, unit directory and where state directories go. All three
+# must be at the same path on every node (the shared file system): node agents run this
+# same Python, read the unit files and write logs into the state directory.
 DDSUP_ENV=/shared/software/ddsup       # a virtual environment with ddsup (and vLLM)
 UNITS=/shared/jobs/llama/units
 STATE_ROOT=/shared/jobs/llama/runs
+# The job's state directory, by its name: the same for every attempt (a requeue, or the
+# script submitted again), so the next one resumes: the worker skips what it finished
+# (its results.jsonl there), and ddsup keeps each earlier attempt's record in attempts/.
+STATE_DIR="$STATE_ROOT/$SLURM_JOB_NAME"
 
 # shellcheck source=/dev/null
 source "$DDSUP_ENV/bin/activate"       # units inherit PATH: python3, vllm, ddsup
@@ -43,4 +47,4 @@ SRUN_ARGS=(--srun-arg="--cpus-per-task=${SLURM_CPUS_ON_NODE}")
 
 # `exec`: ddsup replaces this shell, so --signal=B:…, scancel --batch and the job's exit
 # code (ddsup's: 0, 65, 69, 70, 75, 128+N; see docs/cli.md) all reach and come from it.
-exec ddsup start "$UNITS" --state-dir "$STATE_ROOT/ddsup-$SLURM_JOB_ID" "${SRUN_ARGS[@]}"
+exec ddsup start "$UNITS" --state-dir "$STATE_DIR" "${SRUN_ARGS[@]}"

@@ -23,7 +23,7 @@ INSTANCE_KEYS = {
 TOP_KEYS = {
     "format", "invocation_id", "launcher", "state_dir", "unit_dir", "pid", "started_at",
     "ended_at", "uptime", "live", "stopping", "result", "lanes", "instances", "containment",
-    "ends_at", "time_left", "efficiency", "endpoint", "record_incomplete",
+    "ends_at", "time_left", "efficiency", "endpoint", "record_incomplete", "attempt",
 }  # fmt: skip
 
 

@@ -21,6 +21,10 @@ import pytest
 from hostile_helpers import ddsup
 from second_user import SecondUser, as_root_only
 
+from ddsup.record._event_log import EventLog
+from ddsup.record._events import RunStopping
+from ddsup.record._faults import WriteFaults
+from ddsup.record._private import open_append, write_private
 from support.runs import PY, run_start, start_env
 from support.unit_dirs import UnitDir
 
@@ -87,22 +91,46 @@ async def test_a_state_dir_of_another_user_is_refused(
     assert sorted(p.name for p in state.iterdir()) == ["events.jsonl"]
 
 
-async def test_links_planted_in_the_state_dir_are_never_written_through(tmp_path: Path) -> None:
-    """Appends are O_NOFOLLOW, replacements rename over the link: bytes outside: 0."""
-    state, outside = tmp_path / "state", tmp_path / "outside"
-    (state / "logs").mkdir(parents=True, mode=0o700)
-    outside.mkdir()
-    for name in ("events.jsonl", "logs/worker.log", "result.json", "plan.json", "run.json"):
+RECORD_LINKS = ("events.jsonl", "logs/worker.log", "result.json", "plan.json", "run.json")
+
+
+def _plant(state: Path, outside: Path) -> None:
+    """A link from each of a run's files in ``state`` to a precious file ``outside``."""
+    (state / "logs").mkdir(parents=True, mode=0o700, exist_ok=True)
+    outside.mkdir(exist_ok=True)
+    for name in RECORD_LINKS:
         (outside / name.replace("/", "-")).write_text("precious\n")
         (state / name).symlink_to(outside / name.replace("/", "-"))
+
+
+async def test_links_planted_in_the_state_dir_are_never_written_through(tmp_path: Path) -> None:
+    """They look like an earlier attempt's record: kept aside as links, never followed."""
+    state, outside = tmp_path / "state", tmp_path / "outside"
+    _plant(state, outside)
     before = _listing(outside)
     run = await run_start(_units(tmp_path / "units"), state)
     assert run.returncode == 7, run.describe()  # the run went on, and ended as its worker did
     assert _listing(outside) == before
     assert all((outside / n).read_text() == "precious\n" for n in os.listdir(outside))
     assert json.loads((state / "result.json").read_text())["exit_code"] == 7
-    assert run.output.count("warning: cannot write") == 1, run.output
+    assert all((state / "attempts" / "0" / name).is_symlink() for name in RECORD_LINKS)
+    assert not any((state / name).is_symlink() for name in RECORD_LINKS)
     assert "Traceback" not in run.output
+
+
+def test_appends_and_replacements_never_follow_a_planted_link(tmp_path: Path) -> None:
+    """Appends are O_NOFOLLOW, replacements rename over the link: bytes outside: 0."""
+    state, outside = tmp_path / "state", tmp_path / "outside"
+    _plant(state, outside)
+    before = _listing(outside)
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        open_append(state / "events.jsonl")
+    log = EventLog(state / "events.jsonl", WriteFaults())
+    log.write(RunStopping())
+    log.close()
+    write_private(state / "result.json", "{}\n")
+    assert _listing(outside) == before
+    assert (state / "events.jsonl").is_symlink() and not (state / "result.json").is_symlink()
 
 
 def _planted(tmp_path: Path, run: dict[str, object]) -> Path:

@@ -1,4 +1,4 @@
-"""The job's end and its attempts: end times, early stops, requeue, per-attempt state dirs.
+"""The job's end and its attempts: end times, early stops, requeue, one state dir per job.
 
 The pure parts are checked here (what squeue prints, what a stop before the end does to
 the run's state, what a requeue request becomes); ``tests/slurm/test_long_jobs.py`` runs
@@ -21,7 +21,7 @@ from ddsup.plan import Plan
 from ddsup.process import ExitStatus, fork_lock
 from ddsup.record._events import UnitTransition
 from ddsup.record._outcome import Outcome, WorkerEnded
-from ddsup.record._state_dir import create_state_dir, for_attempt
+from ddsup.record._state_dir import create_state_dir
 from ddsup.record._states import InstanceState as S
 from ddsup.run._run_inputs import EndNear, Host, Observed, PreflightOver, StartOn, StopOn
 from ddsup.run._run_state import RunState
@@ -40,22 +40,21 @@ def test_squeue_end_times_are_local_time_and_unlimited_jobs_have_none() -> None:
         assert parse_end_time(nothing) is None
 
 
-def test_attempts_come_from_slurm_restart_count_and_get_their_own_state_dir() -> None:
+def test_slurm_s_restart_count_says_whether_the_job_was_requeued() -> None:
     assert attempt_of({}) == 0 and attempt_of({"SLURM_RESTART_COUNT": "2"}) == 2
     assert attempt_of({"SLURM_RESTART_COUNT": "x"}) == 0
-    assert for_attempt(Path("/s/run-42"), 0) == Path("/s/run-42")
-    assert for_attempt(Path("/s/run-42"), 2) == Path("/s/run-42.attempt2")
 
 
-def test_default_state_dir_of_a_requeued_job(
+def test_a_requeued_job_goes_on_in_its_default_state_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.chdir(tmp_path)
     assert create_state_dir(None).path == tmp_path / "ddsup-4242"
-    assert create_state_dir(None, attempt=1).path == tmp_path / "ddsup-4242.attempt1"
-    given = create_state_dir(tmp_path / "run", attempt=2)
-    assert given.path == tmp_path / "run.attempt2" and given.path.is_dir()
+    assert create_state_dir(None, requeued=True).path == tmp_path / "ddsup-4242"
+    assert create_state_dir(None).path == tmp_path / "ddsup-4242.2"  # not requeued: a new one
+    given = create_state_dir(tmp_path / "run", requeued=True)
+    assert given.path == tmp_path / "run" and given.path.is_dir()
 
 
 def test_the_end_near_stops_the_unit_and_it_never_starts_later() -> None:
@@ -98,26 +97,41 @@ sys.exit(int(os.environ["DDSUP_REQUEUE_EXIT"]))
 """
 
 
-async def test_a_later_attempt_runs_in_its_own_state_dir_and_tells_the_units(
+async def test_a_job_run_again_goes_on_in_its_state_dir_and_tells_the_units(
     tmp_path: Path,
 ) -> None:
     units = UnitDir(tmp_path / "units")
     (units.path / "worker.py").write_text(WORKER_PY)
     units.add("worker", "worker", [PY, "{unit_dir}/worker.py", "{attempt}"])
-    run = await run_start(units, tmp_path / "state", env={"SLURM_RESTART_COUNT": "2"})
-    state = tmp_path / "state.attempt2"
-    assert not (tmp_path / "state").exists()
+    state = tmp_path / "state"
+    first = await run_start(units, state)
+    first_result = (state / "result.json").read_text()
+    run = await run_start(units, state, env={"SLURM_RESTART_COUNT": "5"})  # not what counts
+
     seen = json.loads((state / "seen.json").read_text())
     assert seen == {
-        "DDSUP_ATTEMPT": "2",
+        "DDSUP_ATTEMPT": "1",
         "DDSUP_REQUEUE_EXIT": "85",
         "DDSUP_STATE_DIR": str(state),
-        "argv": ["2"],
+        "argv": ["1"],
     }
-    assert run.returncode == 85
+    assert first.returncode == run.returncode == 85
+    assert (state / "attempts" / "0" / "result.json").read_text() == first_result
+    assert json.loads((state / "run.json").read_text())["attempt"] == 1
     result = json.loads((state / "result.json").read_text())
     assert result["status"] == "worker_failed"
     assert "but this run is not in a Slurm job" in result["cause"]["reason"]
+    shown = await _status("--state-dir", str(state))
+    assert f"state dir {state} · attempt 1 (the one before in attempts/)" in shown
+    earlier = json.loads(await _status("--json", "--state-dir", str(state / "attempts" / "0")))
+    assert (earlier["attempt"], earlier["result"]["exit_code"]) == (0, 85)
+
+
+async def _status(*args: str) -> str:
+    done = await trio.run_process(
+        [PY, "-m", "ddsup", "status", *args], capture_stdout=True, check=True
+    )
+    return done.stdout.decode()
 
 
 async def test_a_slurm_query_is_not_forked_while_a_unit_is(tmp_path: Path) -> None:

@@ -198,3 +198,25 @@ def job_log(cluster: SlurmCluster, job: DdsupJob, job_id: str) -> str:
     agents = job.state / "logs" / "agents.log"
     text = agents.read_text() if agents.exists() else "(no agents.log)"
     return f"--- job output ---\n{cluster.job_output(job_id)}\n--- agents.log ---\n{text}"
+
+
+def release_when_requeued(cluster: SlurmCluster, job_id: str) -> None:
+    """A requeued job waits two minutes before it may start again: start it sooner.
+
+    Not at once: each node revoked the first attempt's credential when it ended it, and
+    slurmd refuses a credential created in the same second as (or before) that
+    revocation ("Killing non-startable batch job: Job credential revoked", the job
+    FAILED with exit 1). Credentials have one-second resolution, so the job may start
+    two seconds on; that wait is Slurm's scheduler's, not a sleep here.
+    """
+
+    def requeued() -> bool:
+        info = cluster.job_info(job_id)
+        return info.get("JobState") == "PENDING" and info.get("Restarts") == "1"
+
+    wait_until(
+        requeued,
+        60,
+        lambda: f"job {job_id} was not requeued: {cluster.job_info(job_id)}",
+    )
+    cluster.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now+2"])

@@ -92,6 +92,9 @@ def render_status(view: StatusView, *, colour: bool, now: float | None = None) -
     lines = [_paint_if(colour, "1", f"run {view.invocation_id} · launcher {view.launcher}")]
     lines[0] += " · " + _run_state(view, now)
     lines.append(f"state dir {view.state_dir}")
+    if view.attempt:
+        earlier = "the one before" if view.attempt == 1 else f"the {view.attempt} before"
+        lines[-1] += f" · attempt {view.attempt} ({earlier} in attempts/)"
     if view.result is not None and view.record_incomplete:
         lines.append(
             f"record incomplete: {view.record_incomplete}; the states below are as of the "

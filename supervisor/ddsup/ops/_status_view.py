@@ -68,6 +68,7 @@ class StatusView:
     containment: tuple[Contained, ...] = ()  # the no-orphan layers of each supervisor
     endpoint: EndpointProcesses | None = None  # while the run's endpoint serves
     record_incomplete: str | None = None  # why its files miss part of the run (a full disk)
+    attempt: int = 0  # the job's attempt in its state dir (earlier ones in attempts/)
 
     @cached_property
     def lanes(self) -> dict[str, LaneCount]:
@@ -98,6 +99,7 @@ class StatusView:
             ],
             "endpoint": None if self.endpoint is None else self.endpoint.to_json(),
             "record_incomplete": self.record_incomplete,
+            "attempt": self.attempt,
         }
 
 
@@ -128,6 +130,7 @@ def status_view(state: StateDir, snapshot: RunSnapshot | None) -> StatusView:
         containment=_containment(events) if snapshot is None else snapshot.containment,
         endpoint=_endpoint(state) if snapshot is not None else None,
         record_incomplete=None if snapshot is not None else _record_incomplete(state),
+        attempt=run.attempt,
     )
 
 

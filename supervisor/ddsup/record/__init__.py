@@ -7,7 +7,8 @@ a run, ``result.json``), ``_events`` (one frozen dataclass per kind of event;
 ``_event_parse`` and ``_fields`` read them back),
 ``_event_log`` (``events.jsonl`` written and read), ``_instance`` (an instance's record,
 the fold of its events), ``_status`` (``status`` rows and the live snapshot),
-``_state_dir`` (where it all lives, held open by its writers), ``_run_info``
+``_state_dir`` (where it all lives, held open by its writers), ``_attempts`` (a job's
+attempts in one state directory, the earlier ones moved aside), ``_run_info``
 (``run.json``: how to find and recognise a run), ``_private`` (files written without
 following links, directories held by descriptor, both checked before being trusted),
 ``_faults`` (a full or read-only disk: one warning, the run goes on) and ``_display``

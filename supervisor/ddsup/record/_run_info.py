@@ -37,6 +37,7 @@ class RunInfo:
     containment: Mapping[str, Any] | None = None  # ddsup start's no-orphan layers
     job: str | None = None  # the Slurm job it ran in (``SLURM_JOB_ID``): the epilog's check
     uid: int | None = None  # the user it ran as (the file's owner must be the same)
+    attempt: int = 0  # the job's attempt in this directory (``_attempts``)
 
     def to_json(self) -> dict[str, Any]:
         control = self.control
@@ -45,6 +46,7 @@ class RunInfo:
             "invocation_id": self.invocation_id,
             "job": self.job,
             "uid": self.uid,
+            "attempt": self.attempt,
             "pid": self.pid,
             "host": self.host,
             "pid_start": self.pid_start,
@@ -64,7 +66,9 @@ class RunInfo:
         if isinstance(control, Mapping):
             address = ControlAddress(str(control["host"]), int(control["port"]))
         started = data.get("started_at")
-        host, pid_start, job, uid = (data.get(k) for k in ("host", "pid_start", "job", "uid"))
+        host, pid_start, job, uid, attempt = (
+            data.get(k) for k in ("host", "pid_start", "job", "uid", "attempt")
+        )
         return cls(
             invocation_id=data["invocation_id"],
             pid=data["pid"] if isinstance(data.get("pid"), int) else None,
@@ -79,4 +83,5 @@ class RunInfo:
             else None,
             job=job if isinstance(job, str) else None,
             uid=uid if isinstance(uid, int) and not isinstance(uid, bool) else None,
+            attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 0,
         )

@@ -8,6 +8,7 @@ Layout (dirs 0700, files 0600, so other users of a shared cluster read nothing):
     events.jsonl     every state change, one JSON object a line
     logs/<instance>.log
     result.json      status, exit_code, cause — written on every exit path
+    attempts/<N>/    the record of each earlier attempt of the job (``_attempts``)
 
 ``ddsup start`` creates the directory (``mkdir``: it fails if something is there) or,
 for ``--state-dir`` naming an existing one, uses it only when the caller owns it,
@@ -53,7 +54,9 @@ __all__ = [
     "RunInfo",
     "StateDir",
     "create_state_dir",
+    "hold_state_dir",
     "open_state_dir",
+    "state_dir_in",
     "write_private",
 ]
 
@@ -225,14 +228,12 @@ _PARENT_HINT = (
 )
 
 
-def _create(path: Path, *, exclusive: bool) -> StateDir:
-    """Make ``path`` (0700) and its ``logs/``, or check that an existing one is safe, and
-    hold both (:class:`StateDir`).
+def _hold(path: Path, *, exclusive: bool) -> HeldDir:
+    """Make ``path`` (0700), or check that an existing one is safe, and hold it.
 
     ``exclusive``: FileExistsError when it exists (a default name: pick another).
     StateDirError when it cannot be made or is not safe, or its parent lets another user
-    replace it; a ``logs/`` that cannot be made is a write fault (the units' output then
-    goes nowhere, the run goes on).
+    replace it.
     """
     name = printable(str(path))
     try:
@@ -244,8 +245,18 @@ def _create(path: Path, *, exclusive: bool) -> StateDir:
         held = _make_and_hold(path, parent, exclusive=exclusive)
     finally:
         os.close(parent)
-    state = StateDir(path, held=held)
     _owner_only(held)
+    return held
+
+
+def state_dir_in(held: HeldDir) -> StateDir:
+    """The run's :class:`StateDir` in the held directory: the space for the result kept,
+    ``logs/`` made (0700) or checked, and held too.
+
+    StateDirError when ``logs/`` is not safe; one that cannot be made is a write fault
+    (the units' output then goes nowhere, the run goes on).
+    """
+    state = StateDir(held.path, held=held)
     _reserve(held)
     try:
         logs = held.subdirectory("logs", error=StateDirError, hint=_HINT)
@@ -318,36 +329,35 @@ def open_state_dir(path: Path) -> StateDir:
     return StateDir(path, held=held, held_logs=logs)
 
 
-def for_attempt(path: Path, attempt: int) -> Path:
-    """The state dir of a requeued job's ``attempt``: the first one's, ``.attempt<N>`` added.
-
-    Each attempt keeps its own record (plan, events, logs, result) beside the others
-    instead of overwriting them: ``run-42``, ``run-42.attempt1``, ``run-42.attempt2``.
-    """
-    return path if attempt == 0 else path.with_name(f"{path.name}.attempt{attempt}")
-
-
-def create_state_dir(path: Path | None, attempt: int = 0) -> StateDir:
+def create_state_dir(path: Path | None, *, requeued: bool = False) -> StateDir:
     """The run's state directory, created (or checked, when ``path`` exists) and held for
-    ``start``.
+    ``start``: :func:`hold_state_dir`, then :func:`state_dir_in`."""
+    return state_dir_in(hold_state_dir(path, requeued=requeued))
+
+
+def hold_state_dir(path: Path | None, *, requeued: bool = False) -> HeldDir:
+    """The run's state directory, created (or checked, when ``path`` exists) and held,
+    nothing written in it yet (``_attempts`` moves the previous attempt's record aside
+    first); :func:`state_dir_in` makes it the run's.
 
     ``path`` is made absolute without resolving symlinks: a symlink given as the state
-    directory is refused, not followed; its parent must not let another user replace it. Without ``path``: ``./ddsup-<job id>`` inside
-    Slurm, else ``./ddsup-<timestamp>``, with ``.2``, ``.3`` … when taken; a requeued
-    job's attempt N adds ``.attempt<N>`` (:func:`for_attempt`).
+    directory is refused, not followed; its parent must not let another user replace it.
+    Without ``path``: ``./ddsup-<job id>`` inside Slurm, else ``./ddsup-<timestamp>``,
+    with ``.2``, ``.3`` … when taken; a ``requeued`` job's attempt goes on in
+    ``./ddsup-<job id>`` when it is there (``_attempts``: each attempt of a job in one
+    directory).
     """
     if path is not None:
-        return _create(for_attempt(Path(os.path.abspath(path)), attempt), exclusive=False)
-    for candidate in _default_names(Path.cwd(), attempt):
+        return _hold(Path(os.path.abspath(path)), exclusive=False)
+    for n, candidate in enumerate(_default_names(Path.cwd())):
         with contextlib.suppress(FileExistsError):
-            return _create(candidate, exclusive=True)
+            return _hold(candidate, exclusive=not (requeued and n == 0))
     raise StateDirError(f"no free ddsup-* name in {printable(str(Path.cwd()))}: pass --state-dir")
 
 
-def _default_names(base: Path, attempt: int, tries: int = 1000) -> Iterator[Path]:
+def _default_names(base: Path, tries: int = 1000) -> Iterator[Path]:
     job = os.environ.get("SLURM_JOB_ID")
     stem = f"ddsup-{job}" if job else "ddsup-" + time.strftime("%Y%m%d-%H%M%S")
-    stem = for_attempt(Path(stem), attempt).name
     yield base / stem
     for suffix in range(2, tries):
         yield base / f"{stem}.{suffix}"

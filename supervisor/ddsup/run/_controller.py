@@ -110,6 +110,7 @@ class Controller:
             invocation_id=self.invocation_id,
             launcher=self.launcher.value,
             unit_dir=str(self.options.directory.resolve()),
+            attempt=head.attempt,
         )
         self.control: ControlAddress | None = None  # where the control channel listens
         self.nodes: dict[Host, RunNode] = {}  # the local node, and each connected agent

@@ -41,7 +41,7 @@ from ddsup.run._launcher import CONTROLLER, Launched, Launcher, launcher_for
 from ddsup.run._open_files import ensure_open_files, open_files_needed
 from ddsup.run._ordering import agent_nodes, survives_node_loss
 from ddsup.run._prepare import PreparedRun
-from ddsup.run._run_facts import RunFacts, agent_environment, attempt_of
+from ddsup.run._run_facts import RunFacts, agent_environment
 
 
 @dataclass
@@ -52,6 +52,7 @@ class HeadStart:
     secret: str = field(repr=False)
     signals: HeldSignals
     layers: OpenedLayers
+    attempt: int  # the job's attempt in its state dir (``record._attempts``)
     listening: socket.socket | None = None  # None: failed says why
     facts: RunFacts | None = None  # once the control address is known
     launcher: Launcher | None = None
@@ -60,7 +61,7 @@ class HeadStart:
     failed: DdsupError | None = None
 
 
-def head_start(prepared: PreparedRun, state: StateDir) -> HeadStart:
+def head_start(prepared: PreparedRun, state: StateDir, attempt: int = 0) -> HeadStart:
     """Hold the signals, open the containment's layers, bind the control socket, launch
     the agents; the caller hands the result to ``_takeover`` (which owns it from then on)."""
     invocation_id = uuid.uuid4().hex
@@ -75,7 +76,7 @@ def head_start(prepared: PreparedRun, state: StateDir) -> HeadStart:
     except BaseException:
         signals.restore()
         raise
-    head = HeadStart(invocation_id, new_secret(), signals, layers)
+    head = HeadStart(invocation_id, new_secret(), signals, layers, attempt)
     try:
         _listen(head, prepared, state)
         _launch(head, prepared, state)
@@ -95,7 +96,7 @@ def _listen(head: HeadStart, prepared: PreparedRun, state: StateDir) -> None:
         unit_dir=str(options.directory.resolve()),
         control=ControlAddress(host, head.listening.getsockname()[1]),
         agent_timeout=options.agent_timeout,
-        attempt=attempt_of(os.environ),
+        attempt=head.attempt,
         rehearse=options.rehearse,
         secret=head.secret,
     )

@@ -29,13 +29,14 @@ class RunFacts:
     unit_dir: str
     control: ControlAddress
     agent_timeout: float  # how long an agent's silence is tolerated (--agent-timeout)
-    attempt: int  # the Slurm job's attempt (``SLURM_RESTART_COUNT``)
+    attempt: int  # the job's attempt in its state dir (``record._attempts``)
     rehearse: bool  # lanes run fake-vllm (``ddsup start --rehearse``)
     secret: str = field(repr=False)
 
 
 def attempt_of(environ: Mapping[str, str]) -> int:
-    """The job's attempt: ``SLURM_RESTART_COUNT`` (0 on the first run, or outside Slurm)."""
+    """Slurm's count of the job's requeues: ``SLURM_RESTART_COUNT`` (0 on its first run,
+    or outside Slurm). ``DDSUP_ATTEMPT`` counts the attempts in the state dir instead."""
     value = environ.get("SLURM_RESTART_COUNT", "").strip()
     return int(value) if value.isdigit() else 0
 

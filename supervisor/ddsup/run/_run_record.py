@@ -30,7 +30,14 @@ class RunRecord:
     """The files and the console of one run (``ddsup start``'s own)."""
 
     def __init__(
-        self, state: StateDir, console: Console, *, invocation_id: str, launcher: str, unit_dir: str
+        self,
+        state: StateDir,
+        console: Console,
+        *,
+        invocation_id: str,
+        launcher: str,
+        unit_dir: str,
+        attempt: int = 0,
     ) -> None:
         self.state = state
         self.console = console
@@ -38,6 +45,7 @@ class RunRecord:
         self.started = time.time()
         self._launcher = launcher
         self._unit_dir = unit_dir
+        self._attempt = attempt
         self._events = EventLog(state.events, state.faults, opener=state.append)
         self._reports: dict[tuple[str, str | None], Contained] = {}  # per supervisor
         self._control: ControlAddress | None = None
@@ -84,6 +92,7 @@ class RunRecord:
             containment=None if layers is None else layers.to_json(),
             job=os.environ.get("SLURM_JOB_ID") or None,
             uid=os.geteuid(),
+            attempt=self._attempt,
         )
         self.state.save_json(self.state.run, info.to_json())
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from ddsup._errors import UnitFileError, UsageError
 from ddsup.plan._resolve import AllocationRequest, LauncherChoice
-from ddsup.record._state_dir import StateDir, create_state_dir
+from ddsup.record._attempts import begin_attempt
+from ddsup.record._state_dir import StateDir
 from ddsup.run._head_start import HeadStart, head_start
 from ddsup.run._options import RunOptions, Verbosity
 from ddsup.run._prepare import PreparedRun, prepare_run
@@ -141,10 +142,10 @@ def run_start(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return err.exit_status
-    # a requeued job: each attempt its own state dir
-    state = create_state_dir(options.state_dir, attempt_of(os.environ))
+    # a requeued or resubmitted job goes on in its state dir, the earlier attempts kept
+    state, attempt = begin_attempt(options.state_dir, requeued=attempt_of(os.environ) > 0)
     _put_own_interpreter_first_on_path()
-    head = head_start(prepared, state)  # the agents are on their way
+    head = head_start(prepared, state, attempt)  # the agents are on their way
     run_controller: Callable[[PreparedRun, StateDir, HeadStart], int] = importlib.import_module(
         TAKEOVER_MODULE
     ).run_controller

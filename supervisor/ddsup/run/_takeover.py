@@ -55,6 +55,7 @@ class TakenOver:
     nodes: tuple[str, ...]
     agents: list[AgentProcess]
     failed: DdsupError | None
+    attempt: int  # the job's attempt in its state dir
 
     async def aclose(self) -> None:
         """Close what the controller did not take over (idempotent: a no-op once it did).
@@ -127,4 +128,5 @@ async def take_over(head: HeadStart) -> TakenOver:
         head.nodes,
         agents,
         failed,
+        head.attempt,
     )
