@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import h11
+import pytest
 import trio
 
 from support.polls import until
@@ -356,6 +357,33 @@ async def test_sigterm_checkpoints_exits_143_and_the_next_run_resumes(tmp_path: 
     assert sorted(r["id"] for r in records) == [f"t{n:03d}" for n in range(20)]
     # the 4 requests in flight at SIGTERM were sent again; nothing that was done was
     assert app.sent() == {n: 2 if 5 <= n < 9 else 1 for n in range(20)}
+
+
+@pytest.mark.parametrize(("end_near", "code"), [(True, 85), (False, 143)])
+async def test_with_requeue_a_stop_after_sigusr1_asks_for_the_next_attempt(
+    tmp_path: Path, end_near: bool, code: int
+) -> None:
+    """SIGUSR1 (the job's time limit is near), then the stop: requeue, the work is not
+    done; a stop without it (``ddsup stop``) is a stop, as without ``--requeue``."""
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 20)
+    held = Held(first=5, expect=4)
+    async with serving(Endpoint(held)) as url:
+        args = ("--prompts", str(prompts), "--concurrency", "4", "--requeue")
+        env = worker_env(url, DDSUP_REQUEUE_EXIT="85")
+        async with started_worker(tmp_path, env, *args) as worker:
+            with trio.fail_after(RUN_LIMIT_S):
+                await held.all_held.wait()
+            await wait_for(lambda: line_count(worker.output) == 5, "5 results")
+            if end_near:
+                worker.process.send_signal(signal.SIGUSR1)
+                await wait_for(worker.checkpoint.exists, "the checkpoint file")
+            worker.process.send_signal(signal.SIGTERM)
+            assert await worker.finish() == code, worker.log_text()
+        held.release.set()
+
+    assert ("requeue: 15 prompts left for the next attempt" in worker.log_text()) == end_near
+    state = json.loads(worker.checkpoint.read_text())
+    assert state["completed"] == [f"t{n:03d}" for n in range(5)]
 
 
 async def test_without_openai_base_url_it_says_so_and_exits_2(tmp_path: Path) -> None:

@@ -30,6 +30,8 @@ from ddsup.units import load_unit_set
 EXAMPLES = Path(__file__).resolve().parents[2] / "units" / "examples"
 EXAMPLE_DIRS = sorted(p for p in EXAMPLES.iterdir() if p.is_dir())
 VLLM_DIRS = [p for p in EXAMPLE_DIRS if p.name.startswith("vllm-")]
+# every example whose lanes run vLLM: the placement examples and the long job's
+VLLM_LANE_DIRS = [*VLLM_DIRS, EXAMPLES / "long-job"]
 NODES = [f"gpu0{n}" for n in range(1, 5)]
 
 # The vLLM release whose `vllm serve` runs in the real-vLLM tier (tests/vllm checks every
@@ -197,7 +199,7 @@ async def test_pp_2node_ranks_run_vllm_multinode_flags(tmp_path: Path) -> None:
             assert "--port" not in argv
 
 
-@pytest.mark.parametrize("directory", VLLM_DIRS, ids=lambda p: p.name)
+@pytest.mark.parametrize("directory", VLLM_LANE_DIRS, ids=lambda p: p.name)
 async def test_vllm_lanes_drain_within_timeout_stop(directory: Path, tmp_path: Path) -> None:
     lane = load_unit_set(directory).lanes[0]
     for argv in (await built_argvs(directory, tmp_path)).values():
@@ -213,7 +215,7 @@ async def test_vllm_lanes_drain_within_timeout_stop(directory: Path, tmp_path: P
     assert lane.service.timeout_start >= 20 * 60  # cold starts take 10-20 minutes
 
 
-@pytest.mark.parametrize("directory", VLLM_DIRS, ids=lambda p: p.name)
+@pytest.mark.parametrize("directory", VLLM_LANE_DIRS, ids=lambda p: p.name)
 def test_vllm_worker_runs_the_bundled_client(directory: Path) -> None:
     worker = load_unit_set(directory).worker
     assert worker is not None
@@ -234,7 +236,7 @@ def test_vllm_comment_states_the_lane_count(directory: Path) -> None:
     assert int(said.group(1)) == len(replicas)
 
 
-@pytest.mark.parametrize("directory", VLLM_DIRS, ids=lambda p: p.name)
+@pytest.mark.parametrize("directory", VLLM_LANE_DIRS, ids=lambda p: p.name)
 def test_vllm_header_names_the_versions_it_is_tested_with(directory: Path) -> None:
     lines = (directory / "lane@.toml").read_text(encoding="utf-8").splitlines()
     header = " ".join(line.lstrip("# ") for line in lines if line.startswith("#"))
@@ -242,3 +244,17 @@ def test_vllm_header_names_the_versions_it_is_tested_with(directory: Path) -> No
     assert f"in vLLM {TIER_VLLM} (the CPU build the real-vLLM test tier runs" in header
     assert f"and {table} (the flag table of `ddsup fake-vllm`" in header
     assert "source index" not in header  # which versions, not where flags were looked up
+
+
+def test_the_long_job_stops_its_worker_after_the_job_s_usr1() -> None:
+    """The worker's stop_before_end comes after the batch script's SIGUSR1 (Slurm sends
+    it up to 30 s early): the worker knows the end is near when it is stopped, and asks
+    for the requeue; and it has time to stop before Slurm's own signal at the limit."""
+    worker = load_unit_set(EXAMPLES / "long-job").worker
+    assert worker is not None and worker.stop_before_end is not None
+    script = (EXAMPLES.parent.parent / "packaging" / "sbatch-long-job.sh").read_text()
+    lead = re.search(r"^#SBATCH --signal=B:USR1@(\d+)$", script, re.MULTILINE)
+    assert lead is not None and "#SBATCH --requeue" in script
+    assert worker.stop_before_end + 60 <= int(lead.group(1))
+    assert "--requeue" in worker.service.exec
+    assert "SIGUSR1" in [s.name for s in worker.service.forward_signals]

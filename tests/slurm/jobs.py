@@ -200,8 +200,11 @@ def job_log(cluster: SlurmCluster, job: DdsupJob, job_id: str) -> str:
     return f"--- job output ---\n{cluster.job_output(job_id)}\n--- agents.log ---\n{text}"
 
 
-def release_when_requeued(cluster: SlurmCluster, job_id: str) -> None:
-    """A requeued job waits two minutes before it may start again: start it sooner.
+def release_when_requeued(
+    cluster: SlurmCluster, job_id: str, restarts: int = 1, timeout: float = 60.0
+) -> None:
+    """A requeued job (its ``restarts``-th time) waits two minutes before it may start
+    again: start it sooner.
 
     Not at once: each node revoked the first attempt's credential when it ended it, and
     slurmd refuses a credential created in the same second as (or before) that
@@ -212,11 +215,11 @@ def release_when_requeued(cluster: SlurmCluster, job_id: str) -> None:
 
     def requeued() -> bool:
         info = cluster.job_info(job_id)
-        return info.get("JobState") == "PENDING" and info.get("Restarts") == "1"
+        return info.get("JobState") == "PENDING" and info.get("Restarts") == str(restarts)
 
     wait_until(
         requeued,
-        60,
+        timeout,
         lambda: f"job {job_id} was not requeued: {cluster.job_info(job_id)}",
     )
     cluster.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now+2"])

@@ -39,7 +39,10 @@ def test_every_flag_of_the_vllm_examples_is_one_of_the_installed_vllm(
     version = _installed_version(real_vllm)
     flags = _serve_flags(real_vllm)
     assert {"--port", "--tensor-parallel-size"} <= flags  # the help was read
-    for directory in sorted(EXAMPLES.glob("vllm-*")):
+    lanes = sorted(EXAMPLES.glob("*/lane@.toml"))
+    runs_vllm = [p.parent for p in lanes if '"vllm", "serve"' in p.read_text(encoding="utf-8")]
+    assert {"vllm-llama-8b", "long-job"} <= {p.name for p in runs_vllm}
+    for directory in runs_vllm:
         text = (directory / "lane@.toml").read_text(encoding="utf-8")
         header = " ".join(line.lstrip("# ") for line in text.splitlines() if line[:1] == "#")
         assert f"in vLLM {version} (" in header, f"{directory.name}: header names another vLLM"

@@ -20,6 +20,10 @@ Behaviour worth keeping when you adapt it:
   writes ``--checkpoint`` (the ids done so far; temp file + rename), then carries on.
   SIGTERM does the same and exits 143 (SIGINT: 130). A new run skips every id that already
   has a successful line in the output, so resubmitting the job resumes it.
+- With ``--requeue``, SIGUSR1 also says the job's time is running out: a SIGTERM after it
+  (``stop_before_end``) with prompts left exits ``$DDSUP_REQUEUE_EXIT`` (85), and ddsup
+  requeues the job, whose next attempt sends what is left (units/examples/long-job). A
+  SIGTERM without it (``ddsup stop``, ``scancel``) still exits 143: a stop, not a requeue.
 - Exit 0 when every prompt has a result, 1 when some failed for good, 2 when it cannot
   start (no ``OPENAI_BASE_URL``, a bad prompts file, no model to be learnt).
 
@@ -83,6 +87,7 @@ def parse_args() -> argparse.Namespace:
     add("--max-attempts", type=int, default=6, help="per prompt, 429s not counted (default 6)")
     add("--retry-base", type=float, default=0.5, help="first backoff, doubles to 30 s (0.5)")
     add("--timeout", type=float, default=600.0, help="seconds per request (default 600)")
+    add("--requeue", action="store_true", help="stopped after SIGUSR1 with work left: exit 85")
     args = parser.parse_args()
     if args.output is None:
         args.output = Path(os.environ.get("DDSUP_STATE_DIR", "."), "results.jsonl")
@@ -267,14 +272,18 @@ async def run(args: argparse.Namespace, base_url: str) -> int:
     except OSError as exc:
         raise InputError(f"{args.output}: cannot use the output file: {exc}") from exc
     todo = [item for item in prompts if item["id"] not in done]
-    stop, stopped_by = asyncio.Event(), [0]
+    stop, stopped_by, end_near = asyncio.Event(), [0], asyncio.Event()
 
     def request_stop(signum: int) -> None:
         stopped_by[0] = stopped_by[0] or 128 + signum
         stop.set()
 
+    def checkpoint() -> None:
+        end_near.set()  # the job's time limit is near (#SBATCH --signal=B:USR1@…)
+        results.checkpoint()
+
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGUSR1, results.checkpoint)
+    loop.add_signal_handler(signal.SIGUSR1, checkpoint)
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, request_stop, signum)
     print(
@@ -322,6 +331,11 @@ async def run(args: argparse.Namespace, base_url: str) -> int:
         f"{results.throttled} 429s seen",
         file=sys.stderr,
     )
+    left = len(prompts) - len(results.done) - len(results.failed)
+    if stopped_by[0] and left and args.requeue and end_near.is_set():
+        code = int(os.environ.get("DDSUP_REQUEUE_EXIT", "85"))
+        print(f"requeue: {left} prompts left for the next attempt (exit {code})", file=sys.stderr)
+        return code
     return stopped_by[0] or (1 if results.failed else 0)
 
 
