@@ -23,9 +23,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 
+import trio
+
 from ddsup.endpoint._admission import Admission
 from ddsup.endpoint._config import EndpointConfig
-from ddsup.endpoint._connection import Abort, ClientConnection, Framing, Request
+from ddsup.endpoint._connection import Abort, ClientConnection, ClientGone, Framing, Request
 from ddsup.endpoint._deadlines import Deadlines, Expired
 from ddsup.endpoint._ejection import Ejection
 from ddsup.endpoint._errors import no_ready_lane, overloaded, upstream_failed
@@ -40,6 +42,7 @@ from ddsup.endpoint._upstream import (
     UpstreamError,
     request_bytes,
 )
+from ddsup.record._series import CUT
 
 log = logging.getLogger("ddsup.endpoint")
 
@@ -225,6 +228,9 @@ class Proxy:
             self._judge(lane, code)
             delivered = code  # [series hook]
             return code
+        except (ClientGone, trio.Cancelled):
+            delivered = CUT  # [series hook] the client left, or the endpoint stops: not the lane
+            raise
         finally:
             lane.end()
             self.metrics.series.finished(lane.info.instance, delivered)  # [series hook]

@@ -2,8 +2,10 @@
 
 The request path calls four hooks (:class:`SeriesRecorder`): ``started(lane)`` when an
 attempt goes to a lane, ``sent(lane, n)`` for body bytes relayed to the client,
-``finished(lane, status)`` when the attempt ends (status 0: no whole response), and
-``refused(model, status)`` when the endpoint answers a request itself with an error.
+``finished(lane, status)`` when the attempt ends (status 0: no whole response, the
+lane's fault; :data:`CUT`: cut short by the client hanging up or by the endpoint's own
+stop, which the lane cannot help), and ``refused(model, status)`` when the endpoint
+answers a request itself with an error.
 Each is a dict lookup and a few integer additions; the clock is read only when a lane
 goes from idle to busy or back, which is what makes ``busy`` (seconds with at least one
 request outstanding) exact. Without a state directory the endpoint gets
@@ -34,7 +36,7 @@ import trio
 
 from ddsup._errors import StateDirError
 from ddsup.record._private import open_private_dir
-from ddsup.record._series import SERIES_DIR, header_line, series_file_name
+from ddsup.record._series import CUT, SERIES_DIR, header_line, series_file_name
 
 log = logging.getLogger("ddsup.endpoint")
 
@@ -80,6 +82,7 @@ class _Lane:
         "busy",
         "busy_since",
         "bytes",
+        "cut",
         "failed",
         "finished",
         "idle_since",
@@ -89,6 +92,7 @@ class _Lane:
 
     def __init__(self) -> None:
         self.started = self.finished = self.failed = self.outstanding = self.bytes = 0
+        self.cut = 0  # attempts cut short by the client or the endpoint's stop
         self.busy = 0.0  # closed busy seconds since the last line
         self.busy_since = 0.0  # monotonic start of the open busy period (outstanding > 0)
         self.idle_since = -math.inf  # monotonic time outstanding last fell to 0
@@ -128,6 +132,8 @@ class SeriesRecorder:
             return
         if 0 < status < 500:
             counters.finished += 1
+        elif status == CUT:
+            counters.cut += 1
         else:
             counters.failed += 1
         counters.outstanding -= 1
@@ -145,7 +151,7 @@ class SeriesRecorder:
         if self._refused:
             return True
         return any(
-            c.started or c.finished or c.failed or c.outstanding or c.busy
+            c.started or c.finished or c.failed or c.cut or c.outstanding or c.busy
             for c in self._lanes.values()
         )
 
@@ -159,21 +165,26 @@ class SeriesRecorder:
         lanes: list[str] = []
         counts: list[float] = []
         quiet, busy_lanes = -math.inf, 0
+        cut: dict[str, int] = {}
         for name, c in list(self._lanes.items()):
             busy = c.busy
             if c.outstanding:
                 busy += now - c.busy_since
                 c.busy_since = now
                 busy_lanes += 1
-            if not (c.started or c.finished or c.failed or c.outstanding or busy):
+            if not (c.started or c.finished or c.failed or c.cut or c.outstanding or busy):
                 del self._lanes[name]
                 continue
             lanes.append(name)
             counts += (c.started, c.finished, c.failed, c.outstanding, round(busy, 3), c.bytes)
-            c.started = c.finished = c.failed = c.bytes = 0
+            if c.cut:
+                cut[name] = c.cut
+            c.started = c.finished = c.failed = c.cut = c.bytes = 0
             c.busy = 0.0
             quiet = max(quiet, c.idle_since)
         line: dict[str, Any] = {"lanes": lanes, "counts": counts}
+        if cut:
+            line["cut"] = cut
         if self._refused:
             refused: dict[str, dict[str, int]] = {}
             for (model, status), n in self._refused.items():

@@ -16,7 +16,9 @@ a restarted endpoint appends to a new file, and readers merge them all. JSON lin
   ``counts`` holds their ``FIELDS`` one lane after another (lane ``i`` at
   ``counts[6*i:6*i+6]``; flat because decoding it is three times faster than an object
   per lane, which matters for a day of a thousand lanes). ``refused`` appears when the
-  endpoint answered a request itself with an error, ``first`` (Unix s) on the line where
+  endpoint answered a request itself with an error, ``cut`` (``{"llama@0": 2}``) when
+  attempts were cut short by their client hanging up or by the endpoint's own stop (a
+  lane's ``failed`` never counts those), ``first`` (Unix s) on the line where
   the first request of the process started, and ``quiet`` (Unix s) when every lane was
   idle at the line's end: the moment the last of them finished.
 
@@ -55,6 +57,9 @@ SERIES_DIR = "series"
 SERIES_FORMAT = 1
 FIELDS = ("started", "finished", "failed", "outstanding", "busy", "bytes")
 STARTED, FINISHED, FAILED, OUTSTANDING, BUSY, BYTES = range(len(FIELDS))
+CUT = -1
+"""The status a lane attempt ends with when its client hung up or the endpoint stopped
+(counted in ``cut``, not ``failed``: the lane did nothing wrong)."""
 
 
 def series_file_name(pid: int) -> str:
@@ -90,6 +95,7 @@ class SeriesLine:
     refused: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     first: float | None = None
     quiet: float | None = None
+    cut: Mapping[str, int] = field(default_factory=dict)  # lane → attempts cut short
 
     @property
     def start(self) -> float:
@@ -219,6 +225,7 @@ def _line(record: Mapping[str, Any]) -> SeriesLine:
         refused=refused,
         first=None if first is None else float(first),
         quiet=None if quiet is None else float(quiet),
+        cut={str(lane): int(n) for lane, n in record.get("cut", {}).items()},
     )
 
 
@@ -271,6 +278,7 @@ class _Group:
             refused=_refused(lines),
             first=min((x.first for x in lines if x.first is not None), default=None),
             quiet=_quiet(lines),
+            cut=_cut(lines),
         )
 
 
@@ -304,6 +312,14 @@ def _refused(lines: Sequence[SeriesLine]) -> dict[str, dict[str, int]]:
             mine = total.setdefault(model, {})
             for status, n in by_status.items():
                 mine[status] = mine.get(status, 0) + n
+    return total
+
+
+def _cut(lines: Sequence[SeriesLine]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for line in lines:
+        for lane, n in line.cut.items():
+            total[lane] = total.get(lane, 0) + n
     return total
 
 

@@ -73,9 +73,10 @@ class Totals:
     """Requests through the endpoint over the whole run."""
 
     answered: int
-    failed: int
+    failed: int  # lane attempts that failed: the lane's doing
     refused_429: int
     refused_other: int
+    cut: int = 0  # attempts cut short by their client or the endpoint's stop: nobody's fault
 
 
 @dataclass(frozen=True)
@@ -138,14 +139,15 @@ def _groups(plan: Mapping[str, Any], rows: list[Row]) -> tuple[NodeGroup, ...]:
 
 
 def _totals(files: RunFiles) -> Totals:
-    answered = failed = too_many = other = 0
+    answered = failed = too_many = other = cut = 0
     for line in files.series.lines:
         answered += int(line.total(FINISHED))
         failed += int(line.total(FAILED))
+        cut += sum(line.cut.values())
         for by_status in line.refused.values():
             for status, n in by_status.items():
                 if status == "429":
                     too_many += n
                 else:
                     other += n
-    return Totals(answered, failed, too_many, other)
+    return Totals(answered, failed, too_many, other, cut)

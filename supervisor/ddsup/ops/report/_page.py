@@ -61,6 +61,7 @@ svg .in-bar { fill: #fff; font-weight: 600; }
 .c-down { fill: var(--down); } .c-unused { fill: #f4f4f4; stroke: var(--rule); }
 .m-restart { fill: #d55e00; } .m-exit, .m-failed { fill: var(--bad); } .m-exit.ok { fill: #57606a; }
 .r-answered { fill: var(--serving); } .r-429 { fill: var(--loading); } .r-errors { fill: var(--bad); }
+.r-cut { fill: var(--stopping); }
 .v-request { stroke: var(--serving); stroke-dasharray: 3 3; }
 .v-stop { stroke: var(--ink); stroke-dasharray: 6 3; }
 .hover { stroke: transparent; stroke-width: 7; }
@@ -90,6 +91,7 @@ LEGEND = (
 RATE_LEGEND = (
     ("rect", "r-answered", "answered"),
     ("rect", "r-429", "refused with 429"),
+    ("rect", "r-cut", "cut short by the client or a stop"),
     ("rect", "r-errors", "errors (refusals, failed lane attempts)"),
 )
 

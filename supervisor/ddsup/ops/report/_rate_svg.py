@@ -1,4 +1,8 @@
-"""Requests per second through the endpoint, stacked: answered, 429s, errors.
+"""Requests per second through the endpoint, stacked: answered, 429s, cut short, errors.
+
+Attempts cut short by their client (it hung up) or by the endpoint's own stop are drawn
+apart from errors, in grey: a clean ``ddsup stop`` cuts the requests in flight, and that
+is nobody's fault.
 
 Drawn on the timeline's time axis (same left edge and width), so a dip in requests lines
 up with the lane that restarted above it. Each series line's counts are spread over its
@@ -12,10 +16,10 @@ import math
 from ddsup.ops.report._model import Report
 from ddsup.ops.report._svg import Axis, clock, esc, num, rect, svg
 from ddsup.ops.report._timeline_svg import LABEL_W, PLOT_W, WIDTH, axis_for
-from ddsup.record._series import FAILED, FINISHED, Series
+from ddsup.record._series import FAILED, FINISHED, Series, SeriesLine
 
 HEIGHT, TOP, BOTTOM = 150.0, 24.0, 8.0
-KINDS = ("answered", "429", "errors")  # bottom to top
+KINDS = ("answered", "429", "cut", "errors")  # bottom to top
 
 
 def rate_svg(report: Report) -> str:
@@ -42,7 +46,8 @@ def rate_svg(report: Report) -> str:
         t0 = axis.start + i * width
         title = esc(
             f"{clock(t0)} → {clock(t0 + width)}: {rate['answered']:.1f}/s answered, "
-            f"{rate['429']:.1f}/s refused with 429, {rate['errors']:.1f}/s errors"
+            f"{rate['429']:.1f}/s refused with 429, {rate['cut']:.1f}/s cut short, "
+            f"{rate['errors']:.1f}/s errors"
         )
         x = LABEL_W + i * step
         bottom = TOP + plot_h
@@ -69,18 +74,25 @@ def _bins(series: Series, axis: Axis) -> tuple[list[dict[str, float]], float]:
     width = axis.seconds / count
     bins = [dict.fromkeys(KINDS, 0.0) for _ in range(count)]
     for line in series.lines:
-        answered, failed = line.total(FINISHED), line.total(FAILED)
-        too_many = other = 0.0
-        for by_status in line.refused.values():
-            for status, n in by_status.items():
-                if status == "429":
-                    too_many += n
-                else:
-                    other += n
-        counts = {"answered": answered, "429": too_many, "errors": failed + other}
         start = line.start if line.first is None else max(line.start, line.first)
-        _spread(bins, width, axis, start, line.end, counts)
+        _spread(bins, width, axis, start, line.end, _counts(line))
     return bins, width
+
+
+def _counts(line: SeriesLine) -> dict[str, float]:
+    too_many = other = 0.0
+    for by_status in line.refused.values():
+        for status, n in by_status.items():
+            if status == "429":
+                too_many += n
+            else:
+                other += n
+    return {
+        "answered": line.total(FINISHED),
+        "429": too_many,
+        "cut": float(sum(line.cut.values())),
+        "errors": line.total(FAILED) + other,
+    }
 
 
 def _spread(

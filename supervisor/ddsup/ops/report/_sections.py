@@ -76,7 +76,8 @@ def efficiency_section(report: Report) -> str:
             "requests",
             f"{totals.answered:,} answered, {totals.refused_429:,} refused with 429, "
             f"{_count(totals.refused_other, 'other refusal')}, "
-            f"{_count(totals.failed, 'failed lane attempt')}",
+            f"{_count(totals.failed, 'failed lane attempt')}, "
+            f"{totals.cut:,} cut short by the client or a stop",
         ),
         ("restarts", f"{sum(lane.restarts for lane in eff.lanes):,}"),
     ]
