@@ -95,9 +95,9 @@ def test_status_of_a_live_run_then_of_the_finished_run(tmp_path: Path) -> None:
         assert f"stopping run {invocation}" in stop.stdout
         assert "stopped: stopped, exit 143 (ddsup stop)" in stop.stdout
         assert run.wait() == 143
-        assert re.search(r"ddsup: GPU time [0-9.]+ (s|min|h): loading \d+ %", run.text()), (
-            run.text()
-        )
+        assert re.search(
+            r"ddsup: GPU time [0-9.]+ (s|min|h) \(4 GPUs × \S+\): loading \d+ %", run.text()
+        ), run.text()
         # stop is idempotent: a finished run is no error
         again = ddsup("stop", "--state-dir", state)
         assert again.returncode == 0 and "has already finished: stopped, exit 143" in again.stdout

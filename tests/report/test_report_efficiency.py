@@ -18,8 +18,9 @@ from report_helpers import (
     write_state,
 )
 
+from ddsup.ops.report import build_report, render_report
 from ddsup.record import efficiency_json, efficiency_line, load_run
-from ddsup.record._efficiency import efficiency_of, gpu_time_text, whole_percents
+from ddsup.record._efficiency import DOWN, efficiency_of, gpu_time_text, whole_percents
 from ddsup.record._series import Series, read_series
 from ddsup.record._timeline import MarkKind, replay, run_span
 
@@ -48,7 +49,8 @@ def test_two_lanes_with_a_restart_and_an_unused_gpu(tmp_path: Path) -> None:
     assert eff.unused == pytest.approx(200.0)  # GPU 3
     assert sum(eff.shares().values()) == pytest.approx(1.0)
     assert eff.line() == (
-        "GPU time 13 min: loading 17 %, serving 4 %, idle 45 %, down 9 %, unused 25 %"
+        "GPU time 13 min (4 GPUs × 3m20s): loading 17 %, serving 4 %, idle 45 %, down 9 %"
+        f" ({DOWN}), unused 25 %"
     )
     assert eff.first_request == pytest.approx(T0 + 50.0)
     assert eff.last_request == pytest.approx(T0 + 100.9)
@@ -86,7 +88,9 @@ def test_without_a_series_serving_and_idle_are_unknown(tmp_path: Path) -> None:
     run = two_lane_run()
     state = write_state(tmp_path / "run", Synthetic(run.plan, run.events, None, run.result))
     line = efficiency_line(state)
-    assert line.startswith("GPU time 13 min: loading 17 %, ready 49 %, down 9 %, unused 25 %")
+    assert line.startswith(
+        f"GPU time 13 min (4 GPUs × 3m20s): loading 17 %, ready 49 %, down 9 % ({DOWN}), unused 25 %"
+    )
     assert "no endpoint request record" in line
     assert efficiency_json(state)["requests_recorded"] is False
 
@@ -112,7 +116,9 @@ def test_ranks_of_a_multi_node_replica_serve_with_rank_zero(tmp_path: Path) -> N
     )
     eff = efficiency_of(load_run(state))
     assert [lane.time.serving for lane in eff.lanes] == pytest.approx([4.0, 4.0])
-    assert eff.line() == "GPU time 40 s: loading 50 %, serving 20 %, idle 30 %, down 0 %"
+    assert eff.line() == (  # no lane was ever down: nothing to explain
+        "GPU time 40 s (2 GPUs × 20s): loading 50 %, serving 20 %, idle 30 %, down 0 %"
+    )
 
 
 def test_no_plan_and_no_gpus_say_so(tmp_path: Path) -> None:
@@ -187,3 +193,26 @@ def test_whole_percents_add_up_to_100(shares: list[float], expected: list[int]) 
 
 def test_gpu_time_reads_like_a_person_writes_it() -> None:
     assert [gpu_time_text(s) for s in (45, 800, 3 * 3600 + 720)] == ["45 s", "13 min", "3.2 h"]
+
+
+def test_a_run_that_failed_at_once_says_what_its_down_time_is(tmp_path: Path) -> None:
+    """A lane that failed at once: most of a split second is down, and the line says
+    what down is, what the whole is, and shows the whole to a tenth of a second."""
+    events = [
+        run_event(T0, "starting"),
+        unit(T0 + 0.05, "x@0", "inactive", "starting"),
+        unit(T0 + 0.1, "x@0", "starting", "failed", "exit status 1"),
+        run_event(T0 + 0.8, "finished", status="unit_failed", exit_code=70, cause={}),
+    ]
+    state = write_state(
+        tmp_path / "run", Synthetic(plan({"n0": [0]}, [lane("x@0", "n0", [0])]), events, [])
+    )
+    assert efficiency_line(state) == (
+        f"GPU time 0.8 s (1 GPU × 800ms): loading 6 %, serving 0 %, idle 0 %, down 94 % ({DOWN})"
+    )
+    page = render_report(build_report(load_run(state), T0 + 10))
+    key = page[page.index('<dl class="facts key">') :]
+    key = key[: key.index("</dl>")]
+    for part in ("loading", "serving", "idle", "down"):
+        assert f"<dt>{part}</dt><dd>" in key, key
+    assert "no process loading or ready: not started yet (its stagger turn" in key

@@ -23,6 +23,7 @@ from report_helpers import (
 from ddsup._cli import main
 from ddsup.ops.report import Rows, build_report, render_report
 from ddsup.record import load_run
+from ddsup.record._efficiency import DOWN
 
 EVIL = '"><script>alert(1)</script><img src=x onerror=alert(2)>&amp;\x07'
 
@@ -34,7 +35,10 @@ def page_of(state: Path, now: float = T0 + 10_000, rows: Rows = Rows.AUTO) -> st
 def test_the_page_shows_the_run(tmp_path: Path) -> None:
     page = page_of(write_state(tmp_path / "run", two_lane_run()))
     assert "ok, exit 0 (worker: exit status 0)" in page
-    assert "GPU time 13 min: loading 17 %, serving 4 %, idle 45 %, down 9 %, unused 25 %" in page
+    assert (
+        "GPU time 13 min (4 GPUs × 3m20s): loading 17 %, serving 4 %, idle 45 %, down 9 %"
+        f" ({DOWN}), unused 25 %"
+    ) in page
     svgs = {s.get("class") for s in tags(page, "svg")}
     assert {"timeline", "rates", "share"} <= svgs
     timeline = page[
@@ -128,7 +132,8 @@ def test_the_command_writes_report_html_into_the_state_dir(
     assert main(["report", "--state-dir", str(state)]) == 0
     out = capsys.readouterr().out
     assert out == (
-        "GPU time 13 min: loading 17 %, serving 4 %, idle 45 %, down 9 %, unused 25 %\n"
+        "GPU time 13 min (4 GPUs × 3m20s): loading 17 %, serving 4 %, idle 45 %, down 9 %"
+        f" ({DOWN}), unused 25 %\n"
         f"report: {state / 'report.html'}\n"
     )
     report = state / "report.html"

@@ -28,7 +28,8 @@ from support.ports import free_port
 ROOT = Path(__file__).resolve().parents[2]
 REHEARSAL = ROOT / "units" / "examples" / "rehearsal"
 LINE = re.compile(
-    r"GPU time \d+ (s|min): loading \d+ %, serving \d+ %, idle \d+ %, down \d+ %(, unused \d+ %)?"
+    r"GPU time [\d.]+ (s|min) \(\d+ GPUs × [\w.]+\): loading \d+ %, serving \d+ %, idle \d+ %, "
+    r"down \d+ %( \(lanes not started yet, restarting, stopping or ended\))?(, unused \d+ %)?"
 )
 
 WORKER = """

@@ -24,12 +24,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddsup.record._display import human_duration
 from ddsup.record._run_files import RunFiles, load_run
 from ddsup.record._series import Series
 from ddsup.record._timeline import RunSpan, replay, run_span
 
 EFFICIENCY_FORMAT = 1
 CATEGORIES = ("loading", "serving", "idle", "down")
+MEANINGS = {
+    "loading": "a lane's process runs and is not ready yet: its weights load (after a restart too)",
+    "serving": "a lane is ready, with at least one request outstanding through the endpoint",
+    "idle": "a lane is ready, with no request outstanding",
+    "ready": "a lane is ready (serving or idle: without the endpoint's record, not known which)",
+    "down": "a lane's GPUs with no process loading or ready: not started yet (its stagger "
+    "turn, max_loading, a unit it starts after), restarting (the back-off), unresponsive, "
+    "stopping, exited or failed",
+    "unused": "GPUs of the allocation that no lane holds",
+}
+"""What each part of the GPU time is (the report's key; docs/operating.md's table)."""
+DOWN = "lanes not started yet, restarting, stopping or ended"  # "down" on the line
 
 
 @dataclass(frozen=True)
@@ -183,7 +196,9 @@ def efficiency(
 
 
 def summary_line(eff: Efficiency) -> str:
-    """``GPU time 3.2 h: loading 9 %, serving 78 %, idle 11 %, down 2 %`` (+ unused)."""
+    """``GPU time 3.2 h (8 GPUs × 24m00s): loading 9 %, serving 78 %, idle 11 %, down 2 %
+    (lanes not started yet, …)`` (+ unused): the whole, what it is made of, and what
+    "down" means wherever it is there."""
     if not eff.has_plan:
         return "GPU time: none (the run ended before it had a plan)"
     if eff.allocation_seconds <= 0:
@@ -199,8 +214,13 @@ def summary_line(eff: Efficiency) -> str:
     if shares["unused"] < 0.005:
         del shares["unused"]
     percents = whole_percents(list(shares.values()))
-    parts = [f"{name} {p} %" for name, p in zip(shares, percents, strict=True)]
-    text = f"GPU time {gpu_time_text(eff.allocation_seconds)}: " + ", ".join(parts)
+    parts = [
+        f"{name} {p} %" + (f" ({DOWN})" if name == "down" and p else "")
+        for name, p in zip(shares, percents, strict=True)
+    ]
+    gpus = f"{eff.allocation_gpus} GPU{'s' * (eff.allocation_gpus != 1)}"
+    whole = f"{gpu_time_text(eff.allocation_seconds)} ({gpus} × {human_duration(eff.span.seconds)})"
+    text = f"GPU time {whole}: " + ", ".join(parts)
     if not eff.has_series:
         text += " (no endpoint request record: serving and idle unknown)"
     return text
@@ -220,7 +240,9 @@ def whole_percents(shares: list[float]) -> list[int]:
 
 
 def gpu_time_text(seconds: float) -> str:
-    """``45 s``, ``12 min``, ``3.2 h``: GPU time at the precision a person reads."""
+    """``0.4 s``, ``45 s``, ``12 min``, ``3.2 h``: GPU time at the precision a person reads."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 2 * 3600:

@@ -11,7 +11,14 @@ from typing import Any
 
 from ddsup.ops.report._model import Report, Row
 from ddsup.ops.report._svg import duration, esc, num, stamp, svg
-from ddsup.record._efficiency import CATEGORIES, GpuTime, LaneTime, gpu_time_text, whole_percents
+from ddsup.record._efficiency import (
+    CATEGORIES,
+    MEANINGS,
+    GpuTime,
+    LaneTime,
+    gpu_time_text,
+    whole_percents,
+)
 
 FOLD_ROWS = 32
 BAR_W = 1126.0
@@ -83,8 +90,19 @@ def efficiency_section(report: Report) -> str:
     ]
     return (
         '<section id="efficiency"><h2>Where the GPU time went</h2>'
-        f'<p class="line">{esc(eff.line())}</p>{_share_bar(report)}{_facts(facts)}</section>'
+        f'<p class="line">{esc(eff.line())}</p>{_share_bar(report)}{_key(report)}'
+        f"{_facts(facts)}</section>"
     )
+
+
+def _key(report: Report) -> str:
+    """What each part of the bar and the line is (the allocation's GPU time, split)."""
+    eff = report.efficiency
+    parts = [*CATEGORIES] if eff.has_series else ["loading", "ready", "down"]
+    if eff.unused > 0:
+        parts.append("unused")
+    items = "".join(f"<dt>{esc(p)}</dt><dd>{esc(MEANINGS[p])}</dd>" for p in parts)
+    return f'<dl class="facts key">{items}</dl>'
 
 
 def tables_section(report: Report) -> str:
