@@ -66,7 +66,9 @@ def test_status_of_a_live_run_then_of_the_finished_run(tmp_path: Path) -> None:
             ("agent-node1", "node1"),
         }
         assert all("process group" in c["summary"] for c in data["containment"])
-        assert "no-orphan layers" in text
+        assert "no-orphan layers" not in text  # a person asking where the run is
+        verbose = ddsup("status", "-v", "--state-dir", state).stdout
+        assert "no-orphan layers of controller: " in verbose, verbose
         assert data["efficiency"]["allocation_gpus"] == 4 and not data["efficiency"]["finished"]
         by_name = {i["instance"]: i for i in data["instances"]}
         assert all(set(i) == INSTANCE_KEYS for i in data["instances"])

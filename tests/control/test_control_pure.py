@@ -299,7 +299,10 @@ def test_status_names_each_set_of_no_orphan_layers_once() -> None:
         "abc", "local", "/s", None, None, None, None, 1.0, True, False, None, (),
         containment=(reports[0], *reversed(reports[1:])),
     )  # fmt: skip
-    lines = [x for x in render_status(view, colour=False).splitlines() if "no-orphan" in x]
+    assert "no-orphan" not in render_status(view, colour=False)  # without -v: none
+    lines = [
+        x for x in render_status(view, colour=False, verbose=True).splitlines() if "no-orphan" in x
+    ]
     assert lines == [
         f"no-orphan layers of controller: {sweep}",
         f"no-orphan layers of 128 supervisors (agent-n0 (n0) … agent-n127 (n127)): {match}",
@@ -308,8 +311,12 @@ def test_status_names_each_set_of_no_orphan_layers_once() -> None:
         "abc", "local", "/s", None, None, None, None, 1.0, True, False, None, (),
         containment=reports[:3],
     )  # fmt: skip
-    lines = [x for x in render_status(few, colour=False).splitlines() if "no-orphan" in x]
+    lines = [
+        x for x in render_status(few, colour=False, verbose=True).splitlines() if "no-orphan" in x
+    ]
     assert lines[1] == f"no-orphan layers of agent-n0 (n0), agent-n1 (n1): {match}"
     alike = replace(view, containment=tuple(replace(c, summary=match) for c in reports))
-    [line] = [x for x in render_status(alike, colour=False).splitlines() if "no-orphan" in x]
+    [line] = [
+        x for x in render_status(alike, colour=False, verbose=True).splitlines() if "no-orphan" in x
+    ]
     assert line == f"no-orphan layers: {match}"

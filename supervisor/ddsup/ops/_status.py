@@ -40,6 +40,12 @@ def configure_status(parser: argparse.ArgumentParser) -> None:
     output.add_argument(
         "--metrics", action="store_true", help="the supervisor's metrics, Prometheus text"
     )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also the no-orphan layers that hold on each node (docs/no-orphans.md)",
+    )
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -51,7 +57,7 @@ def run_status(args: argparse.Namespace) -> int:
         data = {**view.to_json(), "efficiency": _efficiency(state)}
         text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     else:
-        text = render_status(view, colour=_colour(sys.stdout)) + "\n"
+        text = render_status(view, colour=_colour(sys.stdout), verbose=args.verbose) + "\n"
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -86,8 +92,12 @@ def _colour(stream: Any) -> bool:
     return tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
-def render_status(view: StatusView, *, colour: bool, now: float | None = None) -> str:
-    """Human status: a header (run, uptime or result, lanes per model), one row per instance."""
+def render_status(
+    view: StatusView, *, colour: bool, now: float | None = None, verbose: bool = False
+) -> str:
+    """Human status: a header (run, uptime or result, lanes per model), one row per instance;
+    ``verbose``: the no-orphan layers too (they hold or not for the whole run: a person
+    asking where the run is wants its instances, a person checking the machinery asks)."""
     now = time.time() if now is None else now
     lines = [_paint_if(colour, "1", f"run {view.invocation_id} · launcher {view.launcher}")]
     lines[0] += " · " + _run_state(view, now)
@@ -103,7 +113,8 @@ def render_status(view: StatusView, *, colour: bool, now: float | None = None) -
     if view.lanes:
         per_model = [f"{m} {c.ready}/{c.total}" for m, c in view.lanes.items()]
         lines.append("lanes ready: " + " · ".join(per_model))
-    lines += _containment_lines(view)
+    if verbose:
+        lines += _containment_lines(view)
     if view.endpoint is not None:
         workers = ", ".join(str(pid) for pid in view.endpoint.workers)
         lines.append(
