@@ -18,7 +18,7 @@ ANSI = re.compile(rb"\x1b\[")
 INSTANCE_KEYS = {
     "instance", "unit", "type", "node", "model", "gpus", "port", "state", "since", "pid",
     "restarts", "last_exit", "reason", "probe", "ready_seconds", "attempt", "attempt_limit",
-    "replica", "rank", "nnodes", "devices", "liveness_failures", "served_names",
+    "replica", "rank", "nnodes", "devices", "liveness_failures", "served_names", "until",
 }  # fmt: skip
 TOP_KEYS = {
     "format", "invocation_id", "launcher", "state_dir", "unit_dir", "pid", "started_at",

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -320,3 +321,36 @@ def test_status_names_each_set_of_no_orphan_layers_once() -> None:
         x for x in render_status(alike, colour=False, verbose=True).splitlines() if "no-orphan" in x
     ]
     assert line == f"no-orphan layers: {match}"
+
+
+def test_status_says_what_each_waiting_instance_waits_for_and_until_when() -> None:
+    """Stagger turns with when they come (the soonest, the last, its clock time); held
+    instances by what holds them, many of one kind as a range."""
+    held = "for max_loading = 2 (lanes of lane loading fill it)"
+    instances = (
+        _lane("lane@0", "starting", since=90.0),
+        _lane("lane@1", "waiting", since=90.0, reason="stagger 10s", until=103.0),
+        _lane("lane@2", "waiting", since=90.0, reason="stagger 20s", until=113.0),
+        *(_lane(f"lane@{n}", "waiting", reason=held) for n in range(3, 9)),
+        _lane("worker", "waiting", reason="after endpoint (not ready yet)"),
+    )
+    view = StatusView(
+        "abc", "local", "/s", None, None, None, None, 1.0, True, False, None, instances
+    )
+    lines = render_status(view, colour=False, now=100.0).splitlines()
+    clock = time.strftime("%H:%M:%S", time.localtime(113.0))
+    assert lines[-3:] == [
+        f"waiting: lane@3 … lane@8 (6) {held}",
+        "waiting: worker after endpoint (not ready yet)",
+        f"waiting: lane@1, lane@2 for their stagger turns, in 3s … 13s (until {clock})",
+    ]
+    one = StatusView(
+        "abc", "local", "/s", None, None, None, None, 1.0, True, False, None, instances[:2]
+    )
+    assert render_status(one, colour=False, now=100.0).splitlines()[-1] == (
+        f"waiting: lane@1 for its stagger turn, in 3s (until "
+        f"{time.strftime('%H:%M:%S', time.localtime(103.0))})"
+    )
+    assert "waiting:" not in render_status(
+        replace(view, instances=instances[:1]), colour=False, now=100.0
+    )

@@ -82,3 +82,30 @@ def test_a_replica_loads_as_one_lane_and_starts_whole() -> None:
     ]
     assert _started(run.handle(_to("lane@0:1", S.READY))) == []  # rank 0 is what loads
     assert _started(run.handle(_to("lane@0", S.READY))) == ["lane@1", "lane@1:1"]
+
+
+def _waiting(run: RunState) -> dict[str, str | None]:
+    return {row.instance: row.reason for row in run.status_rows() if row.state is S.WAITING}
+
+
+def test_status_says_what_holds_an_instance_that_has_not_started() -> None:
+    """Preflight first, then ``max_loading``, the endpoint's ``min_ready``, a dependency:
+    each instance the run holds is ``waiting``, and its reason says for what."""
+    units = u.unit_set(_bounded(u.lane("lane@", replicas=3), 1), u.endpoint(), u.worker())
+    run = RunState(units, u.plan(units, count=2, gpus=2))
+    assert set(_waiting(run).values()) == {"for preflight on every node"}
+    for node in run.layout.agent_nodes():
+        run.handle(PreflightReported(PreflightReport(node)))
+    run.handle(PreflightOver(120.0))  # lane@0 starts; it has no event yet
+    held = "for max_loading = 1 (lanes of lane loading fill it)"
+    quorum = "for min_ready: lane 0 of 3 lanes ready"
+    assert _waiting(run) == {
+        "lane@1": held,
+        "lane@2": held,
+        "endpoint": quorum,
+        "worker": "after endpoint (not ready yet)",
+    }
+    run.handle(_to("lane@0", S.READY))  # lane@1 starts
+    assert _waiting(run)["endpoint"] == "for min_ready: lane 1 of 3 lanes ready"
+    assert "lane@1" not in _waiting(run)
+    assert next(r for r in run.status_rows() if r.instance == "lane@1").state is S.INACTIVE

@@ -494,9 +494,9 @@ def test_status_rows_follow_each_event_and_the_ports_preflight_picked() -> None:
     run = RunState(units, u.plan(units, count=2, gpus=1))
     before = run.status_rows()
     assert [(r.instance, r.state, r.port) for r in before] == [
-        ("a@0", S.INACTIVE, None),
-        ("a@1", S.INACTIVE, None),
-        ("endpoint", S.INACTIVE, 9000),
+        ("a@0", S.WAITING, None),  # for preflight on every node
+        ("a@1", S.WAITING, None),
+        ("endpoint", S.WAITING, 9000),
     ]
     run.handle(PreflightReported(PreflightReport("n1", (), {"a@0": 8100})))
     run.handle(PreflightReported(PreflightReport("n2", (), {"a@1": 8200})))
@@ -504,9 +504,9 @@ def test_status_rows_follow_each_event_and_the_ports_preflight_picked() -> None:
     run.handle(_to("a@1", S.READY))
     rows = run.status_rows()
     assert [(r.instance, r.state, r.port) for r in rows] == [
-        ("a@0", S.INACTIVE, 8100),
+        ("a@0", S.INACTIVE, 8100),  # told to start, no event yet
         ("a@1", S.READY, 8200),
-        ("endpoint", S.INACTIVE, 9000),
+        ("endpoint", S.WAITING, 9000),  # for min_ready: a 1 of 2 lanes ready
     ]
     assert rows[1].model == "a" and rows[1].probe == "none"
     again = run.status_rows()

@@ -23,6 +23,7 @@ from ddsup.ops._run_handle import add_state_dir, ask, find_state, one_line, sile
 from ddsup.ops._status_view import StatusView, status_view
 from ddsup.record._display import duration, paint, symbol
 from ddsup.record._state_dir import StateDir
+from ddsup.record._states import InstanceState
 from ddsup.record._status import InstanceStatus, RunSnapshot
 
 
@@ -123,9 +124,36 @@ def render_status(
     lines.append("")
     if view.instances:
         lines += _table(view.instances, colour=colour, now=now)
+        lines += _waiting_lines(view.instances, now)
     else:
         lines.append("no unit instances: the run ended before it had a plan")
     return "\n".join(lines)
+
+
+def _waiting_lines(instances: tuple[InstanceStatus, ...], now: float) -> list[str]:
+    """Below the table, what the waiting instances wait for: their stagger turn and when it
+    comes, or what holds them (``reason``: a dependency, ``max_loading``, ``min_ready``)."""
+    turns = [i for i in instances if i.state is InstanceState.WAITING and i.until is not None]
+    held: dict[str, list[InstanceStatus]] = {}
+    for item in instances:
+        if item.state is InstanceState.WAITING and item.until is None:
+            held.setdefault(item.reason or "for its turn", []).append(item)
+    lines = [f"waiting: {_names(items)} {why}" for why, items in held.items()]
+    if turns:
+        ends = sorted(i.until for i in turns if i.until is not None)
+        clock = time.strftime("%H:%M:%S", time.localtime(ends[-1]))
+        soonest, latest = duration(ends[0] - now), duration(ends[-1] - now)
+        span = soonest if len(ends) == 1 else f"{soonest} … {latest}"
+        whose = "its stagger turn" if len(turns) == 1 else "their stagger turns"
+        lines.append(f"waiting: {_names(turns)} for {whose}, in {span} (until {clock})")
+    return ["", *lines] if lines else []
+
+
+def _names(items: list[InstanceStatus]) -> str:
+    """``lane@3``, ``lane@3, lane@4``, or ``lane@8 … lane@15 (8)``: in plan order."""
+    if len(items) <= _LISTED:
+        return ", ".join(i.instance for i in items)
+    return f"{items[0].instance} … {items[-1].instance} ({len(items)})"
 
 
 def _containment_lines(view: StatusView) -> list[str]:

@@ -103,6 +103,7 @@ def _unit(read: FieldReader) -> UnitTransition:
         attempt=read.optional_integer("attempt"),
         attempt_limit=read.optional_integer("attempt_limit"),
         master_port=read.optional_integer("master_port"),
+        until=read.optional_number("until"),
         time=read.time(),
     )
 

@@ -40,3 +40,11 @@ class FieldReader:
 
     def optional_integer(self, key: str) -> int | None:
         return None if self.data.get(key) is None else self.integer(key)
+
+    def optional_number(self, key: str) -> float | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ValueError(f"{key!r} must be a number")
+        return float(value)

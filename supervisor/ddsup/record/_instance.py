@@ -49,6 +49,7 @@ class InstanceRecord:
     attempt_limit: int | None = None
     liveness_failures: int = 0
     liveness_limit: int = 0
+    until: float | None = None  # waiting: when its stagger turn comes
 
     def apply(self, event: RecordedEvent) -> InstanceRecord:
         """The record after ``event`` (events of other kinds leave it as it is)."""
@@ -87,6 +88,7 @@ class InstanceRecord:
             attempt_limit=event.attempt_limit or self.attempt_limit,
             liveness_failures=self.liveness_failures if unresponsive else 0,
             liveness_limit=self.liveness_limit if unresponsive else 0,
+            until=event.until,
         )
 
     @property

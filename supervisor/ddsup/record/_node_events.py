@@ -34,7 +34,8 @@ class UnitTransition:
     start that was not ready within ``timeout_start`` (``restarting``, or ``failed``:
     then the run ends 75). ``attempt`` is which attempt at becoming ready the current
     start is, of ``attempt_limit`` (``start_limit_burst``); ``master_port`` the
-    rendezvous port of a multi-node lane's rank in this start.
+    rendezvous port of a multi-node lane's rank in this start; ``until`` (Unix time) when
+    a ``waiting`` instance's stagger turn comes.
     """
 
     instance: str
@@ -50,6 +51,7 @@ class UnitTransition:
     attempt: int | None = None
     attempt_limit: int | None = None
     master_port: int | None = None
+    until: float | None = None
     time: float = field(default_factory=_now)
 
     @property
@@ -72,6 +74,8 @@ class UnitTransition:
         for key in ("attempt", "attempt_limit", "master_port"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.until is not None:
+            out["until"] = round(self.until, 3)
         return out
 
 

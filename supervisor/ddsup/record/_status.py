@@ -56,6 +56,7 @@ class InstanceStatus:
     devices: tuple[str, ...] = ()  # the GPUs as the lane sees them (empty: simulated)
     liveness_failures: int = 0  # liveness probes failed in a row (unresponsive lanes)
     served_names: tuple[str, ...] = ()  # lane replicas: every model name it answers to
+    until: float | None = None  # waiting for its stagger turn: when it comes (Unix time)
 
     def with_record(self, record: InstanceRecord) -> InstanceStatus:
         """This row with the state ``record`` (the fold of its events) gives it."""
@@ -72,6 +73,7 @@ class InstanceStatus:
             attempt=record.attempt,
             attempt_limit=record.attempt_limit,
             liveness_failures=record.liveness_failures,
+            until=record.until,
         )
 
     @property
@@ -107,6 +109,7 @@ class InstanceStatus:
             "nnodes": self.nnodes,
             "devices": list(self.devices),
             "liveness_failures": self.liveness_failures,
+            "until": self.until,
         }
 
     @cached_property
@@ -144,6 +147,7 @@ class InstanceStatus:
             devices=tuple(str(d) for d in data.get("devices") or ()),
             liveness_failures=int(data.get("liveness_failures") or 0),
             served_names=tuple(str(n) for n in data.get("served_names") or ()),
+            until=_optional(data, "until", float),
         )
 
 
@@ -254,15 +258,19 @@ class StatusRows:
             row = replace(row, **planned_facts(p.instance, p.rank, p.nnodes, p.gpus, devices))
             self._planned.append(row.with_record(InstanceRecord()))
         self._made: dict[str, tuple[InstanceRecord, InstanceStatus]] = {}
+        self._waiting: dict[str, InstanceStatus] = {}
 
-    def rows(self, records: Mapping[str, InstanceRecord]) -> tuple[InstanceStatus, ...]:
+    def rows(
+        self, records: Mapping[str, InstanceRecord], waiting: Mapping[str, str] | None = None
+    ) -> tuple[InstanceStatus, ...]:
         """The rows as ``records`` (instance → the fold of its events) say now; an instance
-        never heard of is ``inactive``."""
+        never heard of is ``inactive``, or ``waiting`` for what ``waiting`` says holds it."""
         out = []
         for planned in self._planned:
             record = records.get(planned.instance)
             if record is None:
-                out.append(planned)
+                reason = waiting.get(planned.instance) if waiting else None
+                out.append(planned if reason is None else self._waiting_row(planned, reason))
                 continue
             made = self._made.get(planned.instance)
             if made is None or made[0] is not record:
@@ -270,6 +278,13 @@ class StatusRows:
                 self._made[planned.instance] = made
             out.append(made[1])
         return tuple(out)
+
+    def _waiting_row(self, planned: InstanceStatus, reason: str) -> InstanceStatus:
+        row = self._waiting.get(planned.instance)
+        if row is None or row.reason != reason:
+            row = replace(planned, state=InstanceState.WAITING, reason=reason)
+            self._waiting[planned.instance] = row
+        return row
 
 
 def status_rows(

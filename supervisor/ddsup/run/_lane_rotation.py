@@ -42,6 +42,15 @@ class LaneRotation:
         """Serving lanes of ``model`` ready now (in the rotation or held out)."""
         return self._ready_count[model]
 
+    def short_of(self, min_ready: Mapping[str, int]) -> str | None:
+        """The endpoint's ``min_ready`` not met yet, in words; None when it is, model by model."""
+        short = [
+            f"{model} {self._ready_count[model]} of {n} lanes ready"
+            for model, n in min_ready.items()
+            if self._ready_count[model] < n
+        ]
+        return "for min_ready: " + ", ".join(short) if short else None
+
     def update(
         self,
         instances: Iterable[str],

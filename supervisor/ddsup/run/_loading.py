@@ -59,6 +59,22 @@ class LoadingGate:
                 out.append(planned)
         return out
 
+    def holds(
+        self, unit: str, started: Collection[str], records: Mapping[str, InstanceRecord]
+    ) -> str | None:
+        """Why lanes of ``unit`` that are due do not start yet: those loading already fill
+        its ``max_loading``; None when they do not (or the unit has no bound)."""
+        bound = self._bound.get(unit)
+        if bound is None:
+            return None
+        lanes = self._lanes[unit]
+        loading = sum(1 for name in lanes if name in started and _loading(records.get(name)))
+        if loading < bound:
+            return None
+        # not the count: it moves with every lane that starts or becomes ready, and the
+        # rows of 8,000 held lanes are rebuilt when their reason changes
+        return f"for max_loading = {bound} (lanes of {unit.rstrip('@')} loading fill it)"
+
 
 def _loading(record: InstanceRecord | None) -> bool:
     """Told to start and not ready, failed or exited yet (no event yet counts too)."""

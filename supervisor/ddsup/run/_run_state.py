@@ -6,26 +6,20 @@
   when every instance of each unit in its ``after`` has been ready once (a oneshot:
   completed); the worker also waits for the endpoint, and the endpoint for its
   **quorum**: ``min_ready`` ready lanes of every model at the same moment. Nothing
-  starts once the run is ending.
-- **Finality.** An instance is final once it has exited or failed, or once the agent
-  that ran it is gone; the stop sequence waits for finality, level by level.
+  starts once the run is ending. What holds one is what ``status`` shows (``_waiting``).
+- **Finality.** An instance is final once it has exited or failed, or its agent is gone;
+  the stop sequence waits for finality, level by level.
 - **Failures.** The worker's end ends the run with its status. A unit that fails for
-  good ends it with :class:`~ddsup._errors.UnitFailed` (70) or
-  :class:`~ddsup._errors.ReadinessTimeout` (75) when its ``on_failure`` is ``stop-all``;
-  with ``continue``, the instances of the units that ``require`` it are stopped.
-  A lost agent, or its process ending, ends the run (70) unless everything on its node
-  says ``continue`` (``_node_loss``: then its instances fail and the run goes on while
-  every model keeps ``min_ready`` lanes); a stop signal, an agent's stop signal or
-  ``ddsup stop`` ends it as stopped (128+N). **The first cause wins.**
-- **Replicas**: ``_replicas`` (a multi-node replica lives and dies as one: any rank's end
-  takes them all down, and it restarts whole, counted once, or fails as one).
-- **Loading**: ``_loading`` (``[lane] max_loading``: lanes of a unit loading at once).
-- **Ready lanes** for the endpoint: rank 0 of every ready lane replica, kept as events
-  arrive (``_lane_rotation``); each change is published as it happens (the lanes that
-  came and went), and the whole set is there for a new subscriber. A lane being
-  restarted (``ddsup restart``) is left out from the moment its drain begins until it
-  is ready again (``_restarts``). An event costs the same with 8 lanes or 1,024:
-  nothing here walks every instance per event.
+  good ends it (70, or 75 for a readiness timeout) when its ``on_failure`` is
+  ``stop-all``; with ``continue``, the units that ``require`` it are stopped. A lost
+  agent ends it (70) unless all on its node says ``continue`` (``_node_loss``); a stop
+  signal or ``ddsup stop`` ends it as stopped (128+N). **The first cause wins.**
+- ``_replicas``: a multi-node replica lives, restarts (counted once) and fails as one;
+  ``_loading``: ``[lane] max_loading``, lanes of a unit loading at once.
+- **Ready lanes** for the endpoint (``_lane_rotation``): rank 0 of every ready replica,
+  kept as events arrive, each change published as it happens; a lane being restarted is
+  left out from its drain until it is ready again (``_restarts``). An event costs the
+  same with 8 lanes or 1,024: nothing here walks every instance per event.
 """
 
 from __future__ import annotations
@@ -88,6 +82,7 @@ from ddsup.run._run_inputs import (
 )
 from ddsup.run._run_layout import RunLayout
 from ddsup.run._stop_sequence import stop_level
+from ddsup.run._waiting import waiting_reasons
 from ddsup.units._model import OnFailure, UnitSet, UnitType
 
 REQUIRED_FAILED = "a required unit failed"
@@ -135,11 +130,18 @@ class RunState:
         return self._rotation.snapshot()
 
     def status_rows(self) -> tuple[InstanceStatus, ...]:
-        """One ``status`` row per planned instance, in plan order (only rows whose record
-        changed since the last ask are rebuilt; the plan's ports change once, at preflight)."""
+        """One ``status`` row per planned instance, in plan order (``StatusRows``, ``_waiting``)."""
         if self._status_rows is None or self._status_rows[0] is not self.layout:
             self._status_rows = (self.layout, StatusRows(self.plan, self.layout.model_of))
-        return self._status_rows[1].rows(self.records)
+        held = waiting_reasons(
+            self._not_started if self.outcome is None and not self.stopping else (),
+            may_start=self._may_start,
+            after=self.layout.after,
+            ready_once=self._ready_once,
+            quorum=self._rotation.short_of(self.layout.min_ready),
+            holds=lambda unit: self._gate.holds(unit, self._started, self.records),
+        )
+        return self._status_rows[1].rows(self.records, held)
 
     def restart_targets(self, names: Sequence[str]) -> tuple[str, ...]:
         """The instances a ``ddsup restart`` of ``names`` covers (RestartRefused: why not)."""

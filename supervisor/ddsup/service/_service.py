@@ -193,7 +193,8 @@ class Service:
     async def _run(self) -> None:
         delay = self.spec.start_delay
         if delay > 0:
-            self._transition(InstanceState.WAITING, f"stagger {human_duration(delay)}")
+            until = time.time() + delay  # what status shows: when its turn comes
+            self._transition(InstanceState.WAITING, f"stagger {human_duration(delay)}", until=until)
         resumed = requested = False
         next_delay: float | None
         while True:
@@ -369,11 +370,19 @@ class Service:
         exit: ExitStatus | None = None,
         *,
         timed_out: bool = False,
+        until: float | None = None,
     ) -> None:
         """Move to ``to`` and report it (``_transition``); ``timed_out``: the verdict of a
-        readiness timeout."""
+        readiness timeout; ``until``: when a wait ends."""
         event = transition(
-            self.spec, self.status, self._policy.limit, to, reason, exit, timed_out=timed_out
+            self.spec,
+            self.status,
+            self._policy.limit,
+            to,
+            reason,
+            exit,
+            timed_out=timed_out,
+            until=until,
         )
         if to is not InstanceState.READY and event.from_state is InstanceState.READY:
             self.ready = trio.Event()  # no longer ready: waiters must wait for the next time

@@ -26,11 +26,13 @@ def transition(
     exit: ExitStatus | None = None,
     *,
     timed_out: bool = False,
+    until: float | None = None,
 ) -> UnitTransition:
     """Move ``status`` to ``to`` and return the event that reports it.
 
     ``timed_out``: the verdict of a readiness timeout; ``attempt_limit``: the restart
-    policy's, shown beside the attempt when there is one. Raises
+    policy's, shown beside the attempt when there is one; ``until``: when a wait ends
+    (Unix time). Raises
     :class:`IllegalTransition` for a move the state machine does not allow.
     """
     current = status.state
@@ -56,5 +58,6 @@ def transition(
         attempt=status.attempt,
         attempt_limit=attempt_limit if status.attempt is not None else None,
         master_port=spec.master_port if starting else None,
+        until=until,
         time=status.since,
     )
