@@ -27,6 +27,8 @@ import pytest
 from hostile_helpers import WORKER_STATUS, ddsup, release_units
 from second_user import as_root_only
 
+from ddsup.record._attempts import begin_attempt
+from ddsup.record._run_info import RunInfo
 from support.polls import until_sync
 from support.runs import end, read_events, simulated, start_argv, start_env
 
@@ -39,6 +41,22 @@ def _tmpfs(path: Path, size: str = "1m") -> Iterator[Path]:
     subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], check=True
     )
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@contextlib.contextmanager
+def _ext4(path: Path, image: Path) -> Iterator[Path]:
+    """A 4 MiB ext4 file system on a loop device, with no blocks kept for root: unlike
+    tmpfs, every directory made on it takes a block of its space."""
+    subprocess.run(["truncate", "-s", "4M", str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", "-b", "1024", str(image)], check=True)
+    path.mkdir(mode=0o700)
+    mounted = subprocess.run(["mount", "-o", "loop", str(image), str(path)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"no loop device to mount a file system on: {mounted.stderr!r}")
     try:
         yield path
     finally:
@@ -185,6 +203,29 @@ def test_a_read_only_state_dir(tmp_path: Path) -> None:
         result = json.loads(re.search(r"ddsup: result\.json: (.*)", text)[1])  # type: ignore[index]
         assert result["exit_code"] == WORKER_STATUS
         assert os.listdir(state) == []
+
+
+def test_a_killed_attempt_s_space_for_the_result_makes_room_for_the_next(tmp_path: Path) -> None:
+    """On a disk full since an attempt was killed, the next one moves that attempt's
+    record aside in the space it kept for its result, starts, and writes its own result."""
+    with _ext4(tmp_path / "disk", tmp_path / "disk.img") as disk:
+        path = disk / "state"
+        state, _ = begin_attempt(path)
+        state.save_json(state.run, RunInfo(invocation_id="killed").to_json())
+        state.close()  # killed: no result.json, and its space for one left behind
+        _fill(disk)
+
+        state, attempt = begin_attempt(path)
+        assert attempt == 1
+        assert json.loads((path / "attempts" / "0" / "run.json").read_text())["invocation_id"] == (
+            "killed"
+        )
+        with open(disk / "filler", "ab", buffering=0) as more:
+            _fill_with(more)
+        assert state.release_reserve()
+        state.write_json(state.result, {"status": "ok", "exit_code": 0})
+        state.close()
+        assert json.loads((path / "result.json").read_text())["exit_code"] == 0
 
 
 @pytest.mark.parametrize("cut", [1, 7, 30, -2])

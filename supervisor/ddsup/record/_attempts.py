@@ -13,7 +13,9 @@ The move goes through the held directory (``_private``): each entry is renamed r
 to the state directory's descriptor into ``attempts/<N>/``'s, so that a directory
 swapped in under the path meanwhile gets nothing, and an entry that is a symlink is
 moved as the link it is, never followed. The space a killed attempt kept for its
-result (``.space-for-result``) is not part of its record: the new attempt reuses it.
+result (``.space-for-result``) is not part of its record: it is given back before the
+move, which on a full disk needs room for ``attempts/<N>/``, and the new attempt keeps
+its own (as much of it as the disk then has).
 
 A directory whose run is still live is never taken over (:class:`StateDirError`): two
 jobs would write one record and one output. A run that wrote ``result.json`` is over; one
@@ -23,6 +25,7 @@ and start time ``run.json`` names; on another: its control port still answers).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -32,7 +35,7 @@ from ddsup._errors import StateDirError
 from ddsup.process._proc import read_stat
 from ddsup.record._private import DIRECTORY_FLAGS, HeldDir, open_private_dir
 from ddsup.record._run_info import RunInfo
-from ddsup.record._state_dir import WORKERS_FILE, StateDir, hold_state_dir, state_dir_in
+from ddsup.record._state_dir import RESERVE, WORKERS_FILE, StateDir, hold_state_dir, state_dir_in
 from ddsup.units import printable
 
 ATTEMPTS = "attempts"
@@ -82,6 +85,8 @@ def keep_previous(held: HeldDir) -> int:
                 f"{name} holds a run that is still live ({why}): stop it first (ddsup stop "
                 f"--state-dir {name}), or give this run another --state-dir"
             )
+        with contextlib.suppress(OSError):  # a killed attempt's: on a full disk, the move's
+            os.unlink(RESERVE, dir_fd=held.fd)
         if attempts is None:
             attempts = _made(held, ATTEMPTS)
         _move(held, present, attempts, str(number))

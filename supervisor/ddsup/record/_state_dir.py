@@ -287,17 +287,21 @@ def _make_and_hold(path: Path, parent: int, *, exclusive: bool) -> HeldDir:
 
 
 def _reserve(held: HeldDir) -> None:
-    """Keep :data:`RESERVE_BYTES` for the result (best effort: a disk full already, or
-    read-only, keeps nothing, and says so once its first real write fails)."""
+    """Keep :data:`RESERVE_BYTES` for the result, or as much of it as the disk has (best
+    effort: a disk full already, or read-only, keeps nothing, and says so once its first
+    real write fails)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(RESERVE, flags, 0o600, dir_fd=held.fd)
     except OSError:
         return
+    kept = 0
     try:
-        os.write(fd, os.urandom(RESERVE_BYTES))
+        while kept < RESERVE_BYTES:  # 4 KiB at a time: a nearly full disk keeps what it has
+            kept += os.write(fd, os.urandom(min(4096, RESERVE_BYTES - kept)))
     except OSError:
-        held.unlink(RESERVE)
+        if kept == 0:
+            held.unlink(RESERVE)
     finally:
         os.close(fd)
 
@@ -330,8 +334,7 @@ def open_state_dir(path: Path) -> StateDir:
 
 
 def create_state_dir(path: Path | None, *, requeued: bool = False) -> StateDir:
-    """The run's state directory, created (or checked, when ``path`` exists) and held for
-    ``start``: :func:`hold_state_dir`, then :func:`state_dir_in`."""
+    """:func:`hold_state_dir`, then :func:`state_dir_in`, no earlier attempt moved aside."""
     return state_dir_in(hold_state_dir(path, requeued=requeued))
 
 
