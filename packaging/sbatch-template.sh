@@ -27,6 +27,8 @@ STATE_ROOT=/shared/jobs/llama/runs
 # The job's state directory, by its name: the same for every attempt (a requeue, or the
 # script submitted again), so the next one resumes: the worker skips what it finished
 # (its results.jsonl there), and ddsup keeps each earlier attempt's record in attempts/.
+# The epilog finds it by a glob with * for the name (slurm-epilog.sh: slurmd does not
+# tell an epilog the job's name), e.g. DDSUP_EPILOG_STATE_DIRS="/shared/jobs/*/runs/*".
 STATE_DIR="$STATE_ROOT/$SLURM_JOB_NAME"
 
 # shellcheck source=/dev/null

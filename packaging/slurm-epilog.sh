@@ -17,8 +17,11 @@
 #      another user's processes, cgroups or files;
 #   2. finds that user's state directories of the job: DDSUP_STATE_DIR in the
 #      environment of that user's processes that say SLURM_JOB_ID=<this job>, and
-#      those DDSUP_EPILOG_STATE_DIRS matches (a glob with %j for the job id, e.g.
-#      "/shared/jobs/*/runs/ddsup-%j", for runs none of whose processes kept theirs);
+#      those DDSUP_EPILOG_STATE_DIRS matches (a glob, %j for the job id), for runs
+#      none of whose processes kept theirs: "/shared/jobs/*/runs/*" for directories
+#      named after their jobs, as sbatch-template.sh names them (slurmd does not give
+#      an epilog the job's name: other jobs' directories are passed over silently), or
+#      "/shared/jobs/*/runs/ddsup-%j" for ddsup's default name;
 #   3. ends a run only when its state directory, the user's own and private, says in
 #      run.json (written by ddsup start) that the run is this job's, and then only what
 #      that directory's records name (with start times), the run's cgroups, and what
@@ -30,6 +33,7 @@
 # Settings (environment, or edit the defaults):
 #   DDSUP              the ddsup command (default: ddsup on PATH, then /opt/ddsup/venv/bin/ddsup)
 #   DDSUP_EPILOG_STATE_DIRS   optional glob of state directories, %j = job id
+#                             (e.g. "/shared/jobs/*/runs/*", see step 2)
 set -uo pipefail
 
 log() { logger -t ddsup-epilog -- "job ${SLURM_JOB_ID:-?}: $*" 2>/dev/null || echo "ddsup-epilog: $*" >&2; }

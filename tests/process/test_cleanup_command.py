@@ -163,6 +163,23 @@ def test_cleanup_by_job_ends_only_the_runs_recorded_as_that_job_s(
             proc.wait()
 
 
+def test_cleanup_by_job_passes_over_the_other_jobs_a_glob_matches(
+    invocation_id: str, tmp_path: Path
+) -> None:
+    """State directories named after their jobs: slurmd does not give the epilog the
+    job's name, so its glob matches every job's, and only this job's run gets a line."""
+    runs = tmp_path / "runs"
+    runs.mkdir(mode=0o700)
+    mine = _run_dir(runs / "llama-batch", invocation_id, "71")
+    _run_dir(runs / "other-batch", invocation_id + "-other", "70")
+    (runs / "notes.txt").write_text("not a run\n")
+    done = _cleanup("--job", "71", "--state-dirs", f"{runs}/*")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"ended 0 process(es) of run {invocation_id} (job 71, {mine})"
+    ]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -61,8 +61,9 @@ def configure_cleanup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dirs",
         metavar="GLOB",
-        help="with --job: state directories to look in too, %%j for the job id (default: "
-        "those its processes name)",
+        help="with --job: state directories to look in too, %%j for the job id, e.g. "
+        "'/shared/jobs/*/runs/*' for directories named after their jobs (default: those its "
+        "processes name)",
     )
 
 

@@ -10,7 +10,9 @@ given by slurmd, and takes nothing else on trust: any process on the node may ca
    files, whatever it is told;
 2. looks for that user's runs of this job: the state directory (``DDSUP_STATE_DIR``)
    in the environment of each of that user's processes that says
-   ``SLURM_JOB_ID=<job>``, and the directories ``--state-dirs`` matches;
+   ``SLURM_JOB_ID=<job>``, and the directories ``--state-dirs`` matches (slurmd does
+   not tell an epilog the job's name: a glob for directories named after their jobs
+   matches every job's, and those not of this job are passed over without a word);
 3. ends a run only when its state directory, the user's own and private, says in the
    ``run.json`` that ``ddsup start`` wrote that the run is this job's; and then only
    what ``ddsup cleanup --state-dir`` ends: what that directory's records name (with
@@ -46,17 +48,25 @@ def run_job_cleanup(job: str, user: str | None, pattern: str | None) -> int:
     account = _account(user)
     _become(account)
     survivors: list[int] = []
-    for state_dir in sorted(set(_state_dirs(job, account.pw_uid, pattern))):
+    claimed = set(_claimed_dirs(job, account.pw_uid))
+    matched = set(_matched_dirs(job, pattern)) - claimed
+    for state_dir in sorted(claimed | matched):
+        # slurmd does not tell an epilog the job's name, so a glob for directories named
+        # after their jobs matches every job's: only this job's runs are worth a line
+        # there; a directory that a process of the job named is a claim, answered either way
+        said = state_dir in claimed
         try:
             run = open_run(state_dir)
         except DdsupError as err:
-            print(f"left alone: {err}")
+            if said:
+                print(f"left alone: {err}")
             continue
         name, where = printable(run.info.invocation_id), printable(str(state_dir))
         if run.info.job != job:
             run.close()
             of = printable(run.info.job or "(none)")
-            print(f"left alone: run {name} in {where} is of job {of}, not {job}")
+            if said:
+                print(f"left alone: run {name} in {where} is of job {of}, not {job}")
             continue
         ended = end_run(run)
         survivors += ended.survivors
@@ -96,8 +106,8 @@ def _become(account: pwd.struct_passwd) -> None:
         ) from err
 
 
-def _state_dirs(job: str, uid: int, pattern: str | None) -> Iterator[Path]:
-    """Where the user's runs of ``job`` on this node may be recorded (step 2 above)."""
+def _claimed_dirs(job: str, uid: int) -> Iterator[Path]:
+    """The state directories the user's processes of ``job`` name (step 2 above)."""
     for pid in pids():
         if _owner(pid) != uid:
             continue
@@ -107,9 +117,12 @@ def _state_dirs(job: str, uid: int, pattern: str | None) -> Iterator[Path]:
         state_dir = environ.get(STATE_DIR_ENV)
         if state_dir and os.path.isabs(os.fsdecode(state_dir)):
             yield Path(os.fsdecode(state_dir))
-    if pattern:
-        for found in glob.glob(pattern.replace("%j", job)):
-            yield Path(os.path.abspath(found))
+
+
+def _matched_dirs(job: str, pattern: str | None) -> Iterator[Path]:
+    """The directories ``--state-dirs`` matches, ``%j`` being ``job`` (step 2 above)."""
+    for found in glob.glob(pattern.replace("%j", job)) if pattern else ():
+        yield Path(os.path.abspath(found))
 
 
 def _owner(pid: int) -> int | None:
