@@ -1,4 +1,5 @@
-"""One unit file: bytes → TOML → checked against :data:`SECTIONS` → a frozen :class:`Unit`.
+"""One unit file: bytes → TOML (``_toml``) → checked against :data:`SECTIONS` → a frozen
+:class:`Unit`.
 
 Every problem of the file is collected (not just the first) as a key path and a message;
 positions are looked up afterwards, and only when there is a problem to report, by
@@ -9,17 +10,13 @@ problem: undecodable bytes, syntax errors, absurd sizes, deep nesting, wrong typ
 from __future__ import annotations
 
 import difflib
-import re
-import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from ddsup._errors import Problem
 from ddsup.units import _schema as schema
 from ddsup.units._builtin import closed_health, endpoint_exec, endpoint_ready
 from ddsup.units._kinds import UNIT_NAME, Invalid
-from ddsup.units._locate import KeyPath, Locator
+from ddsup.units._locate import KeyPath
 from ddsup.units._model import (
     EndpointSection,
     LaneSection,
@@ -34,105 +31,15 @@ from ddsup.units._model import (
 )
 from ddsup.units._printable import printable
 from ddsup.units._specifiers import specifier_problems
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
-
-MAX_FILE_BYTES = 1024 * 1024  # a unit file is a few hundred bytes; refuse to parse megabytes
-# The deepest real key is ``service.environment.NAME`` (3 parts). tomllib is quadratic in
-# the parts of one key, so a key with more than this many never reaches it.
-MAX_KEY_PARTS = 64
-_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
-_TOML_AT_END = re.compile(r"\s*\(at end of document\)$")
-
-
-@dataclass
-class ParsedFile:
-    """A unit file after its own checks: the unit when valid, and where things are in it."""
-
-    path: str
-    name: str
-    text: str = ""
-    unit: Unit | None = None
-    unit_type: UnitType | None = None
-    doc: Mapping[str, Any] = field(default_factory=dict)
-    problems: list[Problem] = field(default_factory=list)
-    locator: Locator | None = None
-
-    def problem(self, path: KeyPath, message: str, *, at_value: bool = False) -> None:
-        """Record ``message`` at the key (or value) ``path`` of this file."""
-        if self.locator is None:
-            self.locator = Locator(self.text)
-        where = self.locator.value(path) if at_value else self.locator.key(path)
-        self.problems.append(new_problem(self.path, *where, message))
-
-
-def new_problem(path: str, line: int, col: int, message: str) -> Problem:
-    """A problem as it will be printed: control characters of the path and the message
-    (which quotes the file's own keys and values) escaped, see :mod:`._printable`."""
-    return Problem(printable(path), line, col, printable(message))
+from ddsup.units._toml import ParsedFile, read_toml
 
 
 def parse_bytes(path: str, data: bytes) -> ParsedFile:
     """Check one unit file whose contents are ``data``; ``path`` names it in problems."""
-    if len(data) > MAX_FILE_BYTES:
-        return too_large(path, len(data))
-    parsed = ParsedFile(path, _unit_name(path))
-    try:
-        parsed.text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        byte = data[err.start : err.start + 1].hex()
-        parsed.problems.append(new_problem(path, line, col, f"not UTF-8 text (byte 0x{byte})"))
-        return parsed
-    parsed.locator = Locator(parsed.text, max_key_parts=MAX_KEY_PARTS)
-    if parsed.locator.overlong_key is not None:
-        message = (
-            f"a key with more than {MAX_KEY_PARTS} dotted parts; keys of unit files have "
-            "at most 3 (section.key.name)"
-        )
-        parsed.problems.append(new_problem(path, *parsed.locator.overlong_key, message))
-        return parsed
-    try:
-        parsed.doc = tomllib.loads(parsed.text)
-    except tomllib.TOMLDecodeError as err:
-        parsed.problems.append(_syntax_problem(path, parsed.text, err))
-        return parsed
-    except RecursionError:
-        parsed.problems.append(new_problem(path, 1, 1, "TOML nesting is too deep"))
-        return parsed
-    _check(parsed)
+    parsed = read_toml(path, data)
+    if not parsed.problems:
+        _check(parsed)
     return parsed
-
-
-def too_large(path: str, size: int) -> ParsedFile:
-    """The problem of a file over :data:`MAX_FILE_BYTES` (read no further than that)."""
-    parsed = ParsedFile(path, _unit_name(path))
-    message = f"file is {size / 1024 / 1024:.1f} MiB; a unit file may be at most 1 MiB"
-    parsed.problems.append(new_problem(path, 1, 1, message))
-    return parsed
-
-
-def _unit_name(path: str) -> str:
-    base = re.split(r"[\\/]", path)[-1]
-    return base[: -len(".toml")] if base.endswith(".toml") else base
-
-
-def _syntax_problem(path: str, text: str, err: tomllib.TOMLDecodeError) -> Problem:
-    message = str(getattr(err, "msg", None) or err)
-    line = getattr(err, "lineno", None)
-    col = getattr(err, "colno", None)
-    match = _TOML_POSITION.search(message)
-    if match:
-        line, col = int(match.group(1)), int(match.group(2))
-    elif _TOML_AT_END.search(message):
-        line = text.count("\n") + 1
-        col = len(text) - (text.rfind("\n") + 1) + 1
-    message = _TOML_AT_END.sub("", _TOML_POSITION.sub("", message))
-    return new_problem(path, line or 1, col or 1, f"invalid TOML: {message}")
 
 
 def _check(parsed: ParsedFile) -> None:
@@ -146,7 +53,7 @@ def _check(parsed: ParsedFile) -> None:
             parsed.problem((name,), f"[{name}] must be a table, written as a [{name}] header")
         else:
             _check_placement(parsed, spec)
-            values[name] = _check_section(parsed, spec, table)
+            values[name] = check_section(parsed, spec, table)
     _check_required(parsed)
     _check_ready(parsed)
     _check_restart_delays(parsed, values.get("service", {}))
@@ -184,7 +91,7 @@ def _check_placement(parsed: ParsedFile, spec: schema.SectionSpec) -> None:
         )
 
 
-def _check_section(
+def check_section(
     parsed: ParsedFile, spec: schema.SectionSpec, table: dict[str, Any]
 ) -> dict[str, Any]:
     converted: dict[str, Any] = {}

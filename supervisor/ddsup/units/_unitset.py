@@ -17,7 +17,8 @@ from typing import Any
 
 from ddsup._errors import UnitFileError
 from ddsup.units._model import UnitSet, UnitType
-from ddsup.units._parse import MAX_FILE_BYTES, ParsedFile, new_problem, parse_bytes, too_large
+from ddsup.units._parse import parse_bytes
+from ddsup.units._toml import MAX_FILE_BYTES, ParsedFile, new_problem, too_large
 
 StrPath = str | os.PathLike[str]
 
