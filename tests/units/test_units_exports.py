@@ -5,6 +5,11 @@ from __future__ import annotations
 import ddsup.units
 
 EXPECTED = {
+    "JOB_FILE",
+    "JobSettings",
+    "load_job_file",
+    "parse_job_name",
+    "parse_slurm_time",
     "SPECIFIERS",
     "SpecifierError",
     "Unit",

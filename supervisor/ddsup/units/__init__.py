@@ -4,8 +4,9 @@ Layering inside, bottom up: ``_model`` (the frozen dataclasses), ``_printable`` 
 text made safe to print), ``_durations`` and ``_specifiers`` (value syntaxes), ``_kinds``
 and ``_schema`` (the one table of sections and keys), ``_jsonschema`` (the JSON Schema
 made from it), ``_builtin`` (the endpoint's default exec and readiness), ``_locate``
-(key → line:col), ``_parse`` (one file), ``_unitset`` (a set of files), ``_commands``
-(``ddsup verify`` and ``ddsup schema``).
+(key → line:col), ``_toml`` (a file read as TOML), ``_parse`` (one unit file), ``_job``
+(``job.toml`` and submit profiles: the ``[job]`` table, checked the same way),
+``_unitset`` (a set of files), ``_commands`` (``ddsup verify`` and ``ddsup schema``).
 
 Its names are imported when first used (PEP 562, ``ddsup._lazy``): a node agent that
 loads unit files does not pay for ``verify``, ``schema`` and the JSON Schema.
@@ -24,6 +25,11 @@ if TYPE_CHECKING:
     from ddsup.units._commands import run_verify as run_verify
     from ddsup.units._durations import parse_duration as parse_duration
     from ddsup.units._durations import parse_signal as parse_signal
+    from ddsup.units._job import JOB_FILE as JOB_FILE
+    from ddsup.units._job import JobSettings as JobSettings
+    from ddsup.units._job import load_job_file as load_job_file
+    from ddsup.units._job import parse_job_name as parse_job_name
+    from ddsup.units._job import parse_slurm_time as parse_slurm_time
     from ddsup.units._jsonschema import json_schema as json_schema
     from ddsup.units._model import Unit as Unit
     from ddsup.units._model import UnitSet as UnitSet
@@ -43,6 +49,11 @@ _LAZY = {
     "run_schema": "ddsup.units._commands",
     "run_verify": "ddsup.units._commands",
     "parse_duration": "ddsup.units._durations",
+    "JOB_FILE": "ddsup.units._job",
+    "JobSettings": "ddsup.units._job",
+    "load_job_file": "ddsup.units._job",
+    "parse_job_name": "ddsup.units._job",
+    "parse_slurm_time": "ddsup.units._job",
     "parse_signal": "ddsup.units._durations",
     "json_schema": "ddsup.units._jsonschema",
     "Unit": "ddsup.units._model",

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 
 from ddsup._errors import EXIT_INVALID_UNITS, Problem, UnitFileError
+from ddsup.units._job import JOB_FILE, load_job_file
 from ddsup.units._jsonschema import json_schema
 from ddsup.units._model import UnitSet
 from ddsup.units._printable import printable
@@ -25,7 +26,8 @@ def configure_verify(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Check unit files without running anything: unknown keys and sections, types, "
         "ranges, durations, signals, specifiers and dependencies. Each DIR is checked "
-        "as one set; the FILEs given are checked together as another."
+        "as one set, with its job.toml (how ddsup submit asks Slurm for the job); the "
+        "FILEs given are checked together as another."
     )
     parser.add_argument("paths", nargs="+", metavar="DIR|FILE", help="unit directory or files")
 
@@ -34,9 +36,15 @@ def run_verify(args: argparse.Namespace) -> int:
     problems: list[Problem] = []
     summaries: list[str] = []
     directories = [p for p in args.paths if os.path.isdir(p)]
-    files = [p for p in args.paths if not os.path.isdir(p)]
+    jobs = [p for p in args.paths if not os.path.isdir(p) and os.path.basename(p) == JOB_FILE]
+    files = [p for p in args.paths if not os.path.isdir(p) and p not in jobs]
     for directory in directories:
         _verify_one(functools.partial(load_unit_set, directory), directory, problems, summaries)
+        job = os.path.join(directory, JOB_FILE)
+        if os.path.lexists(job):
+            jobs.append(job)
+    for job in jobs:
+        _verify_job(job, problems, summaries)
     if files:
         _verify_one(
             functools.partial(load_unit_files, files), ", ".join(files), problems, summaries
@@ -62,6 +70,16 @@ def _verify_one(
         return
     count = len(unit_set.units)
     summaries.append(f"ok: {count} unit{'s' if count != 1 else ''} in {printable(where)}")
+
+
+def _verify_job(path: str, problems: list[Problem], summaries: list[str]) -> None:
+    """``job.toml``: not a unit, but how its directory is submitted (``_job``)."""
+    try:
+        load_job_file(path)
+    except UnitFileError as err:
+        problems.extend(err.problems)
+        return
+    summaries.append(f"ok: job settings in {printable(path)}")
 
 
 def configure_schema(parser: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ddsup._errors import UnitFileError
+from ddsup.units._job import JOB_FILE
 from ddsup.units._model import UnitSet, UnitType
 from ddsup.units._parse import parse_bytes
 from ddsup.units._toml import MAX_FILE_BYTES, ParsedFile, new_problem, too_large
@@ -24,13 +25,14 @@ StrPath = str | os.PathLike[str]
 
 
 def load_unit_set(path: StrPath) -> UnitSet:
-    """Every ``*.toml`` in directory ``path`` (dot files skipped), validated as one set."""
+    """Every ``*.toml`` in directory ``path`` (dot files and ``job.toml``, how the
+    directory is submitted, skipped), validated as one set."""
     shown = os.fspath(path)
     directory = Path(path)
     if not directory.is_dir():
         why = "is not a directory" if directory.exists() else "no such directory"
         raise UnitFileError([new_problem(shown, 1, 1, f"{why}: give a directory of unit files")])
-    files = sorted(p for p in directory.glob("*.toml") if not p.name.startswith("."))
+    files = sorted(p for p in directory.glob("*.toml") if is_unit_file(p.name))
     if not files:
         raise UnitFileError([new_problem(shown, 1, 1, "no unit files (*.toml) in this directory")])
     contents = [_read_unit_bytes(os.path.join(shown, p.name)) for p in files]
@@ -53,6 +55,12 @@ def load_unit_set(path: StrPath) -> UnitSet:
 # and each of its agents finds them here instead of parsing the same files again. One
 # entry: a process loads one run's units.
 _LAST_LOADED: dict[str, tuple[tuple[tuple[str, bytes], ...], UnitSet]] = {}
+
+
+def is_unit_file(name: str) -> bool:
+    """Whether a file of a unit directory is a unit: ``*.toml``, not a dot file, not
+    ``job.toml`` (``_job``: how the directory is submitted)."""
+    return name.endswith(".toml") and not name.startswith(".") and name != JOB_FILE
 
 
 def parse_unit_set(directory: str, files: Mapping[str, bytes | str]) -> UnitSet:
@@ -121,7 +129,7 @@ def _sibling_names(directories: Iterable[str]) -> frozenset[str]:
             entries = os.listdir(directory)
         except OSError:
             continue
-        names.update(e[: -len(".toml")].rstrip("@") for e in entries if e.endswith(".toml"))
+        names.update(e[: -len(".toml")].rstrip("@") for e in entries if is_unit_file(e))
     return frozenset(names)
 
 
