@@ -10,15 +10,18 @@ GPUs other processes hold memory on are a problem, or a warning with
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import ddsup
 from ddsup.channel._messages import PreflightReport
 from ddsup.plan import Node, Plan, make_plan
 from ddsup.plan._gpus import GpuList
+from ddsup.run._node_checks import python_version
 from ddsup.run._preflight import address_problem, run_preflight
 from ddsup.units._model import BusyGpus, UnitSet
 from support import units as u
@@ -92,3 +95,33 @@ def test_simulated_gpus_are_not_checked_for_holders(
     units, plan = _plan("127.0.0.1", ())
     report = _report("n1", units, plan, gpus=GpuList.simulated(2))
     assert (report.problems, report.warnings) == ((), ())
+
+
+def test_a_job_from_ddsup_submit_needs_the_submitters_ddsup_and_room_for_logs(
+    tmp_path: Path,
+) -> None:
+    """The batch script ``ddsup submit`` renders exports the submitter's versions and the
+    space the job asks for; each node's preflight names what differs and how to fix it,
+    and a run started by hand (none of these variables) is not held to them."""
+    units, plan = _plan("127.0.0.1", ())
+    gpus = GpuList(("0", "1"), "CUDA_VISIBLE_DEVICES")
+    submitted = {
+        "DDSUP_SUBMIT_VERSION": "0.0.9",
+        "DDSUP_SUBMIT_PYTHON": python_version(),
+        "DDSUP_SUBMIT_HOST": "login1",
+        "DDSUP_MIN_FREE_SPACE": str(500 << 40),  # 500 TiB: no file system here has it
+    }
+    kwargs: dict[str, Any] = {"gpus": gpus, "state_dir": str(tmp_path)}
+    report = _report("n1", units, plan, environ=submitted, **kwargs)
+    by_hand = _report("n1", units, plan, environ={}, **kwargs)
+    same = {**submitted, "DDSUP_SUBMIT_VERSION": ddsup.__version__, "DDSUP_MIN_FREE_SPACE": "1"}
+    matching = _report("n1", units, plan, environ=same, **kwargs)
+
+    assert report.problems[0] == (
+        f"ddsup {ddsup.__version__} here, but the job was submitted with ddsup 0.0.9 on "
+        f"login1: install the same ddsup and Python at {sys.executable} on every node (on "
+        "the shared file system, or in the same image), or submit with the python that "
+        "every node has"
+    )
+    assert f"free for logs in {tmp_path} (the job asks for 500T)" in report.problems[1]
+    assert (by_hand.problems, matching.problems) == ((), ())

@@ -185,7 +185,9 @@ async def _serve_controller(
     rehearse: bool,
     stop_signals: HeldSignals,
 ) -> None:
-    report, held = run_preflight(node, units, plan, gpus=gpus, check_model_path=not rehearse)
+    report, held = run_preflight(
+        node, units, plan, gpus=gpus, check_model_path=not rehearse, state_dir=run.state_dir
+    )
     plan = plan.with_ports(dict(report.ports))
     await channel.send(report)
     flushes_send, flushes_receive = trio.open_memory_channel[None](math.inf)

@@ -13,7 +13,10 @@ Each node agent checks, against the plan:
   agent binds port 0 to let the kernel pick: on a shared node this avoids other jobs'
   ports), held (:class:`~ddsup.run._ports.HeldPorts`) until the controller starts its
   lanes, so that no other agent on the same host is given the same ones;
-- **``model_path``** is readable.
+- **``model_path``** is readable;
+- **the job** (``_node_checks``, for jobs ``ddsup submit`` made): this node runs the
+  ddsup and Python that submitted it, and its state directory has the room the job
+  asked for.
 
 Problems are collected, not raised, so the controller can report every node's at once.
 """
@@ -28,6 +31,7 @@ from ddsup._errors import PreflightError
 from ddsup.channel._agent_messages import PreflightReport
 from ddsup.plan._gpus import GpuList, gpu_holders
 from ddsup.plan._model import Node, Plan, PlannedInstance
+from ddsup.run._node_checks import space_problem, version_problem
 from ddsup.run._ports import HeldPorts, port_free
 from ddsup.units import printable
 from ddsup.units._model import BusyGpus, UnitSet, UnitType
@@ -57,12 +61,20 @@ def address_problem(node: Node) -> str | None:
 
 
 def run_preflight(
-    node: str, units: UnitSet, plan: Plan, *, gpus: GpuList, check_model_path: bool = True
+    node: str,
+    units: UnitSet,
+    plan: Plan,
+    *,
+    gpus: GpuList,
+    check_model_path: bool = True,
+    state_dir: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[PreflightReport, HeldPorts]:
     """Check this node against the plan (never raises for a failed check); the ports
     picked are held until :meth:`HeldPorts.release`.
 
     ``check_model_path``: False for a rehearsal, whose fake-vllm lanes read no weights.
+    ``state_dir`` and ``environ``: the job's checks (``_node_checks``).
     """
     planned_node = plan.node(node)
     problems: list[str] = []
@@ -70,6 +82,7 @@ def run_preflight(
     where = address_problem(planned_node)
     if where is not None:
         problems.append(where)
+    problems += job_problems(state_dir, os.environ if environ is None else environ)
     mine: Sequence[PlannedInstance] = plan.on_node(node)
     problems += _gpu_problems(planned_node, mine, gpus)
     _busy_gpus(units, planned_node, mine, problems, warnings)
@@ -83,11 +96,23 @@ def run_preflight(
         unit = units.by_name(planned.unit)
         path = unit.lane.model_path if unit.lane else None
         if check_model_path and path and not os.access(path, os.R_OK):
-            problems.append(f"model_path {path!r} of {planned.instance} is not readable")
+            problems.append(
+                f"model_path {path!r} of {planned.instance} is not readable here: check "
+                "the path and its permissions on this node (in a container, mount it)"
+            )
     report = PreflightReport(
         node=node, problems=tuple(problems), ports=ports, warnings=tuple(warnings)
     )
     return report, held
+
+
+def job_problems(state_dir: str | None, environ: Mapping[str, str]) -> list[str]:
+    """What is wrong with the job on this node: another ddsup or Python than the
+    submitter's, too little room for logs (``_node_checks``)."""
+    found = [version_problem(environ)]
+    if state_dir is not None:
+        found.append(space_problem(state_dir, environ))
+    return [problem for problem in found if problem is not None]
 
 
 def _gpu_problems(node: Node, mine: Sequence[PlannedInstance], gpus: GpuList) -> list[str]:

@@ -12,13 +12,15 @@ newest run" that ``status`` and ``logs`` show). What can only fail once processe
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddsup._errors import UsageError
+from ddsup._errors import PreflightError, UsageError
 from ddsup.plan._model import Plan
 from ddsup.plan._resolve import Allocation, plan_for, resolve_allocation
+from ddsup.run._node_checks import version_problem
 from ddsup.run._options import RunOptions
 from ddsup.run._rehearsal import rehearsal_request, rehearsal_units, rehearsed_lanes
 from ddsup.units import UnitSet, load_unit_set, printable
@@ -41,6 +43,10 @@ def prepare_run(options: RunOptions, environ: Mapping[str, str] | None = None) -
     """Load, check and place the units; a DdsupError says what is wrong, nothing is written."""
     environ = os.environ if environ is None else environ
     units = _load_units(options.directory)
+    problem = version_problem(environ)
+    if problem is not None:  # the agents check their nodes; this is ddsup start's own
+        where = environ.get("SLURMD_NODENAME") or socket.gethostname()
+        raise PreflightError(f"preflight failed: {where} (ddsup start): {problem}")
     request = options.allocation
     rehearsed: tuple[str, ...] = ()
     if options.rehearse:
