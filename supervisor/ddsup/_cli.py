@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "start": ("ddsup.run._start", "run a deployment in the foreground"),
     "verify": ("ddsup.units", "check unit files without running anything"),
     "plan": ("ddsup.plan", "print the placement of every unit instance"),
+    "submit": ("ddsup.jobs", "render a Slurm batch script from the units and submit it"),
     "schema": ("ddsup.units", "print the JSON Schema of unit files"),
     "status": ("ddsup.ops._status", "show the state of a run"),
     "stop": ("ddsup.ops._stop", "stop a run (like SIGTERM to ddsup start)"),

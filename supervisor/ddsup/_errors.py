@@ -11,6 +11,7 @@ Foreign errors (OSError, httpx, tomllib) are translated at the boundary with
     ├── StateDirError          the state dir cannot be created, or is not safe to use → 73
     ├── RunStateError          no run found / run not reachable     → 1
     │   └── UntrustedRunError  the run's files are not the caller's, or not readable → 77
+    ├── SlurmError             a Slurm command failed or refused (sbatch, squeue, scancel) → 1
     └── UnitFailed             a unit failed for good (stop-all), or a node agent was lost → 70
         └── ReadinessTimeout   not ready within timeout_start       → 75
 
@@ -127,6 +128,12 @@ class UntrustedRunError(RunStateError):
     """
 
     exit_status = EXIT_NO_PERMISSION
+
+
+class SlurmError(DdsupError):
+    """A Slurm command that ``ddsup submit`` or a ``--job`` command ran failed: it is not
+    installed, did not answer in time, or refused (an unknown account, a bad option);
+    its own words are in the message."""
 
 
 class UnitFailed(DdsupError):

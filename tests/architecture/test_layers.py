@@ -29,6 +29,7 @@ LAYERS = (
     "run",
     "endpoint",
     "fake_vllm",
+    "jobs",
     "ops",
     "_cli",
     "__main__",
