@@ -275,12 +275,13 @@ def test_status_starts_no_event_loop() -> None:
     reads unit files or works out a plan (the packages' names are imported when first
     used: ``ddsup.units``, ``ddsup.plan`` and ``ddsup.record`` imported all of that, ~0.1 s
     of CPU), nor the run's own messages and the plan and unit sections they carry (the
-    operator's part of the codec: ~40 ms more)."""
+    operator's part of the codec: ~40 ms more), nor what only ``--job`` needs (Slurm's
+    view of a job)."""
     heavy = (
         "'trio', 'psutil', 'tomllib', 'subprocess', 'ddsup.units._parse', "
         "'ddsup.units._jsonschema', 'ddsup.plan._allocation', 'ddsup.plan._placement', "
         "'ddsup.units._model', 'ddsup.plan._model', 'ddsup.channel._messages', "
-        "'ddsup.channel._codec', 'secrets'"
+        "'ddsup.channel._codec', 'secrets', 'ddsup.units._toml', 'ddsup.jobs._view'"
     )
     code = f"import sys, ddsup.ops._status; print(sorted({{{heavy}}} & set(sys.modules)))"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

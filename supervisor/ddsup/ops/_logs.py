@@ -17,9 +17,10 @@ from typing import Any, BinaryIO
 
 import trio
 
+from ddsup import jobs
 from ddsup._errors import RunStateError, UsageError
 from ddsup.ops._log_reader import LogReader, start_points
-from ddsup.ops._run_handle import add_state_dir, events_of, find_state, silence_stdout
+from ddsup.ops._run_handle import add_state_dir, events_of, find_job, find_state, silence_stdout
 from ddsup.record._events import ProcessStarted, RecordedEvent, UnitTransition
 from ddsup.record._log_files import tail_offset as tail_offset
 from ddsup.record._state_dir import StateDir
@@ -35,7 +36,8 @@ Print the output of unit instances from the run's state directory (logs/<instanc
 and the rotated files before it). UNIT is an instance (lane@3, lane@0:1, worker) or a
 unit (lane: all its instances); without UNIT, every instance of the run, each line
 prefixed by its instance (coloured on a terminal). With -f, new lines are printed as
-they come, interleaved across instances, until the run ends."""
+they come, interleaved across instances, until the run ends. With --job, a job that
+ddsup has not started in (yet) shows its batch script's output instead."""
 
 
 def configure_logs(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +68,10 @@ def configure_logs(parser: argparse.ArgumentParser) -> None:
 
 
 def run_logs(args: argparse.Namespace) -> int:
-    state = find_state(args)
+    job = find_job(args)
+    if job is not None and job.run is None:
+        return _batch_output(job, args.lines)
+    state = job.run.state if job is not None and job.run is not None else find_state(args)
     since = parse_since(args.since) if args.since else None
     if args.lines is not None and args.lines < 0:
         raise UsageError("--lines must be 0 or more")
@@ -90,6 +95,25 @@ def run_logs(args: argparse.Namespace) -> int:
         return 130
     finally:
         reader.close()
+    return 0
+
+
+def _batch_output(job: jobs.JobView, lines: int | None) -> int:
+    """A job ddsup has not started in (yet): what its batch script wrote, which says why
+    when it ended before (its ``#SBATCH --output``, in the state directory)."""
+    output = job.submission.batch_output if job.submission is not None else None
+    if output is None or not output.exists():
+        raise RunStateError(f"job {job.job_id} has no run and no output (yet): {job.summary}")
+    print(f"ddsup: job {job.job_id}: {job.summary}", file=sys.stderr)
+    with open(output, "rb") as handle:
+        data = handle.read()
+    if lines is not None:
+        data = b"".join(data.splitlines(keepends=True)[-lines:] if lines else [])
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
     return 0
 
 

@@ -39,7 +39,7 @@ With --rolling, one instance at a time, each ready again before the next begins.
 
 def configure_restart(parser: argparse.ArgumentParser) -> None:
     parser.description = DESCRIPTION
-    add_state_dir(parser)
+    add_state_dir(parser, job=False)
     parser.add_argument(
         "units",
         nargs="+",

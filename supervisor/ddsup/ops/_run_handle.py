@@ -24,6 +24,7 @@ import socket
 import sys
 from pathlib import Path
 
+from ddsup import jobs
 from ddsup._errors import RunStateError, UntrustedRunError
 from ddsup.channel._client import request
 from ddsup.channel._hello import ChannelError, Hello, Role
@@ -40,7 +41,8 @@ ASK_TIMEOUT = 10.0
 HINT = "ddsup acts only on runs of yours (run it as the user who started the run)"
 
 
-def add_state_dir(parser: argparse.ArgumentParser) -> None:
+def add_state_dir(parser: argparse.ArgumentParser, *, job: bool = True) -> None:
+    """``--state-dir``, and (``job``) ``--job``: a Slurm job's run, from the login node."""
     parser.add_argument(
         "--state-dir",
         type=Path,
@@ -48,10 +50,30 @@ def add_state_dir(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="the run's state directory (default: the newest ./ddsup-* here)",
     )
+    if job:
+        parser.add_argument(
+            "--job",
+            metavar="ID",
+            help="the run of Slurm job ID, which ddsup submit submitted (with --state-dir: "
+            "a job submitted by hand), with Slurm's view of the job (default: no job, a run "
+            "on this node)",
+        )
+
+
+def find_job(args: argparse.Namespace) -> jobs.JobView | None:
+    """``--job``: the job as Slurm and its record see it now; None without ``--job``."""
+    job_id = getattr(args, "job", None)
+    return None if job_id is None else jobs.observe(job_id, args.state_dir)
 
 
 def find_state(args: argparse.Namespace) -> StateDir:
-    """The run to act on: ``--state-dir``, or the newest of the caller's runs here; checked."""
+    """The run to act on: ``--job``'s, ``--state-dir``, or the newest of the caller's runs
+    here; checked."""
+    job = find_job(args)
+    if job is not None:
+        if job.run is None:
+            raise RunStateError(f"job {job.job_id} has no run (yet): {job.summary}")
+        return job.run.state
     if args.state_dir is None:
         return trusted(newest_state_dir())
     state = StateDir(Path(os.path.abspath(args.state_dir)))

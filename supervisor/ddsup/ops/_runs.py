@@ -15,11 +15,12 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ddsup._errors import RunStateError, UsageError
+from ddsup import jobs
+from ddsup._errors import RunStateError, SlurmError, UsageError
 from ddsup.ops._run_handle import one_line, silence_stdout
 from ddsup.record._display import duration
 from ddsup.record._outcome import Outcome
@@ -31,7 +32,8 @@ _DAY = 86400.0
 
 @dataclass(frozen=True)
 class RunEntry:
-    """One run as ``ddsup runs`` lists it."""
+    """One run as ``ddsup runs`` lists it; ``job``: the Slurm job ``ddsup submit``
+    submitted it as, and what is true of that job now."""
 
     state: StateDir
     invocation_id: str | None
@@ -39,6 +41,7 @@ class RunEntry:
     started_at: float | None
     result: Outcome | None
     ended_at: float | None  # when result.json was written
+    job: jobs.JobView | None = None
 
     @property
     def finished(self) -> bool:
@@ -53,6 +56,7 @@ class RunEntry:
             "ended_at": self.ended_at,
             "finished": self.finished,
             "result": None if self.result is None else self.result.to_dict(),
+            "job": None if self.job is None else self.job.to_json(),
         }
 
 
@@ -60,6 +64,50 @@ def find_runs(base: Path) -> list[RunEntry]:
     """Every run in ``base``, newest first (by when it started); unreadable ones included."""
     entries = [_entry(StateDir(path.absolute())) for path in run_dirs(base)]
     return sorted(entries, key=lambda e: e.started_at or 0.0, reverse=True)
+
+
+def with_jobs(runs: list[RunEntry], slurm: jobs.Slurm | None = None) -> list[RunEntry]:
+    """``runs`` and the runs of the jobs ``ddsup submit`` submitted (one row per job, a
+    job's run joining its row here), newest first. Slurm is asked once for all of them;
+    without an answer, each job is read from its record alone."""
+    records = jobs.submissions()
+    if not records:
+        return runs
+    try:
+        known = (slurm or jobs.Slurm()).queue([r.job_id for r in records])
+    except SlurmError:
+        known = {}
+    rows = list(runs)
+    for record in records:
+        view = jobs.job_view(record, known.get(record.job_id))
+        index = next((i for i, run in enumerate(rows) if _its_run(run, view)), None)
+        if index is None:
+            rows.append(_job_entry(view, record))
+        else:
+            rows[index] = replace(rows[index], job=view)
+    return sorted(rows, key=_when, reverse=True)
+
+
+def _its_run(run: RunEntry, view: jobs.JobView) -> bool:
+    """Whether ``run`` (listed here) is the run of the job ``view`` shows."""
+    return (
+        run.job is None
+        and view.run is not None
+        and run.invocation_id == view.run.info.invocation_id
+        and run.state.path == view.run.state.path
+    )
+
+
+def _job_entry(view: jobs.JobView, record: jobs.Submission) -> RunEntry:
+    if view.run is None:
+        state = StateDir(Path(record.state_dir))
+        return RunEntry(state, None, record.unit_dir, None, None, None, view)
+    return replace(_entry(view.run.state), job=view)
+
+
+def _when(run: RunEntry) -> float:
+    submitted = run.job.submission.submitted_at if run.job and run.job.submission else 0.0
+    return run.started_at or submitted
 
 
 def _entry(state: StateDir) -> RunEntry:
@@ -96,11 +144,14 @@ def configure_runs(parser: argparse.ArgumentParser) -> None:
 
 
 def run_runs(args: argparse.Namespace) -> int:
-    runs = find_runs(args.base)
+    runs = with_jobs(find_runs(args.base))
     if args.json:
         text = json.dumps([r.to_json() for r in runs], indent=2, sort_keys=True)
     elif not runs:
-        text = f"no runs in {printable(str(args.base))} (state directories ddsup-*)"
+        text = (
+            f"no runs in {printable(str(args.base))} (state directories ddsup-*), and no "
+            "jobs submitted with ddsup submit"
+        )
     else:
         text = _table(runs, args.base, time.time())
     try:
@@ -114,6 +165,10 @@ def run_runs(args: argparse.Namespace) -> int:
 def _table(runs: list[RunEntry], base: Path, now: float) -> str:
     rows: list[tuple[str, ...]] = [("STATE DIR", "STARTED", "RAN", "OUTCOME", "UNITS")]
     rows += [_row(run, base, now) for run in runs]
+    if any(run.job is not None for run in runs):  # the job and Slurm's word after the dir
+        rows = [(rows[0][0], "JOB", "SLURM", *rows[0][1:])] + [
+            (row[0], *_job_cells(run), *row[1:]) for row, run in zip(rows[1:], runs, strict=True)
+        ]
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -121,11 +176,23 @@ def _table(runs: list[RunEntry], base: Path, now: float) -> str:
     )
 
 
+def _job_cells(run: RunEntry) -> tuple[str, str]:
+    job = run.job
+    if job is None:
+        return "-", "-"
+    state = job.slurm.state if job.slurm is not None else "(gone)"
+    if job.slurm is not None and job.slurm.waiting and job.slurm.reason:
+        state += f" ({job.slurm.reason})"
+    return job.job_id, state
+
+
 def _row(run: RunEntry, base: Path, now: float) -> tuple[str, ...]:
     started = run.started_at
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(started)) if started else "-"
     ran = duration(run.ended_at - started) if run.ended_at and started else "-"
-    if run.result is not None:
+    if run.job is not None and run.job.phase is not jobs.Phase.FINISHED:
+        outcome = run.job.summary  # Slurm's view with the record's: what is true now
+    elif run.result is not None:
         who = f"{run.result.unit}: " if run.result.unit else ""
         outcome = f"{run.result.status.value}, exit {run.result.exit_code} ({who}{one_line(run.result.reason)})"
     else:

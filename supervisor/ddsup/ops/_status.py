@@ -14,12 +14,19 @@ import sys
 import time
 from typing import Any
 
-from ddsup import record
+from ddsup import jobs, record
 from ddsup._errors import DdsupError
 from ddsup._exit import ExitStatus
 from ddsup.channel._operator_messages import StatusReply, StatusRequest
 from ddsup.ops._metrics import render_supervisor_metrics
-from ddsup.ops._run_handle import add_state_dir, ask, find_state, one_line, silence_stdout
+from ddsup.ops._run_handle import (
+    add_state_dir,
+    ask,
+    find_job,
+    find_state,
+    one_line,
+    silence_stdout,
+)
 from ddsup.ops._status_view import StatusView, status_view
 from ddsup.record._display import duration, paint, symbol
 from ddsup.record._state_dir import StateDir
@@ -50,21 +57,50 @@ def configure_status(parser: argparse.ArgumentParser) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    state = find_state(args)
-    view = status_view(state, _snapshot(state))
-    if args.metrics:  # from the live snapshot when the run answers, else from its files
-        text = render_supervisor_metrics(view.instances, view.uptime)
-    elif args.json:
-        data = {**view.to_json(), "efficiency": _efficiency(state)}
-        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    job = find_job(args)
+    if job is None:
+        text = _run_text(args, find_state(args), None)
+    elif job.run is None:  # nothing of ddsup's to show: Slurm's view alone
+        text = _job_only(job, as_json=args.json)
     else:
-        text = render_status(view, colour=_colour(sys.stdout), verbose=args.verbose) + "\n"
+        text = _run_text(args, job.run.state, job)
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
         silence_stdout()
     return 0
+
+
+def _run_text(args: argparse.Namespace, state: StateDir, job: jobs.JobView | None) -> str:
+    view = status_view(state, _snapshot(state))
+    if args.metrics:  # from the live snapshot when the run answers, else from its files
+        return render_supervisor_metrics(view.instances, view.uptime)
+    if args.json:
+        data = {**view.to_json(), "efficiency": _efficiency(state)}
+        if job is not None:
+            data["job"] = job.to_json()
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+    text = render_status(view, colour=_colour(sys.stdout), verbose=args.verbose) + "\n"
+    return text if job is None else "\n".join(job_lines(job)) + "\n" + text
+
+
+def _job_only(job: jobs.JobView, *, as_json: bool) -> str:
+    """A job ddsup has not started in (yet): Slurm's view, and its batch output's end."""
+    if as_json:
+        return json.dumps({"job": job.to_json()}, indent=2, sort_keys=True) + "\n"
+    lines = job_lines(job)
+    output = job.submission.batch_output if job.submission is not None else None
+    last = jobs.tail(output) if output is not None else []
+    if last:
+        lines += ["", f"the end of {output}:", *(f"  {line}" for line in last)]
+    return "\n".join(lines) + "\n"
+
+
+def job_lines(job: jobs.JobView) -> list[str]:
+    """``job 42 (llama-batch): RUNNING on n[1-4] since …`` and where the answer came from."""
+    name = f" ({job.submission.job_name})" if job.submission is not None else ""
+    return [f"job {job.job_id}{name}: {job.summary}", *(f"  note: {n}" for n in job.notes)]
 
 
 def _efficiency(state: StateDir) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ import signal
 
 import trio
 
+from ddsup import jobs
 from ddsup._errors import RunStateError
 from ddsup.channel._channel import Channel
 from ddsup.channel._messages import ChannelError, StopAnswer, StopRequest
@@ -22,7 +23,9 @@ RESULT_WAIT = 30.0  # after the controller closed its channel: sweep (≤ 5 s) +
 def configure_stop(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Stop a run as SIGTERM to ddsup start does: worker, endpoint, then lanes, each "
-        "with its timeout_stop; the run exits 143. Waits for the end and prints the result."
+        "with its timeout_stop; the run exits 143. Waits for the end and prints the result. "
+        "With --job: a waiting job is cancelled, a running one gets SIGTERM in its batch "
+        "step (scancel --batch --signal=TERM)."
     )
     add_state_dir(parser)
     parser.add_argument(
@@ -31,6 +34,8 @@ def configure_stop(parser: argparse.ArgumentParser) -> None:
 
 
 def run_stop(args: argparse.Namespace) -> int:
+    if args.job is not None:  # from the login node: through Slurm, as a signal in the job
+        return jobs.stop_job(args.job, args.state_dir, wait=not args.no_wait)
     state = find_state(args)
     return trio.run(_stop, state, not args.no_wait)
 
