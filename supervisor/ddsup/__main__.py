@@ -11,12 +11,12 @@ of a local run) to the forker that imports that entry once and forks one agent p
 import sys
 
 if sys.argv[1:2] == ["agent"]:
-    from ddsup.run._agent_command import agent_main
+    from ddsup.run import agent_main
 
     raise SystemExit(agent_main(sys.argv[2:]))
 
 if sys.argv[1:2] == ["agents"]:
-    from ddsup.run._agent_forker import forker_main
+    from ddsup.run import forker_main
 
     raise SystemExit(forker_main(sys.argv[2:]))
 

@@ -24,7 +24,7 @@ from ddsup.channel._agent_messages import (
 )
 from ddsup.channel._typed import from_json, prepare
 from ddsup.channel._wire import Decoder, decode_with, encode_fields, line_json
-from ddsup.plan._model import Plan
+from ddsup.plan import Plan
 
 # A heartbeat's line, written and read without json: every idle agent connection carries
 # one each way per beat, and they are most of what an idle controller does.

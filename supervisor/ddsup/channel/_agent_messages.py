@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ddsup.channel._hello import Hello, check_name
-from ddsup.plan._model import Plan
-from ddsup.record._node_events import NodeEvent
+from ddsup.plan import Plan
+from ddsup.record import NodeEvent
 
 
 def _check_signal(signum: int) -> None:

@@ -32,9 +32,8 @@ from ddsup.channel._messages import (
 from ddsup.channel._operator_codec import OPERATOR_SPECIAL, encode_operator
 from ddsup.channel._typed import from_json
 from ddsup.channel._wire import Decoder, decode_with, line_json, object_parser
-from ddsup.record._event_parse import parse_event
-from ddsup.record._node_events import NODE_EVENTS, NodeEvent
-from ddsup.units._model import EndpointSection
+from ddsup.record import NODE_EVENTS, NodeEvent, parse_event
+from ddsup.units import EndpointSection
 
 
 # --- encode -------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ from ddsup.channel._operator_messages import StatusReply as StatusReply
 from ddsup.channel._operator_messages import StatusRequest as StatusRequest
 from ddsup.channel._operator_messages import StopAnswer as StopAnswer
 from ddsup.channel._operator_messages import StopRequest as StopRequest
-from ddsup.units._model import EndpointSection
+from ddsup.units import EndpointSection
 
 
 @dataclass(frozen=True)

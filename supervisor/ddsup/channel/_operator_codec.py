@@ -16,7 +16,7 @@ from ddsup.channel._hello import Hello
 from ddsup.channel._operator_messages import OPERATOR_MESSAGES, OperatorMessage, StatusReply
 from ddsup.channel._typed import from_json
 from ddsup.channel._wire import Decoder, decode_with, encode_fields, line_json, object_parser
-from ddsup.record._status import RunSnapshot
+from ddsup.record import RunSnapshot
 
 
 # --- encode -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ddsup.record._status import RunSnapshot
+from ddsup.record import RunSnapshot
 
 
 class RestartStep(str, enum.Enum):

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 import trio
 
 from ddsup._errors import UsageError
-from ddsup.channel._channel import ADDRESS_ENV, SECRET_ENV, Channel, connect_channel
-from ddsup.channel._messages import (
+from ddsup.channel import (
+    ADDRESS_ENV,
+    SECRET_ENV,
+    Channel,
     ChannelError,
     EndpointSetup,
     Hello,
@@ -30,11 +32,12 @@ from ddsup.channel._messages import (
     LanesUpdate,
     ReadyLane,
     Role,
+    connect_channel,
     merge_changes,
 )
 from ddsup.endpoint._lane_state import LaneInfo, LaneState
 from ddsup.endpoint._lanes import LaneTable
-from ddsup.units._model import EndpointSection
+from ddsup.units import EndpointSection
 
 log = logging.getLogger(__name__)
 

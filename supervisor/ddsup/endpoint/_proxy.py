@@ -42,7 +42,7 @@ from ddsup.endpoint._upstream import (
     UpstreamError,
     request_bytes,
 )
-from ddsup.record._series import CUT
+from ddsup.record import CUT
 
 log = logging.getLogger("ddsup.endpoint")
 

@@ -37,8 +37,7 @@ from ddsup.endpoint._routes import Endpoint, handle_request
 from ddsup.endpoint._timeseries import open_series, write_series  # [series hook]
 from ddsup.endpoint._wire import Wire
 from ddsup.endpoint._workers import WorkerFailed, WorkerPool
-from ddsup.record._private import HeldDir, open_private_dir
-from ddsup.record._state_dir import WORKERS_FILE
+from ddsup.record import WORKERS_FILE, HeldDir, open_private_dir
 
 log = logging.getLogger("ddsup.endpoint")
 

@@ -35,8 +35,7 @@ from typing import Any, Protocol
 import trio
 
 from ddsup._errors import StateDirError
-from ddsup.record._private import open_private_dir
-from ddsup.record._series import CUT, SERIES_DIR, header_line, series_file_name
+from ddsup.record import CUT, SERIES_DIR, header_line, open_private_dir, series_file_name
 
 log = logging.getLogger("ddsup.endpoint")
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from ddsup._errors import UsageError
 from ddsup.fake_vllm._vllm_flags import VLLM_SERVE_FLAGS, VLLM_VERSION, Arity, VllmFlag
-from ddsup.units._vllm_argv import vllm_command_span
+from ddsup.units import vllm_command_span
 
 IGNORED_DEST = "vllm_ignored"
 """Namespace attribute: the names of the vLLM flags given but not acted on, as spelt."""

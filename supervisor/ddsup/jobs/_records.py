@@ -19,7 +19,7 @@ from typing import Any
 
 from ddsup._errors import UntrustedRunError
 from ddsup.jobs._slurm import check_job_id
-from ddsup.record._private import check_private, write_private
+from ddsup.record import check_private, write_private
 from ddsup.units import printable
 
 FORMAT = 1

@@ -26,9 +26,8 @@ from ddsup.jobs._request import JobRequest, resolve_request
 from ddsup.jobs._script import render_script
 from ddsup.jobs._slurm import Slurm
 from ddsup.plan import AllocationRequest, LauncherChoice, Plan, plan_for, resolve_allocation
-from ddsup.record._private import write_private
-from ddsup.record._state_dir import hold_state_dir
-from ddsup.run._node_checks import SUBMIT_ENVIRONMENT, space_problem
+from ddsup.record import hold_state_dir, write_private
+from ddsup.run import SUBMIT_ENVIRONMENT, space_problem
 from ddsup.units import (
     JobSettings,
     UnitType,

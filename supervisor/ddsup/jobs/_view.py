@@ -27,11 +27,7 @@ from ddsup._errors import RunStateError, UntrustedRunError, UsageError
 from ddsup.jobs._records import Submission, recall
 from ddsup.jobs._slurm import Slurm, check_job_id
 from ddsup.jobs._slurm_job import SlurmJob
-from ddsup.record._attempts import ATTEMPTS
-from ddsup.record._outcome import Outcome
-from ddsup.record._private import check_private
-from ddsup.record._run_info import RunInfo
-from ddsup.record._state_dir import StateDir
+from ddsup.record import ATTEMPTS, Outcome, RunInfo, StateDir, check_private
 from ddsup.units import printable
 
 _HINT = "ddsup acts only on runs of yours (run it as the user who submitted the job)"

@@ -29,8 +29,7 @@ from pathlib import Path
 from ddsup._errors import UsageError
 from ddsup.ops._job_cleanup import run_job_cleanup
 from ddsup.ops._recorded_run import end_run, open_run
-from ddsup.process._cgroup import find_run_cgroups
-from ddsup.process._ending import end_on_this_node
+from ddsup.process import end_on_this_node, find_run_cgroups
 
 
 def configure_cleanup(parser: argparse.ArgumentParser) -> None:

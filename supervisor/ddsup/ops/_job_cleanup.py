@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ddsup._errors import DdsupError, UntrustedRunError, UsageError
 from ddsup.ops._recorded_run import end_run, open_run
-from ddsup.process._proc import pids, read_environ
+from ddsup.process import pids, read_environ
 from ddsup.units import printable
 
 STATE_DIR_ENV = b"DDSUP_STATE_DIR"

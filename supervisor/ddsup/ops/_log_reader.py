@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from ddsup.record._log_files import log_files, tail_offset
+from ddsup.record import log_files, tail_offset
 
 # Foreground colours for prefixes, in turn; red is left for errors.
 _PALETTE = ("36", "33", "32", "35", "34", "96", "93", "92", "95", "94")

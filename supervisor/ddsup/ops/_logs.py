@@ -21,11 +21,9 @@ from ddsup import jobs
 from ddsup._errors import RunStateError, UsageError
 from ddsup.ops._log_reader import LogReader, start_points
 from ddsup.ops._run_handle import add_state_dir, events_of, find_job, find_state, silence_stdout
-from ddsup.record._events import ProcessStarted, RecordedEvent, UnitTransition
-from ddsup.record._log_files import tail_offset as tail_offset
-from ddsup.record._state_dir import StateDir
-from ddsup.units import printable
-from ddsup.units._durations import parse_duration
+from ddsup.record import ProcessStarted, RecordedEvent, StateDir, UnitTransition
+from ddsup.record import tail_offset as tail_offset
+from ddsup.units import parse_duration, printable
 
 FOLLOW_INTERVAL = 0.2
 

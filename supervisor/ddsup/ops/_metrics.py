@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ddsup.record._states import InstanceState
-from ddsup.record._status import InstanceStatus
+from ddsup.record import InstanceState, InstanceStatus
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,8 @@ from pathlib import Path
 
 from ddsup._errors import RunStateError, UntrustedRunError
 from ddsup.ops._run_handle import HINT
-from ddsup.process._cgroup import find_run_cgroups
-from ddsup.process._ending import Ended, end_on_this_node
-from ddsup.process._registry import records_directory
-from ddsup.record._private import open_private_dir
-from ddsup.record._run_info import RunInfo
+from ddsup.process import Ended, end_on_this_node, find_run_cgroups, records_directory
+from ddsup.record import RunInfo, open_private_dir
 
 
 @dataclass

@@ -16,8 +16,8 @@ import time
 import trio
 
 from ddsup._errors import RunStateError
-from ddsup.channel._channel import Channel
-from ddsup.channel._messages import (
+from ddsup.channel import (
+    Channel,
     ChannelError,
     RestartAnswer,
     RestartOver,
@@ -27,7 +27,7 @@ from ddsup.channel._messages import (
 )
 from ddsup.ops._run_channel import connect
 from ddsup.ops._run_handle import add_state_dir, find_state
-from ddsup.record._state_dir import StateDir
+from ddsup.record import StateDir
 
 DESCRIPTION = """\
 Restart unit instances of the live run, as systemctl restart does: each is stopped

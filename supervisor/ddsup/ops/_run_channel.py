@@ -8,10 +8,9 @@ is why this lives apart from the trust checks both share (``_run_handle.reach``)
 
 from __future__ import annotations
 
-from ddsup.channel._channel import Channel, connect_channel
-from ddsup.channel._messages import ChannelError
+from ddsup.channel import Channel, ChannelError, connect_channel
 from ddsup.ops._run_handle import reach
-from ddsup.record._state_dir import StateDir
+from ddsup.record import StateDir
 
 
 async def connect(state: StateDir) -> Channel | None:

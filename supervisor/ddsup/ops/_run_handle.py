@@ -26,15 +26,18 @@ from pathlib import Path
 
 from ddsup import jobs
 from ddsup._errors import RunStateError, UntrustedRunError
-from ddsup.channel._client import request
-from ddsup.channel._hello import ChannelError, Hello, Role
-from ddsup.channel._operator_messages import OperatorMessage, StatusReply
-from ddsup.process._proc import read_stat
-from ddsup.record._event_log import read_events
-from ddsup.record._events import RecordedEvent
-from ddsup.record._outcome import Outcome
-from ddsup.record._private import check_private
-from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir, newest_state_dir
+from ddsup.channel import ChannelError, Hello, OperatorMessage, Role, StatusReply, request
+from ddsup.process import read_stat
+from ddsup.record import (
+    ControlAddress,
+    Outcome,
+    RecordedEvent,
+    RunInfo,
+    StateDir,
+    check_private,
+    newest_state_dir,
+    read_events,
+)
 from ddsup.units import printable
 
 ASK_TIMEOUT = 10.0

@@ -22,9 +22,7 @@ from typing import Any
 from ddsup import jobs
 from ddsup._errors import RunStateError, SlurmError, UsageError
 from ddsup.ops._run_handle import one_line, silence_stdout
-from ddsup.record._display import duration
-from ddsup.record._outcome import Outcome
-from ddsup.record._state_dir import StateDir, run_dirs
+from ddsup.record import Outcome, StateDir, duration, run_dirs
 from ddsup.units import parse_duration, printable
 
 _DAY = 86400.0

@@ -17,7 +17,7 @@ from typing import Any
 from ddsup import jobs, record
 from ddsup._errors import DdsupError
 from ddsup._exit import ExitStatus
-from ddsup.channel._operator_messages import StatusReply, StatusRequest
+from ddsup.channel import StatusReply, StatusRequest
 from ddsup.ops._metrics import render_supervisor_metrics
 from ddsup.ops._run_handle import (
     add_state_dir,
@@ -28,10 +28,15 @@ from ddsup.ops._run_handle import (
     silence_stdout,
 )
 from ddsup.ops._status_view import StatusView, status_view
-from ddsup.record._display import duration, paint, symbol
-from ddsup.record._state_dir import StateDir
-from ddsup.record._states import InstanceState
-from ddsup.record._status import InstanceStatus, RunSnapshot
+from ddsup.record import (
+    InstanceState,
+    InstanceStatus,
+    RunSnapshot,
+    StateDir,
+    duration,
+    paint,
+    symbol,
+)
 
 
 # --- status ------------------------------------------------------------------------------

@@ -20,13 +20,19 @@ from typing import Any
 from ddsup._errors import RunStateError
 from ddsup.ops._metrics import LaneCount, lane_counts
 from ddsup.ops._run_handle import events_of
-from ddsup.record._events import Contained, RecordedEvent, RunFinished
-from ddsup.record._faults import incomplete
-from ddsup.record._instance import fold
-from ddsup.record._outcome import Outcome
-from ddsup.record._state_dir import StateDir
-from ddsup.record._status import InstanceStatus, RunSnapshot, planned_facts
-from ddsup.units._unit_type import UnitType
+from ddsup.record import (
+    Contained,
+    InstanceStatus,
+    Outcome,
+    RecordedEvent,
+    RunFinished,
+    RunSnapshot,
+    StateDir,
+    fold,
+    incomplete,
+    planned_facts,
+)
+from ddsup.units import UnitType
 
 STATUS_FORMAT = 1
 

@@ -10,11 +10,10 @@ import trio
 
 from ddsup import jobs
 from ddsup._errors import RunStateError
-from ddsup.channel._channel import Channel
-from ddsup.channel._messages import ChannelError, StopAnswer, StopRequest
+from ddsup.channel import Channel, ChannelError, StopAnswer, StopRequest
 from ddsup.ops._run_channel import connect
 from ddsup.ops._run_handle import add_state_dir, controller_pid, find_state, summary
-from ddsup.record._state_dir import RunInfo, StateDir
+from ddsup.record import RunInfo, StateDir
 
 RESULT_WAIT = 30.0  # after the controller closed its channel: sweep (≤ 5 s) + result.json
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from ddsup._lazy import lazy_names
 
 if TYPE_CHECKING:
+    from ddsup.plan._allocation import LOCAL_ADDRESS as LOCAL_ADDRESS
     from ddsup.plan._allocation import detect_gpus as detect_gpus
     from ddsup.plan._allocation import expand_nodelist as expand_nodelist
     from ddsup.plan._allocation import local_nodes as local_nodes
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from ddsup.plan._allocation import slurm_hostnames as slurm_hostnames
     from ddsup.plan._commands import configure_plan as configure_plan
     from ddsup.plan._commands import run_plan as run_plan
+    from ddsup.plan._gpus import GpuList as GpuList
+    from ddsup.plan._gpus import detect_gpu_list as detect_gpu_list
+    from ddsup.plan._gpus import gpu_holders as gpu_holders
     from ddsup.plan._model import PLAN_FORMAT as PLAN_FORMAT
     from ddsup.plan._model import Node as Node
     from ddsup.plan._model import Plan as Plan
@@ -36,11 +40,17 @@ if TYPE_CHECKING:
     from ddsup.plan._request import AllocationRequest as AllocationRequest
     from ddsup.plan._request import LauncherChoice as LauncherChoice
     from ddsup.plan._request import LauncherKind as LauncherKind
+    from ddsup.plan._request import launcher_kind as launcher_kind
     from ddsup.plan._resolve import Allocation as Allocation
     from ddsup.plan._resolve import plan_for as plan_for
     from ddsup.plan._resolve import resolve_allocation as resolve_allocation
 
 _LAZY = {
+    "LOCAL_ADDRESS": "ddsup.plan._allocation",
+    "GpuList": "ddsup.plan._gpus",
+    "detect_gpu_list": "ddsup.plan._gpus",
+    "gpu_holders": "ddsup.plan._gpus",
+    "launcher_kind": "ddsup.plan._request",
     "detect_gpus": "ddsup.plan._allocation",
     "expand_nodelist": "ddsup.plan._allocation",
     "local_nodes": "ddsup.plan._allocation",

@@ -16,8 +16,7 @@ from pathlib import Path
 from ddsup._errors import UsageError
 from ddsup.plan._render import render_plan
 from ddsup.plan._resolve import AllocationRequest, LauncherChoice, plan_for, resolve_allocation
-from ddsup.units import load_unit_set, printable
-from ddsup.units._model import UnitSet
+from ddsup.units import UnitSet, load_unit_set, printable
 
 
 def configure_plan(parser: argparse.ArgumentParser) -> None:

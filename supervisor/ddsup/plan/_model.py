@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, cast
 
-from ddsup.units._model import UnitType
+from ddsup.units import UnitType
 
 PLAN_FORMAT = 1
 

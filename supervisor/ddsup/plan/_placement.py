@@ -48,9 +48,7 @@ from dataclasses import dataclass
 from ddsup._errors import PlacementError, UsageError
 from ddsup.plan._model import Node, Plan, PlannedInstance
 from ddsup.plan._shortage import shortage
-from ddsup.units import printable
-from ddsup.units._model import LaneSection, Placement, Unit, UnitSet, UnitType
-from ddsup.units._vllm_argv import served_names
+from ddsup.units import LaneSection, Placement, Unit, UnitSet, UnitType, printable, served_names
 
 MAX_PORT = 65535
 MASTER_PORT_OFFSET = 1000

@@ -51,7 +51,7 @@ from ddsup.plan._request import LauncherChoice as LauncherChoice
 from ddsup.plan._request import LauncherKind as LauncherKind
 from ddsup.plan._request import launcher_kind as launcher_kind
 from ddsup.plan._slurm_client import HetJob, address_towards, het_job, outside_allocation
-from ddsup.units._model import UnitSet
+from ddsup.units import UnitSet
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ddsup.units import printable
-from ddsup.units._model import LaneSection, Unit
+from ddsup.units import LaneSection, Unit, printable
 
 _NAMED = 6  # nodes named when their GPU counts differ (fewest first)
 

@@ -30,10 +30,9 @@ from ddsup._exit import ExitStatus as ExitStatus
 from ddsup._lazy import lazy_names
 
 if TYPE_CHECKING:
+    from ddsup.process._adopted import AdoptedProcess as AdoptedProcess
     from ddsup.process._cgroup import find_run_cgroups as find_run_cgroups
     from ddsup.process._child import ChildProcess as ChildProcess
-    from ddsup.process._child import LogError as LogError
-    from ddsup.process._child import SpawnError as SpawnError
     from ddsup.process._child import adopt as adopt
     from ddsup.process._child import identity_of as identity_of
     from ddsup.process._child import spawn as spawn
@@ -56,13 +55,21 @@ if TYPE_CHECKING:
     from ddsup.process._output_log import OutputLog as OutputLog
     from ddsup.process._output_log import output_pipe as output_pipe
     from ddsup.process._output_log import rotated_log as rotated_log
+    from ddsup.process._popen import LogError as LogError
+    from ddsup.process._popen import SpawnError as SpawnError
+    from ddsup.process._popen import open_log as open_log
     from ddsup.process._popen import start_child as start_child
+    from ddsup.process._popen import start_forker as start_forker
+    from ddsup.process._proc import pids as pids
     from ddsup.process._proc import read_environ as read_environ
+    from ddsup.process._proc import read_stat as read_stat
+    from ddsup.process._registry import records_directory as records_directory
+    from ddsup.process._reparented import ReparentedChild as ReparentedChild
     from ddsup.process._sentinel import Sentinel as Sentinel
     from ddsup.process._sentinel import start_sentinel as start_sentinel
-    from ddsup.process._subreaper import become_subreaper as become_subreaper
-    from ddsup.process._subreaper import is_subreaper as is_subreaper
     from ddsup.process._subreaper import reap_adopted_children as reap_adopted_children
+    from ddsup.process._subreaper_flag import become_subreaper as become_subreaper
+    from ddsup.process._subreaper_flag import is_subreaper as is_subreaper
     from ddsup.process._sweep import AGENT_ENV as AGENT_ENV
     from ddsup.process._sweep import find_run_processes as find_run_processes
     from ddsup.process._sweep import sweep as sweep
@@ -70,12 +77,21 @@ if TYPE_CHECKING:
     from ddsup.process._table import ProcessTable as ProcessTable
     from ddsup.process._table import process_table as process_table
     from ddsup.process._table import read_process_table as read_process_table
+    from ddsup.process._title import retitle as retitle
 
 _LAZY = {
+    "AdoptedProcess": "ddsup.process._adopted",
+    "open_log": "ddsup.process._popen",
+    "start_forker": "ddsup.process._popen",
+    "pids": "ddsup.process._proc",
+    "read_stat": "ddsup.process._proc",
+    "records_directory": "ddsup.process._registry",
+    "ReparentedChild": "ddsup.process._reparented",
+    "retitle": "ddsup.process._title",
     "find_run_cgroups": "ddsup.process._cgroup",
     "ChildProcess": "ddsup.process._child",
-    "LogError": "ddsup.process._child",
-    "SpawnError": "ddsup.process._child",
+    "LogError": "ddsup.process._popen",
+    "SpawnError": "ddsup.process._popen",
     "identity_of": "ddsup.process._child",
     "spawn": "ddsup.process._child",
     "supervised": "ddsup.process._child",
@@ -102,8 +118,8 @@ _LAZY = {
     "read_environ": "ddsup.process._proc",
     "Sentinel": "ddsup.process._sentinel",
     "start_sentinel": "ddsup.process._sentinel",
-    "become_subreaper": "ddsup.process._subreaper",
-    "is_subreaper": "ddsup.process._subreaper",
+    "become_subreaper": "ddsup.process._subreaper_flag",
+    "is_subreaper": "ddsup.process._subreaper_flag",
     "reap_adopted_children": "ddsup.process._subreaper",
     "AGENT_ENV": "ddsup.process._sweep",
     "find_run_processes": "ddsup.process._sweep",

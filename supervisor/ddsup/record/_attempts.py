@@ -32,7 +32,7 @@ import socket
 from pathlib import Path
 
 from ddsup._errors import StateDirError
-from ddsup.process._proc import read_stat
+from ddsup.process import read_stat
 from ddsup.record._private import DIRECTORY_FLAGS, HeldDir, open_private_dir
 from ddsup.record._run_info import RunInfo
 from ddsup.record._state_dir import RESERVE, WORKERS_FILE, StateDir, hold_state_dir, state_dir_in

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import ddsup.record as record  # record.Outcome: read_result's, imported when first used
 from ddsup._errors import RunStateError, StateDirError
-from ddsup.process._file_at import FileAt, LogFile
+from ddsup.process import FileAt, LogFile
 from ddsup.record._faults import WriteFaults
 from ddsup.record._private import (
     DIRECTORY_FLAGS,

@@ -20,10 +20,10 @@ from ddsup.record._events import Contained
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._outcome import exit_from_json
 from ddsup.record._states import InstanceState
-from ddsup.units._unit_type import UnitType
+from ddsup.units import UnitType
 
 if TYPE_CHECKING:  # only the controller's rows need a plan: ``status`` imports none
-    from ddsup.plan._model import Plan
+    from ddsup.plan import Plan
 
 # states in which "attempt k of N" means something: making a start, or past a failed one
 _ATTEMPTING = frozenset({InstanceState.STARTING, InstanceState.RESTARTING, InstanceState.FAILED})

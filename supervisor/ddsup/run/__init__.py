@@ -18,3 +18,22 @@ docs/architecture.md tells how they fit.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ddsup._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from ddsup.run._agent_command import agent_main as agent_main
+    from ddsup.run._agent_forker import forker_main as forker_main
+    from ddsup.run._node_checks import SUBMIT_ENVIRONMENT as SUBMIT_ENVIRONMENT
+    from ddsup.run._node_checks import space_problem as space_problem
+
+_LAZY = {
+    "agent_main": "ddsup.run._agent_command",
+    "forker_main": "ddsup.run._agent_forker",
+    "SUBMIT_ENVIRONMENT": "ddsup.run._node_checks",
+    "space_problem": "ddsup.run._node_checks",
+}
+
+__getattr__ = lazy_names(__name__, _LAZY, globals())

@@ -23,16 +23,21 @@ from typing import TYPE_CHECKING, NoReturn
 import trio
 
 from ddsup._errors import UsageError
-from ddsup.channel._agent_channel import AgentChannel, connect_agent
-from ddsup.channel._agent_messages import (
+from ddsup.channel import (
+    ADDRESS_ENV,
+    SECRET_ENV,
+    AgentChannel,
     AgentMessage,
     AgentStopped,
+    ChannelError,
     EventReport,
     FailHeld,
+    Hello,
     Inventory,
     Kill,
     Restart,
     Resume,
+    Role,
     Setup,
     Shutdown,
     SignalInstances,
@@ -40,14 +45,12 @@ from ddsup.channel._agent_messages import (
     Start,
     Stop,
     TakeDown,
+    connect_agent,
+    receive_within,
 )
-from ddsup.channel._heartbeat import receive_within
-from ddsup.channel._hello import ADDRESS_ENV, SECRET_ENV, ChannelError, Hello, Role
-from ddsup.plan._gpus import GpuList, detect_gpu_list
-from ddsup.plan._model import Plan
+from ddsup.plan import GpuList, Plan, detect_gpu_list
 from ddsup.process import AGENT_ENV, open_containment
-from ddsup.record._node_events import Contained, NodeEvent
-from ddsup.record._state_dir import StateDir, open_state_dir
+from ddsup.record import Contained, NodeEvent, StateDir, open_state_dir
 from ddsup.run._held_signals import STOP_SIGNALS, HeldSignals
 from ddsup.run._node_runner import NodeRunner
 from ddsup.run._ports import HeldPorts
@@ -55,7 +58,7 @@ from ddsup.run._preflight import run_preflight
 from ddsup.run._process_end import end_process
 from ddsup.run._rehearsal_units import rehearsal_units
 from ddsup.run._signals import receive_held
-from ddsup.service._environment import RunContext
+from ddsup.service import RunContext
 from ddsup.units import UnitSet, load_unit_set
 
 if TYPE_CHECKING:  # only ``ddsup agent`` through ``_cli`` has a parser: the agent's own

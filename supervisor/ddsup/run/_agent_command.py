@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from ddsup._errors import EXIT_NO_PERMISSION, EXIT_USAGE, DdsupError
-from ddsup.channel._agent_codec import prepare_agent_decoding
+from ddsup.channel import prepare_agent_decoding
 from ddsup.run._agent import start_agent
 from ddsup.units import load_unit_set
 

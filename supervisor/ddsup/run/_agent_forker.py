@@ -38,7 +38,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
-from ddsup.process._title import retitle
+from ddsup.process import retitle
 from ddsup.run._agent_argv import AGENT_ARGV, SPEC_NODES, SPEC_UNITS, agent_argv
 from ddsup.run._process_end import end_process
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 
-from ddsup.channel._messages import Setup
-from ddsup.plan._model import Plan
+from ddsup.channel import Setup
+from ddsup.plan import Plan
 from ddsup.run._run_facts import RunFacts, run_context
-from ddsup.units._model import UnitSet
+from ddsup.units import UnitSet
 
 
 def agent_setup(facts: RunFacts, units: UnitSet, plan: Plan) -> Setup:

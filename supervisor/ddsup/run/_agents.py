@@ -28,9 +28,9 @@ from functools import partial
 import trio
 
 from ddsup._errors import PreflightError
-from ddsup.plan._gpus import GpuList
+from ddsup.plan import GpuList
 from ddsup.process import end_on_this_node
-from ddsup.record._state_dir import StateDir
+from ddsup.record import StateDir
 from ddsup.run._inventory import NodeInventory
 from ddsup.run._launcher import AgentProcess, Launcher
 from ddsup.run._run_inputs import AgentProcessExited, Input

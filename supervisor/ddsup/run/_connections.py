@@ -25,35 +25,37 @@ from dataclasses import dataclass, field
 
 import trio
 
-from ddsup.channel._channel import Channel
-from ddsup.channel._heartbeat import Pacemaker, Silence, receive_within
-from ddsup.channel._messages import (
+from ddsup.channel import (
     AgentStopped,
+    Channel,
     ChannelError,
     EventReport,
     Heartbeat,
     Hello,
     Inventory,
+    Pacemaker,
     PreflightReport,
     RestartRequest,
     Role,
     Setup,
     Signalled,
+    Silence,
     StatusReply,
     StatusRequest,
     StopAnswer,
     StopRequest,
+    receive_within,
 )
-from ddsup.record._events import (
+from ddsup.record import (
     Contained,
     LivenessFailed,
     ProbeAnswered,
     ProcessExited,
     ProcessStarted,
     RecordedEvent,
+    RunSnapshot,
     UnitTransition,
 )
-from ddsup.record._status import RunSnapshot
 from ddsup.run._lane_feed import LanePublisher
 from ddsup.run._nodes import RemoteNode, RunNode
 from ddsup.run._run_inputs import (

@@ -31,12 +31,16 @@ import trio
 
 import ddsup.record as record  # record.efficiency_line: imported at the run's end
 from ddsup._errors import DdsupError
-from ddsup.plan._resolve import Allocation
+from ddsup.plan import Allocation
 from ddsup.process import ExitStatus
-from ddsup.record._display import duration, paint, symbol
-from ddsup.record._events import (
+from ddsup.record import (
+    FINAL,
+    LOADING,
+    NOTABLE,
     Contained,
+    InstanceState,
     LivenessFailed,
+    Outcome,
     PreflightWarning,
     ProbeAnswered,
     ProcessExited,
@@ -45,11 +49,12 @@ from ddsup.record._events import (
     RunEnding,
     RunStopping,
     UnitTransition,
+    duration,
+    last_lines,
+    paint,
+    silence,
+    symbol,
 )
-from ddsup.record._faults import silence
-from ddsup.record._log_files import last_lines
-from ddsup.record._outcome import Outcome
-from ddsup.record._states import FINAL, LOADING, NOTABLE, InstanceState
 from ddsup.units import printable
 
 # Until lanes() names them: lane replicas are the instances numbered by replica (``llama@3``;

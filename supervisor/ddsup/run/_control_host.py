@@ -16,8 +16,7 @@ import socket
 from collections.abc import Mapping
 
 from ddsup._errors import UsageError
-from ddsup.plan._allocation import LOCAL_ADDRESS
-from ddsup.plan._resolve import Allocation, LauncherKind
+from ddsup.plan import LOCAL_ADDRESS, Allocation, LauncherKind
 from ddsup.units import printable
 
 CONTROL_HOST_ENV = "DDSUP_CONTROL_HOST"

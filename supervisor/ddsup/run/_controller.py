@@ -29,19 +29,17 @@ from typing import TYPE_CHECKING
 import trio
 
 from ddsup._errors import DdsupError, PreflightError, ResultStatus
-from ddsup.channel._channel import Channel
-from ddsup.channel._messages import EndpointSetup, Inventory, RestartRequest, Setup
-from ddsup.channel._server import serve_channel
-from ddsup.plan._model import Plan
-from ddsup.plan._resolve import Allocation, LauncherKind, plan_for
-from ddsup.record._events import (
+from ddsup.channel import Channel, EndpointSetup, Inventory, RestartRequest, Setup, serve_channel
+from ddsup.plan import Allocation, LauncherKind, Plan, plan_for
+from ddsup.record import (
+    ControlAddress,
+    Outcome,
     RunFinished,
+    RunSnapshot,
     RunStarting,
+    StateDir,
     SweepLeftSurvivors,
 )
-from ddsup.record._outcome import Outcome
-from ddsup.record._state_dir import ControlAddress, StateDir
-from ddsup.record._status import RunSnapshot
 from ddsup.run._agent_setup import agent_setup
 from ddsup.run._agents import AgentFleet
 from ddsup.run._connections import ControlServer
@@ -77,7 +75,7 @@ from ddsup.run._run_state import RunState
 from ddsup.run._signals import watch_signals
 from ddsup.run._slurm_job import settle_requeue
 from ddsup.run._walltime import JobEnd, early_stops
-from ddsup.units._model import UnitSet, UnitType
+from ddsup.units import UnitSet, UnitType
 
 if TYPE_CHECKING:  # it imports this module: it runs the controller
     from ddsup.run._takeover import TakenOver

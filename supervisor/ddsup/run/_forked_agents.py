@@ -22,9 +22,7 @@ import trio
 
 from ddsup._errors import PreflightError
 from ddsup._exit import ExitStatus
-from ddsup.process._adopted import AdoptedProcess
-from ddsup.process._child import adopt
-from ddsup.process._reparented import ReparentedChild
+from ddsup.process import AdoptedProcess, ReparentedChild, adopt
 from ddsup.run._agent_forker import parse_report
 from ddsup.run._launcher import AgentProcess, ForkedAgents
 

@@ -31,10 +31,10 @@ import uuid
 from dataclasses import dataclass, field
 
 from ddsup._errors import DdsupError
-from ddsup.channel._hello import new_secret
-from ddsup.plan._model import Plan
-from ddsup.process._opening import OpenedLayers, open_layers
-from ddsup.record._state_dir import ControlAddress, StateDir
+from ddsup.channel import new_secret
+from ddsup.plan import Plan
+from ddsup.process import OpenedLayers, open_layers
+from ddsup.record import ControlAddress, StateDir
 from ddsup.run._control_host import control_host, control_socket
 from ddsup.run._held_signals import HeldSignals, held_signals
 from ddsup.run._launcher import CONTROLLER, Launched, Launcher, launcher_for

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 
 import trio
 
-from ddsup.channel._messages import Inventory
-from ddsup.plan._gpus import GpuList
+from ddsup.channel import Inventory
+from ddsup.plan import GpuList
 from ddsup.units import printable
 
 

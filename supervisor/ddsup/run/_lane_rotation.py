@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from ddsup.channel._messages import LanesChanged, LanesUpdate, ReadyLane
-from ddsup.plan._model import Plan
-from ddsup.record._states import InstanceState
-from ddsup.units._model import UnitSet
+from ddsup.channel import LanesChanged, LanesUpdate, ReadyLane
+from ddsup.plan import Plan
+from ddsup.record import InstanceState
+from ddsup.units import UnitSet
 
 
 class LaneRotation:

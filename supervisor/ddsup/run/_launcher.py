@@ -33,14 +33,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from ddsup._errors import UsageError
-from ddsup.plan._resolve import Allocation, LauncherKind
-from ddsup.process._popen import open_log, start_child, start_forker
-from ddsup.record._state_dir import StateDir
+from ddsup.plan import Allocation, LauncherKind
+from ddsup.process import open_log, start_child, start_forker
+from ddsup.record import StateDir
 from ddsup.run._agent_argv import AGENT_ARGV, FORKER_ARGV, SPEC_NODES, SPEC_UNITS, agent_argv
-from ddsup.units._model import UnitSet
+from ddsup.units import UnitSet
 
 if TYPE_CHECKING:  # trio's: the controller's side, imported after the launch
-    from ddsup.process._child import ChildProcess
+    from ddsup.process import ChildProcess
 
 CONTROLLER = "controller"  # ddsup start's name among the run's supervisors
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from ddsup.plan._model import Plan, PlannedInstance
-from ddsup.record._instance import InstanceRecord
-from ddsup.record._states import InstanceState
-from ddsup.units._model import UnitSet
+from ddsup.plan import Plan, PlannedInstance
+from ddsup.record import InstanceRecord, InstanceState
+from ddsup.units import UnitSet
 
 
 class LoadingGate:

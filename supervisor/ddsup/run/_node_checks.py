@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ddsup import __version__
-from ddsup.units._sizes import format_size, parse_size
+from ddsup.units import format_size, parse_size
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from ddsup.plan._model import Plan
-from ddsup.record._events import UnitTransition
-from ddsup.record._instance import InstanceRecord
-from ddsup.record._outcome import UnitFailure
-from ddsup.record._states import InstanceState
+from ddsup.plan import Plan
+from ddsup.record import InstanceRecord, InstanceState, UnitFailure, UnitTransition
 from ddsup.run._ordering import agent_instances
-from ddsup.units._model import EndpointSection, UnitSet
+from ddsup.units import EndpointSection, UnitSet
 
 
 def lost_transitions(

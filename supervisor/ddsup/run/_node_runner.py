@@ -22,19 +22,18 @@ from pathlib import Path
 
 import trio
 
-from ddsup.plan._model import Plan, PlannedInstance
-from ddsup.record._node_events import NodeEvent
-from ddsup.record._state_dir import StateDir
+from ddsup.plan import Plan, PlannedInstance
+from ddsup.record import NodeEvent, StateDir
 from ddsup.run._ports import pick_ports, port_free
-from ddsup.service._environment import (
+from ddsup.service import (
     RunContext,
+    Service,
+    ServiceSpec,
     specifier_context,
     unit_environment,
     withheld_variables,
 )
-from ddsup.service._service import Service, ServiceSpec
-from ddsup.units import resolve_argv
-from ddsup.units._model import UnitSet
+from ddsup.units import UnitSet, resolve_argv
 
 
 class NodeRunner:

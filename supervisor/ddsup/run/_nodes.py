@@ -19,8 +19,8 @@ from typing import Protocol
 
 import trio
 
-from ddsup.channel._channel import Channel
-from ddsup.channel._messages import (
+from ddsup.channel import (
+    Channel,
     FailHeld,
     Kill,
     Message,

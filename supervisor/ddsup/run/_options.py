@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddsup.plan._resolve import AllocationRequest
+from ddsup.plan import AllocationRequest
 
 
 class Verbosity(str, enum.Enum):

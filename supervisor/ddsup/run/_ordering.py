@@ -12,8 +12,8 @@ Pure functions, so ordering rules are stated (and testable) in one place:
 
 from __future__ import annotations
 
-from ddsup.plan._model import Plan, PlannedInstance
-from ddsup.units._model import OnFailure, Placement, UnitSet, UnitType
+from ddsup.plan import Plan, PlannedInstance
+from ddsup.units import OnFailure, Placement, UnitSet, UnitType
 
 
 def runs_on_agent(units: UnitSet, planned: PlannedInstance) -> bool:

@@ -28,13 +28,11 @@ import socket
 from collections.abc import Mapping, Sequence
 
 from ddsup._errors import PreflightError
-from ddsup.channel._agent_messages import PreflightReport
-from ddsup.plan._gpus import GpuList, gpu_holders
-from ddsup.plan._model import Node, Plan, PlannedInstance
+from ddsup.channel import PreflightReport
+from ddsup.plan import GpuList, Node, Plan, PlannedInstance, gpu_holders
 from ddsup.run._node_checks import space_problem, version_problem
 from ddsup.run._ports import HeldPorts, port_free
-from ddsup.units import printable
-from ddsup.units._model import BusyGpus, UnitSet, UnitType
+from ddsup.units import BusyGpus, UnitSet, UnitType, printable
 
 
 def address_problem(node: Node) -> str | None:

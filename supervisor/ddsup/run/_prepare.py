@@ -18,13 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddsup._errors import PreflightError, UsageError
-from ddsup.plan._model import Plan
-from ddsup.plan._resolve import Allocation, plan_for, resolve_allocation
+from ddsup.plan import Allocation, Plan, plan_for, resolve_allocation
 from ddsup.run._node_checks import version_problem
 from ddsup.run._options import RunOptions
 from ddsup.run._rehearsal import rehearsal_request, rehearsal_units, rehearsed_lanes
-from ddsup.units import UnitSet, load_unit_set, printable
-from ddsup.units._model import EndpointSection
+from ddsup.units import EndpointSection, UnitSet, load_unit_set, printable
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from ddsup.plan._allocation import detect_gpus
-from ddsup.plan._request import AllocationRequest, LauncherKind, launcher_kind
+from ddsup.plan import AllocationRequest, LauncherKind, detect_gpus, launcher_kind
 from ddsup.run._rehearsal_units import rehearsal_units as rehearsal_units
-from ddsup.units import UnitSet, UnitType
-from ddsup.units._vllm_argv import vllm_command_span
+from ddsup.units import UnitSet, UnitType, vllm_command_span
 
 
 def rehearsed_lanes(units: UnitSet) -> tuple[str, ...]:

@@ -11,8 +11,7 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 
-from ddsup.units import Unit, UnitSet, UnitType
-from ddsup.units._vllm_argv import vllm_command_span
+from ddsup.units import Unit, UnitSet, UnitType, vllm_command_span
 
 FAKE_VLLM = (sys.executable, "-m", "ddsup", "fake-vllm")
 

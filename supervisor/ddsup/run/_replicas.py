@@ -27,15 +27,11 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ddsup.plan._model import Plan, PlannedInstance
-from ddsup.record._events import UnitTransition
-from ddsup.record._instance import InstanceRecord
-from ddsup.record._outcome import UnitFailure
-from ddsup.record._states import InstanceState
+from ddsup.plan import Plan, PlannedInstance
+from ddsup.record import InstanceRecord, InstanceState, UnitFailure, UnitTransition
 from ddsup.run._run_inputs import Decision, FailOn, Host, ResumeOn, StopOn, TakeDownOn
-from ddsup.service._restart_policy import RestartPolicy
-from ddsup.service._spec import REPLICA_RESTARTS
-from ddsup.units._model import UnitSet
+from ddsup.service import REPLICA_RESTARTS, RestartPolicy
+from ddsup.units import UnitSet
 
 
 class _Phase(enum.Enum):

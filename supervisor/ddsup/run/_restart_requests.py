@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import trio
 
-from ddsup.channel._channel import Channel
-from ddsup.channel._messages import (
+from ddsup.channel import (
+    Channel,
     RestartAnswer,
     RestartOver,
     RestartProgress,

@@ -18,10 +18,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ddsup._errors import DdsupError
-from ddsup.channel._messages import RestartStep
-from ddsup.plan._model import Plan, PlannedInstance
-from ddsup.record._states import InstanceState
-from ddsup.units._model import UnitSet, UnitType
+from ddsup.channel import RestartStep
+from ddsup.plan import Plan, PlannedInstance
+from ddsup.record import InstanceState
+from ddsup.units import UnitSet, UnitType
 
 _UNDER_WAY = frozenset({InstanceState.RESTARTING, InstanceState.STARTING})
 

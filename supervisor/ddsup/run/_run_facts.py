@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ddsup.channel._hello import ADDRESS_ENV, SECRET_ENV
-from ddsup.plan._model import Plan
-from ddsup.record._state_dir import ControlAddress
-from ddsup.service._environment import INVOCATION_ENV, RunContext, withheld_variables
-from ddsup.units._model import UnitSet
+from ddsup.channel import ADDRESS_ENV, SECRET_ENV
+from ddsup.plan import Plan
+from ddsup.record import ControlAddress
+from ddsup.service import INVOCATION_ENV, RunContext, withheld_variables
+from ddsup.units import UnitSet
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 
 from ddsup._errors import DdsupError
 from ddsup._exit import ExitStatus
-from ddsup.channel._messages import LanesChanged, PreflightReport
-from ddsup.plan._model import Plan
-from ddsup.record._events import RecordedEvent
-from ddsup.record._outcome import Outcome
+from ddsup.channel import LanesChanged, PreflightReport
+from ddsup.plan import Plan
+from ddsup.record import Outcome, RecordedEvent
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from ddsup.plan._model import Plan, PlannedInstance
+from ddsup.plan import Plan, PlannedInstance
 from ddsup.run._ordering import (
     agent_nodes,
     lanes_by_model,
@@ -25,7 +25,7 @@ from ddsup.run._ordering import (
 )
 from ddsup.run._run_inputs import Host
 from ddsup.run._stop_sequence import by_host, stop_limit
-from ddsup.units._model import EndpointSection, UnitSet
+from ddsup.units import EndpointSection, UnitSet
 
 
 class RunLayout:

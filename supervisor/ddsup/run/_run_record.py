@@ -15,14 +15,19 @@ import os
 import socket
 import time
 
-from ddsup.process import Containment
-from ddsup.process._proc import read_stat
-from ddsup.record._event_log import EventLog
-from ddsup.record._events import Contained, RecordedEvent
-from ddsup.record._faults import say
-from ddsup.record._outcome import Outcome
-from ddsup.record._state_dir import ControlAddress, RunInfo, StateDir
-from ddsup.record._status import InstanceStatus, RunSnapshot
+from ddsup.process import Containment, read_stat
+from ddsup.record import (
+    Contained,
+    ControlAddress,
+    EventLog,
+    InstanceStatus,
+    Outcome,
+    RecordedEvent,
+    RunInfo,
+    RunSnapshot,
+    StateDir,
+    say,
+)
 from ddsup.run._console import Console
 
 

@@ -28,23 +28,28 @@ import signal
 from collections.abc import Iterable, Sequence
 
 from ddsup._errors import PreflightError
-from ddsup.channel._messages import LanesUpdate, PreflightReport, RestartStep, merge_changes
-from ddsup.plan._model import Plan, PlannedInstance
-from ddsup.record._events import (
+from ddsup.channel import LanesUpdate, PreflightReport, RestartStep, merge_changes
+from ddsup.plan import Plan, PlannedInstance
+from ddsup.record import (
+    Cause,
+    InstanceRecord,
+    InstanceState,
+    InstanceStatus,
     KillingEverything,
     LivenessFailed,
+    Outcome,
     PreflightWarning,
     ProbeAnswered,
     ProcessStarted,
     RunEnding,
     RunStopping,
     SignalForwarded,
+    StatusRows,
+    Stopped,
+    UnitFailure,
     UnitTransition,
+    WorkerEnded,
 )
-from ddsup.record._instance import InstanceRecord
-from ddsup.record._outcome import Cause, Outcome, Stopped, UnitFailure, WorkerEnded
-from ddsup.record._states import InstanceState
-from ddsup.record._status import InstanceStatus, StatusRows
 from ddsup.run._lane_rotation import LaneRotation
 from ddsup.run._loading import LoadingGate
 from ddsup.run._node_loss import lanes_short, lost_transitions
@@ -83,7 +88,7 @@ from ddsup.run._run_inputs import (
 from ddsup.run._run_layout import RunLayout
 from ddsup.run._stop_sequence import stop_level
 from ddsup.run._waiting import waiting_reasons
-from ddsup.units._model import OnFailure, UnitSet, UnitType
+from ddsup.units import OnFailure, UnitSet, UnitType
 
 REQUIRED_FAILED = "a required unit failed"
 RESTART_REASON = "restart requested (ddsup restart)"

@@ -25,7 +25,7 @@ import trio
 
 from ddsup._errors import EXIT_REQUEUE, ResultStatus
 from ddsup.process import fork_lock
-from ddsup.record._outcome import Outcome
+from ddsup.record import Outcome
 from ddsup.run._run_facts import attempt_of as attempt_of
 from ddsup.units import printable
 

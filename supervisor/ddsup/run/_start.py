@@ -22,16 +22,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ddsup._errors import UnitFileError, UsageError
-from ddsup.plan._resolve import AllocationRequest, LauncherChoice
-from ddsup.record._attempts import begin_attempt
-from ddsup.record._state_dir import StateDir
+from ddsup.plan import AllocationRequest, LauncherChoice
+from ddsup.record import StateDir, begin_attempt
 from ddsup.run._head_start import HeadStart, head_start
 from ddsup.run._options import RunOptions, Verbosity
 from ddsup.run._prepare import PreparedRun, prepare_run
 from ddsup.run._process_end import end_process
 from ddsup.run._run_facts import attempt_of
-from ddsup.units import printable
-from ddsup.units._durations import parse_duration
+from ddsup.units import parse_duration, printable
 
 TAKEOVER_MODULE = "ddsup.run._takeover"  # trio and the controller: after the launch
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence, Set
 
-from ddsup.plan._model import PlannedInstance
+from ddsup.plan import PlannedInstance
 from ddsup.run._run_inputs import Decision, Host, StopOn
-from ddsup.units._model import UnitSet
+from ddsup.units import UnitSet
 
 
 def by_host(

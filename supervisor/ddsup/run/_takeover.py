@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 import trio
 
 from ddsup._errors import DdsupError
-from ddsup.process import Containment, open_containment
-from ddsup.process._child import adopt
-from ddsup.record._state_dir import StateDir
+from ddsup.process import Containment, adopt, open_containment
+from ddsup.record import StateDir
 from ddsup.run._controller import PREFLIGHT_TIMEOUT, Controller
 from ddsup.run._forked_agents import adopt_forked
 from ddsup.run._head_start import HeadStart

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from ddsup.plan._model import PlannedInstance
-from ddsup.units._unit_type import UnitType
+from ddsup.plan import PlannedInstance
+from ddsup.units import UnitType
 
 PREFLIGHT = "for preflight on every node"  # each reason reads on from the instance's name
 

@@ -21,8 +21,7 @@ import trio
 
 from ddsup.run._run_inputs import EndNear, Input
 from ddsup.run._slurm_job import REFRESH, job_end_time
-from ddsup.units._durations import format_duration
-from ddsup.units._model import UnitSet
+from ddsup.units import UnitSet, format_duration
 
 
 @dataclass(frozen=True)

@@ -20,16 +20,28 @@ from typing import TYPE_CHECKING
 from ddsup._lazy import lazy_names
 
 if TYPE_CHECKING:
+    from ddsup.service._environment import INVOCATION_ENV as INVOCATION_ENV
     from ddsup.service._environment import RunContext as RunContext
+    from ddsup.service._environment import specifier_context as specifier_context
+    from ddsup.service._environment import unit_environment as unit_environment
+    from ddsup.service._environment import withheld_variables as withheld_variables
     from ddsup.service._readiness import Probe as Probe
+    from ddsup.service._restart_policy import RestartPolicy as RestartPolicy
     from ddsup.service._service import Service as Service
-    from ddsup.service._service import ServiceSpec as ServiceSpec
+    from ddsup.service._spec import REPLICA_RESTARTS as REPLICA_RESTARTS
+    from ddsup.service._spec import ServiceSpec as ServiceSpec
 
 _LAZY = {
+    "INVOCATION_ENV": "ddsup.service._environment",
+    "specifier_context": "ddsup.service._environment",
+    "unit_environment": "ddsup.service._environment",
+    "withheld_variables": "ddsup.service._environment",
+    "RestartPolicy": "ddsup.service._restart_policy",
+    "REPLICA_RESTARTS": "ddsup.service._spec",
     "RunContext": "ddsup.service._environment",
     "Probe": "ddsup.service._readiness",
     "Service": "ddsup.service._service",
-    "ServiceSpec": "ddsup.service._service",
+    "ServiceSpec": "ddsup.service._spec",
 }
 
 __getattr__ = lazy_names(__name__, _LAZY, globals())

@@ -22,10 +22,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ddsup._errors import EXIT_REQUEUE
-from ddsup.channel._hello import ADDRESS_ENV, SECRET_ENV
-from ddsup.plan._model import Node, Plan, PlannedInstance
-from ddsup.units import resolve_specifiers
-from ddsup.units._model import Unit, UnitSet, UnitType
+from ddsup.channel import ADDRESS_ENV, SECRET_ENV
+from ddsup.plan import Node, Plan, PlannedInstance
+from ddsup.units import Unit, UnitSet, UnitType, resolve_specifiers
 
 INVOCATION_ENV = "DDSUP_INVOCATION_ID"
 NO_KEY = "ddsup-no-key"

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import trio
 
 from ddsup.service._readiness import Probe
-from ddsup.units._model import Unit, UnitType
+from ddsup.units import Unit, UnitType
 
 
 @dataclass(frozen=True)

@@ -19,17 +19,11 @@ from dataclasses import dataclass
 import trio
 
 from ddsup.process import ChildProcess, ExitStatus, OutputLog, output_pipe, spawn
-from ddsup.record._node_events import (
-    LivenessFailed,
-    NodeEvent,
-    ProbeAnswered,
-    ProcessExited,
-    ProcessStarted,
-)
+from ddsup.record import LivenessFailed, NodeEvent, ProbeAnswered, ProcessExited, ProcessStarted
 from ddsup.service._liveness import Liveness, watch_liveness
 from ddsup.service._readiness import Probe
 from ddsup.service._spec import ServiceSpec, ServiceStatus, Watch
-from ddsup.units._model import UnitType
+from ddsup.units import UnitType
 
 
 @dataclass(frozen=True)

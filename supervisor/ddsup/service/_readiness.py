@@ -18,10 +18,9 @@ from urllib.parse import urlsplit
 
 import trio
 
-from ddsup.channel._tcp import connect_tcp
+from ddsup.channel import connect_tcp
 from ddsup.process import LogError, LogFile, SpawnError, spawn
-from ddsup.units import resolve_argv, resolve_specifiers
-from ddsup.units._model import ProbeKind, ReadySection
+from ddsup.units import ProbeKind, ReadySection, resolve_argv, resolve_specifiers
 
 ATTEMPT_TIMEOUT = 5.0
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from ddsup.record._display import human_duration
-from ddsup.units._model import ServiceSection
+from ddsup.record import human_duration
+from ddsup.units import ServiceSection
 
 
 class RestartPolicy:

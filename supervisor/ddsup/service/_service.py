@@ -37,10 +37,8 @@ from collections.abc import Callable
 import trio
 
 from ddsup.process import ChildProcess, ExitStatus, OutputLog, SpawnError
-from ddsup.record._display import human_duration
-from ddsup.record._node_events import NodeEvent
-from ddsup.record._states import LIVE as _LIVE
-from ddsup.record._states import InstanceState
+from ddsup.record import LIVE as _LIVE
+from ddsup.record import InstanceState, NodeEvent, human_duration
 from ddsup.service._one_start import OneStart, StartHooks
 from ddsup.service._replica_hold import ReplicaHold, held_reason
 from ddsup.service._restart_policy import RestartPolicy
@@ -49,8 +47,7 @@ from ddsup.service._spec import ServiceStatus as ServiceStatus
 from ddsup.service._spec import Watch
 from ddsup.service._transition import transition
 from ddsup.service._verdict import Ended, verdict
-from ddsup.units._durations import format_duration
-from ddsup.units._model import Restart
+from ddsup.units import Restart, format_duration
 
 OUTPUT_GRACE = 1.0  # seconds the output of a service's processes may drain after its end
 RESTART_REQUESTED = "restart requested"

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ddsup.process import ExitStatus, LogError, LogFile
-from ddsup.record._states import InstanceState
-from ddsup.units._model import Unit
+from ddsup.record import InstanceState
+from ddsup.units import Unit
 
 REPLICA_RESTARTS = "the replica restarts as one"  # how a held rank's reason ends
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import time
 
 from ddsup.process import ExitStatus
-from ddsup.record._node_events import UnitTransition
-from ddsup.record._states import ALLOWED, IllegalTransition, InstanceState
+from ddsup.record import ALLOWED, IllegalTransition, InstanceState, UnitTransition
 from ddsup.service._spec import ServiceSpec, ServiceStatus
 
 

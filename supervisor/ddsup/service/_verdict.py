@@ -13,12 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddsup.process import ExitStatus
-from ddsup.record._display import human_duration
-from ddsup.record._node_events import COMPLETED
-from ddsup.record._states import InstanceState
+from ddsup.record import COMPLETED, InstanceState, human_duration
 from ddsup.service._restart_policy import RestartPolicy
 from ddsup.service._spec import ServiceSpec
-from ddsup.units._model import Restart, UnitType
+from ddsup.units import Restart, UnitType
 
 
 @dataclass(frozen=True)

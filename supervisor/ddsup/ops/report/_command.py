@@ -15,9 +15,7 @@ from ddsup._errors import RunStateError
 from ddsup.ops._run_handle import add_state_dir, find_state
 from ddsup.ops.report._model import Rows, build_report
 from ddsup.ops.report._page import render_report
-from ddsup.record._efficiency import summary_line
-from ddsup.record._private import write_private
-from ddsup.record._run_files import load_run
+from ddsup.record import load_run, summary_line, write_private
 
 
 def configure_report(parser: argparse.ArgumentParser) -> None:

@@ -11,11 +11,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ddsup.record._efficiency import Efficiency, efficiency_of
-from ddsup.record._run_files import RunFiles
-from ddsup.record._samples import LaneSamples
-from ddsup.record._series import FAILED, FINISHED
-from ddsup.record._timeline import Life, RunSpan, replay, run_span
+from ddsup.record import (
+    FAILED,
+    FINISHED,
+    Efficiency,
+    LaneSamples,
+    Life,
+    RunFiles,
+    RunSpan,
+    efficiency_of,
+    replay,
+    run_span,
+)
 
 AGGREGATE_ABOVE = 128  # lane instances; above this, one timeline row per node
 

@@ -16,7 +16,7 @@ import math
 from ddsup.ops.report._model import Report
 from ddsup.ops.report._svg import Axis, clock, esc, num, rect, svg
 from ddsup.ops.report._timeline_svg import LABEL_W, PLOT_W, WIDTH, axis_for
-from ddsup.record._series import FAILED, FINISHED, Series, SeriesLine
+from ddsup.record import FAILED, FINISHED, Series, SeriesLine
 
 HEIGHT, TOP, BOTTOM = 150.0, 24.0, 8.0
 KINDS = ("answered", "429", "cut", "errors")  # bottom to top

@@ -11,14 +11,7 @@ from typing import Any
 
 from ddsup.ops.report._model import Report, Row
 from ddsup.ops.report._svg import duration, esc, num, stamp, svg
-from ddsup.record._efficiency import (
-    CATEGORIES,
-    MEANINGS,
-    GpuTime,
-    LaneTime,
-    gpu_time_text,
-    whole_percents,
-)
+from ddsup.record import CATEGORIES, MEANINGS, GpuTime, LaneTime, gpu_time_text, whole_percents
 
 FOLD_ROWS = 32
 BAR_W = 1126.0

@@ -18,8 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from ddsup.ops.report._model import NodeGroup, Report, Row
 from ddsup.ops.report._svg import Axis, clock, duration, elapsed, esc, num, rect, svg
-from ddsup.record._samples import LaneSamples
-from ddsup.record._timeline import Mark, MarkKind
+from ddsup.record import LaneSamples, Mark, MarkKind
 
 LABEL_W, PLOT_W, RIGHT = 210.0, 900.0, 16.0
 WIDTH = LABEL_W + PLOT_W + RIGHT
