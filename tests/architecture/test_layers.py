@@ -36,7 +36,7 @@ LAYERS = (
 )
 # Function-level imports are allowed for third-party modules that only one rarely used
 # path needs (start-up time of agents matters), never for ddsup's own modules.
-LAZY_THIRD_PARTY = {"httpx", "psutil", "difflib"}
+LAZY_THIRD_PARTY = {"httpx", "psutil", "difflib", "ctypes"}  # ctypes: the spawner program only
 
 
 def _modules() -> Iterator[tuple[str, Path, ast.Module]]:

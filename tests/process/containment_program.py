@@ -18,6 +18,15 @@ With ``slow_moves`` (seconds), every move into or out of a cgroup first waits th
 (the kernel's cgroup mutex held elsewhere); ``started`` then also tells ``loop_gap``, the
 longest the event loop went without a turn while the unit was forked.
 
+With ``restarts`` (a number), the unit is started that many times instead, one after the
+other (each start once the last has exited and been stopped, as a crash loop does),
+waiting before each but the first for the containment's spawner to have said whether it
+can clone (``kill_spawner_before``: SIGKILL it before that start; ``stop_spawner_before``:
+SIGSTOP it, and ``answer_timeout`` is how long a spawn waits for its answer); then
+``{"step": "restarted", "starts": [...]}``, each start's exit, whether its cgroup held
+it, whether the spawner was ready, and how many moves of this process into or out of a
+cgroup its spawn made; then the containment closes.
+
 With ``unit_cgroup_at``, the unit's cgroup is that directory (a test's way to give it one
 the kernel refuses: a plain directory is no cgroup); when the spawn fails (an ``argv``
 that cannot be executed), ``{"step": "spawn-failed", ...}`` with where we are, and the
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -35,7 +45,7 @@ from typing import Any
 
 import trio
 
-from ddsup.process import ChildProcess, SpawnError, _containment, open_containment, spawn
+from ddsup.process import ChildProcess, SpawnError, _containment, _spawner, open_containment, spawn
 from ddsup.process._cgroup import Cgroup
 from ddsup.process._proc import is_dead, read_cgroups
 
@@ -55,6 +65,7 @@ async def engine_pid(path: Path) -> int:
 async def main(config: dict[str, Any]) -> None:
     env = {**os.environ, "DDSUP_INVOCATION_ID": config["invocation"], **config.get("env", {})}
     _containment.SCAN_INTERVAL = config.get("scan_interval", _containment.SCAN_INTERVAL)
+    _spawner.ANSWER_TIMEOUT = config.get("answer_timeout", _spawner.ANSWER_TIMEOUT)
     async with open_containment(
         config["invocation"],
         state_dir=config.get("state_dir"),
@@ -69,23 +80,11 @@ async def main(config: dict[str, Any]) -> None:
             scope.cgroup = Cgroup(scope.cgroup.kind, config["unit_cgroup_at"])
         if config.get("slow_moves"):
             _slow_moves(config["slow_moves"])
-        gaps: list[float] = []
-        child: ChildProcess | SpawnError
-        async with trio.open_nursery() as nursery:
-            await nursery.start(_tick, gaps)
-            try:
-                child = await spawn(
-                    config["argv"], env=env, cwd="/", log_path=config["log"], unit="u1"
-                )
-            except SpawnError as err:
-                child = err
-            nursery.cancel_scope.cancel()
-        if isinstance(child, SpawnError):
-            say({"step": "spawn-failed", "error": str(child), "supervisor_cgroups": read_cgroups()})
+        if config.get("restarts"):
+            say({"step": "restarted", "starts": await restarts(containment, env, config)})
             engine = 0
         else:
-            config["loop_gap"] = max(gaps, default=0.0)
-            engine = await started(containment, child, config)
+            engine = await one_start(containment, env, config)
     run = containment.layers.run_cgroup
     say(
         {
@@ -95,6 +94,28 @@ async def main(config: dict[str, Any]) -> None:
             "survivors": containment.survivors,
         }
     )
+
+
+async def one_start(
+    containment: _containment.Containment, env: dict[str, str], config: dict[str, Any]
+) -> int:
+    """Steps 1 and 2 (or the failed spawn): the engine's PID, 0 when there is none."""
+    gaps: list[float] = []
+    child: ChildProcess | SpawnError
+    async with trio.open_nursery() as nursery:
+        await nursery.start(_tick, gaps)
+        try:
+            child = await spawn(config["argv"], env=env, cwd="/", log_path=config["log"], unit="u1")
+        except SpawnError as err:
+            child = err
+        nursery.cancel_scope.cancel()
+    if isinstance(child, SpawnError):
+        say({"step": "spawn-failed", "error": str(child), "supervisor_cgroups": read_cgroups()})
+        engine = 0
+    else:
+        config["loop_gap"] = max(gaps, default=0.0)
+        engine = await started(containment, child, config)
+    return engine
 
 
 def _slow_moves(seconds: float) -> None:
@@ -108,6 +129,62 @@ def _slow_moves(seconds: float) -> None:
         move(self, pid)
 
     Cgroup.move = slow  # type: ignore[method-assign]
+
+
+async def restarts(
+    containment: _containment.Containment, env: dict[str, str], config: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The unit started ``restarts`` times in a row (see the module docstring)."""
+    moves = _count_moves()
+    scope, spawner = containment.scope("u1"), containment._spawner
+    starts: list[dict[str, Any]] = []
+    for number in range(config["restarts"]):
+        if number and spawner is not None:
+            with trio.fail_after(30):
+                await spawner.booted.wait()
+            if number == config.get("kill_spawner_before") and spawner._popen is not None:
+                spawner._popen.kill()
+                with trio.fail_after(30):
+                    while spawner.ready:  # noqa: ASYNC110 (its exit is seen by its own task)
+                        await trio.sleep(0.01)
+            if number == config.get("stop_spawner_before") and spawner._popen is not None:
+                spawner._popen.send_signal(signal.SIGSTOP)  # it answers nothing from now on
+        ready, before = spawner is not None and spawner.ready, len(moves)
+        cwd = config.get("cwd", "/")
+        try:
+            child = await spawn(config["argv"], env=env, cwd=cwd, log_path=config["log"], unit="u1")
+        except SpawnError as err:
+            starts.append({"error": str(err), "spawner": ready, "moves": len(moves) - before})
+            continue
+        contained = scope.contained
+        status = await child.wait()
+        await child.stop(15, 1.0)
+        left = [] if scope.cgroup is None else scope.cgroup.members()
+        starts.append(
+            {
+                "exit": status.to_json(),
+                "contained": contained,
+                "spawner": ready,
+                "moves": len(moves) - before,
+                "left": left,
+            }
+        )
+    return starts
+
+
+def _count_moves() -> list[int]:
+    """Every move of this process into or out of a cgroup from now on, as a list that
+    grows (its PID each time)."""
+    moves: list[int] = []
+    move = Cgroup.move
+
+    def counted(self: Cgroup, pid: int) -> None:
+        if pid in (0, os.getpid()):
+            moves.append(pid)
+        move(self, pid)
+
+    Cgroup.move = counted  # type: ignore[method-assign]
+    return moves
 
 
 async def _tick(gaps: list[float], task_status: trio.TaskStatus[None]) -> None:

@@ -281,6 +281,174 @@ def test_ddsup_start_forks_a_unit_into_its_cgroup_off_its_event_loop(
     assert run.finish() == 0
 
 
+LEAVES_A_CHILD = ["/bin/sh", "-c", "sleep 30 & sleep 0.2; exit 3"]
+
+
+def test_a_restarted_unit_is_cloned_into_its_cgroup_without_a_move(
+    tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """The first move into a cgroup after a quiet spell waits for an RCU grace period,
+    and a restart must not: once a unit's process has ended,
+    its next starts come from the containment's spawner, born in the unit's cgroup with
+    nobody moved. A unit that left a process behind (its cgroup ended, and made anew)
+    comes back alive: a clone into a cgroup that was ended once is killed at birth
+    (Linux 6.18 compares the kill count with the spawner's cgroup's)."""
+    _need("v2")
+    run = Supervisor(
+        tmp_path, invocation_id, cgroup="v2", state_dir=None, argv=LEAVES_A_CHILD, restarts=4
+    )
+    supervisors.append(run)
+    first, *later = run.step()["starts"]
+    assert first == {
+        "exit": {"code": 3},
+        "contained": True,
+        "spawner": False,  # started when a unit's process first ends
+        "moves": 2,  # in and back
+        "left": [],
+    }, first
+    for start in later:
+        assert start == {
+            "exit": {"code": 3},
+            "contained": True,
+            "spawner": True,
+            "moves": 0,
+            "left": [],
+        }, later
+    assert run.step()["run_cgroup_exists"] is False
+    assert run.finish() == 0
+
+
+def test_a_unit_restarts_in_its_cgroup_when_the_spawner_is_gone(
+    tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """The spawner is a process that a unit of the same user can kill: starts then go
+    back to the move, still born in the unit's cgroup."""
+    _need("v2")
+    run = Supervisor(
+        tmp_path,
+        invocation_id,
+        cgroup="v2",
+        state_dir=None,
+        argv=LEAVES_A_CHILD,
+        restarts=3,
+        kill_spawner_before=2,
+    )
+    supervisors.append(run)
+    starts = run.step()["starts"]
+    assert [(s["spawner"], s["moves"]) for s in starts] == [(False, 2), (True, 0), (False, 2)]
+    assert all(s["exit"] == {"code": 3} and s["contained"] for s in starts), starts
+    assert run.step()["run_cgroup_exists"] is False
+    assert run.finish() == 0
+
+
+def test_a_spawner_that_does_not_answer_delays_a_start_by_its_timeout_only(
+    tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """A spawner that stopped answering (here SIGSTOPped) is given up after its timeout,
+    whatever it may have started in the unit's cgroup is ended, and the unit starts by
+    the move: a start never hangs on it."""
+    _need("v2")
+    run = Supervisor(
+        tmp_path,
+        invocation_id,
+        cgroup="v2",
+        state_dir=None,
+        argv=LEAVES_A_CHILD,
+        restarts=3,
+        stop_spawner_before=1,
+        answer_timeout=0.5,
+    )
+    supervisors.append(run)
+    starts = run.step()["starts"]
+    assert [(s["spawner"], s["moves"]) for s in starts] == [(False, 2), (True, 2), (False, 2)]
+    assert all(s["exit"] == {"code": 3} and s["contained"] for s in starts), starts
+    assert run.step()["run_cgroup_exists"] is False
+    assert run.finish() == 0
+
+
+DESCRIBE = (
+    'grep -E "^Sig(Ign|Blk|Cgt)" /proc/$$/status | tr "\\n" " "; '
+    'printf "fds=%s " "$(ls /proc/$$/fd | tr "\\n" ,)"; '
+    'printf "sid=%s pid=%s cwd=%s stdin=%s\\n" '
+    '"$(cut -d" " -f6 /proc/$$/stat)" $$ "$PWD" "$(readlink /proc/$$/fd/0)"; exit 3'
+)
+
+
+def test_a_unit_starts_the_same_from_the_spawner_as_from_its_cgroup(
+    tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """What a unit's process inherits does not depend on who forked it: no signal ignored
+    or blocked (the spawner ignores the stop signals itself), only its three standard
+    streams open (stdin on /dev/null), a session of its own, the working directory."""
+    _need("v2")
+    log = tmp_path / "unit.log"
+    run = Supervisor(
+        tmp_path,
+        invocation_id,
+        cgroup="v2",
+        state_dir=None,
+        argv=["/bin/sh", "-c", DESCRIBE],
+        restarts=2,
+        cwd=str(tmp_path),
+    )
+    supervisors.append(run)
+    starts = run.step()["starts"]
+    assert [(s["spawner"], s["exit"]) for s in starts] == [
+        (False, {"code": 3}),
+        (True, {"code": 3}),
+    ]
+    moved, cloned = (
+        dict(w.split("=", 1) for w in line.replace(":\t", "=").split())
+        for line in log.read_text().splitlines()
+    )
+    for seen in (moved, cloned):
+        assert seen["sid"] == seen.pop("pid"), seen
+        seen.pop("sid")
+    assert cloned == moved, (moved, cloned)
+    assert cloned["SigIgn"] == cloned["SigBlk"] == "0" * 16, cloned
+    assert cloned["stdin"] == "/dev/null" and cloned["cwd"] == str(tmp_path), cloned
+    assert run.step()["run_cgroup_exists"] is False
+    assert run.finish() == 0
+
+
+@pytest.mark.parametrize("gone", ["program", "directory"])
+def test_the_spawner_says_why_a_unit_cannot_start_as_the_fork_does(
+    gone: str, tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
+) -> None:
+    """A unit whose program or working directory went away after its first start: the
+    spawner's error names the cause as the fork from its cgroup does (the same words)."""
+    _need("v2")
+    home = tmp_path / "home"
+    home.mkdir()
+    program = tmp_path / "unit.sh"
+    program.write_text(
+        f"#!/bin/sh\ncd /\nrm -f {program if gone == 'program' else ''}\n"
+        f"{'rmdir ' + str(home) if gone == 'directory' else ''}\nexit 3\n"
+    )
+    program.chmod(0o755)
+    run = Supervisor(
+        tmp_path,
+        invocation_id,
+        cgroup="v2",
+        state_dir=None,
+        argv=[str(program)],
+        restarts=3,
+        kill_spawner_before=2,
+        cwd=str(home),
+    )
+    supervisors.append(run)
+    first, cloned, moved = run.step()["starts"]
+    assert first["exit"] == {"code": 3}, first
+    assert (cloned["spawner"], moved["spawner"]) == (True, False), (cloned, moved)
+    assert cloned["error"] == moved["error"], (cloned, moved)
+    culprit = (
+        f"working directory {str(home)!r}" if gone == "directory" else f"argv[0] {str(program)!r}"
+    )
+    assert culprit in cloned["error"], cloned
+    assert run.step()["run_cgroup_exists"] is False
+    assert run.finish() == 0
+
+
 def test_a_unit_cgroup_the_kernel_refuses_starts_the_unit_outside_it(
     tmp_path: Path, invocation_id: str, supervisors: list[Supervisor]
 ) -> None:

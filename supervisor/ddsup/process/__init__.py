@@ -6,8 +6,9 @@ groups), ``_registry`` (the (PID, start time) records of what a run had), ``_swe
 ``_sentinel`` (runs ``_ending`` when the supervisor dies), ``_table`` (the process tree,
 read once for concurrent stops), ``_managed`` (children whose owner reaps them),
 ``_subreaper_flag`` and ``_subreaper`` (orphans of our units become ours, and are
-reaped), ``_final_sweep`` (the end-of-run sweep), ``_records`` and ``_unit_scope`` (one
-unit's cgroup and records), ``_opening`` (all layers of one supervisor, opened before any
+reaped), ``_final_sweep`` (the end-of-run sweep), ``_spawner_program`` and ``_spawner``
+(a unit's process cloned into its cgroup by a process of its own, and the supervisor's
+end of it), ``_records`` and ``_unit_scope`` (one unit's cgroup and records), ``_opening`` (all layers of one supervisor, opened before any
 child, without trio) and ``_containment`` (the same layers owned inside trio, closed
 once: the entry point), ``_output_log`` (a unit's output into its rotating log file,
 named in a held directory by ``_file_at``),

@@ -39,6 +39,7 @@ from ddsup.process._popen import LogError as LogError
 from ddsup.process._popen import SpawnError as SpawnError
 from ddsup.process._popen import open_log, spawn_error
 from ddsup.process._proc import read_environ
+from ddsup.process._spawner import SpawnRequest
 from ddsup.process._subreaper import is_subreaper
 from ddsup.process._table import ProcessTable, process_table
 from ddsup.process._unit_scope import UnitScope
@@ -298,7 +299,8 @@ async def spawn(
     try:
         async with registry.lock:  # the reaper waits from the fork to the registration
             fork = partial(_fork_exec, argv, env, cwd, out_fd)
-            popen = fork() if scope is None else await scope.fork_inside(fork)
+            request = SpawnRequest(argv, env, cwd, out_fd)
+            popen = fork() if scope is None else await scope.spawn_inside(fork, request)
             registry.pids.add(popen.pid)
     finally:
         if output is None:

@@ -8,7 +8,8 @@ node's agent, whose ``ddsup start`` runs on the same machine, ends the whole run
 if it dies, and ends a dead agent's share itself: ``ddsup.run._agents``); where the node
 offers a writable cgroup (``_cgroup``) it creates the run's cgroup and moves this
 process into it, and every unit spawned with ``spawn(..., unit=NAME)`` starts in a
-cgroup of its own; and it opens this supervisor's registry of (PID, start time) of the
+cgroup of its own (with v2, once a unit's process has ended, cloned there by the
+containment's spawner: ``_spawner``); and it opens this supervisor's registry of (PID, start time) of the
 processes its units have (``_registry``), which it fills as the run goes:
 
 - when a unit's process starts (its PID, at once);
@@ -46,6 +47,7 @@ from ddsup.process._layers import Layers
 from ddsup.process._managed import managed_children
 from ddsup.process._opening import CGROUP_ENV as CGROUP_ENV
 from ddsup.process._opening import OpenedLayers, open_layers
+from ddsup.process._spawner import Spawner
 from ddsup.process._subreaper import reap_adopted_children
 from ddsup.process._table import ProcessTable, process_table
 from ddsup.process._unit_scope import UnitScope, emptied, pin_now, wait_pidfds
@@ -80,6 +82,7 @@ class Containment:
         self._records = opened.records
         self._records_fd = opened.records_fd
         self._scopes: dict[str, UnitScope] = {}
+        self._spawner = _spawner_for(self._own)
         self._scan_wanted = trio.Event()  # set: a unit stopped, what it orphaned is ours
         self._scan_table: ProcessTable | None = None  # read after that unit's exit, if any
         self.survivors: list[int] = []
@@ -91,7 +94,9 @@ class Containment:
         if scope is None:
             if self._own is not None:
                 cgroup = self._own.child(_cgroup.UNIT_PREFIX + unit)
-                scope = UnitScope(unit, cgroup, self._records, fork_off_loop=self.root)
+                scope = UnitScope(
+                    unit, cgroup, self._records, fork_off_loop=self.root, spawner=self._spawner
+                )
             else:
                 scope = UnitScope(unit, None, self._records, rescan=self.scan_soon)
             self._scopes[unit] = scope
@@ -184,6 +189,13 @@ class Containment:
         if self._placement is None or self._own is None:
             return []
         return [self._placement.run if self.root else self._own]
+
+
+def _spawner_for(own: _cgroup.Cgroup | None) -> Spawner | None:
+    """A spawner for a cgroup v2 subtree (``_spawner``: v1 has no clone into a cgroup)."""
+    if own is None or own.kind is not _cgroup.CgroupKind.V2:
+        return None
+    return Spawner(own.child(_cgroup.SUPERVISOR_LEAF))
 
 
 def _adopted(children: dict[int, list[int]], exclude: frozenset[int]) -> list[int]:
@@ -280,6 +292,8 @@ async def open_containment(
         async with trio.open_nursery() as nursery:
             await nursery.start(reap_adopted_children)
             nursery.start_soon(containment._scan_forever)
+            if containment._spawner is not None:
+                nursery.start_soon(containment._spawner.run)
             yield containment
             nursery.cancel_scope.cancel()
     finally:

@@ -1,14 +1,18 @@
-"""A child that another process forked, and that became ours when that process ended.
+"""A child that another process forked: it became ours when that process ended, or was
+ours from its birth.
 
 Local agents are forked by one process that imported their code once (``run.
 _agent_forker``); it reports each one's PID and exits, and the kernel reparents them to
-the nearest child subreaper, ``ddsup start`` (``_subreaper_flag``). From then on each is
-our child, and :class:`ReparentedChild` reaps it the way ``subprocess.Popen`` reaps one
-it started, with the same exit-status convention, so :class:`~ddsup.process._adopted.
+the nearest child subreaper, ``ddsup start`` (``_subreaper_flag``). A unit's process
+that the spawner cloned (``_spawner``, ``CLONE_PARENT``) is our child from the start.
+Either way :class:`ReparentedChild` reaps it the way ``subprocess.Popen`` reaps one it
+started, with the same exit-status convention, so :class:`~ddsup.process._adopted.
 AdoptedProcess` waits for it like any other child started before trio ran.
 
 The PID cannot have been reused before we hold it: until its forker has exited, only
-the forker can reap it, and after that only we can.
+the forker can reap it, and after that only we can (the spawner cannot reap what it
+cloned for us; our adopted-orphan reaper waits for the lock that the spawn holds until
+the PID is registered).
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ from typing import TypeVar
 import trio
 
 from ddsup.process import _cgroup, _proc, _registry
+from ddsup.process._adopted import Reapable
 from ddsup.process._records import Records as Records
+from ddsup.process._spawner import Spawner, SpawnerFailed, SpawnRequest
 from ddsup.process._table import ProcessTable
 
 log = logging.getLogger(__name__)
@@ -38,19 +40,50 @@ class UnitScope:
         rescan: Callable[[ProcessTable | None], None] | None = None,
         *,
         fork_off_loop: bool = False,
+        spawner: Spawner | None = None,
     ) -> None:
         self.unit = unit
         self.cgroup = cgroup
         self._fork_off_loop = fork_off_loop  # see fork_inside
+        self._spawner = spawner  # see spawn_inside
         self._records = records
         # without a cgroup: ask for a look that records the orphans the unit just made
         self._rescan = rescan
         self.pid: int | None = None  # the unit's process while it runs
         self.contained = False  # its process is in the unit's cgroup (seen after the fork)
+        self.killed = False  # its cgroup was ended and is still there (see end)
 
     @property
     def running(self) -> bool:
         return self.pid is not None
+
+    async def spawn_inside(self, fork: Callable[[], Reapable], request: SpawnRequest) -> Reapable:
+        """The unit's process, born in the unit's cgroup: from the containment's spawner
+        when it is ready (``_spawner``: nobody moves), else ``fork()`` from inside the
+        cgroup (:meth:`fork_inside`). ``request`` is what ``fork`` starts."""
+        spawner = self._spawner
+        if self.cgroup is None or spawner is None or not spawner.ready or self.killed:
+            return await self.fork_inside(fork)
+        if not self.cgroup.exists():  # removed after an end that left something in it
+            try:
+                await self._off_loop(self.cgroup.create)
+            except OSError:  # the move says why, and starts the unit where we are
+                return await self.fork_inside(fork)
+        try:
+            return await spawner.spawn(*request, cgroup=self.cgroup)
+        except SpawnerFailed as failed:
+            log.info("%s: %s; forking from its cgroup", self.unit, failed)
+            if failed.unknown:  # a process it may have started there is nobody's
+                with contextlib.suppress(OSError):
+                    await self._off_loop(self.cgroup.kill)
+        return await self.fork_inside(fork)
+
+    async def _off_loop(self, call: Callable[[], object]) -> None:
+        """``call()`` where this supervisor forks (a worker thread for ``ddsup start``)."""
+        if self._fork_off_loop:
+            await trio.to_thread.run_sync(call)
+        else:
+            call()
 
     async def fork_inside(self, fork: Callable[[], _Forked]) -> _Forked:
         """``fork()`` (it forks the unit's process) while this process sits in the unit's
@@ -106,7 +139,9 @@ class UnitScope:
         (the scan that records what it orphaned then needs no pass of its own).
 
         An empty cgroup is kept for the unit's next start; one that held something is
-        ended (SIGKILL, race-free against forks) and removed once empty.
+        ended (SIGKILL, race-free against forks) and removed once empty: ending it marks
+        it (v1 ``pids.max``; v2 a kill count that a clone into it compares with the
+        spawner's cgroup's, and the clone is killed: Linux 6.18).
         """
         self.pid = None
         self.contained = False
@@ -117,6 +152,7 @@ class UnitScope:
         if members:
             assert self.cgroup is not None
             pidfds += [fd for fd in map(pin_now, members) if fd is not None]
+            self.killed = True  # until it is removed
             with contextlib.suppress(OSError):
                 await trio.to_thread.run_sync(self.cgroup.kill)
         pinned = _registry.kill_entries(self._records.of(self.unit))
@@ -129,11 +165,13 @@ class UnitScope:
             assert self.cgroup is not None
             if await emptied(self.cgroup, END_GRACE):
                 with contextlib.suppress(OSError):
-                    await trio.to_thread.run_sync(self.cgroup.remove)
+                    self.killed = not await trio.to_thread.run_sync(self.cgroup.remove)
             else:
                 log.warning("%s: processes left in %s after SIGKILL", self.unit, self.cgroup.path)
         if ended:
             log.info("%s: ended %d process(es) it left: %s", self.unit, len(ended), ended)
+        if self._spawner is not None:
+            self._spawner.want()  # a restart may follow: it should not wait for a move
         if self._rescan is not None:
             # its process died: what it orphaned is ours now (a subreaper's child until it
             # dies), to record soon; not awaited, so a restart does not wait for the pass
