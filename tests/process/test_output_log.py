@@ -114,6 +114,40 @@ async def test_a_stalled_file_never_blocks_the_unit_and_drops_are_said(tmp_path:
     assert kept <= 16 * MIB + 2 * MIB  # the backlog, and what the pipe held at the end
 
 
+async def test_where_a_start_s_output_begins_is_known_without_the_file(tmp_path: Path) -> None:
+    """Before each start of a unit, the log tells where its output will begin (``logs
+    --since``). Once the file is open, every byte in it is ours: that place is known
+    without a look at the file, through a rotation too, so a restart does not wait for
+    a file that stalls (a shared file system) or for a worker thread."""
+    path = tmp_path / "lane@0.log"
+    log = OutputLog(path, max_size=64 * 1024, max_files=1)
+    assert await log.size() == 0  # the file is made here (in a thread)
+    stalled, release = threading.Event(), threading.Event()
+
+    def stalled_look() -> int:
+        stalled.set()
+        release.wait(10)  # bounded: a start that waits here shows below, not a hang
+        return path.stat().st_size
+
+    log._open_size = stalled_look  # type: ignore[method-assign]
+    for count in (100, 1000):  # 10 kB, then 100 kB: over the cap, so it rotates
+        read_end, write_end = output_pipe()
+        try:
+            child = await spawn(_lines(count), env=dict(os.environ), cwd=".", output=write_end)
+        finally:
+            os.close(write_end)
+        async with trio.open_nursery() as nursery:
+            log.copy_in(nursery, read_end, name="output")
+            assert (await child.wait()).code == 0
+        began = trio.current_time()
+        size = await log.size()
+        assert trio.current_time() - began < 1.0 and not stalled.is_set()
+        assert size == path.stat().st_size > 0
+    release.set()
+    assert rotated_log(path, 1).exists()
+    log.close()
+
+
 @pytest.mark.parametrize("first", ["size", "copy"])
 async def test_a_log_file_slow_to_create_never_holds_the_event_loop(
     first: str, tmp_path: Path

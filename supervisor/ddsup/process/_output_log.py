@@ -86,6 +86,7 @@ class OutputLog:
         self._dropped = 0  # dropped (backlog full) since the last batch was taken
         self._lost = 0  # lost to writes the file refused, not said in the file yet
         self._fd: int | None = None
+        self._size: int | None = None  # bytes in the open file, as its writer left it
         self._ends_line = True  # the current file ends with a whole line
         self._lock = trio.Lock()  # one batch at a time (a finished process may still drain)
         self._copies: list[CopyTask] = []
@@ -104,15 +105,21 @@ class OutputLog:
 
     async def size(self) -> int:
         """Bytes in the current file now (where the next process's output will begin). The
-        file is created here if it is not there yet, in the same worker thread (every
-        touch of the file runs in one: the module docstring), so the copy finds it open."""
+        file is created here if it is not there yet, in a worker thread (every touch of
+        the file runs in one: the module docstring), so the copy finds it open. Once it is
+        open, every byte that goes into it is ours, and its size is known without a
+        look: a restart does not wait for a thread."""
+        known = self._size
+        if known is not None:
+            return known
         return await trio.to_thread.run_sync(self._open_size)
 
     def _open_size(self) -> int:
         try:
-            return os.fstat(self._open()).st_size
+            self._size = os.fstat(self._open()).st_size
         except OSError:
             return 0  # the copy tries again, and says why
+        return self._size
 
     async def copy(self, read_end: int) -> None:
         """Copy one process's output until every writer closed the pipe (EOF).
@@ -204,7 +211,8 @@ class OutputLog:
         """
         while data:
             fd = self._open()
-            room = self.max_size - os.fstat(fd).st_size
+            size = os.fstat(fd).st_size
+            room = self.max_size - size
             if len(data) <= room:
                 head = data
             elif room <= 0 and self._ends_line:
@@ -213,6 +221,7 @@ class OutputLog:
                 head = data[: _cut(data, max(room, 0))]
             if head:
                 _write_all(fd, head)
+                self._size = size + len(head)
                 self._ends_line = head.endswith(b"\n")
                 data = data[len(head) :]
             if data:
@@ -225,6 +234,7 @@ class OutputLog:
 
     def _rotate(self) -> None:
         """``.log`` → ``.log.1`` → … → ``.log.<max_files>``; the oldest goes."""
+        self._size = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -240,6 +250,7 @@ class OutputLog:
                 replace_file(newer, older)
 
     def close(self) -> None:
+        self._size = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

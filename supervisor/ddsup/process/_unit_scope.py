@@ -141,14 +141,15 @@ class UnitScope:
         An empty cgroup is kept for the unit's next start; one that held something is
         ended (SIGKILL, race-free against forks) and removed once empty: ending it marks
         it (v1 ``pids.max``; v2 a kill count that a clone into it compares with the
-        spawner's cgroup's, and the clone is killed: Linux 6.18).
+        spawner's cgroup's, and the clone is killed: Linux 6.18). Each step that need not
+        wait for the kernel's cgroup lock runs on the event loop: on a busy node a worker
+        thread's two wake-ups cost far more than the read, on the way from a crash to its
+        restart.
         """
         self.pid = None
         self.contained = False
         pidfds: list[int] = []
-        members: list[int] = []
-        if self.cgroup is not None:
-            members = await trio.to_thread.run_sync(self.cgroup.members)
+        members = [] if self.cgroup is None else _left_in(self.cgroup)
         if members:
             assert self.cgroup is not None
             pidfds += [fd for fd in map(pin_now, members) if fd is not None]
@@ -177,6 +178,16 @@ class UnitScope:
             # dies), to record soon; not awaited, so a restart does not wait for the pass
             self._rescan(table)
         return ended
+
+
+def _left_in(cgroup: _cgroup.Cgroup) -> list[int]:
+    """The processes in ``cgroup``, read on the event loop (as :meth:`UnitScope.started`
+    reads them: no lock of the kernel's is taken, and a thread would add its two
+    wake-ups to every restart); with v2, one look at ``cgroup.events`` when it is empty,
+    as it is after most ends."""
+    if cgroup.kind is _cgroup.CgroupKind.V2 and not cgroup.populated():
+        return []
+    return cgroup.members()
 
 
 def _fork_inside(
@@ -209,9 +220,17 @@ async def wait_pidfds(fds: list[int], timeout: float) -> bool:  # noqa: ASYNC109
 
 async def emptied(cgroup: _cgroup.Cgroup, timeout: float) -> bool:  # noqa: ASYNC109
     """Until no live process is left in ``cgroup``. The members we saw were waited for
-    on pidfds; this catches one forked in flight (bounded poll: v1 has no event)."""
+    on pidfds; this catches one forked in flight (bounded poll: v1 has no event). A v2
+    cgroup says it in one read of ``cgroup.events``, on the loop; a v1 one is a read of
+    every member's state, in a thread."""
     with trio.move_on_after(timeout):
-        while await trio.to_thread.run_sync(cgroup.populated):  # noqa: ASYNC110
+        while await _populated(cgroup):  # noqa: ASYNC110 (bounded; see above)
             await trio.sleep(0.005)
         return True
     return False
+
+
+async def _populated(cgroup: _cgroup.Cgroup) -> bool:
+    if cgroup.kind is _cgroup.CgroupKind.V2:
+        return cgroup.populated()
+    return await trio.to_thread.run_sync(cgroup.populated)
