@@ -26,7 +26,8 @@ medians and the ratio ddsup / supervisord:
 Every process a measurement starts carries ``DDSUP_BENCH_MARK=<random>`` in its
 environment; after each measurement every live process with that mark is SIGKILLed and
 counted (a leftover is reported, never left). supervisord is installed into its own venv
-under ``--cache`` (``python -m venv``, ``pip install supervisor==4.3.0``) when not there.
+under ``--cache`` (``python -m venv``, ``pip install supervisor==4.3.0``) when it is among
+``--tools`` and not there yet.
 
 ``--background N`` keeps N idle ``sleep`` processes alive during the run (ddsup's
 per-exit clean-up reads every process's environment, so its costs grow with the number
@@ -585,7 +586,6 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    binary = supervisord_binary(args.cache)
     results: Results = defaultdict(lambda: defaultdict(list))
     background: list[subprocess.Popen[bytes]] = []
     try:
@@ -593,8 +593,11 @@ def main() -> None:
             # must leave them; killed by pid below
             background.append(subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL))
         with tempfile.TemporaryDirectory(prefix="ddsup-bench-") as tmp:
-            every: list[Tool] = [Ddsup(Path(tmp)), Supervisord(Path(tmp), binary)]
-            tools = [tool for tool in every if tool.name in args.tools]
+            tools: list[Tool] = []
+            if "ddsup" in args.tools:
+                tools.append(Ddsup(Path(tmp)))
+            if "supervisord" in args.tools:  # installed only when it is measured
+                tools.append(Supervisord(Path(tmp), supervisord_binary(args.cache)))
             for rep in range(args.reps):
                 for tool in tools if rep % 2 == 0 else tools[::-1]:
                     started_at = time.monotonic()
