@@ -1,15 +1,22 @@
-"""What supervision costs: ddsup's local engine next to supervisord 4.3.0.
+"""What supervision costs: ddsup's local engine next to supervisord 4.3.0 (and, with
+``--baseline REV``, next to ddsup as of a git revision).
 
-Both tools in one run, alternating (the order flips each repetition), ``--reps`` times;
-medians and the ratio ddsup / supervisord:
+Every tool in one run, alternating (the order turns each repetition), ``--reps`` times;
+medians and the ratios of ddsup (this checkout) to each other tool:
 
-- **restart gap**: a bash unit appends ``$EPOCHREALTIME`` (a builtin: no fork) to a file
-  and exits 1, restarted at once (ddsup: ``restart = "always"``, ``restart_sec = "0s"``;
-  supervisord: ``autorestart=true``, ``startsecs=0``); the gap is the time between
-  consecutive timestamps (start to start, so it includes bash's own start-up);
-- **exit detection**: the same unit; the time from the timestamp it writes right before
-  ``exit 1`` to the supervisor noticing the exit: ddsup's ``events.jsonl`` ``exit``
-  event (its ``time``), supervisord's ``exited:`` log line (millisecond stamps,
+- **restart gap**: a bash unit writes ``s$EPOCHREALTIME`` first thing (a builtin: no
+  fork), runs its body, writes ``x$EPOCHREALTIME`` and exits 1, restarted at once (ddsup:
+  ``restart = "always"``, ``restart_sec = "0s"``; supervisord: ``autorestart=true``,
+  ``startsecs=0``); the gap is from an ``x`` stamp to the next ``s`` stamp (so it includes
+  bash's own start-up). Four bodies: none (the unit exits at once); a 0.3 s busy loop (no
+  child); ``sleep 0.3 & wait`` (a child, gone at the exit: a unit that forks, as vLLM's
+  API server does); ``sleep 30 & sleep 0.3`` (a child still running at the exit, which
+  ddsup ends with the unit and supervisord leaves). A unit that lives longer than an RCU
+  grace period is not the one that exits at once: the kernel's cgroup lock costs a grace
+  period to the first move after a quiet spell (docs/no-orphans.md);
+- **exit detection**: the unit that exits at once; the time from the stamp it writes
+  right before ``exit 1`` to the supervisor noticing the exit: ddsup's ``events.jsonl``
+  ``exit`` event (its ``time``), supervisord's ``exited:`` log line (millisecond stamps,
   truncated: +0.5 ms). Wall clock on both sides (ddsup's events carry Unix time). Then
   again with a grandchild (``sleep 5 &``) that holds the unit's stdout open;
 - **stop of a SIGTERM-ignoring unit** (``trap '' TERM``) with a 2 s stop timeout
@@ -27,22 +34,24 @@ Every process a measurement starts carries ``DDSUP_BENCH_MARK=<random>`` in its
 environment; after each measurement every live process with that mark is SIGKILLed and
 counted (a leftover is reported, never left). supervisord is installed into its own venv
 under ``--cache`` (``python -m venv``, ``pip install supervisor==4.3.0``) when it is among
-``--tools`` and not there yet.
+``--tools`` and not there yet. ``--baseline REV`` runs ``python -m ddsup`` with REV's
+source first on ``PYTHONPATH`` (a ``git archive``, or a directory holding the source)
+beside this checkout, as a tool of its own.
 
 ``--background N`` keeps N idle ``sleep`` processes alive during the run (ddsup's
 per-exit clean-up reads every process's environment, so its costs grow with the number
-of processes on the machine); ``--tools`` runs one side only.
+of processes on the machine); ``--tools`` runs some tools only (the baseline goes with
+``ddsup``).
 
     .venv/bin/python bench/supervision.py [--reps 3] [--services 32,256] \
         [--idle-seconds 10] [--only gap,exit,stop,orphans,idle] [--tools ddsup,supervisord] \
-        [--background 0] [--json out.json]
+        [--baseline REV] [--background 0] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import itertools
 import json
 import os
 import re
@@ -62,14 +71,28 @@ from pathlib import Path
 
 import psutil
 from bench_marks import kill_marked, marked_process, marked_processes
+from scale_allocation import compile_bytecode
+from side_by_side import baseline_code, baseline_env, rotations
 
 SUPERVISOR_VERSION = "4.3.0"
 STOP_TIMEOUT_S = 2.0
 CRASH_SH = 'echo "$EPOCHREALTIME" >> "$0"; exit 1'
+# metric → the restart gap's unit between its two stamps (bash; see the module docstring)
+GAP_UNITS = {
+    "gap_ms": ":",
+    "gap_busy_ms": "s=${EPOCHREALTIME/./}; while (( ${EPOCHREALTIME/./} - s < 300000 )); do :; done",
+    "gap_child_ms": "sleep 0.3 & wait",
+    "gap_left_ms": "sleep 30 & sleep 0.3",
+}
 HOLD_PIPE_SH = 'sleep 5 & echo "$EPOCHREALTIME" >> "$0"; exit 1'
 ORPHAN_SH = 'setsid sleep 600 & echo "$EPOCHREALTIME" >> "$0"; exit 1'
 IGNORE_TERM_SH = "trap '' TERM; echo $$ > \"$0\"; while :; do sleep 1; done"
-GOALS = {"gap_ms": 25.0, "idle_cpu_pct:32": 1.0, "stop_s:32": 1.5}
+GOALS = {
+    "gap_ms": 25.0,
+    "gap_child_ms": 5.0,
+    "idle_cpu_pct:32": 1.0,
+    "stop_s:32": 1.5,
+}
 BASH = shutil.which("bash") or "/bin/bash"
 
 # metric name -> tool -> values
@@ -95,8 +118,36 @@ def stamps(path: Path) -> list[float]:
     return [float(x) for x in lines[:-1] if x]
 
 
-def gaps_ms(times: list[float]) -> list[float]:
-    return [(b - a) * 1e3 for a, b in itertools.pairwise(times)]
+def gap_script(work: Path, metric: str) -> Path:
+    """The restart gap's unit for ``metric``, as a bash script (``$1``: its stamps file)."""
+    script = work / f"{metric}.sh"
+    body = GAP_UNITS[metric]
+    script.write_text(
+        f'echo "s$EPOCHREALTIME" >> "$1"\n{body}\necho "x$EPOCHREALTIME" >> "$1"\nexit 1\n'
+    )
+    return script
+
+
+def exit_start_stamps(path: Path) -> tuple[list[float], list[float]]:
+    """(exit stamps, start stamps) a gap unit wrote, in order; a half-written last line is
+    skipped."""
+    exits: list[float] = []
+    starts: list[float] = []
+    if path.exists():
+        for line in path.read_text().split("\n")[:-1]:
+            (exits if line.startswith("x") else starts).append(float(line[1:]))
+    return exits, starts
+
+
+def restarted(path: Path, count: int) -> Callable[[], bool]:
+    """Whether the gap unit writing ``path`` has started ``count`` times after its first."""
+    return lambda: len(exit_start_stamps(path)[1]) > count
+
+
+def exit_to_start_ms(path: Path, count: int) -> list[float]:
+    """The first ``count`` gaps from an exit stamp to the next start stamp."""
+    exits, starts = exit_start_stamps(path)
+    return [(start - end) * 1e3 for end, start in zip(exits, starts[1:], strict=False)][:count]
 
 
 def own_processes(root: psutil.Process, unit_names: tuple[str, ...]) -> list[psutil.Process]:
@@ -148,9 +199,11 @@ def wait_exit(pidfd: int, limit: float) -> float:
     return time.monotonic()
 
 
-def started(argv: list[str], output: Path) -> AbstractContextManager[subprocess.Popen[bytes]]:
+def started(
+    argv: list[str], output: Path, env: dict[str, str] | None = None
+) -> AbstractContextManager[subprocess.Popen[bytes]]:
     """A supervisor under test, marked, in the C locale (supervisord's log stamps)."""
-    return marked_process(argv, output, stop_timeout=30, env={"LC_ALL": "C"})
+    return marked_process(argv, output, stop_timeout=30, env=env or {"LC_ALL": "C"})
 
 
 def measure_idle(process: subprocess.Popen[bytes], seconds: float) -> tuple[float, float, float]:
@@ -188,34 +241,34 @@ def count_orphans(process: subprocess.Popen[bytes], seconds: float) -> tuple[flo
     return float(live), float(after)
 
 
-def gap_phases(times: list[float], events_path: Path) -> Phases:
+def gap_phases(exits: list[float], starts: list[float], events_path: Path) -> Phases:
     """Where ddsup's restart gap goes, per restart, from its events and the unit's stamps.
 
-    The k-th ``exit`` event is the exit of the process that wrote stamp k.
-    ``exit``: stamp k → ``exit`` (ddsup saw the exit and reaped it); ``restart``: →
-    ``starting`` (the sweep for escaped descendants, the restart decision, the
-    ``restarting`` event); ``start``: → stamp k+1 (ddsup's fork/exec and bash's own
-    start-up).
+    The k-th ``exit`` event is the exit of the process that wrote exit stamp k.
+    ``exit``: stamp → ``exit`` (ddsup saw the exit and reaped it); ``restart``: →
+    ``starting`` (the end of what the unit left, the restart decision, the
+    ``restarting`` event); ``start``: → the next start stamp (ddsup's fork/exec and
+    bash's own start-up).
     ``spawn`` (overlaps ``start``): ``starting`` → the ``process`` event, written once
     the spawn call returned (the child has exec'd; bash may already have run).
     """
-    exits: list[float] = []
+    seen: list[float] = []
     starting: list[float] = []
     process: list[float] = []
     for line in events_path.read_text().splitlines():
         event = json.loads(line)
         kind = event.get("to") if event["event"] == "unit" else event["event"]
-        {"exit": exits, "starting": starting, "process": process}.get(str(kind), []).append(
+        {"exit": seen, "starting": starting, "process": process}.get(str(kind), []).append(
             float(event["time"])
         )
     phases: Phases = defaultdict(list)
     # starting[0]/process[0] are the first start; restart k is followed by start k+1
-    for k, seen in enumerate(exits[: len(times) - 1]):
+    for k, noticed in enumerate(seen[: min(len(exits), len(starts) - 1)]):
         if k + 1 >= len(starting) or k + 1 >= len(process):
             break
-        phases["gap_exit_ms"].append((seen - times[k]) * 1e3)
-        phases["gap_restart_ms"].append((starting[k + 1] - seen) * 1e3)
-        phases["gap_start_ms"].append((times[k + 1] - starting[k + 1]) * 1e3)
+        phases["gap_exit_ms"].append((noticed - exits[k]) * 1e3)
+        phases["gap_restart_ms"].append((starting[k + 1] - noticed) * 1e3)
+        phases["gap_start_ms"].append((starts[k + 1] - starting[k + 1]) * 1e3)
         phases["gap_spawn_ms"].append((process[k + 1] - starting[k + 1]) * 1e3)
     return phases
 
@@ -236,13 +289,16 @@ RESTART_AT_ONCE: dict[str, object] = {
 
 
 class Ddsup:
-    name = "ddsup"
+    """``python -m ddsup start`` of this checkout, or with ``code`` (a ``supervisor``
+    tree) first on ``PYTHONPATH``: another revision's."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, name: str = "ddsup", code: Path | None = None) -> None:
         self.work = work
+        self.name = name
+        self.env = {**({} if code is None else baseline_env(code)), "LC_ALL": "C"}
 
     def _start(self, units: dict[str, str], tag: str) -> tuple[list[str], Path]:
-        directory = self.work / f"ddsup-{tag}"
+        directory = self.work / f"{self.name}-{tag}"
         shutil.rmtree(directory, ignore_errors=True)
         (directory / "units").mkdir(parents=True)
         for name, text in units.items():
@@ -262,48 +318,50 @@ class Ddsup:
                 out.append(float(json.loads(line)["time"]))
         return out
 
-    def _crash_loop(self, script: str, tag: str) -> tuple[list[str], Path, Path]:
-        stamps_file = self.work / f"ddsup-stamps-{tag}"
+    def _crash_loop(self, argv: list[str], tag: str) -> tuple[list[str], Path, Path]:
+        stamps_file = self.work / f"{self.name}-stamps-{tag}"
         stamps_file.unlink(missing_ok=True)
-        unit = service([BASH, "-c", script, str(stamps_file)], **RESTART_AT_ONCE)
-        argv, state = self._start({"crash": unit}, tag)
-        return argv, state, stamps_file
+        unit = service([*argv, str(stamps_file)], **RESTART_AT_ONCE)
+        command, state = self._start({"crash": unit}, tag)
+        return command, state, stamps_file
 
-    def restart_gaps(self, count: int, tag: str) -> tuple[list[float], Phases]:
-        argv, state, stamps_file = self._crash_loop(CRASH_SH, tag)
-        with started(argv, state.parent / "output") as process:
-            wait_until(lambda: len(stamps(stamps_file)) > count, 60, "ddsup restarts")
+    def restart_gaps(self, metric: str, count: int, tag: str) -> tuple[list[float], Phases]:
+        script = gap_script(self.work, metric)
+        argv, state, stamps_file = self._crash_loop([BASH, str(script)], tag)
+        with started(argv, state.parent / "output", self.env) as process:
+            wait_until(restarted(stamps_file, count), 60 + count * 0.5, f"{self.name} restarts")
             stop(process)
-        times = stamps(stamps_file)[: count + 1]
-        return gaps_ms(times), gap_phases(times, state / "events.jsonl")
+        exits, starts = exit_start_stamps(stamps_file)
+        phases = gap_phases(exits, starts, state / "events.jsonl")
+        return exit_to_start_ms(stamps_file, count), phases
 
     def exit_latency(self, count: int, tag: str, hold_pipe: bool) -> list[float]:
         script = HOLD_PIPE_SH if hold_pipe else CRASH_SH
-        argv, state, stamps_file = self._crash_loop(script, tag)
-        with started(argv, state.parent / "output") as process:
+        argv, state, stamps_file = self._crash_loop([BASH, "-c", script], tag)
+        with started(argv, state.parent / "output", self.env) as process:
             wait_until(lambda: len(self._exits(state)) >= count, 60, "ddsup exits")
             stop(process)
         pairs = zip(stamps(stamps_file), self._exits(state)[:count], strict=False)
         return [(seen - wrote) * 1e3 for wrote, seen in pairs]
 
     def stop_timeout(self, tag: str) -> tuple[float, float]:
-        pid_file = self.work / f"ddsup-pid-{tag}"
+        pid_file = self.work / f"{self.name}-pid-{tag}"
         pid_file.unlink(missing_ok=True)
         unit = service([BASH, "-c", IGNORE_TERM_SH, str(pid_file)], timeout_stop="2s")
         argv, state = self._start({"stubborn": unit}, tag)
-        with started(argv, state.parent / "output") as process:
+        with started(argv, state.parent / "output", self.env) as process:
             return measure_stop_timeout(process, pid_file)
 
     def orphans(self, seconds: float, tag: str) -> tuple[float, float, float]:
-        argv, state, stamps_file = self._crash_loop(ORPHAN_SH, tag)
-        with started(argv, state.parent / "output") as process:
+        argv, state, stamps_file = self._crash_loop([BASH, "-c", ORPHAN_SH], tag)
+        with started(argv, state.parent / "output", self.env) as process:
             live, after = count_orphans(process, seconds)
         return float(len(stamps(stamps_file))), live, after
 
     def idle(self, services: int, seconds: float, tag: str) -> tuple[float, float, float]:
         unit = service(["sleep", "3600"])
         argv, state = self._start({f"s{i:03d}": unit for i in range(services)}, tag)
-        with started(argv, state.parent / "output") as process:
+        with started(argv, state.parent / "output", self.env) as process:
 
             def all_ready() -> bool:
                 path = state / "events.jsonl"
@@ -344,13 +402,12 @@ class Supervisord:
         )
         return [str(self.binary), "-c", str(conf)], directory
 
-    def _crash_loop(self, script: str, tag: str) -> tuple[list[str], Path, Path]:
+    def _crash_loop(self, command: str, tag: str) -> tuple[list[str], Path, Path]:
         stamps_file = self.work / f"supervisord-stamps-{tag}"
         stamps_file.unlink(missing_ok=True)
-        quoted = script.replace("%", "%%").replace('"', '\\"')
         program = textwrap.dedent(f"""\
             [program:crash]
-            command={BASH} -c "{quoted}" {stamps_file}
+            command={command} {stamps_file}
             autorestart=true
             startsecs=0
             startretries=1000000
@@ -371,16 +428,17 @@ class Supervisord:
                 out.append(time.mktime(wall.timetuple()) + (int(match[2]) + 0.5) / 1e3)
         return out
 
-    def restart_gaps(self, count: int, tag: str) -> tuple[list[float], Phases]:
-        argv, directory, stamps_file = self._crash_loop(CRASH_SH, tag)
+    def restart_gaps(self, metric: str, count: int, tag: str) -> tuple[list[float], Phases]:
+        script = gap_script(self.work, metric)
+        argv, directory, stamps_file = self._crash_loop(f"{BASH} {script}", tag)
         with started(argv, directory / "output") as process:
-            wait_until(lambda: len(stamps(stamps_file)) > count, 120, "supervisord restarts")
+            wait_until(restarted(stamps_file, count), 120 + count * 1.5, "supervisord restarts")
             stop(process)
-        return gaps_ms(stamps(stamps_file)[: count + 1]), {}
+        return exit_to_start_ms(stamps_file, count), {}
 
     def exit_latency(self, count: int, tag: str, hold_pipe: bool) -> list[float]:
         script = HOLD_PIPE_SH if hold_pipe else CRASH_SH
-        argv, directory, stamps_file = self._crash_loop(script, tag)
+        argv, directory, stamps_file = self._crash_loop(_bash_c(script), tag)
         with started(argv, directory / "output") as process:
             wait_until(lambda: len(self._exits(directory)) >= count, 120, "supervisord exits")
             stop(process)
@@ -404,7 +462,7 @@ class Supervisord:
             return measure_stop_timeout(process, pid_file)
 
     def orphans(self, seconds: float, tag: str) -> tuple[float, float, float]:
-        argv, directory, stamps_file = self._crash_loop(ORPHAN_SH, tag)
+        argv, directory, stamps_file = self._crash_loop(_bash_c(ORPHAN_SH), tag)
         with started(argv, directory / "output") as process:
             live, after = count_orphans(process, seconds)
         return float(len(stamps(stamps_file))), live, after
@@ -423,6 +481,12 @@ class Supervisord:
 
             wait_until(all_running, 120, "supervisord programs running")
             return measure_idle(process, seconds)
+
+
+def _bash_c(script: str) -> str:
+    """``bash -c SCRIPT`` as a supervisord ``command=`` (its ``%`` and quotes escaped)."""
+    quoted = script.replace("%", "%%").replace('"', '\\"')
+    return f'{BASH} -c "{quoted}"'
 
 
 def supervisord_binary(cache: Path) -> Path:
@@ -450,10 +514,12 @@ def run_tool(tool: Tool, rep: int, args: argparse.Namespace, out: Results) -> No
 
     only = args.only
     if "gap" in only:
-        gaps, phases = tool.restart_gaps(args.restarts, f"gap{rep}")
-        add("gap_ms", *gaps)
-        for phase, values in phases.items():
-            add(phase, *values)
+        for metric in GAP_UNITS:
+            gaps, phases = tool.restart_gaps(metric, args.restarts, f"{metric}{rep}")
+            add(metric, *gaps)
+            if metric == PHASED:
+                for phase, values in phases.items():
+                    add(phase, *values)
     if "exit" in only:
         add("exit_ms", *tool.exit_latency(args.restarts, f"exit{rep}", hold_pipe=False))
         add("exit_held_ms", *tool.exit_latency(args.restarts, f"held{rep}", hold_pipe=True))
@@ -478,12 +544,16 @@ def run_tool(tool: Tool, rep: int, args: argparse.Namespace, out: Results) -> No
 
 
 # --- report --------------------------------------------------------------------------
+PHASED = "gap_child_ms"  # the gap whose phases are told (ddsup's, from its events)
 LABELS = {
-    "gap_ms": "restart gap (ms)",
-    "gap_exit_ms": "  ddsup gap: stamp → exit seen + swept (ms)",
-    "gap_restart_ms": "  ddsup gap: → starting (ms)",
-    "gap_start_ms": "  ddsup gap: → next stamp (fork, exec, bash) (ms)",
-    "gap_spawn_ms": "  ddsup gap: (spawn call, inside the above) (ms)",
+    "gap_ms": "restart gap, exits at once (ms)",
+    "gap_busy_ms": "restart gap, busy 0.3 s, no child (ms)",
+    "gap_child_ms": "restart gap, 0.3 s, a child gone (ms)",
+    "gap_left_ms": "restart gap, 0.3 s, a child left running (ms)",
+    "gap_exit_ms": "  gap with a child: stamp → exit seen (ms)",
+    "gap_restart_ms": "  gap with a child: → starting (ms)",
+    "gap_start_ms": "  gap with a child: → next stamp (ms)",
+    "gap_spawn_ms": "  gap with a child: the spawn call (ms)",
     "exit_ms": "exit detection (ms)",
     "exit_held_ms": "exit detection, pipe held (ms)",
     "stop_unit_s": "stop, TERM ignored, timeout 2 s: unit gone (s)",
@@ -513,31 +583,33 @@ def verdict(metric: str, mine: float) -> str:
     return f"≤ {goal:g}: {'met' if mine <= goal else 'MISSED'}"
 
 
-def report(results: Results, args: argparse.Namespace) -> None:
+def report(results: Results, args: argparse.Namespace, names: list[str]) -> None:
+    """One row per metric: each tool's median, ddsup's ratio to each other tool."""
     print(
         f"\n{args.reps} repetitions, alternating; load average now {os.getloadavg()[0]:.2f} "
         f"on {os.cpu_count()} CPUs; {len(psutil.pids())} processes on the machine "
         f"(+{args.background} background during the run)"
     )
-    head = (
-        f"| {'metric':<52} | {'ddsup':>9} | {'supervisord':>11} | {'ratio':>7} | n | load | goal |"
-    )
-    print(head)
-    print("|" + "---|" * 7)
+    others = [name for name in names if name != "ddsup"]
+    cells = [f"{name:>12}" for name in names] + [f"{'/ ' + n:>14}" for n in others]
+    print(f"| {'metric':<52} | " + " | ".join(cells) + " | n | load | goal |")
+    print("|" + "---|" * (len(cells) + 4))
     for metric, per_tool in results.items():
         if metric.startswith("load:"):
             continue
-        mine, theirs = median(per_tool["ddsup"]), median(per_tool["supervisord"])
-        ratio = mine / theirs if theirs else float("nan")
-        loads = results[f"load:{metric}"]["ddsup"] + results[f"load:{metric}"]["supervisord"]
+        medians = {name: median(per_tool.get(name, [])) for name in names}
+        mine = medians.get("ddsup", float("nan"))
+        ratios = [mine / medians[n] if medians[n] else float("nan") for n in others]
+        loads = [x for name in names for x in results[f"load:{metric}"].get(name, [])]
+        counts = "/".join(str(len(per_tool.get(name, []))) for name in names)
+        row = [f"{medians[name]:>12.3f}" for name in names] + [f"{r:>14.3f}" for r in ratios]
         print(
-            f"| {label(metric):<52} | {mine:>9.3f} | {theirs:>11.3f} | {ratio:>7.3f} "
-            f"| {len(per_tool['ddsup'])}/{len(per_tool['supervisord'])} "
+            f"| {label(metric):<52} | " + " | ".join(row) + f" | {counts} "
             f"| {min(loads):.1f}–{max(loads):.1f} | {verdict(metric, mine)} |"
         )
     tick = 100.0 / os.sysconf("SC_CLK_TCK") / args.idle_seconds
     print(f"(CPU time is counted in clock ticks: 0 means < {tick:.2f} % of a core)")
-    for metric in ("gap_ms", "exit_ms", "exit_held_ms"):
+    for metric in (*GAP_UNITS, "exit_ms", "exit_held_ms"):
         for tool, values in results.get(metric, {}).items():
             ordered = sorted(values)
             if ordered:
@@ -573,7 +645,12 @@ def parse_args() -> argparse.Namespace:
         "--tools",
         type=lambda s: s.split(","),
         default=["ddsup", "supervisord"],
-        help="comma-separated subset of ddsup,supervisord",
+        help="comma-separated subset of ddsup,supervisord (the baseline goes with ddsup)",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run ddsup as of this git revision (or a directory holding its source)",
     )
     parser.add_argument("--json", type=Path, help="also write the raw samples here")
     parser.add_argument(
@@ -584,22 +661,35 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def the_tools(args: argparse.Namespace, work: Path) -> list[Tool]:
+    """The tools of this run, in the order of the first repetition: this checkout, the
+    baseline, supervisord (installed first if it is not there yet)."""
+    tools: list[Tool] = []
+    if "ddsup" in args.tools:
+        tools.append(Ddsup(work))
+        if args.baseline:
+            code = baseline_code(args.baseline, work / "baseline")
+            compile_bytecode([code])  # as an installed ddsup is: not compiled in each run
+            tools.append(Ddsup(work, f"ddsup@{args.baseline}", code))
+    if "supervisord" in args.tools:
+        tools.append(Supervisord(work, supervisord_binary(args.cache)))
+    return tools
+
+
 def main() -> None:
     args = parse_args()
     results: Results = defaultdict(lambda: defaultdict(list))
     background: list[subprocess.Popen[bytes]] = []
+    names: list[str] = []
     try:
         for _ in range(args.background):  # not marked: the sweeps after each measurement
             # must leave them; killed by pid below
             background.append(subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL))
         with tempfile.TemporaryDirectory(prefix="ddsup-bench-") as tmp:
-            tools: list[Tool] = []
-            if "ddsup" in args.tools:
-                tools.append(Ddsup(Path(tmp)))
-            if "supervisord" in args.tools:  # installed only when it is measured
-                tools.append(Supervisord(Path(tmp), supervisord_binary(args.cache)))
-            for rep in range(args.reps):
-                for tool in tools if rep % 2 == 0 else tools[::-1]:
+            tools = the_tools(args, Path(tmp))
+            names = [tool.name for tool in tools]
+            for rep, order in enumerate(rotations(tools, args.reps)):
+                for tool in order:
                     started_at = time.monotonic()
                     run_tool(tool, rep, args, results)
                     took = time.monotonic() - started_at
@@ -613,7 +703,7 @@ def main() -> None:
             proc.kill()
             proc.wait()
         kill_marked()
-    report(results, args)
+    report(results, args, names)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 
