@@ -217,11 +217,20 @@ def main(argv: list[str]) -> int:
         _signal.signal(signum, _signal.SIG_IGN)
     os.set_inheritable(int(argv[1]), False)  # no unit of ours may hold it
     sock = _socket.socket(fileno=int(argv[1]))
+    try:
+        serve(sock, argv[2])
+    except (BrokenPipeError, ConnectionResetError):
+        return 0  # the supervisor is gone (or done with us): as at end of file
+    return 0
+
+
+def serve(sock: _socket.socket, home: str) -> None:
+    """Say whether a clone into ``home`` works; then serve requests until end of file."""
     cloner = Cloner()
     try:
-        home = os.open(argv[2], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        refused = probe(cloner, home)
-        os.close(home)
+        home_fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        refused = probe(cloner, home_fd)
+        os.close(home_fd)
     except OSError as err:
         refused = err.errno or 1
     sock.sendall(b"ok\n" if not refused else f"no {refused}\n".encode())
@@ -236,7 +245,6 @@ def main(argv: list[str]) -> int:
             for fd in fds:
                 os.close(fd)
         sock.sendall(answer)
-    return 0
 
 
 if __name__ == "__main__":
