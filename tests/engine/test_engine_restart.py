@@ -152,3 +152,14 @@ async def test_restart_sec_zero_restarts_at_once(
 ) -> None:
     gaps = await _delays(tmp_path, _unit(**{**BACKOFF, "restart_sec": 0.0}))
     assert gaps == [0.0] * len(BASES)
+
+
+@pytest.mark.parametrize("restart_sec", [0.0, 1.0])
+def test_a_crash_loop_of_any_length_keeps_its_backoff_within_the_cap(restart_sec: float) -> None:
+    """A unit whose crashes never reach the start limit (spaced out by the capped backoff,
+    or a large ``start_limit_burst``) restarts for as long as the run lasts: its delay
+    stays at the cap however many restarts came before (2^k would overflow a float)."""
+    policy = _restart_policy.RestartPolicy(_unit(**{**BACKOFF, "restart_sec": restart_sec}).service)
+    delays = [policy.delay(ready_for=0.0) for _ in range(2000)]
+    assert max(delays) <= CAP
+    assert delays[-1] == (0.0 if restart_sec == 0.0 else pytest.approx(CAP, rel=0.1))

@@ -79,6 +79,9 @@ class RestartPolicy:
         service = self.service
         if ready_for >= service.restart_max_sec:
             self._failures = 0
-        base: float = min(service.restart_sec * (2.0**self._failures), service.restart_max_sec)
+        # 2^k for k up to 64 only: the cap has won long before, and a float overflows
+        # past 2^1023 (a crash loop that long would end the supervisor, not the unit)
+        doubled = service.restart_sec * 2.0 ** min(self._failures, 64)
+        base: float = min(doubled, service.restart_max_sec)
         self._failures += 1
         return min(base * random.uniform(0.9, 1.1), service.restart_max_sec)
