@@ -52,6 +52,7 @@ class UnitScope:
         self.pid: int | None = None  # the unit's process while it runs
         self.contained = False  # its process is in the unit's cgroup (seen after the fork)
         self.killed = False  # its cgroup was ended and is still there (see end)
+        self._cloned: int | None = None  # the PID the spawner just cloned into it
 
     @property
     def running(self) -> bool:
@@ -70,13 +71,15 @@ class UnitScope:
             except OSError:  # the move says why, and starts the unit where we are
                 return await self.fork_inside(fork)
         try:
-            return await spawner.spawn(*request, cgroup=self.cgroup)
+            cloned = await spawner.spawn(*request, cgroup=self.cgroup)
         except SpawnerFailed as failed:
             log.info("%s: %s; forking from its cgroup", self.unit, failed)
             if failed.unknown:  # a process it may have started there is nobody's
                 with contextlib.suppress(OSError):
                     await self._off_loop(self.cgroup.kill)
-        return await self.fork_inside(fork)
+            return await self.fork_inside(fork)
+        self._cloned = cloned.pid  # born there: see started
+        return cloned
 
     async def _off_loop(self, call: Callable[[], object]) -> None:
         """``call()`` where this supervisor forks (a worker thread for ``ddsup start``)."""
@@ -125,10 +128,12 @@ class UnitScope:
         A process in the unit's cgroup cannot take a descendant out of it (short of a
         privileged move), so :meth:`end` ends all of it: the stop needs no pass over
         ``/proc`` for escaped descendants (``ChildProcess.stop`` skips those when
-        ``contained``). The move into the cgroup can fail: then it is not.
+        ``contained``). The move into the cgroup can fail: then it is not. One the
+        spawner cloned into it is there, as ``clone3`` said: no look at the cgroup.
         """
         self.pid = pid
-        self.contained = self.cgroup is not None and self.cgroup.holds(pid)
+        cloned, self._cloned = self._cloned, None
+        self.contained = self.cgroup is not None and (pid == cloned or self.cgroup.holds(pid))
         start = _proc.start_time(pid)
         if start is not None:
             self._records.add([_registry.Entry(pid, start, self.unit)])
