@@ -5,6 +5,9 @@ this test session may carry a ``DDSUP_INVOCATION_ID``: ddsup's promise is that n
 outlives it, and the tests hold themselves to the same rule. Processes of this session
 are told apart from other runs on the machine by ``DDSUP_TEST_SESSION``, which every
 process started from the tests inherits.
+
+And in CI (``CI=true``) no test may skip unless the reviewed list ``tests/ci_skips.toml``
+says why it may (the plugin ``support.ci``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ import pytest
 
 from support import procs
 from support.polls import until_sync
+
+# Under CI=true a skip fails unless tests/ci_skips.toml allows it (see support/ci.py).
+pytest_plugins = ("support.ci",)
 
 TEST_SESSION = os.environ.setdefault("DDSUP_TEST_SESSION", uuid.uuid4().hex)
 

@@ -26,6 +26,8 @@ from chaos_harness import Figures
 from chaos_known_bugs import REGRESSIONS, known_bug
 from chaos_schedule import Schedule, make_schedule
 
+from support.ci import in_ci
+
 DEFAULT_RUNS = 50
 DEFAULT_SEED = 1
 
@@ -79,7 +81,7 @@ def _seed(config: pytest.Config) -> int:
     rotated = False
     if seed is None and os.environ.get("DDSUP_CHAOS_SEED"):
         seed = int(os.environ["DDSUP_CHAOS_SEED"])
-    if seed is None and os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
+    if seed is None and in_ci():
         seed, rotated = secrets.randbelow(1_000_000), True
     config.stash[SEED] = seed = DEFAULT_SEED if seed is None else seed
     config.stash[ROTATED] = rotated
