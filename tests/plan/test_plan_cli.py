@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import socket
@@ -17,18 +16,6 @@ from ddsup._cli import main
 from ddsup.plan import Plan
 from ddsup.plan import _commands as commands
 from ddsup.units._model import UnitSet
-
-
-def _has_loader() -> bool:
-    try:
-        return hasattr(importlib.import_module("ddsup.units"), "load_unit_set")
-    except ImportError:
-        return False
-
-
-needs_loader = pytest.mark.skipif(
-    not _has_loader(), reason="ddsup.units.load_unit_set not there yet"
-)
 
 LANE = """\
 [unit]
@@ -108,7 +95,6 @@ def test_missing_directory_exits_64(tmp_path: Path) -> None:
     assert "not a directory of unit files" in done.stderr
 
 
-@needs_loader
 def test_json_round_trip_and_determinism(tmp_path: Path) -> None:
     units = _units_dir(tmp_path)
     args = ("plan", str(units), "--nodelist", "gpu[01-02]", "--gpus-per-node", "4", "--json")
@@ -128,7 +114,6 @@ def test_json_round_trip_and_determinism(tmp_path: Path) -> None:
     assert _ddsup(tmp_path, *args).stdout == first.stdout
 
 
-@needs_loader
 def test_does_not_fit_exits_69(tmp_path: Path) -> None:
     units = _units_dir(tmp_path, replicas="9")
     done = _ddsup(tmp_path, "plan", str(units), "--nodes", "2", "--gpus-per-node", "4")
@@ -137,7 +122,6 @@ def test_does_not_fit_exits_69(tmp_path: Path) -> None:
     assert done.stdout == ""
 
 
-@needs_loader
 def test_invalid_units_exit_65(tmp_path: Path) -> None:
     units = _units_dir(tmp_path, replicas='"many"')
     done = _ddsup(tmp_path, "plan", str(units), "--gpus-per-node", "4")
@@ -146,7 +130,6 @@ def test_invalid_units_exit_65(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
-@needs_loader
 def test_slurm_nodelist_and_detected_gpus(tmp_path: Path) -> None:
     """Inside an allocation without scontrol on PATH: python-hostlist, Slurm's GPU count."""
     units = _units_dir(tmp_path)
@@ -169,7 +152,6 @@ def test_slurm_nodelist_and_detected_gpus(tmp_path: Path) -> None:
     }
 
 
-@needs_loader
 def test_a_machine_without_gpus_plans_zero_and_says_what_to_pass(tmp_path: Path) -> None:
     """As ddsup start does: no GPUs found is 0 GPUs, and lanes needing some cannot fit."""
     units = _units_dir(tmp_path, replicas="1")
@@ -237,7 +219,6 @@ def test_placement_error_in_process(
     assert "only 0 fit" in capsys.readouterr().err
 
 
-@needs_loader
 def test_a_slurm_plan_says_what_it_assumed_of_the_other_nodes(tmp_path: Path) -> None:
     """It cannot ask the other nodes: it plans every one like this one, and says so; the
     GPU map shows which GPU each position is; plan.json lists each node's devices."""
