@@ -7,16 +7,21 @@ does; what a real unit's argv becomes is checked on the example units themselves
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from ddsup._cli import build_parser, main
 from ddsup._errors import UsageError
 from ddsup.fake_vllm import VLLM_VERSION, behaviour_from_args, fake_vllm_argv, is_vllm_serve
 from ddsup.fake_vllm._commands import ignored_flags_line
 from ddsup.fake_vllm._vllm_flags import VLLM_SERVE_FLAGS, Arity
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the backport, as in ddsup.units
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 EXAMPLES = Path(__file__).parents[2] / "units" / "examples"
 _SAMPLE = {Arity.SWITCH: [], Arity.ONE: ["1"], Arity.OPTIONAL: [], Arity.ONE_OR_MORE: ["a", "b"]}
