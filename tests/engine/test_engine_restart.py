@@ -9,7 +9,10 @@ rule end to end from ``events.jsonl`` timestamps, with scheduling slack.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import os
+import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -68,18 +71,32 @@ async def test_start_limit_burst_stops_restarts_for_good(
     assert 0.18 <= gaps[1] <= 0.22 + SLACK, gaps
 
 
-def _unit(**service: Any) -> Unit:
+def _unit(argv: tuple[str, ...] = ("sh", "-c", "exit 1"), **service: Any) -> Unit:
     return Unit(
         name="flappy",
         type=UnitType.SERVICE,
-        service=ServiceSection(exec=("sh", "-c", "exit 1"), **service),
+        service=ServiceSection(exec=argv, **service),
         source=SourceLocation("flappy.toml"),
     )
 
 
-async def _delays(tmp_path: Path, unit: Unit) -> list[float]:
-    """Run the service until its start limit; the restarting → starting gaps (trio time)."""
+Beside = Callable[[Service, trio.MemoryReceiveChannel[int]], Awaitable[None]]
+
+
+async def _delays(tmp_path: Path, unit: Unit, beside: Beside | None = None) -> list[float]:
+    """Run the service until its start limit; the restarting → starting gaps (trio time).
+
+    ``beside(service, readies)`` runs next to it; ``readies`` receives the number of each
+    start that becomes ready (1, 2, …), and ends with the service.
+    """
     marks: list[tuple[float, RecordedEvent]] = []
+    send_ready, readies = trio.open_memory_channel[int](math.inf)
+
+    def emit(event: RecordedEvent) -> None:
+        marks.append((trio.current_time(), event))
+        if isinstance(event, UnitTransition) and event.to_state is InstanceState.READY:
+            send_ready.send_nowait(service.status.restarts + 1)
+
     spec = ServiceSpec(
         instance="flappy",
         node="node0",
@@ -90,8 +107,12 @@ async def _delays(tmp_path: Path, unit: Unit) -> list[float]:
         log_path=tmp_path / "flappy.log",
         context={},
     )
-    service = Service(spec, lambda event: marks.append((trio.current_time(), event)))
-    await service.run()
+    service = Service(spec, emit)
+    async with trio.open_nursery() as nursery:
+        if beside is not None:
+            nursery.start_soon(beside, service, readies)
+        with send_ready:
+            await service.run()
     assert service.status.state is InstanceState.FAILED
     gaps = []
     restarting_at = None
@@ -163,3 +184,35 @@ def test_a_crash_loop_of_any_length_keeps_its_backoff_within_the_cap(restart_sec
     delays = [policy.delay(ready_for=0.0) for _ in range(2000)]
     assert max(delays) <= CAP
     assert delays[-1] == (0.0 if restart_sec == 0.0 else pytest.approx(CAP, rel=0.1))
+
+
+@pytest.mark.parametrize(
+    ("ready_for", "expected"),
+    [
+        (CAP, [1.0, 2.0, 4.0, 1.0, 2.0]),  # ready for restart_max_sec: the backoff starts over
+        (CAP / 2, [1.0, 2.0, 4.0, 5.0, 5.0]),  # not long enough: it goes on growing
+    ],
+    ids=["ready-for-restart-max-sec", "ready-for-less"],
+)
+async def test_backoff_starts_over_once_the_unit_stayed_ready_for_restart_max_sec(
+    autojump_clock: trio.testing.MockClock,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    ready_for: float,
+    expected: list[float],
+) -> None:
+    """A unit that crashes after serving a while restarts after ``restart_sec`` again, not
+    after the delay its crash loop of hours ago had reached."""
+    monkeypatch.setattr(_restart_policy, "random", _pinned(lambda lo, hi: (lo + hi) / 2))
+    unit = _unit(("sleep", "600"), **BACKOFF)
+
+    async def crash(service: Service, readies: trio.MemoryReceiveChannel[int]) -> None:
+        """Each start crashes as soon as it is ready, but the fourth, which serves first."""
+        async for start in readies:
+            if start == 4:
+                await trio.sleep(ready_for)
+            assert service.status.pid is not None
+            os.killpg(service.status.pid, signal.SIGKILL)
+
+    gaps = await _delays(tmp_path, unit, crash)
+    assert gaps == pytest.approx(expected, abs=1e-9)
