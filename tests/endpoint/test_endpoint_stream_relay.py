@@ -103,13 +103,14 @@ class _Streaming:
 
 
 @asynccontextmanager
-async def _streaming(workers: int) -> AsyncIterator[_Streaming]:
-    """The stepped lane behind an endpoint, and a client that asked it for a stream."""
+async def _streaming(workers: int, **config: object) -> AsyncIterator[_Streaming]:
+    """The stepped lane behind an endpoint (``config``: its settings), and a client that
+    asked it for a stream."""
     send, receive = trio.open_memory_channel[object](0)
     async with trio.open_nursery() as nursery:
         lane = FakeLane("stepped")
         lane.port = await nursery.start(_stepped_lane, receive)
-        async with running_endpoint([], extra=[lane.info], workers=workers) as ep:
+        async with running_endpoint([], extra=[lane.info], workers=workers, **config) as ep:
             talk = await Conversation.open(ep.url)
             async with talk.stream:
                 streaming = _Streaming(send, talk, ep.url)
@@ -129,6 +130,20 @@ async def test_each_event_reaches_the_client_before_the_next_is_sent(workers: in
             assert await streaming.relayed(END, END) == END
             await streaming.steps.send(NEXT)
             assert not streaming.talk.buf
+
+
+async def test_a_stream_outlives_upstream_timeout_while_events_keep_coming(workers: int) -> None:
+    """``upstream_timeout`` bounds a lane's silence, not its answer: a stream whose events
+    keep coming goes on past it, whole (a long generation streams for minutes)."""
+    timeout = 1.0
+    async with _streaming(workers, upstream_timeout=timeout) as streaming:
+        began, n = trio.current_time(), 0
+        while trio.current_time() - began < 2.5 * timeout:
+            await trio.sleep(timeout / 5)  # the lane's pace: well inside the timeout
+            assert await streaming.relayed(event(n)) == event(n)
+            n += 1
+        assert await streaming.relayed(END, END) == END
+        await streaming.steps.send(NEXT)
 
 
 async def test_bad_bytes_mid_stream_cut_the_response_short(workers: int) -> None:
