@@ -29,6 +29,32 @@ pytest_plugins = ("support.ci",)
 TEST_SESSION = os.environ.setdefault("DDSUP_TEST_SESSION", uuid.uuid4().hex)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The chaos suite's options (tests/chaos/conftest.py), here so that they exist
+    whatever part of the suite pytest is pointed at."""
+    group = parser.getgroup("chaos", "ddsup chaos schedules")
+    group.addoption(
+        "--chaos-runs",
+        type=int,
+        default=None,
+        help="schedules to run (default $DDSUP_CHAOS_RUNS, else 50)",
+    )
+    group.addoption(
+        "--chaos-seed",
+        type=int,
+        default=None,
+        help="seed of the schedules (default $DDSUP_CHAOS_SEED, else new in CI, else 1)",
+    )
+    group.addoption(
+        "--chaos-only",
+        type=int,
+        action="append",
+        default=None,
+        metavar="I",
+        help="run only schedule I of the seed (repeatable)",
+    )
+
+
 def ddsup_processes() -> dict[int, str]:
     """PID → invocation id of live processes of this test session that carry one."""
     found: dict[int, str] = {}

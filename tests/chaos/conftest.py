@@ -2,8 +2,10 @@
 
 ``pytest tests/chaos --chaos-runs N --chaos-seed S`` runs schedules ``schedule-S-0`` …
 ``schedule-S-(N-1)``; each is reproducible from its id alone (``--chaos-seed S
---chaos-only I``, or ``DDSUP_CHAOS_SEED=S`` and ``-k schedule-S-I``). The session ends
-with one figure line::
+--chaos-only I``, or ``DDSUP_CHAOS_SEED=S`` and ``-k schedule-S-I``). Whatever the seed,
+the smoke set (``chaos_schedule.SMOKE``: the same schedules every run) and the
+schedules that once found a bug (``chaos_known_bugs.REGRESSIONS``) run too. The session
+ends with one figure line::
 
     chaos: seed S, schedules run N, orphans found X, wrong exit codes Y, wrong statuses W,
     hangs Z, injections not fired M
@@ -11,9 +13,9 @@ with one figure line::
 where the counts are of schedules (a schedule with two orphans counts once).
 
 The seed is ``--chaos-seed``, else ``$DDSUP_CHAOS_SEED``, else, in CI (``CI=true``), a
-new one every run (printed when the schedules are collected, and in the figure line),
-else 1. The options exist when pytest is pointed at ``tests/chaos`` (or a file in it);
-from the top of the suite the environment variables apply.
+new one every run, else 1; it is printed when the schedules are collected, and in the
+figure line. The options are the root conftest's, so that they exist whatever pytest is
+pointed at (``scripts/test --chaos-seed S`` too).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import secrets
 import pytest
 from chaos_harness import Figures
 from chaos_known_bugs import REGRESSIONS, known_bug
-from chaos_schedule import Schedule, make_schedule
+from chaos_schedule import SMOKE, Schedule, make_schedule
 
 from support.ci import in_ci
 
@@ -37,47 +39,16 @@ SEED = pytest.StashKey[int]()
 ROTATED = pytest.StashKey[bool]()
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("chaos", "ddsup chaos schedules")
-    group.addoption(
-        "--chaos-runs",
-        type=int,
-        default=int(os.environ.get("DDSUP_CHAOS_RUNS", DEFAULT_RUNS)),
-        help=f"schedules to run (default {DEFAULT_RUNS}, or $DDSUP_CHAOS_RUNS)",
-    )
-    group.addoption(
-        "--chaos-seed",
-        type=int,
-        default=None,
-        help=f"seed of the schedules (default $DDSUP_CHAOS_SEED, else new in CI, else {DEFAULT_SEED})",
-    )
-    group.addoption(
-        "--chaos-only",
-        type=int,
-        action="append",
-        default=None,
-        metavar="I",
-        help="run only schedule I of the seed (repeatable)",
-    )
-
-
-def _option(config: pytest.Config, name: str, env: str, default: int) -> int:
-    """The option's value; its default when this conftest was not loaded at start-up."""
-    try:
-        value = config.getoption(name)
-    except ValueError:
-        return int(os.environ.get(env, default))
-    return int(value)
+def _runs(config: pytest.Config) -> int:
+    runs: int | None = config.getoption("chaos_runs")
+    return int(os.environ.get("DDSUP_CHAOS_RUNS", DEFAULT_RUNS)) if runs is None else runs
 
 
 def _seed(config: pytest.Config) -> int:
     """The session's seed (see the module docstring), chosen once."""
     if SEED in config.stash:
         return config.stash[SEED]
-    try:
-        seed = config.getoption("chaos_seed")
-    except ValueError:
-        seed = None
+    seed: int | None = config.getoption("chaos_seed")
     rotated = False
     if seed is None and os.environ.get("DDSUP_CHAOS_SEED"):
         seed = int(os.environ["DDSUP_CHAOS_SEED"])
@@ -96,7 +67,7 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     how = "new for this CI run" if config.stash[ROTATED] else "fixed"
     return [
         f"chaos: seed {seed} ({how}); reproduce schedule I with "
-        f"DDSUP_CHAOS_SEED={seed} pytest tests/chaos -k schedule-{seed}-I"
+        f"pytest tests/chaos --chaos-seed {seed} --chaos-only I"
     ]
 
 
@@ -105,16 +76,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     config = metafunc.config
     seed = _seed(config)
-    runs = _option(config, "chaos_runs", "DDSUP_CHAOS_RUNS", DEFAULT_RUNS)
-    try:
-        only = config.getoption("chaos_only")
-    except ValueError:
-        only = None
-    indices = list(only) if only else list(range(runs))
+    only: list[int] | None = config.getoption("chaos_only")
+    indices = list(only) if only else list(range(_runs(config)))
     schedules = [make_schedule(seed, i) for i in indices]
-    if not only:  # regressions run whatever the seed (those it does not cover already)
+    if not only:  # the smoke set and regressions, whatever the seed (unless it covers them)
         covered = {(seed, i) for i in indices}
-        schedules += [make_schedule(s, i) for s, i in REGRESSIONS if (s, i) not in covered]
+        always = dict.fromkeys((*SMOKE, *REGRESSIONS))
+        schedules += [make_schedule(s, i) for s, i in always if (s, i) not in covered]
     params = [pytest.param(s, id=s.test_id, marks=_marks(s)) for s in schedules]
     metafunc.parametrize("schedule", params)
 
