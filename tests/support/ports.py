@@ -12,7 +12,12 @@ import socket
 from pathlib import Path
 
 _EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_LOWEST = 20000  # well above the ports services are configured with by default
+LOWEST = 20000  # well above the ports services are configured with by default
+
+
+def ephemeral_first() -> int:
+    """The first port of the kernel's ephemeral range."""
+    return int(_EPHEMERAL.read_text().split()[0]) if _EPHEMERAL.exists() else 32768
 
 
 def free_port() -> int:
@@ -25,12 +30,12 @@ def free_port() -> int:
     refuses the busy port (exit 69; seen once in CI). A port below that range is only
     ever taken by a process that names it.
     """
-    first = int(_EPHEMERAL.read_text().split()[0]) if _EPHEMERAL.exists() else 32768
-    for port in random.sample(range(_LOWEST, first), 200):
+    first = ephemeral_first()
+    for port in random.sample(range(LOWEST, first), 200):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise RuntimeError(f"no free port between {_LOWEST} and {first} in 200 tries")
+    raise RuntimeError(f"no free port between {LOWEST} and {first} in 200 tries")
