@@ -29,7 +29,10 @@ def test_the_generated_file_is_current(generator: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.skipif(shutil.which("groff") is None, reason="groff is not installed")
+@pytest.mark.skipif(
+    shutil.which("groff") is None,
+    reason="groff is not installed (apt-get install groff-base; .ci/install-tools)",
+)
 def test_the_man_page_renders_without_warnings() -> None:
     done = subprocess.run(
         ["groff", "-man", "-Tutf8", "-ww", "-P-cbu", str(PACKAGING / "ddsup.1")],

@@ -191,7 +191,7 @@ def chromium() -> str:
     """Debian's chromium; skip without it (a failure in CI, where .ci/run installs it)."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
-        pytest.skip("chromium is not installed (apt-get install -y chromium; .ci/install-chromium)")
+        pytest.skip("chromium is not installed (apt-get install -y chromium; .ci/install-tools)")
     return found
 
 
