@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import signal
 
+from ddsup.plan import Plan
 from ddsup.process import ExitStatus
 from ddsup.record._events import UnitTransition
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._states import InstanceState as S
 from ddsup.run._replicas import ReplicaPolicy, Verdict
 from ddsup.run._run_inputs import FailOn, Host, ResumeOn, StopOn, TakeDownOn
+from ddsup.units._model import UnitSet
 from support import units as u
 
 # two replicas of two ranks each: lane@0 (n1) + lane@0:1 (n2), lane@1 (n3) + lane@1:1 (n4)
@@ -34,8 +36,8 @@ def _on(node: str) -> Host:
 class _Run:
     """The policy fed transitions, with the records the run's state would keep."""
 
-    def __init__(self) -> None:
-        self.policy = ReplicaPolicy(MULTI, PLAN)
+    def __init__(self, units: UnitSet = MULTI, plan: Plan = PLAN) -> None:
+        self.policy = ReplicaPolicy(units, plan)
         self.records: dict[str, InstanceRecord] = {}
         self.time = 0.0
 
@@ -117,6 +119,29 @@ def test_counted_once_against_the_start_limit_then_failed_as_one() -> None:
     ]
     assert verdict.failure is not None
     assert (verdict.failure.instance, verdict.failure.readiness_timeout) == ("lane@0", True)
+
+
+def test_the_backoff_starts_over_once_the_replica_stayed_ready_for_restart_max_sec() -> None:
+    """Crashing at once, the replica waits restart_sec, then twice that, up to the cap;
+    once it has served for restart_max_sec (rank 0 ready until a rank went down), its
+    next restart waits restart_sec again."""
+    service = {"restart_sec": 1.0, "restart_max_sec": 4.0, "start_limit_burst": 10}
+    units = u.unit_set(u.lane("lane@", gpus=2, nodes=2, replicas=1, service=service))
+    run = _Run(units, u.plan(units, count=2, gpus=2))
+    run.up()
+    delays = []
+    for served in (0.0, 0.0, 0.0, 0.0, 4.0, 0.0):
+        run.time += served
+        run.to("lane@0:1", S.RESTARTING, "exit status 1" + HELD)
+        [resume] = run.to("lane@0", S.RESTARTING, "taken down" + HELD).decisions
+        assert isinstance(resume, ResumeOn)
+        delays.append(resume.delay)
+        run.to("lane@0", S.STARTING, master_port=31234)
+        run.to("lane@0:1", S.STARTING)
+        run.to("lane@0", S.READY)
+    bases = [1.0, 2.0, 4.0, 4.0, 1.0, 2.0]  # the first three were ready 1-3 s, under the cap
+    for delay, base in zip(delays, bases, strict=True):
+        assert base * 0.9 <= delay <= min(base * 1.1, 4.0), (delays, bases)
 
 
 def test_a_rank_told_to_resume_is_taken_down_too() -> None:
