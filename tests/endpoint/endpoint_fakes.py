@@ -23,8 +23,11 @@ import httpx
 import trio
 
 from ddsup.endpoint import EndpointConfig, LaneInfo, LaneTable, open_endpoint
+from ddsup.units._model import Routing
 
+# Most of these tests are about the choice by load: prefix routing's own tests ask for it.
 TEST_CONFIG = EndpointConfig(
+    routing=Routing.LEAST_LOAD,
     bind="127.0.0.1",
     port=0,
     retries=2,

@@ -27,8 +27,8 @@ from ddsup.endpoint._lane_state import LaneInfo
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._server import serve_endpoint
 from ddsup.endpoint._worker import run_worker
-from ddsup.units import EndpointSection
-from ddsup.units import parse_duration as units_parse_duration
+from ddsup.units._durations import parse_duration as units_parse_duration
+from ddsup.units._model import EndpointSection, Routing
 
 Feeder = Callable[[LaneTable], Awaitable[None]]
 
@@ -37,9 +37,9 @@ def configure_endpoint(parser: argparse.ArgumentParser) -> None:
     d = EndpointConfig()
     parser.description = (
         "The logical endpoint: one OpenAI-compatible address in front of the lanes, routing "
-        "each request by its model to the least loaded ready lane, with admission (429) and "
-        "retries. ddsup start runs it for the endpoint unit; by hand it serves the --lane "
-        "lanes given."
+        "each request by its model to a ready lane (the one that was sent the most of its "
+        "prompt, or the least loaded), with admission (429) and retries. ddsup start runs "
+        "it for the endpoint unit; by hand it serves the --lane lanes given."
     )
     parser.add_argument("--bind", default=d.bind, help="address to listen on")
     parser.add_argument("--port", type=int, default=d.port, help="port; 0 picks a free one")
@@ -74,6 +74,26 @@ def configure_endpoint(parser: argparse.ArgumentParser) -> None:
         default=f"{d.upstream_timeout:g}s",
         help="a lane's time to answer (and most silence mid-response)",
     )
+    _choice_flags(parser, d)
+    parser.add_argument(
+        "--lanes-from-controller",
+        action="store_true",
+        help=argparse.SUPPRESS,  # ddsup start's settings and lanes (ddsup.endpoint._lane_feed)
+    )
+    parser.add_argument("--worker-of", help=argparse.SUPPRESS)  # a worker (._worker)
+
+
+def _choice_flags(parser: argparse.ArgumentParser, d: EndpointConfig) -> None:
+    """How lanes are chosen, collected, and how many processes serve."""
+    parser.add_argument(
+        "--routing",
+        type=_routing,
+        default=d.routing.value,
+        metavar="|".join(r.value for r in Routing),
+        help="prefix: the lane that was sent the longest part of the prompt (its cache "
+        "holds it), unless load is unbalanced; least-load: the fewest in flight "
+        "(default %(default)s)",
+    )
     parser.add_argument(
         "--gc",
         choices=("paced", "automatic"),
@@ -87,12 +107,14 @@ def configure_endpoint(parser: argparse.ArgumentParser) -> None:
         metavar="N|auto",
         help="processes serving the port; auto: one per CPU (default %(default)s)",
     )
-    parser.add_argument(
-        "--lanes-from-controller",
-        action="store_true",
-        help=argparse.SUPPRESS,  # ddsup start's settings and lanes (ddsup.endpoint._lane_feed)
-    )
-    parser.add_argument("--worker-of", help=argparse.SUPPRESS)  # a worker (._worker)
+
+
+def _routing(text: str) -> Routing:
+    try:
+        return Routing(text)
+    except ValueError:
+        names = " or ".join(r.value for r in Routing)
+        raise argparse.ArgumentTypeError(f"{text!r}: write {names}") from None
 
 
 def _workers(text: str) -> int | None:
@@ -143,6 +165,7 @@ def config_from_args(args: argparse.Namespace) -> EndpointConfig:
             max_concurrent=args.max_concurrent,
             upstream_timeout=parse_duration(args.upstream_timeout),
             workers=args.workers,
+            routing=args.routing,
         )
     except ValueError as err:
         raise UsageError(str(err)) from err

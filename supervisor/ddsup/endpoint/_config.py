@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 
 from ddsup.endpoint._route_table import DEFAULT_OPEN_ROUTES, ROUTES
-from ddsup.units import EndpointSection
+from ddsup.units._model import EndpointSection, Routing
 
 MIB = 1024 * 1024
 
@@ -33,6 +33,10 @@ class EndpointConfig:
     starves its API server, exactly when its queue matters. A sample is used for
     ``metrics_stale_after``, longer than one fetch and one interval, so that a lane
     fetched back to back is never without one.
+    ``routing`` and the ``prefix_*`` settings are prefix-aware routing's
+    (:mod:`._prefix_routing`): its thresholds, and the bounds of each worker's index of
+    what the lanes were sent (blocks of a prompt, and seconds a block is remembered after
+    it was last sent).
     """
 
     bind: str = "127.0.0.1"
@@ -60,6 +64,12 @@ class EndpointConfig:
     open_routes: tuple[str, ...] = DEFAULT_OPEN_ROUTES
     eject_after: int = 5
     eject_for: float = 10.0
+    routing: Routing = Routing.PREFIX
+    prefix_min_match: float = 0.3
+    prefix_balance_requests: int = 64
+    prefix_balance_ratio: float = 1.5
+    prefix_index_blocks: int = 1 << 18
+    prefix_max_age: float = 600.0
 
     def __post_init__(self) -> None:
         if self.retries < 0 or self.max_queue_per_lane < 1 or self.max_concurrent < 1:
@@ -74,6 +84,12 @@ class EndpointConfig:
             raise ValueError("max_buffered_bytes must be >= max_body_bytes (one body must fit)")
         if self.max_connections < 1 or self.eject_after < 0 or self.eject_for < 0:
             raise ValueError("max_connections must be >= 1, eject_after and eject_for >= 0")
+        if not 0 <= self.prefix_min_match <= 1 or self.prefix_balance_ratio < 1:
+            raise ValueError("prefix_min_match must be in [0, 1], prefix_balance_ratio >= 1")
+        if self.prefix_balance_requests < 0 or self.prefix_index_blocks < 2:
+            raise ValueError("prefix_balance_requests must be >= 0, prefix_index_blocks >= 2")
+        if not self.prefix_max_age > 0:
+            raise ValueError("prefix_max_age must be > 0 s")
         unknown = [r for r in self.open_routes if r.encode() not in ROUTES]
         if unknown:
             known = ", ".join(sorted(r.decode() for r in ROUTES))
@@ -104,6 +120,10 @@ class EndpointConfig:
             open_routes=section.open_routes,
             eject_after=section.eject_after,
             eject_for=section.eject_for,
+            routing=section.routing,
+            prefix_min_match=section.prefix_min_match,
+            prefix_balance_requests=section.prefix_balance_requests,
+            prefix_balance_ratio=section.prefix_balance_ratio,
         )
 
     def worker_count(self) -> int:

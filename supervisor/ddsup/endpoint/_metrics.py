@@ -32,6 +32,7 @@ class Metrics:
         self.upstream_errors: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.metrics_errors: defaultdict[str, int] = defaultdict(int)
         self.ejections: defaultdict[str, int] = defaultdict(int)  # by lane (see ._ejection)
+        self.prefix_routed: defaultdict[tuple[str, str], int] = defaultdict(int)  # model, how
         self.bodies: BodyBudget | None = None  # this process's, read when rendered
         self.body_bytes = 0  # other workers' (a gathered total)
         self._hist: dict[str, list[int]] = {}
@@ -56,6 +57,7 @@ class Metrics:
             "upstream_errors": [[*k, n] for k, n in self.upstream_errors.items()],
             "metrics_errors": [[k, n] for k, n in self.metrics_errors.items()],
             "ejections": [[k, n] for k, n in self.ejections.items()],
+            "prefix_routed": [[*k, n] for k, n in self.prefix_routed.items()],
             "histogram": [[m, counts, self._sum[m]] for m, counts in self._hist.items()],
             "body_bytes": self._body_bytes(),
         }
@@ -79,6 +81,8 @@ class Metrics:
             self.metrics_errors[label] += n
         for label, n in snapshot.get("ejections", ()):
             self.ejections[label] += n
+        for model, how, n in snapshot.get("prefix_routed", ()):
+            self.prefix_routed[(model, how)] += n
         self.body_bytes += snapshot.get("body_bytes", 0)
         for model, counts, total in snapshot["histogram"]:
             mine = self._hist.setdefault(model, [0] * (len(BUCKETS) + 1))
@@ -113,6 +117,10 @@ class Metrics:
             out.append(
                 f"ddsup_endpoint_upstream_errors_total{{lane={_q(lane)},kind={_q(kind)}}} {n}"
             )
+        _family(out, "prefix_routed_total", "counter", "Prefix-routed requests, by choice.")
+        for (model, how), n in sorted(self.prefix_routed.items()):
+            labels = f"model={_q(model)},choice={_q(how)}"
+            out.append(f"ddsup_endpoint_prefix_routed_total{{{labels}}} {n}")
         _family(out, "request_body_bytes", "gauge", "Bytes of request bodies held in memory.")
         out.append(f"ddsup_endpoint_request_body_bytes {self._body_bytes()}")
         self._render_lanes(out, lanes, now, stale_after)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from ddsup.endpoint._errors import ApiError, bad_request
 
@@ -22,7 +23,13 @@ _MODEL_PART = re.compile(rb'\r\ncontent-disposition:[^\r\n]*;\s*name="?model"?[;
 
 
 def model_of_json(body: bytes) -> str | None:
-    """The body's ``model``: ``None`` when absent or null, 400 when it is not a name.
+    """The body's ``model``: ``None`` when absent or null, 400 when it is not a name."""
+    return json_request(body)[0]
+
+
+def json_request(body: bytes) -> tuple[str | None, dict[str, Any]]:
+    """The body's ``model`` (as :func:`model_of_json` says) and the whole object, which
+    prefix-aware routing reads the prompt from without parsing the body again.
 
     A body that opens with ``{`` and a byte other than NUL is what ``json.loads`` would
     decode as UTF-8 (it guesses UTF-16 and -32 from NULs and byte order marks only), so
@@ -42,10 +49,10 @@ def model_of_json(body: bytes) -> str | None:
         raise bad_request("the body must be a JSON object")
     model = payload.get("model")
     if model is None:
-        return None
+        return None, payload
     if not isinstance(model, str) or not model:
         raise bad_request('the body\'s "model" must be a non-empty string')
-    return model
+    return model, payload
 
 
 def model_of_form(body: bytes, content_type: bytes) -> str | None:

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import trio
 
@@ -35,6 +36,7 @@ from ddsup.endpoint._http1 import ProtocolError, ResponseHead, retry_after
 from ddsup.endpoint._lane_state import LaneState
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics import Metrics
+from ddsup.endpoint._prefix_routing import PrefixIndex, PrefixPolicy, PrefixRouter, prompt_keys
 from ddsup.endpoint._stream_relay import Handback, StreamRelay
 from ddsup.endpoint._upstream import (
     ConnectionPool,
@@ -42,7 +44,8 @@ from ddsup.endpoint._upstream import (
     UpstreamError,
     request_bytes,
 )
-from ddsup.record import CUT
+from ddsup.record._series import CUT
+from ddsup.units._model import Routing
 
 log = logging.getLogger("ddsup.endpoint")
 
@@ -90,17 +93,19 @@ class Forward:
     """What goes to the lane: the client's request with end-to-end headers only.
 
     ``headers`` is the block of header lines (``name: value`` and CRLF each), Host and
-    Content-Length excepted. A slotted class rather than a frozen dataclass: one is
-    built per proxied request.
+    Content-Length excepted. ``prefix``: the keys of its prompt, for prefix-aware
+    routing (:func:`~._prefix_routing.prompt_keys`; empty: routed by load alone). A
+    slotted class rather than a frozen dataclass: one is built per proxied request.
     """
 
-    __slots__ = ("body", "headers", "method", "target")
+    __slots__ = ("body", "headers", "method", "prefix", "target")
 
     def __init__(self, method: bytes, target: bytes, headers: bytes, body: bytes) -> None:
         self.method = method
         self.target = target
         self.headers = headers
         self.body = body
+        self.prefix: Sequence[int] = ()
 
     @classmethod
     def of(cls, request: Request, body: bytes) -> Forward:
@@ -140,6 +145,22 @@ class Proxy:
         self.deadlines = deadlines
         self.ejection = Ejection(config.eject_after, config.eject_for, metrics)
         self.admission = Admission(lanes)
+        self.prefixes: PrefixRouter | None = None  # routing = "prefix"
+        if config.routing is Routing.PREFIX:
+            policy = PrefixPolicy(
+                config.prefix_min_match,
+                config.prefix_balance_requests,
+                config.prefix_balance_ratio,
+            )
+            index = PrefixIndex(config.prefix_index_blocks, config.prefix_max_age)
+            self.prefixes = PrefixRouter(lanes, policy, index)
+
+    def prefix_of(self, model: str, payload: Mapping[str, Any] | None) -> Sequence[int]:
+        """The keys prefix-aware routing chooses ``payload``'s lane by (none: by load,
+        which is also the choice while the model has one lane)."""
+        if self.prefixes is None or payload is None or len(self.lanes.ready(model)) < 2:
+            return ()
+        return prompt_keys(payload, model)
 
     async def forward(self, client: ClientConnection, request: Forward, model: str) -> int:
         """Serve ``request`` from a lane of ``model``; the status sent, or an :class:`ApiError`."""
@@ -148,17 +169,29 @@ class Proxy:
         failures: list[Failure] = []
         full = False  # untried lanes are left, but none has room
         for attempt in range(config.retries + 1):
+            now = time.monotonic()
             lane = self.admission.choose(
                 model,
                 tried,
                 limit=config.max_queue_per_lane,
-                now=time.monotonic(),
+                now=now,
                 stale_after=config.metrics_stale_after,
                 turn=self.lanes.next_turn(model),
             )
             if lane is None:
                 full = len(tried) < len(self.lanes.ready(model))
                 break
+            if request.prefix and self.prefixes is not None:
+                lane, how = self.prefixes.choose(
+                    model,
+                    lane,
+                    request.prefix,
+                    tried,
+                    limit=config.max_queue_per_lane,
+                    now=now,
+                    stale_after=config.metrics_stale_after,
+                )
+                self.metrics.prefix_routed[(model, how.value)] += 1
             if attempt:
                 self.metrics.retries[model] += 1
             tried.append(lane.info.instance)

@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
@@ -38,7 +39,7 @@ from ddsup.endpoint._errors import (
 from ddsup.endpoint._hangups import Hangups
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics import Metrics
-from ddsup.endpoint._model_field import model_of_form, model_of_json
+from ddsup.endpoint._model_field import json_request, model_of_form
 from ddsup.endpoint._notices import NOTICES
 from ddsup.endpoint._proxy import Forward, Proxy
 from ddsup.endpoint._route_table import FORM_ROUTES, GET_ROUTES, METHODS, MODEL_ROUTES
@@ -212,7 +213,7 @@ async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> 
     try:
         _admit(ep)  # before the body too: no point reading what would be refused
         body = await _read_body(ep, client, request, account)
-        wanted = _requested(ep, request, body)
+        wanted, payload = _requested(ep, request, body)
         if not lanes.is_known(wanted):
             model = "(unknown)"  # one label, whatever clients send
             raise unknown_model(wanted, lanes.known_names())
@@ -223,6 +224,7 @@ async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> 
         lanes.begin_request()
         counted = True
         forward = Forward.of(request, body)
+        forward.prefix = ep.proxy.prefix_of(model, payload)
         status = await _watched(ep, client, forward, model)
     except ApiError as err:
         status = err.status
@@ -270,20 +272,22 @@ def _address_share(config: EndpointConfig) -> int:
     return max(config.max_body_bytes, config.max_buffered_bytes // 4)
 
 
-def _requested(ep: Endpoint, request: Request, body: bytes) -> str:
-    """The name the request asks for: its model, or the one model the endpoint serves."""
+def _requested(ep: Endpoint, request: Request, body: bytes) -> tuple[str, dict[str, Any] | None]:
+    """The name the request asks for (its model, or the one model the endpoint serves)
+    and its JSON body's object (``None``: a form)."""
+    payload = None
     if request.path in FORM_ROUTES:
         content_type = next((v for n, v in request.headers if n == b"content-type"), b"")
         wanted = model_of_form(body, content_type)
     else:
-        wanted = _model_of(body)
+        wanted, payload = _model_of(body)
     if wanted is not None:
-        return wanted
+        return wanted, payload
     models = ep.lanes.known_models()
     if len(models) != 1:
         served = ", ".join(models) or "none"
         raise bad_request(f'the request names no "model"; this endpoint serves: {served}')
-    return models[0]
+    return models[0], payload
 
 
 async def _watched(ep: Endpoint, client: ClientConnection, forward: Forward, model: str) -> int:
@@ -304,6 +308,6 @@ async def _watched(ep: Endpoint, client: ClientConnection, forward: Forward, mod
     raise ClientGone("the client hung up")
 
 
-def _model_of(body: bytes) -> str | None:
-    """The JSON body's model (a seam the tests use to plant a bug)."""
-    return model_of_json(body)
+def _model_of(body: bytes) -> tuple[str | None, dict[str, Any]]:
+    """The JSON body's model and object (a seam the tests use to plant a bug)."""
+    return json_request(body)

@@ -31,6 +31,7 @@ import trio
 from ddsup.channel import ChannelError, LineChannel, line_json
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._lane_state import LaneInfo
+from ddsup.units._model import Routing
 
 MAX_FDS = 64  # listening sockets plus the counts table
 _START_MAX = 1024 * 1024
@@ -184,6 +185,7 @@ def decode(data: dict[str, Any]) -> Message:
         if kind is Start:
             config = data["config"]
             config["open_routes"] = tuple(config["open_routes"])
+            config["routing"] = Routing(config["routing"])
             data["config"] = EndpointConfig(**config)
         elif kind is Lanes:
             data["lanes"] = tuple(_lane_of(row) for row in data["lanes"])

@@ -39,6 +39,13 @@ class BusyGpus(str, enum.Enum):
     WARN = "warn"
 
 
+class Routing(str, enum.Enum):
+    """``[endpoint] routing``: how the endpoint picks a lane of the model a request names."""
+
+    LEAST_LOAD = "least-load"
+    PREFIX = "prefix"
+
+
 class Placement(str, enum.Enum):
     """Where a service/oneshot unit runs (``[unit] on``)."""
 
@@ -159,6 +166,10 @@ class EndpointSection:
     workers: int | None = 1  # None = "auto": one per CPU the endpoint may run on
     eject_after: int = 5  # connect errors or 5xx of a lane in a row; 0: never eject
     eject_for: float = 10.0
+    routing: Routing = Routing.PREFIX
+    prefix_min_match: float = 0.3  # share of a prompt's blocks a lane must hold
+    prefix_balance_requests: int = 64  # least-load wins past this many more in flight ...
+    prefix_balance_ratio: float = 1.5  # ... and this many times as many
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,12 @@ takes every key; the endpoint's own routes are listed here too, for ``open_route
 from __future__ import annotations
 
 import difflib
+import math
 
 from ddsup.units import _kinds as k
 from ddsup.units import _kinds_env as ke
 from ddsup.units._keyspec import KeySpec, SectionSpec, duration_key
-from ddsup.units._model import UnitType
+from ddsup.units._model import Routing, UnitType
 
 # The endpoint's routes (ddsup.endpoint._route_table.ROUTES, which a test holds equal).
 ENDPOINT_ROUTES = (
@@ -66,6 +67,27 @@ def _routes(value: object) -> tuple[str, ...]:
 
     k.each(routes, check)
     return routes
+
+
+def _number(low: float, high: float | None = None) -> k.Kind:
+    """A finite number (integer or float) in ``[low, high]`` (``high`` may be open)."""
+    bounds = f"{low:g}..{high:g}" if high is not None else f">= {low:g}"
+
+    def convert(value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise k.Invalid(f"expected a number {bounds}, got {k.type_name(value)}")
+        number = float(value)
+        if not math.isfinite(number) or number < low or (high is not None and number > high):
+            raise k.Invalid(f"must be a number {bounds}, got {value}")
+        return number
+
+    def json() -> k.Json:
+        schema: k.Json = {"type": "number", "minimum": low}
+        if high is not None:
+            schema["maximum"] = high
+        return schema
+
+    return k.Kind(f"number {bounds}", convert, json)
 
 
 OPEN_ROUTES = k.Kind(
@@ -166,6 +188,38 @@ ENDPOINT = SectionSpec(
             "10m",
             "5m",
             positive=True,
+        ),
+        KeySpec(
+            "routing",
+            k.choice(Routing),
+            'How a lane of the model is picked: "prefix" sends a prompt to the lane that was '
+            'sent its longest prefix (its KV cache holds it), "least-load" to the lane with '
+            "the fewest requests in flight.",
+            "prefix",
+            "least-load",
+        ),
+        KeySpec(
+            "prefix_min_match",
+            _number(0, 1),
+            "Share of a prompt a lane must have been sent before it for prefix routing to "
+            "pick that lane (below it: the least loaded).",
+            0.3,
+            0.5,
+        ),
+        KeySpec(
+            "prefix_balance_requests",
+            k.integer(0),
+            "Prefix routing gives way to least-load when the lane it would pick has this "
+            "many more requests in flight than the least loaded ...",
+            64,
+            16,
+        ),
+        KeySpec(
+            "prefix_balance_ratio",
+            _number(1),
+            "... and this many times as many.",
+            1.5,
+            2.0,
         ),
         KeySpec(
             "workers",

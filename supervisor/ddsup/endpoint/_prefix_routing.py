@@ -1,0 +1,281 @@
+"""Prefix-aware routing: a prompt goes to the lane that was sent the longest part of it.
+
+vLLM keeps the KV cache of the prompts it computed (automatic prefix caching) and skips
+the part of a new prompt that it holds, but only on the lane that computed it. A job
+that puts the same system prompt, instructions and examples (a template) before every
+record computes that prefix once on every lane least-load spreads the template over.
+This module remembers, in each endpoint worker, which lanes were sent which prompt
+prefixes, and sends a request to the lane that holds the longest part of its prompt, as
+SGLang's ``cache_aware`` policy does: from what was sent, not from what the lanes say.
+
+Three parts, none of which reads a clock or a socket:
+
+- :func:`prompt_keys`: a request's prompt as a chain of keys, one per block of
+  ``BLOCK_CHARS`` characters (``BLOCK_TOKENS`` ids for a prompt of token ids), each the
+  hash of its block and of the key before it: two prompts share their first ``n`` keys
+  when they share their first ``n`` blocks. A chat request is keyed on its messages
+  rendered as role and text. Only the first ``MAX_BLOCKS`` blocks are keyed: they
+  decide where a prompt goes, and the cost per request stays bounded. The keys are
+  Python's string hashes, salted per process: nobody outside can aim for a collision,
+  and one would cost a cache miss, never a wrong answer.
+- :class:`PrefixIndex`: each key → the lanes it was sent to (the latest last, at most
+  ``HOLDERS``), in two generations. Recording puts keys in the young one; once that
+  holds half of ``max_blocks`` keys or is ``max_age / 2`` old, it becomes the old one and
+  the old one is dropped. So a block is remembered for ``max_age / 2`` to ``max_age``
+  after it was last sent, at most ``max_blocks`` blocks are held (and one request's
+  more), and each request costs a dictionary lookup or two per block.
+- :class:`PrefixRouter`: the choice, given the lane least-load picked
+  (:class:`~._admission.Admission`). The lane whose blocks match the longest part of the
+  prompt wins if that part is at least ``min_match`` of the prompt's blocks and the lane
+  may take a request (in the rotation, untried, not ejected, queue under the limit);
+  among lanes that match as far, the least loaded. Load balance wins instead, and
+  least-load's lane gets the request, when that lane has nothing in flight while the
+  matched lane has; when the matched lane has ``balance_requests`` more requests in
+  flight than least-load's and ``balance_ratio`` times as many (SGLang's thresholds,
+  measured against the lane that would take the request rather than across the fleet);
+  or when a fresh sample says the matched lane has a queue of its own and least-load's
+  has none. So no lane idles while another has work, and none queues beside one that
+  does not. Least-load's lane is then sent the prefix too, and later requests of that
+  template find it on both: a template that one lane cannot keep up with spreads.
+
+A lane that leaves the rotation matches nothing from then on, and one that comes back
+(a restart, a new :class:`~._lane_state.LaneState`) matches only what it was sent
+since: its old blocks go out with their generation.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ddsup.endpoint._lane_state import LaneState
+from ddsup.endpoint._lanes import LaneTable
+
+BLOCK_CHARS = 128  # characters of a prompt per key: about 32 tokens of English
+BLOCK_TOKENS = 32  # token ids per key, for a prompt given as ids
+MAX_BLOCKS = 64  # keys of one request at most: its first 8,192 characters
+HOLDERS = 4  # lanes remembered per block, the latest last
+
+Holders = tuple[LaneState, ...]
+
+
+def prompt_keys(payload: Mapping[str, Any], name: str) -> list[int]:
+    """The chain of keys of the request's prompt for model ``name`` (empty: none to key).
+
+    The prompt is the ``messages`` of a chat request (each message's role and text, with
+    a ``system`` field first), else a ``prompt`` (text, token ids, or a batch of either:
+    its first), else a text ``input``.
+    """
+    prompt = _prompt(payload)
+    if not prompt:
+        return []
+    key = hash(name)
+    keys = []
+    if isinstance(prompt, str):
+        for start in range(0, min(len(prompt), BLOCK_CHARS * MAX_BLOCKS), BLOCK_CHARS):
+            key = hash((key, prompt[start : start + BLOCK_CHARS]))
+            keys.append(key)
+        return keys
+    try:
+        for start in range(0, min(len(prompt), BLOCK_TOKENS * MAX_BLOCKS), BLOCK_TOKENS):
+            key = hash((key, tuple(prompt[start : start + BLOCK_TOKENS])))
+            keys.append(key)
+    except TypeError:  # not ids: a list holding lists or objects; vLLM says what is wrong
+        return []
+    return keys
+
+
+def _prompt(payload: Mapping[str, Any]) -> str | list[Any] | None:
+    messages = payload.get("messages")
+    if isinstance(messages, list):
+        return _rendered(payload.get("system"), messages)
+    prompt = payload.get("prompt")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch: its first prompt
+    if isinstance(prompt, (str, list)):
+        return prompt
+    text = payload.get("input")
+    return text if isinstance(text, str) else None
+
+
+def _rendered(system: object, messages: list[Any]) -> str:
+    """Role and text of each message, as far as the keyed blocks reach."""
+    parts = [system] if isinstance(system, str) else []
+    size = len(parts[0]) if parts else 0
+    for message in messages:
+        if size >= BLOCK_CHARS * MAX_BLOCKS or not isinstance(message, dict):
+            break
+        content = message.get("content")
+        if isinstance(content, list):  # parts: their text, in order
+            content = "".join(
+                p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+            )
+        elif not isinstance(content, str):
+            content = ""
+        part = f"\x1e{message.get('role')}\x1f{content}"
+        parts.append(part)
+        size += len(part)
+    return "".join(parts)
+
+
+class PrefixIndex:
+    """Which lanes were sent which blocks, in two generations (see the module docstring)."""
+
+    def __init__(self, max_blocks: int, max_age: float) -> None:
+        self.half = max(1, max_blocks // 2)
+        self.max_age = max_age
+        self._young: dict[int, Holders] = {}
+        self._old: dict[int, Holders] = {}
+        self._born = -math.inf  # when the young generation began
+        self._alone: dict[LaneState, Holders] = {}  # each lane's one-lane tuple, shared
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old)
+
+    def holders(self, keys: Sequence[int], now: float) -> list[Holders]:
+        """The lanes sent each of the first blocks of ``keys``, as far as any was."""
+        self._age(now)
+        young, old = self._young, self._old
+        found = []
+        for key in keys:
+            lanes = young.get(key) or old.get(key)
+            if lanes is None:
+                break
+            found.append(lanes)
+        return found
+
+    def record(self, keys: Sequence[int], lane: LaneState, now: float) -> None:
+        """``lane`` was sent the blocks of ``keys``."""
+        self._age(now)
+        if len(self._young) >= self.half or now - self._born >= self.max_age / 2:
+            self._old, self._young, self._born = self._young, {}, now
+        alone = self._alone.get(lane)
+        if alone is None:
+            alone = self._alone[lane] = (lane,)
+        young, old = self._young, self._old
+        for key in keys:
+            lanes = young.get(key)
+            if lanes is None:
+                lanes = old.get(key)
+            elif lanes[-1] is lane:
+                continue
+            if lanes is None or lanes is alone:
+                young[key] = alone
+            else:
+                young[key] = (*[x for x in lanes if x is not lane][1 - HOLDERS :], lane)
+
+    def keep(self, lanes: Callable[[LaneState], bool]) -> None:
+        """Forget the shared tuples of lanes ``lanes`` says no to (they left)."""
+        self._alone = {lane: alone for lane, alone in self._alone.items() if lanes(lane)}
+
+    def _age(self, now: float) -> None:
+        if now - self._born >= self.max_age:  # both generations are too old
+            self._young, self._old, self._born = {}, {}, now
+
+
+class Choice(str, enum.Enum):
+    """How a request's lane was chosen (the endpoint's ``prefix_routed_total``)."""
+
+    PREFIX = "prefix"  # the lane that holds the longest part of the prompt
+    NO_MATCH = "no_match"  # no lane holds enough of it: least-load's lane
+    BALANCE = "balance"  # a lane holds it, but load balance won: least-load's lane
+
+
+@dataclass(frozen=True)
+class PrefixPolicy:
+    """The thresholds (``[endpoint]`` keys of the same names, ``prefix_`` before each)."""
+
+    min_match: float = 0.3
+    balance_requests: int = 64
+    balance_ratio: float = 1.5
+
+
+class PrefixRouter:
+    """The choice over one :class:`LaneTable` (see the module docstring); one per process."""
+
+    def __init__(self, table: LaneTable, policy: PrefixPolicy, index: PrefixIndex) -> None:
+        self.table = table
+        self.policy = policy
+        self.index = index
+        self._generation = table.generation
+
+    def choose(
+        self,
+        name: str,
+        least: LaneState,
+        keys: Sequence[int],
+        tried: Collection[str],
+        *,
+        limit: int,
+        now: float,
+        stale_after: float,
+    ) -> tuple[LaneState, Choice]:
+        """The lane for a request for ``name`` with prompt ``keys``, and why; the lane is
+        recorded as sent those blocks. ``least`` is least-load's choice, under the same
+        ``tried``, ``limit`` and ``now`` (:func:`time.monotonic`)."""
+        table = self.table
+        if table.generation != self._generation:
+            self._generation = table.generation
+            self.index.keep(lambda lane: table.state_at(lane.slot) is lane)
+        lane = self._matched(name, keys, tried, limit, now, stale_after)
+        if lane is None:
+            choice, lane = Choice.NO_MATCH, least
+        elif lane is not least and self._unbalanced(lane, least, now, stale_after):
+            choice, lane = Choice.BALANCE, least
+        else:
+            choice = Choice.PREFIX
+        self.index.record(keys, lane, now)
+        return lane, choice
+
+    def _matched(
+        self,
+        name: str,
+        keys: Sequence[int],
+        tried: Collection[str],
+        limit: int,
+        now: float,
+        stale_after: float,
+    ) -> LaneState | None:
+        """The lane that may take the request and holds the most of it (at least
+        ``min_match``); among lanes level with it the least loaded, then the latest sent."""
+        found = self.index.holders(keys, now)
+        enough = max(1, math.ceil(self.policy.min_match * len(keys) - 1e-9))
+        state_at, now_us = self.table.state_at, now * 1e6
+        for depth in range(len(found), enough - 1, -1):
+            best: LaneState | None = None
+            for lane in reversed(found[depth - 1]):
+                if (
+                    state_at(lane.slot) is lane
+                    and name in lane.names
+                    and lane.info.instance not in tried
+                    and lane.ejected_until <= now_us
+                    and lane.queue(now, stale_after) < limit
+                    and (best is None or lane.outstanding < best.outstanding)
+                ):
+                    best = lane
+            if best is not None:
+                return best
+        return None
+
+    def _unbalanced(
+        self, lane: LaneState, least: LaneState, now: float, stale_after: float
+    ) -> bool:
+        """Whether least-load's lane should have the request rather than ``lane``."""
+        busy, idle = lane.outstanding, least.outstanding
+        if busy > 0 and idle == 0:
+            return True
+        policy = self.policy
+        if busy > idle + policy.balance_requests and busy > idle * policy.balance_ratio:
+            return True
+        return _waiting(lane, now, stale_after) > 0 and _waiting(least, now, stale_after) == 0
+
+
+def _waiting(lane: LaneState, now: float, stale_after: float) -> int:
+    """The lane's own queue by a fresh sample (0 without one)."""
+    waiting = lane.waiting
+    if waiting is None or now - lane.sampled_at > stale_after:
+        return 0
+    return waiting
