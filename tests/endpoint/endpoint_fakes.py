@@ -74,6 +74,7 @@ class FakeLane:
         self.names: list[str] = []  # more names its /v1/models lists (aliases, adapters)
         self.models_status = 200
         self.waiting: int | None = 0
+        self.cache: tuple[int, int] | None = None  # its prefix cache's (queries, hits)
         self.metrics_hits = 0
         self.received: list[Received] = []
         self.disconnected = trio.Event()
@@ -137,6 +138,8 @@ class FakeLane:
             if self.metrics_hold is not None:
                 await self.metrics_hold.wait()  # a busy vLLM renders its /metrics late
             text = b"" if self.waiting is None else _metrics_text(self.model, self.waiting)
+            if self.cache is not None:
+                text += _cache_text(self.model, *self.cache)
             await _send(conn, stream, self.metrics_status, text, [])
             return not self.metrics_then_close  # closed unannounced: a keep-alive timeout
         if path == "/v1/models":  # what vLLM lists: its names and adapters
@@ -212,6 +215,18 @@ def _metrics_text(model: str, waiting: int) -> bytes:
         "# TYPE vllm:num_requests_waiting gauge\n"
         f'vllm:num_requests_running{{model_name="{model}"}} 1.0\n'
         f'vllm:num_requests_waiting{{model_name="{model}"}} {float(waiting)}\n'
+    ).encode()
+
+
+def _cache_text(model: str, queries: int, hits: int) -> bytes:
+    """vLLM's prefix-cache counters, as it writes them (and one that only looks alike)."""
+    return (
+        "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in tokens.\n"
+        "# TYPE vllm:prefix_cache_queries_total counter\n"
+        f'vllm:prefix_cache_queries_total{{engine="0",model_name="{model}"}} {float(queries)}\n'
+        f'vllm:prefix_cache_queries_created{{engine="0",model_name="{model}"}} 1.7e9\n'
+        f'vllm:prefix_cache_hits_total{{engine="0",model_name="{model}"}} {float(hits)}\n'
+        f'vllm:external_prefix_cache_hits_total{{engine="0",model_name="{model}"}} 99.0\n'
     ).encode()
 
 

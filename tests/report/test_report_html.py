@@ -55,6 +55,19 @@ def test_the_page_shows_the_run(tmp_path: Path) -> None:
     assert "3 refused with 429, 1 other refusal, 1 failed lane attempt" in page
     assert "start → first request</dt><dd>50 s" in page
     assert "<title>a@0 · loading (starting)" in timeline  # hover text on every bar
+    assert "prefix cache</dt><dd>no counters read from the lanes" in page
+
+
+def test_the_page_shows_the_lanes_prefix_cache_hit_rate(tmp_path: Path) -> None:
+    run = two_lane_run()
+    assert run.series is not None
+    run.series[1]["prefix_cache"] = {"a@0": [3000, 1500]}
+    run.series[-1]["prefix_cache"] = {"a@0": [1000, 700], "a@1": [200, 0]}
+    page = page_of(write_state(tmp_path / "run", run))
+    assert (
+        "prefix cache</dt><dd>52% of 4,200 prompt tokens found in the lanes&#x27; caches "
+        "(2,000 computed)" in page
+    )
 
 
 def test_the_page_needs_no_script_and_no_network(tmp_path: Path) -> None:

@@ -282,3 +282,37 @@ def test_one_file_reads_as_written(tmp_path: Path) -> None:
     write_file(tmp_path / "series", 1, lines)
     series = read_series(tmp_path)
     assert [line.counts for line in series.lines] == [x["counts"] for x in lines]
+
+
+def test_the_lanes_cache_counters_are_recorded_and_read_back(tmp_path: Path) -> None:
+    """What the lanes' prefix-cache counters added, per lane, in the line of its span;
+    several files' lines of one second add up; a malformed record is named and skipped."""
+    recorder = SeriesRecorder(tmp_path)
+    recorder.cached("a", 834, 512)
+    recorder.cached("a", 100.0, 80.0)
+    recorder.cached("b", 50, 0)
+    assert recorder.active()  # nothing went through a lane, yet there is a line
+    line = recorder.take(wall_offset=0.0)
+    assert line["prefix_cache"] == {"a": [934, 592], "b": [50, 0]}
+    assert line["lanes"] == [] and not recorder.active()
+    assert "prefix_cache" not in recorder.take(wall_offset=0.0)
+    write_file(
+        tmp_path / "series",
+        1,
+        [
+            {"t": 101.0, "d": 1.0, "lanes": [], "counts": [], "prefix_cache": {"a": [934, 592]}},
+            {"t": 102.0, "d": 1.0, "lanes": ["a"], "counts": [1, 1, 0, 0, 0.5, 9]},
+            {"t": 103.0, "d": 1.0, "lanes": [], "counts": [], "prefix_cache": ["a", 1, 2]},
+        ],
+    )
+    write_file(
+        tmp_path / "series",
+        2,
+        [{"t": 101.0, "d": 1.0, "lanes": ["a"], "counts": [2, 2, 0, 0, 1.0, 4]}],
+    )
+    series = read_series(tmp_path)
+    first = series.lines[0]
+    assert first.lanes == ["a"] and first.counts == [2, 2, 0, 0, 1.0, 4]
+    assert first.prefix_cache == {"a": (934, 592)}
+    assert series.prefix_cache() == (934, 592)
+    assert len(series.problems) == 1 and "endpoint-1.jsonl:4" in series.problems[0]

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ddsup.endpoint._body_budget import BodyBudget
+from ddsup.endpoint._lane_state import LaneInfo
 from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._prefix_cache import PrefixCacheTally
 from ddsup.endpoint._timeseries import NO_SERIES, SeriesHooks  # [series hook]
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -33,6 +35,7 @@ class Metrics:
         self.metrics_errors: defaultdict[str, int] = defaultdict(int)
         self.ejections: defaultdict[str, int] = defaultdict(int)  # by lane (see ._ejection)
         self.prefix_routed: defaultdict[tuple[str, str], int] = defaultdict(int)  # model, how
+        self.lane_cache = PrefixCacheTally()  # the lanes' own counters, where sampled
         self.bodies: BodyBudget | None = None  # this process's, read when rendered
         self.body_bytes = 0  # other workers' (a gathered total)
         self._hist: dict[str, list[int]] = {}
@@ -48,6 +51,12 @@ class Metrics:
         counts[bisect_left(BUCKETS, seconds)] += 1
         self._sum[model] += seconds
 
+    def cache_sampled(self, lane: LaneInfo, body: bytes) -> None:
+        """A sample of ``lane``'s ``/metrics``: what its prefix-cache counters added."""
+        added = self.lane_cache.sampled(lane, body)
+        if added is not None and (added[0] or added[1]):
+            self.series.cached(lane.instance, *added)  # [series hook]
+
     def snapshot(self) -> dict[str, Any]:
         """Every counter, as JSON (label tuples become lists)."""
         return {
@@ -58,6 +67,7 @@ class Metrics:
             "metrics_errors": [[k, n] for k, n in self.metrics_errors.items()],
             "ejections": [[k, n] for k, n in self.ejections.items()],
             "prefix_routed": [[*k, n] for k, n in self.prefix_routed.items()],
+            "lane_cache": [[lane, *total] for lane, total in self.lane_cache.totals.items()],
             "histogram": [[m, counts, self._sum[m]] for m, counts in self._hist.items()],
             "body_bytes": self._body_bytes(),
         }
@@ -83,6 +93,8 @@ class Metrics:
             self.ejections[label] += n
         for model, how, n in snapshot.get("prefix_routed", ()):
             self.prefix_routed[(model, how)] += n
+        for lane, queries, hits in snapshot.get("lane_cache", ()):
+            self.lane_cache.add(lane, queries, hits)
         self.body_bytes += snapshot.get("body_bytes", 0)
         for model, counts, total in snapshot["histogram"]:
             mine = self._hist.setdefault(model, [0] * (len(BUCKETS) + 1))
@@ -151,6 +163,28 @@ class Metrics:
         _family(out, "lane_ejections_total", "counter", "Times each lane was ejected.")
         for lane, n in sorted(self.ejections.items()):
             out.append(f"ddsup_endpoint_lane_ejections_total{{lane={_q(lane)}}} {n}")
+        self._render_cache(out)
+
+    def _render_cache(self, out: list[str]) -> None:
+        """The lanes' prefix-cache counters, summed over their restarts, and the hit ratio."""
+        totals = sorted(self.lane_cache.totals.items())
+        for at, what in ((0, "queries"), (1, "hits")):
+            _family(
+                out,
+                f"lane_prefix_cache_{what}_total",
+                "counter",
+                f"Prompt tokens of the lane's vllm:prefix_cache_{what}_total, summed over its starts.",
+            )
+            for lane, total in totals:
+                value = f"{total[at]:.17g}"
+                out.append(
+                    f"ddsup_endpoint_lane_prefix_cache_{what}_total{{lane={_q(lane)}}} {value}"
+                )
+        queries, hits = self.lane_cache.overall()
+        _family(out, "prefix_cache_hit_ratio", "gauge", "Lanes' prefix-cache hits / queries.")
+        out.append(
+            f"ddsup_endpoint_prefix_cache_hit_ratio {hits / queries if queries else 0.0:.6g}"
+        )
 
     def _render_histogram(self, out: list[str]) -> None:
         name = "ddsup_endpoint_request_duration_seconds"

@@ -168,6 +168,7 @@ async def _sample_one(
             status, body = await fetch(state.pool, "/metrics", config.metrics_timeout)
             if status == 200:
                 waiting = parse_waiting(body)
+                metrics.cache_sampled(state.info, body)
             else:
                 log.debug("lane %s: /metrics answered %d", state.info.instance, status)
         except UpstreamError as err:

@@ -5,7 +5,9 @@ attempt goes to a lane, ``sent(lane, n)`` for body bytes relayed to the client,
 ``finished(lane, status)`` when the attempt ends (status 0: no whole response, the
 lane's fault; :data:`CUT`: cut short by the client hanging up or by the endpoint's own
 stop, which the lane cannot help), and ``refused(model, status)`` when the endpoint
-answers a request itself with an error.
+answers a request itself with an error; and, in the process that samples the lanes'
+``/metrics``, ``cached(lane, queries, hits)`` with what a lane's prefix-cache counters
+added (:mod:`._prefix_cache`).
 Each is a dict lookup and a few integer additions; the clock is read only when a lane
 goes from idle to busy or back, which is what makes ``busy`` (seconds with at least one
 request outstanding) exact. Without a state directory the endpoint gets
@@ -53,6 +55,7 @@ class SeriesHooks(Protocol):
     def sent(self, lane: str, nbytes: int) -> None: ...
     def finished(self, lane: str, status: int) -> None: ...
     def refused(self, model: str, status: int) -> None: ...
+    def cached(self, lane: str, queries: float, hits: float) -> None: ...
 
 
 class _NoSeries:
@@ -70,8 +73,30 @@ class _NoSeries:
     def refused(self, model: str, status: int) -> None:
         pass
 
+    def cached(self, lane: str, queries: float, hits: float) -> None:
+        pass
+
 
 NO_SERIES: SeriesHooks = _NoSeries()
+
+
+class CacheHandover(_NoSeries):
+    """The hooks of a process that samples the lanes but serves nothing (the parent of
+    several workers): what the lanes' prefix-cache counters added waits here until
+    :meth:`take` hands it to a worker, whose series records it."""
+
+    def __init__(self) -> None:
+        self._cached: dict[str, list[float]] = {}
+
+    def cached(self, lane: str, queries: float, hits: float) -> None:
+        counters = self._cached.setdefault(lane, [0.0, 0.0])
+        counters[0] += queries
+        counters[1] += hits
+
+    def take(self) -> tuple[tuple[str, float, float], ...]:
+        taken = tuple((lane, q, h) for lane, (q, h) in self._cached.items())
+        self._cached = {}
+        return taken
 
 
 class _Lane:
@@ -104,6 +129,7 @@ class SeriesRecorder:
         self.directory = directory  # where write_series puts this process's file
         self._lanes: dict[str, _Lane] = {}
         self._refused: dict[tuple[str, int], int] = {}
+        self._cached: dict[str, list[float]] = {}  # lane → [queries, hits] since the last line
         self.first: float | None = None  # monotonic time of the first request
         self._first_written = False
         self._taken_at = _monotonic()
@@ -144,10 +170,18 @@ class SeriesRecorder:
         key = (model, status)
         self._refused[key] = self._refused.get(key, 0) + 1
 
+    def cached(self, lane: str, queries: float, hits: float) -> None:
+        counters = self._cached.get(lane)
+        if counters is None:
+            self._cached[lane] = [queries, hits]
+        else:
+            counters[0] += queries
+            counters[1] += hits
+
     # --- the writer's side ----------------------------------------------------------
     def active(self) -> bool:
         """Anything to write: a counter moved, or a lane is busy, since the last line."""
-        if self._refused:
+        if self._refused or self._cached:
             return True
         return any(
             c.started or c.finished or c.failed or c.cut or c.outstanding or c.busy
@@ -190,6 +224,11 @@ class SeriesRecorder:
                 refused.setdefault(model, {})[str(status)] = n
             line["refused"] = refused
             self._refused = {}
+        if self._cached:
+            line["prefix_cache"] = {
+                lane: [round(q), round(h)] for lane, (q, h) in self._cached.items()
+            }
+            self._cached = {}
         if self.first is not None and not self._first_written:
             line["first"] = round(self.first + wall_offset, 3)
             self._first_written = True

@@ -51,7 +51,7 @@ async def serve_worker(address: str) -> None:
     counts = SharedCounts(fds[-1], start.rows, start.worker)
     table = LaneTable(max_idle=config.max_idle_upstream_connections, counts=counts)
     endpoint = Endpoint(config, table)
-    follower = _Follower(channel, endpoint)
+    follower = _Follower(channel, endpoint, records_cache=start.worker == 0)
     endpoint.render_metrics = follower.render_metrics
     listeners = [
         trio.SocketListener(trio.socket.from_stdlib_socket(socket.socket(fileno=fd)))
@@ -79,9 +79,10 @@ async def serve_worker(address: str) -> None:
 class _Follower:
     """Applies the parent's messages to this worker and asks it for scrape totals."""
 
-    def __init__(self, channel: link.Link, endpoint: Endpoint) -> None:
+    def __init__(self, channel: link.Link, endpoint: Endpoint, *, records_cache: bool) -> None:
         self.channel = channel
         self.endpoint = endpoint
+        self.records_cache = records_cache  # the lanes' cache counters go into our series
         self._scrapes: dict[int, link.Scraped | None] = {}
         self._answered = trio.Event()
         self._next_scrape = 0
@@ -107,6 +108,9 @@ class _Follower:
                 state = table.state_at(slot)
                 if state is not None:
                     state.record_sample(waiting, now)
+            if self.records_cache:
+                for lane, queries, hits in message.cached:
+                    self.endpoint.metrics.series.cached(lane, queries, hits)  # [series hook]
             await link.send(self.channel, link.Applied(message.seq))
         elif isinstance(message, link.SnapshotWanted):
             counters = self.endpoint.metrics.snapshot()

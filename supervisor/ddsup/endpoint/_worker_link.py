@@ -79,10 +79,13 @@ class LanesChanged:
 class Samples:
     """One sampling round's queue samples: (slot, waiting) pairs, ``waiting`` ``None``
     where the lane's /metrics failed. One message a round, not one a lane: with 1,024
-    busy lanes that is one line a second per worker instead of 1,024 (and as many acks)."""
+    busy lanes that is one line a second per worker instead of 1,024 (and as many acks).
+    ``cached``: what the lanes' prefix-cache counters added, (lane, queries, hits), for
+    the time series of worker 0 (the parent, which samples, writes none)."""
 
     seq: int
     samples: tuple[tuple[int, int | None], ...]
+    cached: tuple[tuple[str, float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,10 @@ def decode(data: dict[str, Any]) -> Message:
             data["workers"] = tuple((i, p) for i, p in data["workers"])
         elif kind is Samples:
             data["samples"] = tuple((int(slot), waiting) for slot, waiting in data["samples"])
+            data["cached"] = tuple(
+                (str(lane), float(queries), float(hits))
+                for lane, queries, hits in data.get("cached", ())
+            )
         return kind(**data)
     except (KeyError, TypeError, ValueError) as err:
         raise ChannelError(f"malformed endpoint link message: {err!r}") from err

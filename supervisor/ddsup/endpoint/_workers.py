@@ -39,6 +39,7 @@ from ddsup.endpoint._lanes import LaneTable, Touched
 from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._metrics_sampler import sample_lanes
 from ddsup.endpoint._shared_counts import SharedCounts
+from ddsup.endpoint._timeseries import CacheHandover  # [series hook]
 from ddsup.process import ChildProcess, SpawnError, spawn
 
 STDERR = 2
@@ -85,6 +86,8 @@ class WorkerPool:
         self.count = count
         self.paced_gc = paced_gc
         self.metrics = Metrics()  # the parent's own: /metrics sample failures
+        self._cached = CacheHandover()  # the lanes' cache counters, for worker 0's series
+        self.metrics.series = self._cached
         self._workers: list[_Worker] = []
         self._seq = 0
         self._touched: Touched | None = None  # the table's changes since the last send
@@ -324,7 +327,7 @@ class WorkerPool:
     def _samples_recorded(self, states: Sequence[LaneState]) -> None:
         self._seq += 1
         samples = tuple((state.slot, state.waiting) for state in states)
-        self._broadcast(link.Samples(self._seq, samples))
+        self._broadcast(link.Samples(self._seq, samples, self._cached.take()))
 
     async def _scrape(self, asking: _Worker, scrape_id: int) -> None:
         """Gather every worker's counters, add the parent's, answer ``asking``."""

@@ -12,15 +12,18 @@ a restarted endpoint appends to a new file, and readers merge them all. JSON lin
 - then one line per interval in which something happened (quiet intervals write
   nothing): ``{"t": <end, Unix s>, "d": <span, s>, "lanes": ["llama@0", "llama@3"],
   "counts": [started, finished, failed, outstanding, busy, bytes, started, …],
-  "refused": {"llama": {"429": 3}}}``: ``lanes`` names the lanes that had activity, and
-  ``counts`` holds their ``FIELDS`` one lane after another (lane ``i`` at
-  ``counts[6*i:6*i+6]``; flat because decoding it is three times faster than an object
-  per lane, which matters for a day of a thousand lanes). ``refused`` appears when the
-  endpoint answered a request itself with an error, ``cut`` (``{"llama@0": 2}``) when
-  attempts were cut short by their client hanging up or by the endpoint's own stop (a
-  lane's ``failed`` never counts those), ``first`` (Unix s) on the line where
-  the first request of the process started, and ``quiet`` (Unix s) when every lane was
-  idle at the line's end: the moment the last of them finished.
+  "refused": {"llama": {"429": 3}}, "prefix_cache": {"llama@0": [834, 512]}}``: ``lanes``
+  names the lanes that had activity, and ``counts`` holds their ``FIELDS`` one lane after
+  another (lane ``i`` at ``counts[6*i:6*i+6]``; flat because decoding it is three times
+  faster than an object per lane, which matters for a day of a thousand lanes).
+  ``refused`` appears when the endpoint answered a request itself with an error, ``cut``
+  (``{"llama@0": 2}``) when attempts were cut short by their client hanging up or by the
+  endpoint's own stop (a lane's ``failed`` never counts those), ``prefix_cache`` when
+  the lanes' own prefix-cache counters moved (per lane: the prompt tokens it looked up in
+  its cache and those it found there, over the line's span; written by the process that
+  samples the lanes, worker 0 when there are several), ``first`` (Unix s) on the line
+  where the first request of the process started, and ``quiet`` (Unix s) when every lane
+  was idle at the line's end: the moment the last of them finished.
 
 ``busy`` is the seconds of the span during which the lane had at least one request
 outstanding: the "serving" of the efficiency table. A line usually spans one interval;
@@ -96,6 +99,7 @@ class SeriesLine:
     first: float | None = None
     quiet: float | None = None
     cut: Mapping[str, int] = field(default_factory=dict)  # lane → attempts cut short
+    prefix_cache: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def start(self) -> float:
@@ -137,6 +141,11 @@ class Series:
                 samples.busy.extend(columns[i * len(FIELDS) + BUSY])
                 samples.started.extend(columns[i * len(FIELDS) + STARTED])
         return {name: _in_order(samples) for name, samples in lanes.items()}
+
+    def prefix_cache(self) -> tuple[int, int]:
+        """Prompt tokens the lanes looked up in their prefix caches, and those found."""
+        pairs = [pair for line in self.lines for pair in line.prefix_cache.values()]
+        return sum(q for q, _ in pairs), sum(h for _, h in pairs)
 
     @property
     def first_request(self) -> float | None:
@@ -217,6 +226,9 @@ def _line(record: Mapping[str, Any]) -> SeriesLine:
         for model, by_status in record.get("refused", {}).items()
     }
     first, quiet = record.get("first"), record.get("quiet")
+    cache = record.get("prefix_cache", {})
+    if not isinstance(cache, dict):
+        raise TypeError("prefix_cache must be an object")
     return SeriesLine(
         end=float(record["t"]),
         span=max(0.0, float(record["d"])),
@@ -226,6 +238,7 @@ def _line(record: Mapping[str, Any]) -> SeriesLine:
         first=None if first is None else float(first),
         quiet=None if quiet is None else float(quiet),
         cut={str(lane): int(n) for lane, n in record.get("cut", {}).items()},
+        prefix_cache={str(lane): (int(q), int(h)) for lane, (q, h) in cache.items()},
     )
 
 
@@ -279,6 +292,7 @@ class _Group:
             first=min((x.first for x in lines if x.first is not None), default=None),
             quiet=_quiet(lines),
             cut=_cut(lines),
+            prefix_cache=_prefix_cache(lines),
         )
 
 
@@ -320,6 +334,14 @@ def _cut(lines: Sequence[SeriesLine]) -> dict[str, int]:
     for line in lines:
         for lane, n in line.cut.items():
             total[lane] = total.get(lane, 0) + n
+    return total
+
+
+def _prefix_cache(lines: Sequence[SeriesLine]) -> dict[str, tuple[int, int]]:
+    total: dict[str, tuple[int, int]] = {}
+    for lane, (queries, hits) in (x for line in lines for x in line.prefix_cache.items()):
+        had = total.get(lane, (0, 0))
+        total[lane] = (had[0] + queries, had[1] + hits)
     return total
 
 

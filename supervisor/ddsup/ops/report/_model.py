@@ -77,13 +77,16 @@ class NodeGroup:
 
 @dataclass(frozen=True)
 class Totals:
-    """Requests through the endpoint over the whole run."""
+    """Requests through the endpoint over the whole run, and the prompt tokens the lanes
+    looked up in their prefix caches and found there (their own counters)."""
 
     answered: int
     failed: int  # lane attempts that failed: the lane's doing
     refused_429: int
     refused_other: int
     cut: int = 0  # attempts cut short by their client or the endpoint's stop: nobody's fault
+    cache_queries: int = 0
+    cache_hits: int = 0
 
 
 @dataclass(frozen=True)
@@ -157,4 +160,4 @@ def _totals(files: RunFiles) -> Totals:
                     too_many += n
                 else:
                     other += n
-    return Totals(answered, failed, too_many, other, cut)
+    return Totals(answered, failed, too_many, other, cut, *files.series.prefix_cache())

@@ -79,6 +79,7 @@ def efficiency_section(report: Report) -> str:
             f"{_count(totals.failed, 'failed lane attempt')}, "
             f"{totals.cut:,} cut short by the client or a stop",
         ),
+        ("prefix cache", _prefix_cache(totals.cache_queries, totals.cache_hits)),
         ("restarts", f"{sum(lane.restarts for lane in eff.lanes):,}"),
     ]
     return (
@@ -108,6 +109,16 @@ def tables_section(report: Report) -> str:
     parts.append(_fold(f"By lane ({lanes})", _lane_table(report), lanes))
     parts.append("</section>")
     return "".join(parts)
+
+
+def _prefix_cache(queries: int, hits: int) -> str:
+    """The lanes' prefix-cache hit rate over the run, by their own counters."""
+    if not queries:
+        return "no counters read from the lanes"
+    return (
+        f"{hits / queries:.0%} of {queries:,} prompt tokens found in the lanes' caches "
+        f"({queries - hits:,} computed)"
+    )
 
 
 def _count(n: int, noun: str) -> str:
