@@ -127,6 +127,23 @@ def test_the_index_forgets_blocks_not_sent_for_max_age() -> None:
     assert fleet.route(record(4), least="c", now=291.0) == ("c", Choice.NO_MATCH)
 
 
+def test_a_block_remembers_its_first_lane_and_the_latest_others() -> None:
+    table = LaneTable([info(name, 8000 + i) for i, name in enumerate("abcdef")])
+    index = PrefixIndex(1 << 10, 600.0)
+    keys = prompt_keys(record(0), "m")
+    lanes = [table.state_of(name) for name in "abcdef"]
+    for lane in lanes:
+        assert lane is not None
+        index.record(keys, lane, 0.0)
+    held = index.holders(keys, 0.0)
+    assert len(held) == len(keys)
+    assert [lane.info.instance for lane in held[-1]] == ["a", "d", "e", "f"]
+    for again in (lanes[4], lanes[1]):  # e is held: it stays where it is; b was dropped
+        assert again is not None
+        index.record(keys, again, 0.0)
+    assert [lane.info.instance for lane in index.holders(keys, 0.0)[0]] == ["a", "e", "f", "b"]
+
+
 def test_the_index_holds_at_most_its_bound_and_keeps_what_is_in_use() -> None:
     fleet = Fleet(max_blocks=256)
     index = fleet.router.index
@@ -173,7 +190,7 @@ def test_a_match_below_the_threshold_goes_by_load() -> None:
     assert fleet.route(long_tail, least="b") == ("b", Choice.NO_MATCH)
     fleet.load("c", 1)
     half = {"prompt": short + "y" * (BLOCK_CHARS * 2)}  # 2 of 4 blocks match: 0.5
-    assert fleet.route(half, least="c") == ("b", Choice.PREFIX)  # level with a: the latest
+    assert fleet.route(half, least="c") == ("a", Choice.PREFIX)  # level with b: sent it first
 
 
 def test_load_balance_wins_past_both_thresholds() -> None:
@@ -197,9 +214,11 @@ def test_an_idle_lane_takes_the_request_from_a_busy_one() -> None:
     assert fleet.route(record(1), least="b") == ("b", Choice.BALANCE)
     fleet.load("b", 1)
     fleet.load("c", 1)
-    # both a and b hold the template now: the less loaded of them
+    # both a and b hold the template now: a, which was sent it first, while load allows
     fleet.load("a", 2)
-    assert fleet.route(record(2), least="c") == ("b", Choice.PREFIX)
+    assert fleet.route(record(2), least="c") == ("a", Choice.PREFIX)
+    fleet.route(record(3), least="b", tried=("a",))
+    assert fleet.route(record(4), least="c") == ("a", Choice.PREFIX)  # not the latest, b
 
 
 def test_a_lane_that_queues_gives_way_to_one_that_does_not() -> None:

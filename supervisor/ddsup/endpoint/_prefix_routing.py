@@ -18,25 +18,28 @@ Three parts, none of which reads a clock or a socket:
   decide where a prompt goes, and the cost per request stays bounded. The keys are
   Python's string hashes, salted per process: nobody outside can aim for a collision,
   and one would cost a cache miss, never a wrong answer.
-- :class:`PrefixIndex`: each key → the lanes it was sent to (the latest last, at most
-  ``HOLDERS``), in two generations. Recording puts keys in the young one; once that
-  holds half of ``max_blocks`` keys or is ``max_age / 2`` old, it becomes the old one and
-  the old one is dropped. So a block is remembered for ``max_age / 2`` to ``max_age``
-  after it was last sent, at most ``max_blocks`` blocks are held (and one request's
-  more), and each request costs a dictionary lookup or two per block.
+- :class:`PrefixIndex`: each key → the lanes it was sent to, in the order they were first
+  sent it (at most ``HOLDERS``: the first, and the latest others), in two generations.
+  Recording puts keys in the young one; once that holds half of ``max_blocks`` keys or
+  is ``max_age / 2`` old, it becomes the old one and the old one is dropped. So a block
+  is remembered for ``max_age / 2`` to ``max_age`` after it was last sent, at most
+  ``max_blocks`` blocks are held (and one request's more), and each request costs a
+  dictionary lookup or two per block.
 - :class:`PrefixRouter`: the choice, given the lane least-load picked
   (:class:`~._admission.Admission`). The lane whose blocks match the longest part of the
   prompt wins if that part is at least ``min_match`` of the prompt's blocks and the lane
   may take a request (in the rotation, untried, not ejected, queue under the limit);
-  among lanes that match as far, the least loaded. Load balance wins instead, and
+  among lanes that match as far, the one sent it first: a template stays on its lane,
+  and a copy that load put on another lane is not kept warm for nothing, which would
+  take that lane's cache from the templates it holds. Load balance wins instead, and
   least-load's lane gets the request, when that lane has nothing in flight while the
   matched lane has; when the matched lane has ``balance_requests`` more requests in
   flight than least-load's and ``balance_ratio`` times as many (SGLang's thresholds,
   measured against the lane that would take the request rather than across the fleet);
   or when a fresh sample says the matched lane has a queue of its own and least-load's
   has none. So no lane idles while another has work, and none queues beside one that
-  does not. Least-load's lane is then sent the prefix too, and later requests of that
-  template find it on both: a template that one lane cannot keep up with spreads.
+  does not. Least-load's lane is then sent the prefix too: while its first lane stays
+  busier, later requests of the template go there as well.
 
 A lane that leaves the rotation matches nothing from then on, and one that comes back
 (a restart, a new :class:`~._lane_state.LaneState`) matches only what it was sent
@@ -57,7 +60,7 @@ from ddsup.endpoint._lanes import LaneTable
 BLOCK_CHARS = 128  # characters of a prompt per key: about 32 tokens of English
 BLOCK_TOKENS = 32  # token ids per key, for a prompt given as ids
 MAX_BLOCKS = 64  # keys of one request at most: its first 8,192 characters
-HOLDERS = 4  # lanes remembered per block, the latest last
+HOLDERS = 4  # lanes remembered per block: the first sent it, and the latest others
 
 Holders = tuple[LaneState, ...]
 
@@ -158,14 +161,13 @@ class PrefixIndex:
         young, old = self._young, self._old
         for key in keys:
             lanes = young.get(key)
-            if lanes is None:
-                lanes = old.get(key)
-            elif lanes[-1] is lane:
+            if lanes is not None:
+                if lanes is alone or lane in lanes:
+                    continue
+            elif (lanes := old.get(key)) is None or lanes is alone or lane in lanes:
+                young[key] = lanes or alone  # kept, in its order
                 continue
-            if lanes is None or lanes is alone:
-                young[key] = alone
-            else:
-                young[key] = (*[x for x in lanes if x is not lane][1 - HOLDERS :], lane)
+            young[key] = (lanes[0], *lanes[1:][2 - HOLDERS :], lane)
 
     def keep(self, lanes: Callable[[LaneState], bool]) -> None:
         """Forget the shared tuples of lanes ``lanes`` says no to (they left)."""
@@ -240,24 +242,20 @@ class PrefixRouter:
         stale_after: float,
     ) -> LaneState | None:
         """The lane that may take the request and holds the most of it (at least
-        ``min_match``); among lanes level with it the least loaded, then the latest sent."""
+        ``min_match``); among lanes level with it, the one sent it first."""
         found = self.index.holders(keys, now)
         enough = max(1, math.ceil(self.policy.min_match * len(keys) - 1e-9))
         state_at, now_us = self.table.state_at, now * 1e6
         for depth in range(len(found), enough - 1, -1):
-            best: LaneState | None = None
-            for lane in reversed(found[depth - 1]):
+            for lane in found[depth - 1]:
                 if (
                     state_at(lane.slot) is lane
                     and name in lane.names
                     and lane.info.instance not in tried
                     and lane.ejected_until <= now_us
                     and lane.queue(now, stale_after) < limit
-                    and (best is None or lane.outstanding < best.outstanding)
                 ):
-                    best = lane
-            if best is not None:
-                return best
+                    return lane
         return None
 
     def _unbalanced(
