@@ -113,8 +113,11 @@ async def test_min_ready_below_100_percent_end_to_end(tmp_path: Path) -> None:
     _fake_vllm_lane(units, "slow@", 4.0, replicas=2)
     units.add("worker", "worker", [PY, units.script("client.py")])
     port = free_port()
+    # by load: the client sends one prompt again and again, which routing by prefix would
+    # keep on the lane that has it (and the test is about lanes joining the rotation)
     (units.path / "endpoint.toml").write_text(
         f'[unit]\ntype = "endpoint"\n[endpoint]\nport = {port}\nmin_ready = 1\n'
+        'routing = "least-load"\n'
     )
     run = await run_start(
         units, tmp_path / "state", "--nodes", "1", "--gpus-per-node", "3", limit=60
