@@ -32,22 +32,57 @@ last lines check the endpoint's goals and say "met" or "missed".
     .venv/bin/python bench/endpoint_compare.py [--seconds 5] [--reps 3] [--baseline main]
 
 Needs wrk and nginx (``apt-get install -y nginx wrk``); takes about 10 minutes.
+
+Prefix-aware routing beside least-load, in one run (neither part needs wrk or nginx):
+
+- ``--only prefix``: two lanes of the CPU build of vLLM serving the tiny model of the
+  real-vLLM tests (``tests/support/vllm.py``, ``.venv-vllm``), and two endpoints in front
+  of both (``ddsup endpoint --routing least-load`` and ``--routing prefix``). The workload
+  is a templated job, as Data Designer sends one: ``--templates`` shared prefixes of about
+  ``--prefix-tokens`` tokens, ``--records`` records after each (a short line of their
+  own), in a random order, ``--concurrency`` requests in flight. The policies take turns
+  (``--reps`` each); before each turn the lanes' prefix caches are emptied (``POST
+  /reset_prefix_cache``, vLLM's dev mode) and the templates are new, so every turn starts
+  cold. Per turn: the prefill tokens the lanes computed (their
+  ``vllm:prefix_cache_queries_total`` minus ``…_hits_total``), the hit rate, requests per
+  second and balance: each lane's mean requests in flight through the endpoint, and the
+  share of samples (every 0.2 s) in which one lane sat idle (nothing running or waiting
+  in vLLM) while the other had a queue. ``--kv-blocks N`` gives each lane a KV cache of N
+  blocks (``--num-gpu-blocks-override``): one that holds the running requests and only
+  some of the templates, as a GPU's does under a real job; 0 keeps vLLM's default, which
+  holds everything this workload sends.
+- ``--only prefix-scale``: ``--lanes`` (64) ``ddsup fake-vllm`` lanes and the same two
+  endpoints; the endpoint's CPU per request (user + system of its process) under each
+  policy with templated requests (64 templates), and its resident memory; then the index
+  alone, in this process: the cost of a request's keys and of the choice at 64 lanes with
+  the index at its bound.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import os
+import queue
+import random
+import re
 import resource
 import shutil
+import socket
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
+from bench_marks import marked_process
 from endpoint_overload import run_level
 from endpoint_servers import (
     Child,
@@ -62,6 +97,9 @@ from endpoint_servers import (
     wrk,
 )
 from side_by_side import baseline_code, baseline_env, rotations
+
+from ddsup.endpoint import LaneInfo, LaneTable
+from ddsup.endpoint._prefix_routing import PrefixIndex, PrefixPolicy, PrefixRouter, prompt_keys
 
 PLAIN = '{"model":"m","prompt":"hi","max_tokens":16}'
 STREAM = '{"model":"m","prompt":"hi","stream":true}'
@@ -456,12 +494,422 @@ def _table(med: dict[str, dict[str, float]], variants: dict[str, Variant]) -> No
         )
 
 
+# Prefix-aware routing beside least-load (--only prefix, --only prefix-scale)
+
+POLICIES = ("least-load", "prefix")
+_WORDS = (
+    "label review product customer answer positive negative neutral example careful "
+    "reason brief quality shipping price broken works great awful return refund color "
+    "size battery screen sound delivery package support quickly slowly never always"
+)
+WORDS = _WORDS.split()
+
+
+@dataclass
+class Turn:
+    """One variant's run of the workload."""
+
+    policy: str
+    requests: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    queries: float = 0.0
+    hits: float = 0.0
+    outstanding: list[list[int]] = field(default_factory=list)  # per sample, per lane
+    idle_while_queued: int = 0
+    samples: int = 0
+    choices: dict[str, float] = field(default_factory=dict)  # prefix routing's, by kind
+
+    @property
+    def computed(self) -> float:
+        return self.queries - self.hits
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def get(url: str, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def post(url: str, path: str, body: bytes = b"", timeout: float = 30.0) -> tuple[int, bytes]:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        conn.request("POST", path, body, {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def metric(text: bytes, name: str, label: str = "") -> float:
+    """The sum of ``name``'s samples in Prometheus ``text`` (those whose labels hold
+    ``label``)."""
+    total = 0.0
+    for match in re.finditer(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", text.decode(), re.M):
+        if label in (match.group(1) or ""):
+            total += float(match.group(2))
+    return total
+
+
+def wait_ready(url: str, proc: Any, limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{url}: exited with {proc.returncode} before it was ready")
+        try:
+            if get(url, "/health", 2.0)[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)  # another process's readiness: a bounded poll
+    raise SystemExit(f"{url}: not ready within {limit:g} s")
+
+
+@contextmanager
+def routing_endpoint(
+    stack: ExitStack, lanes: list[str], policy: str, tmp: Path
+) -> Iterator[tuple[str, psutil.Process]]:
+    argv = [sys.executable, "-m", "ddsup", "endpoint", "--port", "0", "--routing", policy]
+    argv += [a for lane in lanes for a in ("--lane", f"m={lane}")]
+    out = tmp / f"endpoint-{policy}.log"
+    proc = stack.enter_context(marked_process(argv, out, stop_timeout=10))
+    deadline = time.monotonic() + 30
+    while not (match := re.search(r"http://\S+", out.read_text(errors="replace"))):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise SystemExit(f"the {policy} endpoint did not start:\n{out.read_text()}")
+        time.sleep(0.05)  # its first line: a bounded poll
+    yield match.group(0), psutil.Process(proc.pid)
+
+
+def words(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def template_of(rng: random.Random, lane: str, tokens: int) -> str:
+    """A new shared prefix of about ``tokens`` tokens (the lane's tokenizer counts)."""
+    text = f"Task {rng.randrange(10**9)}: " + words(rng, 8)
+    while True:
+        body = json.dumps({"model": "m", "prompt": text}).encode()
+        status, answer = post(lane, "/tokenize", body)
+        if status != 200:
+            raise SystemExit(f"/tokenize answered {status}: {answer[:200]!r}")
+        if json.loads(answer)["count"] >= tokens:
+            return text
+        text += " " + words(rng, 4)
+
+
+def workload(rng: random.Random, lane: str, args: argparse.Namespace) -> list[bytes]:
+    templates = [template_of(rng, lane, args.prefix_tokens) for _ in range(args.templates)]
+    bodies = []
+    for template in templates:
+        for i in range(args.records):
+            record = f"{template}\nRecord {i}: {words(rng, args.record_words)}\nAnswer:"
+            bodies.append(json.dumps({"model": "m", "prompt": record, "max_tokens": 8}).encode())
+    rng.shuffle(bodies)
+    return bodies
+
+
+def drive(url: str, bodies: list[bytes], concurrency: int, turn: Turn) -> None:
+    """Send ``bodies`` through ``url``, ``concurrency`` at a time, each client on its own
+    keep-alive connection."""
+    work: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+    for body in bodies:
+        work.put(body)
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    lock = threading.Lock()
+
+    def client() -> None:
+        conn = http.client.HTTPConnection(host, int(port), timeout=120)
+        while True:
+            try:
+                body = work.get_nowait()
+            except queue.Empty:
+                break
+            conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            response.read()
+            with lock:
+                turn.requests += 1
+                turn.errors += response.status != 200
+        conn.close()
+
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    start = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    turn.seconds = time.monotonic() - start
+
+
+def watch(url: str, lanes: list[str], turn: Turn, done: threading.Event) -> None:
+    """Every 0.2 s: each lane's requests in flight through the endpoint, and whether a
+    lane sat idle while another had a queue (by vLLM's own gauges)."""
+    while not done.wait(0.2):
+        try:
+            text = get(url, "/metrics")[1]
+            gauges = [get(lane, "/metrics")[1] for lane in lanes]
+        except OSError:
+            continue
+        turn.outstanding.append(
+            [
+                int(metric(text, "ddsup_endpoint_lane_outstanding", f'm#{i}"'))
+                for i in range(len(lanes))
+            ]
+        )
+        running = [metric(g, "vllm:num_requests_running") for g in gauges]
+        waiting = [metric(g, "vllm:num_requests_waiting") for g in gauges]
+        idle = any(r == 0 and w == 0 for r, w in zip(running, waiting, strict=True))
+        turn.idle_while_queued += idle and any(w > 0 for w in waiting)
+        turn.samples += 1
+
+
+def cache_counters(lanes: list[str]) -> tuple[float, float]:
+    texts = [get(lane, "/metrics")[1] for lane in lanes]
+    return (
+        sum(metric(t, "vllm:prefix_cache_queries_total") for t in texts),
+        sum(metric(t, "vllm:prefix_cache_hits_total") for t in texts),
+    )
+
+
+def run_vllm(args: argparse.Namespace, tmp: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from support.vllm import VllmInstall, installed_vllm  # tests/support, as pytest has it
+
+    found = installed_vllm()
+    if isinstance(found, str):
+        raise SystemExit(found)
+    install: VllmInstall = found
+    env = {**install.environment(), "VLLM_SERVER_DEV_MODE": "1"}
+    extra = ["--served-model-name", "m", "--max-num-seqs", str(args.max_num_seqs)]
+    if args.kv_blocks:
+        extra += ["--num-gpu-blocks-override", str(args.kv_blocks)]
+    if args.block_size:
+        extra += ["--block-size", str(args.block_size)]
+    with ExitStack() as stack:
+        lanes = []
+        procs = []
+        for i in range(2):
+            port = free_port()
+            argv = install.serve_argv(port, *extra)
+            out = tmp / f"lane{i}.log"
+            procs.append(stack.enter_context(marked_process(argv, out, stop_timeout=30, env=env)))
+            lanes.append(f"http://127.0.0.1:{port}")
+        for lane, proc in zip(lanes, procs, strict=True):
+            wait_ready(lane, proc, args.ready_timeout)
+        print(f"2 vLLM lanes ready ({install.model.name}, {' '.join(extra)})", flush=True)
+        urls = {p: stack.enter_context(routing_endpoint(stack, lanes, p, tmp))[0] for p in POLICIES}
+        rng = random.Random(args.seed)
+        turns: list[Turn] = []
+        for rep in range(args.reps):
+            order = POLICIES if rep % 2 == 0 else POLICIES[::-1]
+            for policy in order:
+                turns.append(one_turn(urls[policy], lanes, policy, rng, args))
+                print(describe(turns[-1], len(lanes)), flush=True)
+        stop_trees([psutil.Process(proc.pid) for proc in procs], 30)
+    summarise(turns, args)
+
+
+def stop_trees(roots: list[psutil.Process], timeout: float) -> None:
+    """SIGTERM each of ``roots`` and wait for them and their descendants (vLLM's engine
+    processes end after their API server), so that none is swept as a leftover."""
+    everyone = list(roots)
+    for root in roots:
+        with suppress(psutil.Error):
+            everyone += root.children(recursive=True)
+            root.terminate()
+    psutil.wait_procs(everyone, timeout=timeout)
+
+
+def one_turn(
+    url: str, lanes: list[str], policy: str, rng: random.Random, args: argparse.Namespace
+) -> Turn:
+    for lane in lanes:
+        status, answer = post(lane, "/reset_prefix_cache")
+        if status != 200:
+            raise SystemExit(f"{lane}/reset_prefix_cache answered {status}: {answer[:200]!r}")
+    bodies = workload(rng, lanes[0], args)
+    turn = Turn(policy)
+    before = cache_counters(lanes)
+    routed = choices(url)
+    done = threading.Event()
+    watcher = threading.Thread(target=watch, args=(url, lanes, turn, done))
+    watcher.start()
+    try:
+        drive(url, bodies, args.concurrency, turn)
+    finally:
+        done.set()
+        watcher.join()
+    time.sleep(1.5)  # vLLM publishes its counters about once a second
+    after = cache_counters(lanes)
+    turn.queries, turn.hits = after[0] - before[0], after[1] - before[1]
+    turn.choices = {k: v - routed.get(k, 0.0) for k, v in choices(url).items()}
+    return turn
+
+
+def choices(url: str) -> dict[str, float]:
+    """The endpoint's ``prefix_routed_total`` by choice."""
+    text = get(url, "/metrics")[1].decode()
+    found = re.findall(
+        r'^ddsup_endpoint_prefix_routed_total\{.*choice="(\w+)"\} (\S+)$', text, re.M
+    )
+    return {how: float(n) for how, n in found}
+
+
+def describe(turn: Turn, lanes: int) -> str:
+    mean = [
+        statistics.fmean(s[i] for s in turn.outstanding) if turn.outstanding else 0.0
+        for i in range(lanes)
+    ]
+    rate = turn.hits / turn.queries if turn.queries else 0.0
+    idle = turn.idle_while_queued / turn.samples if turn.samples else 0.0
+    return (
+        f"  {turn.policy:<10} {turn.requests} requests ({turn.errors} errors) in {turn.seconds:.1f} s: "
+        f"{turn.requests / turn.seconds:.1f} req/s; prefill computed {turn.computed:,.0f} tokens "
+        f"of {turn.queries:,.0f} (hit rate {rate:.1%}); in flight per lane "
+        f"{', '.join(f'{m:.1f}' for m in mean)}; a lane idle while the other queued in "
+        f"{idle:.0%} of {turn.samples} samples"
+        + (
+            f"; routed {', '.join(f'{k} {v:.0f}' for k, v in sorted(turn.choices.items()))}"
+            if turn.choices
+            else ""
+        )
+    )
+
+
+def summarise(turns: list[Turn], args: argparse.Namespace) -> None:
+    def med(policy: str, what: str) -> float:
+        values = [
+            getattr(t, what) if what != "rps" else t.requests / t.seconds
+            for t in turns
+            if t.policy == policy
+        ]
+        return statistics.median(values)
+
+    ratio = med("prefix", "computed") / med("least-load", "computed")
+    print(
+        f"\nmedians of {args.reps} turns each, {args.templates} templates × {args.records} records, "
+        f"{args.concurrency} in flight, load average {os.getloadavg()[0]:.1f}:"
+    )
+    for policy in POLICIES:
+        print(
+            f"  {policy:<10} prefill computed {med(policy, 'computed'):,.0f} tokens, "
+            f"{med(policy, 'rps'):.1f} req/s"
+        )
+    verdict = "met" if ratio <= 0.6 else "missed"
+    print(f"  prefill computed, prefix / least-load: {ratio:.2f} (goal ≤ 0.6: {verdict})")
+
+
+def fake_lanes(stack: ExitStack, count: int, tmp: Path) -> list[str]:
+    """``count`` fake-vllm lanes that answer at once (their URLs)."""
+    outs = []
+    for i in range(count):
+        argv = [sys.executable, "-m", "ddsup", "fake-vllm", "--port", "0", "--model", "m"]
+        argv += ["--tokens-per-second", "0", "--max-num-seqs", "1024", "--lane-id", f"f{i}"]
+        outs.append(tmp / f"fake{i}.log")
+        stack.enter_context(marked_process(argv, outs[-1], stop_timeout=10))
+    urls = []
+    deadline = time.monotonic() + 120
+    for out in outs:
+        while not (match := re.search(r"http://\S+", out.read_text(errors="replace"))):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"a fake-vllm lane did not start: {out.read_text()[-500:]}")
+            time.sleep(0.1)  # its first line: a bounded poll
+        urls.append(match.group(0))
+    return urls
+
+
+def synthetic(rng: random.Random, templates: int, records: int) -> list[bytes]:
+    """Templated requests without a tokenizer: prefixes of about 1,500 characters."""
+    bodies = []
+    for t in range(templates):
+        template = f"Task {rng.randrange(10**9)} {t}: " + words(rng, 220)
+        for i in range(records):
+            prompt = f"{template}\nRecord {i}: {words(rng, 12)}\nAnswer:"
+            bodies.append(json.dumps({"model": "m", "prompt": prompt, "max_tokens": 8}).encode())
+    rng.shuffle(bodies)
+    return bodies
+
+
+def run_scale(args: argparse.Namespace, tmp: Path) -> None:
+    """The endpoint's CPU per request and memory in front of ``--lanes`` lanes, by policy."""
+    with ExitStack() as stack:
+        lanes = fake_lanes(stack, args.lanes, tmp)
+        endpoints = {
+            p: stack.enter_context(routing_endpoint(stack, lanes, p, tmp)) for p in POLICIES
+        }
+        print(f"{len(lanes)} fake-vllm lanes ready", flush=True)
+        rng = random.Random(args.seed)
+        cpu: dict[str, list[float]] = {p: [] for p in POLICIES}
+        for rep in range(args.reps):
+            for policy in POLICIES if rep % 2 == 0 else POLICIES[::-1]:
+                url, proc = endpoints[policy]
+                bodies = synthetic(rng, 64, args.records * 8)
+                times = proc.cpu_times()
+                turn = Turn(policy)
+                drive(url, bodies, args.concurrency, turn)
+                spent = sum(proc.cpu_times()[:2]) - sum(times[:2])
+                cpu[policy].append(spent / turn.requests * 1e6)
+                print(
+                    f"  {policy:<10} {turn.requests} requests ({turn.errors} errors), "
+                    f"{turn.requests / turn.seconds:.0f} req/s: endpoint CPU "
+                    f"{cpu[policy][-1]:.1f} µs per request, RSS "
+                    f"{proc.memory_info().rss / 2**20:.0f} MiB",
+                    flush=True,
+                )
+    print(f"\nmedians, {args.lanes} lanes, load average {os.getloadavg()[0]:.1f}:")
+    for policy in POLICIES:
+        print(f"  {policy:<10} endpoint CPU {statistics.median(cpu[policy]):.1f} µs per request")
+
+
+def index_cost(lanes: int) -> None:
+    """The keys and the choice alone, in this process, with the index at its bound."""
+    table = LaneTable(LaneInfo(f"l{i}", "m", f"http://127.0.0.1:{9000 + i}") for i in range(lanes))
+    router = PrefixRouter(table, PrefixPolicy(), PrefixIndex(1 << 18, 600.0))
+    states = table.states()
+    payloads = [json.loads(body) for body in synthetic(random.Random(2), 64, 400)]
+    for n, payload in enumerate(payloads):  # fill the index past its bound
+        keys = prompt_keys(payload, "m")
+        router.choose("m", states[n % lanes], keys, (), limit=128, now=n * 1e-3, stale_after=3.0)
+    start = time.perf_counter()
+    for payload in payloads:
+        prompt_keys(payload, "m")
+    keyed = time.perf_counter() - start
+    start = time.perf_counter()
+    for n, payload in enumerate(payloads):
+        keys = prompt_keys(payload, "m")
+        router.choose(
+            "m", states[n % lanes], keys, (), limit=128, now=30 + n * 1e-3, stale_after=3.0
+        )
+    chosen = time.perf_counter() - start - keyed
+    print(
+        f"\nthe index alone ({lanes} lanes, {len(payloads)} requests of about 1,600 characters, "
+        f"{len(router.index):,} blocks held): keys {keyed / len(payloads) * 1e6:.1f} µs, "
+        f"choice and record {chosen / len(payloads) * 1e6:.1f} µs per request"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5, help="wrk time per CPU run")
     parser.add_argument("--reps", type=int, default=3, help="repetitions (medians reported)")
     parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--lanes", type=int, default=2, help="fast lanes behind the proxies")
+    parser.add_argument(
+        "--lanes", type=int, help="fast lanes behind the proxies (2; prefix-scale: 64)"
+    )
     parser.add_argument("--events", type=int, default=20, help="SSE events per request")
     parser.add_argument("--gap", type=float, default=0.002, help="seconds between SSE events")
     parser.add_argument(
@@ -473,7 +921,9 @@ def main() -> None:
         "(the slope between the two counts, free of any per-request cost of SSE)",
     )
     parser.add_argument("--gpu-lanes", type=int, default=2)
-    parser.add_argument("--max-num-seqs", type=int, default=32)
+    parser.add_argument(
+        "--max-num-seqs", type=int, help="a GPU lane's batch (32; prefix: a vLLM lane's, 4)"
+    )
     parser.add_argument("--ttft", type=float, default=0.5)
     parser.add_argument("--max-queue-per-lane", type=int, default=64)
     parser.add_argument("--goodput-seconds", type=float, default=20)
@@ -485,13 +935,33 @@ def main() -> None:
         default=[1.0, 4.0],
         help="offered load in multiples of the lanes' capacity",
     )
-    parser.add_argument("--only", choices=("cpu", "goodput"), help="one part only")
+    parser.add_argument(
+        "--only", choices=("cpu", "goodput", "prefix", "prefix-scale"), help="one part only"
+    )
+    prefix = parser.add_argument_group("prefix routing (--only prefix, --only prefix-scale)")
+    prefix.add_argument("--templates", type=int, default=8)
+    prefix.add_argument("--records", type=int, default=40, help="records per template")
+    prefix.add_argument("--prefix-tokens", type=int, default=300)
+    prefix.add_argument("--record-words", type=int, default=12)
+    prefix.add_argument("--concurrency", type=int, default=16)
+    prefix.add_argument("--kv-blocks", type=int, default=0, help="a lane's KV cache (0: vLLM's)")
+    prefix.add_argument(
+        "--block-size", type=int, default=0, help="tokens per KV block (0: vLLM's; 128 on CPU)"
+    )
+    prefix.add_argument("--seed", type=int, default=1)
+    prefix.add_argument("--logs", type=Path, help="keep the lanes' and endpoints' logs here")
+    prefix.add_argument("--ready-timeout", type=float, default=300)
     parser.add_argument(
         "--baseline", metavar="REV", help="also run the endpoint of this git revision (CPU part)"
     )
     args = parser.parse_args()
     if args.more_events and args.more_events <= args.events:
         parser.error("--more-events must be more than --events (the slope is between them)")
+    if args.only in ("prefix", "prefix-scale"):
+        run_prefix(args)
+        return
+    args.lanes = args.lanes or 2
+    args.max_num_seqs = args.max_num_seqs or 32
     if not shutil.which("wrk"):
         raise SystemExit("wrk is needed: apt-get install -y wrk")
     tmp = Path(tempfile.mkdtemp(prefix="ddsup-compare-"))
@@ -506,6 +976,19 @@ def main() -> None:
         stop_all(children)
         shutil.rmtree(tmp, ignore_errors=True)
     report(cpu, good, args)
+
+
+def run_prefix(args: argparse.Namespace) -> None:
+    args.max_num_seqs = args.max_num_seqs or 4
+    args.lanes = args.lanes or 64
+    with tempfile.TemporaryDirectory(prefix="ddsup-prefix-") as tmp:
+        logs = args.logs or Path(tmp)
+        logs.mkdir(parents=True, exist_ok=True)
+        if args.only == "prefix":
+            run_vllm(args, logs)
+        else:
+            run_scale(args, logs)
+            index_cost(args.lanes)
 
 
 if __name__ == "__main__":
