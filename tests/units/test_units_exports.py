@@ -14,6 +14,7 @@ EXPECTED = {
     "Placement",
     "ProbeKind",
     "ReadySection",
+    "Routing",
     "Restart",
     "SPECIFIERS",
     "ServiceSection",

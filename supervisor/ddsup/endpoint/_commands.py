@@ -27,8 +27,8 @@ from ddsup.endpoint._lane_state import LaneInfo
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._server import serve_endpoint
 from ddsup.endpoint._worker import run_worker
-from ddsup.units._durations import parse_duration as units_parse_duration
-from ddsup.units._model import EndpointSection, Routing
+from ddsup.units import EndpointSection, Routing
+from ddsup.units import parse_duration as units_parse_duration
 
 Feeder = Callable[[LaneTable], Awaitable[None]]
 

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 
 from ddsup.endpoint._route_table import DEFAULT_OPEN_ROUTES, ROUTES
-from ddsup.units._model import EndpointSection, Routing
+from ddsup.units import EndpointSection, Routing
 
 MIB = 1024 * 1024
 

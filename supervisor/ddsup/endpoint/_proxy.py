@@ -44,8 +44,8 @@ from ddsup.endpoint._upstream import (
     UpstreamError,
     request_bytes,
 )
-from ddsup.record._series import CUT
-from ddsup.units._model import Routing
+from ddsup.record import CUT
+from ddsup.units import Routing
 
 log = logging.getLogger("ddsup.endpoint")
 

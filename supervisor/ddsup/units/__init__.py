@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ddsup.units._model import ProbeKind as ProbeKind
     from ddsup.units._model import ReadySection as ReadySection
     from ddsup.units._model import Restart as Restart
+    from ddsup.units._model import Routing as Routing
     from ddsup.units._model import ServiceSection as ServiceSection
     from ddsup.units._model import Unit as Unit
     from ddsup.units._model import UnitSet as UnitSet
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from ddsup.units._vllm_argv import vllm_command_span as vllm_command_span
 
 _LAZY = {
+    "Routing": "ddsup.units._model",
     "format_duration": "ddsup.units._durations",
     "BusyGpus": "ddsup.units._model",
     "EndpointSection": "ddsup.units._model",
