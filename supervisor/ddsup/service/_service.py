@@ -10,8 +10,8 @@ parameters: one start of the process and its watchers of exit, readiness and liv
 ``_restart_policy``), the hold of a replica rank (``_replica_hold``), and a checked
 transition turned into its event (``_transition``).
 
-Restart rule (docs/units.md): after an unclean exit (or any exit with
-``restart = "always"``) the next start waits a backoff; too many starts (or
+Restart rule (docs/units.md): after an unclean exit (a lane's own exit always is; or
+any exit with ``restart = "always"``) the next start waits a backoff; too many starts (or
 ``start_limit_burst`` attempts in a row that never became ready) fail the unit. A
 readiness timeout stops the process and counts as a failure; when it fails the unit,
 the run exits 75. A ready lane that fails its liveness probes (``_liveness``) is

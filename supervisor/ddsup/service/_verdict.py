@@ -6,6 +6,10 @@ showed; the service only applies it. The arithmetic (start limit, backoff) is
 ``_restart_policy``'s. After an unclean exit (or any exit with ``restart = "always"``)
 the next start waits a backoff; a readiness timeout and a liveness kill are unclean; a
 start limit that no start can pass any more fails the unit now, not after a backoff.
+
+A lane's own exit is unclean whatever its status: a lane serves until it is stopped, and
+vLLM's API server exits 0 once its engine has died (``EngineDeadError``), which under
+``restart = "on-failure"`` would otherwise leave the model a lane short for good.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from ddsup.record import COMPLETED, InstanceState, human_duration
 from ddsup.service._restart_policy import RestartPolicy
 from ddsup.service._spec import ServiceSpec
 from ddsup.units import Restart, UnitType
+
+LANE_EXIT = "a lane's own exit is a failure"  # said after a lane's successful exit status
 
 
 @dataclass(frozen=True)
@@ -49,11 +55,15 @@ def verdict(spec: ServiceSpec, policy: RestartPolicy, ended: Ended) -> Verdict:
     success = status.is_success(service.success_exit_status)
     if spec.unit.type is UnitType.ONESHOT and success:
         return Verdict(InstanceState.EXITED, COMPLETED, status, completed=True)
-    clean = not timed_out and not ended.unresponsive and success and not spec.replica
+    exited_well = success and not timed_out and not ended.unresponsive
+    lane = spec.unit.type is UnitType.LANE  # a replica's rank is a lane's too
+    clean = exited_well and not lane
     restart = service.restart is Restart.ALWAYS or (
         service.restart is Restart.ON_FAILURE and not clean
     )
     why = ended.timeout_reason if timed_out else ended.unresponsive or status.describe()
+    if lane and exited_well:
+        why = f"{why} ({LANE_EXIT})"
     exit = None if timed_out else status
     exhausted = policy.exhausted() if restart else None
     if exhausted is not None:  # no start can follow: fail now, not after a backoff
