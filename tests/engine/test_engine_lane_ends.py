@@ -1,12 +1,16 @@
 """How a lane's process ends, driven in-process with real processes: a lane's own exit is
-a failure whatever its status (vLLM's API server exits 0 once its engine has died). The
-same against real vLLM: ``tests/vllm``."""
+a failure whatever its status (vLLM's API server exits 0 once its engine has died), and
+a lane that is not ready yet is stopped within ``timeout_stop_loading``, not
+``timeout_stop`` (vLLM's API server ignores SIGTERM while it loads). The same against
+real vLLM: ``tests/vllm``."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from ddsup.record._events import RecordedEvent, UnitTransition
@@ -21,6 +25,7 @@ from ddsup.units._model import (
     Unit,
     UnitType,
 )
+from support.polls import until
 
 # Ignores SIGTERM, then says so by creating the file it is given, then sleeps.
 TERM_IGNORER = (
@@ -103,3 +108,40 @@ async def test_a_service_that_exits_0_has_exited(tmp_path: Path) -> None:
     service = _lane(tmp_path, ("true",), events, kind=UnitType.SERVICE, restart=Restart.ON_FAILURE)
     await service.run()
     assert [t.to_state.value for t in _transitions(events)] == ["starting", "ready", "exited"]
+
+
+async def _stop_once_ignoring(service: Service, marker: Path, *, ready: bool) -> float:
+    """Start ``service`` (its process ignores SIGTERM once ``marker`` exists), stop it
+    (once ``ready``, if it is to be), and return how long the stop took."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.run)
+        await until(marker.exists, "the process to ignore SIGTERM", limit=20.0)
+        if ready:
+            with trio.fail_after(20):
+                await service.ready.wait()
+        began = trio.current_time()
+        service.request_stop()
+        with trio.fail_after(20):
+            await service.finished.wait()
+        return trio.current_time() - began
+
+
+@pytest.mark.parametrize("kill", ["loading", "ready"])
+async def test_a_loading_lane_is_stopped_within_timeout_stop_loading(
+    tmp_path: Path, kill: str
+) -> None:
+    """A lane whose probe never passed gets ``timeout_stop_loading`` (0.3 s here) to end
+    after SIGTERM; once ready, it gets ``timeout_stop`` (3 s) to drain."""
+    marker = tmp_path / "ignoring"
+    events: list[RecordedEvent] = []
+    argv = (sys.executable, "-c", TERM_IGNORER, str(marker))
+    ready = ("test", "-e", str(marker)) if kill == "ready" else ("false",)
+    service = _lane(tmp_path, argv, events, ready=ready, timeout_stop=3.0, timeout_stop_loading=0.3)
+    took = await _stop_once_ignoring(service, marker, ready=kill == "ready")
+    if kill == "ready":
+        assert 3.0 <= took < 8.0, took
+    else:
+        assert took < 2.0, took
+    states = [t.to_state.value for t in _transitions(events)]
+    assert states[-2:] == ["stopping", "exited"], states
+    assert ("ready" in states) is (kill == "ready")

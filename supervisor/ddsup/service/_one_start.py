@@ -38,6 +38,20 @@ class StartHooks:
     responsive: Callable[[str | None], None]  # liveness passes again (the probe's answer)
 
 
+def stop_wait(spec: ServiceSpec, ready: bool) -> float:
+    """Seconds a stop waits after ``kill_signal`` before it SIGKILLs the process group.
+
+    A lane that has not been ready in this start is loading: it is in no rotation and
+    has nothing to drain, and vLLM's API server ignores SIGTERM until it serves, so
+    ``timeout_stop`` (tens of seconds, for a drain) would only delay the end of the run
+    or the restart: it gets ``timeout_stop_loading`` (or ``timeout_stop``, if shorter).
+    """
+    service = spec.unit.service
+    if spec.unit.type is UnitType.LANE and not ready:
+        return min(service.timeout_stop, service.timeout_stop_loading)
+    return service.timeout_stop
+
+
 class OneStart:
     """One process of a service, from spawn to reaped; created anew for every start.
 
@@ -96,9 +110,8 @@ class OneStart:
             await self._watch_process(child)
         finally:
             with trio.CancelScope(shield=True):
-                final = await child.stop(
-                    spec.unit.service.kill_signal, spec.unit.service.timeout_stop
-                )
+                ready = self.watch.ready_at is not None
+                final = await child.stop(spec.unit.service.kill_signal, stop_wait(spec, ready))
             # recorded here, so that a stop (which cancels us) reports the exit too
             self.final = final
             self.status.last_exit = final

@@ -74,6 +74,7 @@ class ServiceSection:
     success_exit_status: frozenset[int] = frozenset({0})
     timeout_start: float = 90.0
     timeout_stop: float = 30.0
+    timeout_stop_loading: float = 2.0  # lanes not ready in their current start
     kill_signal: signal.Signals = signal.SIGTERM
     forward_signals: tuple[signal.Signals, ...] = ()
     on_failure: OnFailure = OnFailure.STOP_ALL

@@ -157,6 +157,15 @@ SERVICE = SectionSpec(
             positive=True,
         ),
         KeySpec(
+            "timeout_stop_loading",
+            k.duration(positive=True, typical=2.0),
+            "Lanes not ready in their current start (loading): after kill_signal, wait "
+            "this long instead of timeout_stop (the shorter of the two), then SIGKILL.",
+            "2s",
+            "5s",
+            only=_LANE,
+        ),
+        KeySpec(
             "kill_signal", k.SIGNAL, "Signal that asks the process to stop.", "SIGTERM", "SIGINT"
         ),
         KeySpec(
