@@ -128,6 +128,20 @@ async def test_retries_distinct_lanes_on_retryable_answers(workers: int) -> None
         assert 'ddsup_endpoint_retries_total{model="m"}' in metrics
 
 
+async def test_a_lane_answering_500_is_retried_on_another(workers: int) -> None:
+    """vLLM answers 500 for every request while its engine is dead (until its API server
+    exits): nothing of it reached the client, and another lane serves the request."""
+    dead, good = FakeLane("dead"), FakeLane("good")
+    dead.status = 500
+    async with running_endpoint([dead, good], workers=workers) as ep, http_client() as client:
+        for _ in range(4):
+            response = await post(client, ep.url, completion())
+            assert response.status_code == 200
+            assert response.json()["lane"] == "good"
+        assert good.completions == 4
+        assert dead.completions >= 1
+
+
 async def test_retries_are_bounded_and_never_repeat_a_lane(workers: int) -> None:
     lanes = [FakeLane("a"), FakeLane("b"), FakeLane("c")]
     for lane in lanes:

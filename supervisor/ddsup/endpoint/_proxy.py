@@ -49,7 +49,9 @@ from ddsup.units import Routing
 
 log = logging.getLogger("ddsup.endpoint")
 
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
+# A lane's answers that another lane may serve better. 500 among them: vLLM answers it to
+# every request while its engine is dead, until its API server exits (seconds later).
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade"}
 )
@@ -118,7 +120,7 @@ class Forward:
 
 @dataclass(frozen=True)
 class Failure:
-    """One failed attempt on one lane; ``status`` when the lane answered (429/502/503/504),
+    """One failed attempt on one lane; ``status`` when the lane answered (429 or a 5xx),
     and the seconds its ``Retry-After`` asked for, if it did."""
 
     kind: str
