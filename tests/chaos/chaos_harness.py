@@ -1,15 +1,15 @@
 """Run one chaos schedule against a real ``ddsup start`` and judge what it left behind.
 
 The harness launches ``ddsup start`` on the schedule's unit files inside a PID namespace
-of its own, whose PID 1 is the orphan oracle (``chaos_init.py``), tails ``events.jsonl``
-(a bounded poll: a file has no change event) to recognise the phases of the run, sends
-each injection, in the schedule's order, the moment its phase is reached and its target
-runs, and then checks ddsup's promises (docs/cli.md's exit statuses, docs/no-orphans.md):
-the schedule's own exit status and
-``result.json`` status, a well-formed ``result.json`` and ``events.jsonl``, every
-injection fired, no run past its bound, and nothing left in the namespace when ``ddsup
-start`` has returned (``ORPHAN_GRACE_KILLED`` after a SIGKILL of ``ddsup start``), counted
-by the oracle without ddsup's tag, cgroups or records.
+of its own, whose PID 1 is the orphan oracle (``support.pid_namespace``), tails
+``events.jsonl`` (a bounded poll: a file has no change event) to recognise the phases of
+the run, sends each injection, in the schedule's order, the moment its phase is reached
+and its target runs, and then checks ddsup's promises (docs/cli.md's exit statuses,
+docs/no-orphans.md): the schedule's own exit status and ``result.json`` status, a
+well-formed ``result.json`` and ``events.jsonl``, every injection fired, no run past its
+bound, and nothing left in the namespace when ``ddsup start`` has returned
+(``ORPHAN_GRACE_KILLED`` after a SIGKILL of ``ddsup start``), counted by the oracle
+without ddsup's tag, cgroups or records.
 
 It only ever signals ``ddsup start`` and processes of the namespace that carry the run's
 invocation id, and whatever happens the namespace ends (with every process in it) before
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 from chaos_schedule import Injection, LaneKind, Phase, Schedule, WorkerKind, lane_nodes
 
-ORACLE = Path(__file__).parent / "chaos_init.py"
+from support.pid_namespace import Namespace, oracle_argv, read_report
+
 ORPHAN_GRACE_KILLED = 2.0  # after SIGKILL of ddsup start (the sentinel's sweep); else zero grace
 STOP_BOUND = 6.0  # seconds from the cause of the end to the exit of ddsup start
 REENTRY_BOUND = 4.0  # seconds from a second stop signal to the exit (SIGKILL everything)
@@ -300,11 +298,10 @@ class ChaosRun:
     def run(self) -> Outcome:
         write_units(self.units, self.schedule.unit_files())
         grace = 0.0 if self.schedule.expected_status is not None else ORPHAN_GRACE_KILLED
-        argv = [*oracle_prefix(), sys.executable, str(ORACLE), str(self.oracle), str(grace)]
         self.started_at = time.monotonic()
         with self.output.open("wb") as output:
             process = subprocess.Popen(
-                [*argv, "--", *self._argv()],
+                oracle_argv(self.oracle, grace, self._argv()),
                 env=start_env(),
                 stdin=subprocess.DEVNULL,
                 stdout=output,
@@ -467,13 +464,13 @@ class ChaosRun:
             self.outcome.problems.append("the orphan oracle did not report")
             return
         try:
-            report = json.loads(self.oracle.read_text())
-        except (OSError, ValueError) as err:
+            report = read_report(self.oracle)
+        except (OSError, ValueError, KeyError) as err:
             self.outcome.problems.append(f"the orphan oracle did not report: {err}")
             return
-        self.outcome.returncode = report["returncode"]
-        self.outcome.orphans = {int(pid): cmd for pid, cmd in report["leftovers"].items()}
-        self.outcome.empty_after = report["empty_after"]
+        self.outcome.returncode = report.returncode
+        self.outcome.orphans = report.leftovers
+        self.outcome.empty_after = report.empty_after
         if self.invocation_id is None:
             self._look()
 
@@ -501,68 +498,6 @@ class ChaosRun:
             self.outcome.stop_seconds = self.exited_wall - cause
         if "reentry" in self.fired_at:
             self.outcome.reentry_seconds = self.exited_wall - self.fired_at["reentry"]
-
-
-def oracle_prefix() -> list[str]:
-    """``unshare`` into a PID namespace of our own (as root; else through a user
-    namespace, where ddsup then has no cgroup to write: its other layers still hold)."""
-    unshare = shutil.which("unshare")
-    assert unshare, "the chaos oracle needs unshare(1) from util-linux"
-    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-    return [unshare, *user, "--pid", "--fork", "--mount-proc", "--kill-child"]
-
-
-@dataclass
-class Namespace:
-    """The schedule's PID namespace, seen from the host: its init and ``ddsup start``."""
-
-    init: int
-    start: int
-    start_fd: int
-    link: str  # /proc/PID/ns/pid of its processes
-
-    @classmethod
-    def of(cls, unshare: subprocess.Popen[bytes]) -> Namespace:
-        """Find ``ddsup start`` below ``unshare`` → init (bounded poll: no event says a
-        grandchild has been forked; it takes milliseconds)."""
-        deadline = time.monotonic() + 20.0
-        while time.monotonic() < deadline and unshare.poll() is None:
-            try:
-                [init] = psutil.Process(unshare.pid).children()
-                [start] = init.children()
-                fd = os.pidfd_open(start.pid)
-                return cls(init.pid, start.pid, fd, os.readlink(f"/proc/{init.pid}/ns/pid"))
-            except (ValueError, psutil.Error, OSError):
-                time.sleep(POLL)
-        raise AssertionError(f"ddsup start never appeared in the namespace (see {unshare.args})")
-
-    def start_exited(self) -> bool:
-        return bool(select.select([self.start_fd], [], [], 0)[0])  # a pidfd turns readable
-
-    def wait_start(self) -> None:
-        select.select([self.start_fd], [], [])
-
-    def signal_start(self, signum: int) -> None:
-        signal.pidfd_send_signal(self.start_fd, signum)
-
-    def host_pid(self, ns_pid: int) -> int | None:
-        """The host PID of the namespace's ``ns_pid`` (``NSpid:`` of /proc/PID/status)."""
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                status = Path(f"/proc/{name}/status").read_text()
-                if os.readlink(f"/proc/{name}/ns/pid") != self.link:
-                    continue
-            except OSError:
-                continue
-            line = next((x for x in status.splitlines() if x.startswith("NSpid:")), "")
-            if line.split()[-1:] == [str(ns_pid)]:
-                return int(name)
-        return None
-
-    def close(self) -> None:
-        os.close(self.start_fd)
 
 
 def read_invocation_id(state: Path) -> str | None:

@@ -1,6 +1,6 @@
-"""The orphan oracle: PID 1 of a schedule's own PID namespace.
+"""The orphan oracle: PID 1 of a run's own PID namespace (``support.pid_namespace``).
 
-``unshare --pid --fork --mount-proc python3 chaos_init.py REPORT GRACE -- ddsup start …``
+``unshare --pid --fork --mount-proc python3 orphan_oracle.py REPORT GRACE -- ddsup start …``
 
 It starts ``ddsup start`` as its only child, reaps whatever is reparented to it, and
 once ``ddsup start`` has exited counts every live process left in the namespace: all of
@@ -9,7 +9,8 @@ their environment, title, session or parent. It shares none of ddsup's mechanism
 environment tag, no cgroup, no registry). ``GRACE`` is how long leftovers may take to go
 (0 when ``ddsup start`` is expected to clean up before it returns). The verdict goes to
 REPORT as JSON; then this process exits, and the kernel SIGKILLs whatever is left in the
-namespace, so a schedule can never leak into the next.
+namespace, so a run can never leak into the next. The chaos schedules and the real-vLLM
+scenarios both run under it.
 
 Standard library only.
 """
@@ -58,7 +59,7 @@ def _reap() -> dict[int, int]:
 
 def main(argv: list[str]) -> int:
     report_path, grace, command = argv[1], float(argv[2]), argv[4:]
-    assert argv[3] == "--" and command, "usage: chaos_init.py REPORT GRACE -- COMMAND…"
+    assert argv[3] == "--" and command, "usage: orphan_oracle.py REPORT GRACE -- COMMAND…"
     start = os.fork()
     if start == 0:
         devnull = os.open(os.devnull, os.O_RDONLY)
