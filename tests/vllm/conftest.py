@@ -17,3 +17,22 @@ def real_vllm() -> VllmInstall:
     if isinstance(found, str):
         pytest.skip(found)
     return found
+
+
+FIGURES = pytest.StashKey[list[str]]()
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> list[str]:
+    """Lines of measured figures, printed at the end of the session (a scenario appends
+    what it measured: time until a lane is back, requests failed, processes left, stop
+    times)."""
+    return request.config.stash.setdefault(FIGURES, [])
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = terminalreporter.config.stash.get(FIGURES, [])
+    if lines:
+        terminalreporter.write_sep("-", "real vLLM: figures")
+        for line in lines:
+            terminalreporter.write_line(f"vllm: {line}")
