@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from process_helpers import alive
 
-from ddsup.process import _cgroup, _registry
+from ddsup.process import _cgroup, _registry, _unit_scope
 from ddsup.process._proc import start_time
 from ddsup.process._records import Records
 from ddsup.process._unit_scope import UnitScope
+from support.polls import until_sync
 
 HERE = Path(__file__).parent
 PROGRAM = HERE / "containment_program.py"
@@ -199,6 +201,44 @@ def test_unit_cgroup_ends_what_the_unit_left_when_it_ends(
         "survivors": [],
     }
     assert run.finish() == 0
+
+
+def test_a_leftover_that_outlives_its_sigkill_holds_the_end_one_grace(
+    invocation_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A unit's end, which its restart waits for, gives what it SIGKILLed ``END_GRACE``
+    in all to die: not that on their pidfds and the same again on the cgroup. The
+    leftover here outlives its SIGKILL as an engine stuck in the kernel does: a v1
+    freezer holds it (SIGKILL does not thaw a v1-frozen process)."""
+    _need("v2")
+    _need("v1-freezer")
+    monkeypatch.setattr(_unit_scope, "END_GRACE", 1.0)
+    placement = _cgroup.place(invocation_id, "v2")
+    freezer = _cgroup.place(invocation_id, "v1-freezer")
+    unit, frozen = placement.run.child("u-stuck"), freezer.run.child("stuck")
+    unit.create()
+    frozen.create()
+    procs_fd = unit.open_procs()
+    stuck = subprocess.Popen(["sleep", "60"], preexec_fn=lambda: os.write(procs_fd, b"0"))
+    state = Path(frozen.path, "freezer.state")
+    try:
+        frozen.move(stuck.pid)
+        state.write_text("FROZEN")
+        until_sync(lambda: state.read_text().strip() == "FROZEN", "the freezer", limit=5.0)
+        scope = UnitScope("u-stuck", unit, Records(None))
+        scope.started(stuck.pid)
+        began = time.monotonic()
+        assert trio.run(scope.end) == [stuck.pid]
+        took = time.monotonic() - began
+        assert alive(stuck.pid), "the leftover did not outlive its SIGKILL: nothing tested"
+        assert 1.0 <= took < 1.6, f"the end waited {took:.2f}s for a stuck leftover"
+    finally:
+        os.close(procs_fd)
+        state.write_text("THAWED")  # the pending SIGKILL lands
+        stuck.kill()
+        stuck.wait()
+        assert unit.wait_empty(5.0) and frozen.wait_empty(5.0)
+        assert placement.run.remove() and freezer.run.remove()
 
 
 @pytest.mark.parametrize("kind", ["v2", "v1-freezer", "v1-pids"])

@@ -150,6 +150,10 @@ class UnitScope:
         wait for the kernel's cgroup lock runs on the event loop: on a busy node a worker
         thread's two wake-ups cost far more than the read, on the way from a crash to its
         restart.
+
+        What it SIGKILLed gets ``END_GRACE`` in all to die, on their pidfds and then on the
+        cgroup (a fork in flight): the unit's restart waits for this, and a leftover the
+        kernel holds (an engine in uninterruptible sleep) would otherwise hold it twice.
         """
         self.pid = None
         self.contained = False
@@ -165,11 +169,14 @@ class UnitScope:
         # the others are gone: a crash loop does not pile them up (killed ones go next time)
         self._records.forget(self.unit, but=frozenset(entry for entry, _fd in pinned))
         pidfds += [fd for _entry, fd in pinned]
+        deadline = trio.current_time() + END_GRACE
         await wait_pidfds(pidfds, END_GRACE)
         ended = sorted({*members, *(entry.pid for entry, _fd in pinned)})
         if members:
             assert self.cgroup is not None
-            if await emptied(self.cgroup, END_GRACE):
+            left = deadline - trio.current_time()
+            gone = await emptied(self.cgroup, left) if left > 0 else not self.cgroup.populated()
+            if gone:
                 with contextlib.suppress(OSError):
                     self.killed = not await trio.to_thread.run_sync(self.cgroup.remove)
             else:
