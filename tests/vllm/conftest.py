@@ -6,6 +6,8 @@ They need ``.venv-vllm`` (``scripts/setup-vllm``). Without it they skip; in CI
 
 from __future__ import annotations
 
+import faulthandler
+
 import pytest
 
 from support.vllm import VllmInstall, installed_vllm
@@ -20,6 +22,15 @@ def real_vllm() -> VllmInstall:
 
 
 FIGURES = pytest.StashKey[list[str]]()
+
+
+@pytest.fixture(autouse=True)
+def _no_stack_dump_mid_run() -> None:
+    """The suite's ``faulthandler_timeout`` dumps every thread's stack after 300 s, to show
+    a hang; a scenario here loads vLLM for minutes, so that dump would come in the middle
+    of a healthy run. A test that hangs still dumps them: at its own timeout mark
+    (pytest-timeout)."""
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture
