@@ -82,7 +82,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from bench_marks import marked_process
 from endpoint_overload import run_level
 from endpoint_servers import (
     Child,
@@ -96,7 +95,7 @@ from endpoint_servers import (
     wait_port,
     wrk,
 )
-from side_by_side import baseline_code, baseline_env, rotations
+from side_by_side import baseline_code, baseline_env, marked_process, rotations
 
 from ddsup.endpoint import LaneInfo, LaneTable
 from ddsup.endpoint._prefix_routing import PrefixIndex, PrefixPolicy, PrefixRouter, prompt_keys

@@ -14,7 +14,7 @@ queue). Prints one JSON line.
 Everything runs on this machine: the lanes, the endpoint and the load compete for its
 CPUs, as they do in a one-node run of the tests; other processes are reported as
 ``others_cpu`` (percent of one core) so a busy shared machine shows. Every process it
-starts carries the bench mark (``bench_marks.py``): ``leftovers`` counts those still alive
+starts carries the bench mark (``side_by_side.py``): ``leftovers`` counts those still alive
 at the end, killed then.
 """
 
@@ -38,7 +38,7 @@ import trio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # in-process only: lanes must not see tests/vllm
 
-from bench_marks import MARK, MARK_VAR, kill_marked  # noqa: E402
+from side_by_side import MARK, MARK_VAR, kill_marked  # noqa: E402
 
 from support.vllm import installed_vllm  # noqa: E402 (after the path above)
 from support.vllm_servers import SERVED, Server, start_server  # noqa: E402

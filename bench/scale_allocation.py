@@ -66,8 +66,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from bench_marks import kill_marked, marked_process, marked_processes
-from side_by_side import baseline_code, baseline_env
+from side_by_side import baseline_code, baseline_env, kill_marked, marked_process, marked_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 DDSUP = [sys.executable, "-m", "ddsup"]

@@ -70,9 +70,15 @@ from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 
 import psutil
-from bench_marks import kill_marked, marked_process, marked_processes
 from scale_allocation import compile_bytecode
-from side_by_side import baseline_code, baseline_env, rotations
+from side_by_side import (
+    baseline_code,
+    baseline_env,
+    kill_marked,
+    marked_process,
+    marked_processes,
+    rotations,
+)
 
 SUPERVISOR_VERSION = "4.3.0"
 STOP_TIMEOUT_S = 2.0
