@@ -3,8 +3,7 @@ fails, and paced by a client that does not read.
 
 The lane here writes each piece of its answer only when the test says so, so every
 event arrives at the endpoint as a read of its own, while the request waits on the
-lane: the case the server's stream relay (``_stream_relay``) takes over from the
-request's task. Each test states what a client sees, whichever of the two relays it.
+lane. Each test states what a client sees.
 """
 
 from __future__ import annotations
@@ -13,13 +12,10 @@ import socket
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import trio
 from endpoint_fakes import FakeLane, running_endpoint
 from test_endpoint_fast_path import Conversation, post
-
-from ddsup.endpoint._server import _serve_connection
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 END = b"0\r\n\r\n"
@@ -237,35 +233,3 @@ async def test_a_client_that_does_not_read_holds_the_lane_back(workers: int) -> 
     assert len(received) == sent[0]
     assert received.startswith(HEAD)
     assert received.endswith(b"x\r\n" + END)
-
-
-class _Steps(trio.abc.Instrument):
-    """Counts the steps of the tasks that serve client connections."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        coro: Any = task.coro  # the handler's coroutine, then what it awaits, and so on
-        while coro is not None:
-            if getattr(coro, "cr_code", None) is _serve_connection.__code__:
-                self.count += 1
-                return
-            coro = getattr(coro, "cr_await", None)
-
-
-async def test_a_stream_does_not_wake_its_request_task_per_event() -> None:
-    """The relay's point: the request's task sleeps while the events pass (one worker,
-    served in this process, so its tasks can be counted)."""
-    steps = _Steps()
-    async with _streaming(1) as streaming:
-        assert await streaming.relayed(event(0)) == event(0)
-        trio.lowlevel.add_instrument(steps)
-        try:
-            for n in range(1, 51):
-                assert await streaming.relayed(event(n)) == event(n)
-        finally:
-            trio.lowlevel.remove_instrument(steps)
-        assert await streaming.relayed(END, END) == END
-        await streaming.steps.send(NEXT)
-    assert steps.count < 5, f"the request's task ran {steps.count} steps for 50 events"

@@ -25,13 +25,10 @@ import time
 
 import trio
 
-from ddsup.endpoint._driver import STEPPING, Parked, SocketWait, in_own_task
-
 MAX_TICK = 1.0
 
 
 Pollable = socket.socket | select.epoll
-Waitable = Pollable | Parked
 
 
 class Expired(Exception):
@@ -50,7 +47,7 @@ class Timed:
 
     def __init__(self) -> None:
         self.deadline = math.inf
-        self.waiting_on: Waitable | None = None  # what a task waits on right now
+        self.waiting_on: Pollable | None = None  # what a task waits on right now
         self.interrupted: Exception | None = None  # for the current or next wait to raise
 
     def expire(self) -> None:
@@ -61,23 +58,16 @@ class Timed:
     def interrupt(self, error: Exception) -> None:
         """Raise ``error`` from the wait in progress, or else from the next one.
 
-        A wait on a socket is woken with ``trio.lowlevel.notify_closing``, which
-        unregisters the socket: its owner closes it right after (it is never reused). A
-        :class:`Parked` wait is woken by its own :meth:`Parked.wake`.
+        A wait is woken with ``trio.lowlevel.notify_closing``, which unregisters the
+        socket: its owner closes it right after (it is never reused).
         """
         self.interrupted = error
         waiting_on = self.waiting_on
-        if isinstance(waiting_on, Parked):
-            waiting_on.wake()
-        elif waiting_on is not None:
+        if waiting_on is not None:
             trio.lowlevel.notify_closing(waiting_on)
 
     async def wait_readable(self, target: Pollable) -> None:
         self.raise_interruption()
-        if STEPPING.by and type(target) is socket.socket:  # a driven connection: see _driver
-            await SocketWait(target, self)  # parked, its waiting_on set by the driver
-            self.raise_interruption()
-            return
         self.waiting_on = target
         try:
             await trio.lowlevel.wait_readable(target)
@@ -88,7 +78,6 @@ class Timed:
             self.waiting_on = None
 
     async def wait_writable(self, target: socket.socket) -> None:
-        await in_own_task()
         self.raise_interruption()
         self.waiting_on = target
         try:

@@ -29,8 +29,7 @@ scope per request); a body that did not come with its head is read under a cance
 hang-up while the request is forwarded is noticed by the server's hang-up watch, which
 interrupts the lane connection's wait (see :mod:`._hangups`): no reader task per
 connection. After a response the next request is waited for before a read is tried
-(that read would only fail: the client waits for its answer), unless the last read
-filled its buffer: the driver's set (:mod:`._driver`) reports new bytes only.
+(that read would only fail: the client waits for its answer).
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ from ddsup.endpoint._body_budget import BodyAccount
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientGone, Framing, Hangup, Request
 from ddsup.endpoint._deadlines import Expired, Timed
-from ddsup.endpoint._driver import checkpoint_in_own_task, in_own_task
 from ddsup.endpoint._errors import (
     ApiError,
     bad_request,
@@ -77,7 +75,6 @@ class FastClient(Timed):
 
     __slots__ = (
         "_body_unread",
-        "_drained",
         "_parsed",
         "_parser",
         "_proto",
@@ -111,7 +108,6 @@ class FastClient(Timed):
         self._parser = httptools.HttpRequestParser(self._proto)
         self._body_unread = False
         self._parsed = False  # a request was parsed: the client waits for its answer
-        self._drained = True  # the last read left nothing unread (see _driver: edges)
         self._started = False
         self._reframe = False
 
@@ -127,7 +123,7 @@ class FastClient(Timed):
             if end < 0:
                 return None
         else:
-            await checkpoint_in_own_task()  # pipelined: let other connections run first
+            await trio.lowlevel.checkpoint()  # pipelined: let other connections run first
         return self._parse(buf, end + 4)
 
     async def _more_head(self) -> tuple[bytes, int]:
@@ -138,7 +134,7 @@ class FastClient(Timed):
         if buf:
             self.deadline = time.monotonic() + config.client_header_timeout
         waited = False
-        if not buf and self._parsed and self._drained:  # the next request comes later: wait
+        if not buf and self._parsed:  # the next request comes later: wait
             self.deadline = time.monotonic() + config.client_idle_timeout
             waited = True
             try:
@@ -170,13 +166,12 @@ class FastClient(Timed):
                 return buf, -1
             if not buf:
                 self.deadline = time.monotonic() + config.client_header_timeout
-            self._drained = len(data) < RECEIVE_SIZE
             buf += data
             self.buffer = buf
             end = buf.find(b"\r\n\r\n", max(0, len(buf) - len(data) - 3))
             if end >= 0:
                 if not waited:
-                    await checkpoint_in_own_task()  # the client is ahead: others first
+                    await trio.lowlevel.checkpoint()  # the client is ahead: others first
                 return buf, end
 
     def _parse(self, buf: bytes, head_end: int) -> Request:
@@ -228,7 +223,6 @@ class FastClient(Timed):
             account.arrived(len(buf))
             chunks = [buf]
             have = len(buf)
-            await in_own_task()  # a cancel scope: the task's own
             with trio.move_on_after(self.config.client_body_timeout):  # the whole body
                 while have < length:
                     data = await self.wire.receive_some()
@@ -238,7 +232,6 @@ class FastClient(Timed):
                     account.arrived(len(data))
                     chunks.append(data)
                     have += len(data)
-                    self._drained = len(data) < RECEIVE_SIZE
             if have < length:
                 raise request_timeout("request body")
             account.complete()

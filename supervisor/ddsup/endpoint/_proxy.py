@@ -21,7 +21,6 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import trio
@@ -37,7 +36,6 @@ from ddsup.endpoint._lane_state import LaneState
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._prefix_routing import PrefixIndex, PrefixPolicy, PrefixRouter, prompt_keys
-from ddsup.endpoint._stream_relay import Handback, StreamRelay
 from ddsup.endpoint._upstream import (
     ConnectionPool,
     UpstreamConnection,
@@ -138,10 +136,8 @@ class Proxy:
         lanes: LaneTable,
         metrics: Metrics,
         deadlines: Deadlines,
-        streams: StreamRelay | None = None,
     ) -> None:
         self.config = config
-        self.streams = streams
         self.lanes = lanes
         self.metrics = metrics
         self.deadlines = deadlines
@@ -327,23 +323,11 @@ class Proxy:
         """Pass the body on; its end stays queued (see the module docstring)."""
         if not self._pass_buffered(conn, client, lane):
             timeout = self.config.upstream_timeout
-            streams = self.streams
-            relayed = streams is not None and streams.running and client.verbatim
             while True:
                 await client.flush()  # untimed: a slow client is not a silent lane
                 conn.deadline = time.monotonic() + timeout
                 try:
-                    if relayed:  # the server's relay passes events on (see its module)
-                        assert streams is not None
-                        pass_on = partial(self._pass_buffered, conn, client, lane)
-                        handback = await streams.follow(conn, client, pass_on, timeout)
-                        if handback is Handback.DONE:
-                            break
-                        if handback is Handback.FLUSH:
-                            continue
-                        await conn.receive()
-                    else:
-                        await conn.receive(wait_first=True)  # a stream's next event comes later
+                    await conn.receive(wait_first=True)  # a stream's next event comes later
                 except Expired as err:
                     raise self._cut(lane, f"silent for {timeout:g} s mid-response") from err
                 except (OSError, ProtocolError) as err:

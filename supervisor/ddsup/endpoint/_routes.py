@@ -22,7 +22,6 @@ from ddsup.endpoint._body_budget import BodyAccount, BodyBudget, OverBudget
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientConnection, ClientGone, Request
 from ddsup.endpoint._deadlines import Deadlines
-from ddsup.endpoint._driver import Driver, in_own_task
 from ddsup.endpoint._errors import (
     ApiError,
     bad_request,
@@ -43,7 +42,6 @@ from ddsup.endpoint._model_field import json_request, model_of_form
 from ddsup.endpoint._notices import NOTICES
 from ddsup.endpoint._proxy import Forward, Proxy
 from ddsup.endpoint._route_table import FORM_ROUTES, GET_ROUTES, METHODS, MODEL_ROUTES
-from ddsup.endpoint._stream_relay import StreamRelay
 
 log = logging.getLogger("ddsup.endpoint")
 
@@ -67,9 +65,7 @@ class Endpoint:
             config.client_idle_timeout, config.client_header_timeout, config.upstream_timeout
         )
         self.hangups = Hangups()
-        self.driver = Driver()
-        self.streams = StreamRelay(self.driver)
-        self.proxy = Proxy(config, lanes, self.metrics, self.deadlines, self.streams)
+        self.proxy = Proxy(config, lanes, self.metrics, self.deadlines)
         self.bodies = BodyBudget(config.max_buffered_bytes, _address_share(config))
         self.metrics.bodies = self.bodies
         self.open_routes = frozenset(route.encode() for route in config.open_routes)
@@ -123,7 +119,6 @@ async def _route(ep: Endpoint, client: ClientConnection, request: Request) -> No
             raise unauthorized()
         await _proxied(ep, client, request)
         return
-    await in_own_task()  # the rest is rare: none of it is stepped by the server's task
     if path not in GET_ROUTES:
         raise not_found(path.decode(errors="replace"))
     if method not in METHODS.get(path, (b"GET", b"HEAD")):  # HEAD: GET's head, no body
@@ -297,7 +292,6 @@ async def _watched(ep: Endpoint, client: ClientConnection, forward: Forward, mod
     """
     if client.hangup is not None:
         return await ep.proxy.forward(client, forward, model)
-    await in_own_task()
     scope = trio.CancelScope()
     client.watch(scope)
     try:

@@ -188,7 +188,6 @@ async def serve_connections(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(endpoint.deadlines.run)
         await nursery.start(endpoint.hangups.run)
-        await nursery.start(endpoint.driver.run)
         nursery.start_soon(write_series, endpoint.metrics.series)  # [series hook]
         handler = partial(_serve_connection, endpoint)
         await nursery.start(partial(serve_listeners, handler, listeners, max_connections=cap))
@@ -204,7 +203,7 @@ async def _serve_connection(endpoint: Endpoint, stream: trio.SocketStream) -> No
         endpoint.hangups.add(wire.fd, client.hangup)
     try:
         try:
-            await endpoint.driver.drive(_serve_fast(endpoint, client))
+            await _serve_fast(endpoint, client)
         except Unusual:
             await _serve_h11(endpoint, Client(wire, endpoint.config, client.buffer, client.eof))
             return
@@ -215,7 +214,6 @@ async def _serve_connection(endpoint: Endpoint, stream: trio.SocketStream) -> No
     finally:
         endpoint.deadlines.discard(client)
         endpoint.hangups.discard(wire.fd)
-        endpoint.driver.forget(wire.sock)
         wire.close()
 
 

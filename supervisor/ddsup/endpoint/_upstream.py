@@ -23,7 +23,6 @@ import trio
 
 from ddsup.endpoint._connection import Hangup
 from ddsup.endpoint._deadlines import Deadlines, Timed
-from ddsup.endpoint._driver import in_own_task
 from ddsup.endpoint._http1 import BodyDecoder, ProtocolError, ResponseHead, parse_head, split_head
 from ddsup.endpoint._wire import RECEIVE_SIZE, Wire
 
@@ -230,7 +229,6 @@ class ConnectionPool:
         return await self.connect(connect_timeout)
 
     async def connect(self, connect_timeout: float) -> UpstreamConnection:
-        await in_own_task()  # a cancel scope and trio's connect: the task's own
         try:
             with trio.fail_after(connect_timeout):
                 stream = await trio.open_tcp_stream(self.host, self.port)

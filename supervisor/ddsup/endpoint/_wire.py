@@ -17,8 +17,6 @@ import socket
 
 import trio
 
-from ddsup.endpoint._driver import checkpoint_in_own_task, in_own_task
-
 RECEIVE_SIZE = 65536
 
 
@@ -47,7 +45,6 @@ class Wire:
             try:
                 return sock.recv(max_bytes)
             except BlockingIOError:
-                await in_own_task()
                 await trio.lowlevel.wait_readable(sock)
 
     async def send_all(self, data: bytes) -> None:
@@ -59,7 +56,6 @@ class Wire:
         if sent == len(data):
             return
         view = memoryview(data)
-        await in_own_task()
         while sent < len(view):
             await trio.lowlevel.wait_writable(sock)
             try:
@@ -68,7 +64,7 @@ class Wire:
                 continue
 
     async def send_eof(self) -> None:
-        await checkpoint_in_own_task()
+        await trio.lowlevel.checkpoint()
         self.sock.shutdown(socket.SHUT_WR)
 
     def peer(self) -> str:
