@@ -1,8 +1,8 @@
-"""The fast path and its fall-back: common requests parsed by httptools, the rest by h11.
+"""One client connection, every request parsed by httptools: its shapes, its keep-alive.
 
-A connection starts on the fast path and moves to h11 at its first unusual request;
-either way the client sees the same HTTP. Chunked answers reach an HTTP/1.1 client as
-the lane framed them.
+Content-Length and chunked bodies, ``Expect: 100-continue``, bare-LF heads, HTTP/1.0
+and pipelining all on one connection, each answered as HTTP says. Chunked answers reach
+an HTTP/1.1 client as the lane framed them, and an HTTP/1.0 client decoded.
 """
 
 from __future__ import annotations
@@ -96,18 +96,18 @@ async def test_a_request_in_pieces_is_served(workers: int) -> None:
     assert json.loads(body)["lane"] == "a"
 
 
-async def test_unusual_requests_go_to_h11_on_the_same_connection(workers: int) -> None:
+async def test_requests_of_every_shape_are_served_on_the_same_connection(workers: int) -> None:
     lane = FakeLane("a")
     async with running_endpoint([lane], workers=workers) as ep:
         talk = await Conversation.open(ep.url)
         async with talk.stream:
-            await talk.stream.send_all(post(b'{"model":"m"}'))  # fast path
+            await talk.stream.send_all(post(b'{"model":"m"}'))
             assert (await talk.response())[0].startswith(b"HTTP/1.1 200 ")
             chunked = (
                 b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
                 b'5\r\n{"mod\r\n8\r\nel":"m"}\r\n0\r\n\r\n'
             )
-            await talk.stream.send_all(chunked)  # unusual: h11 from here on
+            await talk.stream.send_all(chunked)
             assert (await talk.response())[0].startswith(b"HTTP/1.1 200 ")
             await talk.stream.send_all(post(b'{"model":"m"}', b"expect: 100-continue"))
             continue_status, _, _ = await talk.response()
@@ -118,11 +118,9 @@ async def test_unusual_requests_go_to_h11_on_the_same_connection(workers: int) -
     assert [r.body for r in lane.received] == [b'{"model":"m"}'] * 3
 
 
-async def test_a_request_line_with_extra_spaces_is_refused_as_h11_refuses_it(
-    workers: int,
-) -> None:
-    """llhttp takes ``GET  /x HTTP/1.1``; h11 does not, and the fast path accepts only
-    what h11 accepts: 400, and the lane never sees it."""
+async def test_a_request_line_with_extra_spaces_is_refused(workers: int) -> None:
+    """llhttp takes ``GET  /x HTTP/1.1``; RFC 9112 has one space between the parts, and
+    a proxy in front may split such a line otherwise: 400, and the lane never sees it."""
     lane = FakeLane("a")
     async with running_endpoint([lane], workers=workers) as ep:
         for line in (b"POST  /v1/completions HTTP/1.1", b"POST /v1/completions  HTTP/1.1"):
@@ -151,6 +149,57 @@ async def test_http10_and_connection_close_end_the_connection(workers: int) -> N
                 assert status.startswith(b"HTTP/1.1 200 "), request
                 assert headers.get(b"connection") == b"close", request
                 assert await talk.closed(), request
+
+
+async def test_http10_keep_alive_is_kept_when_asked(workers: int) -> None:
+    """An HTTP/1.0 client that asks for keep-alive gets it (and is told so), requests
+    after requests on one connection; a chunked answer reaches it decoded, then the
+    connection closes (HTTP/1.0 has no chunks: the end of the body is the close)."""
+    lane = FakeLane("a")
+    body = b'{"model":"m"}'
+    ask = b"POST /v1/completions HTTP/1.0\r\nconnection: keep-alive\r\ncontent-length: %d\r\n"
+    async with running_endpoint([lane], workers=workers) as ep:
+        talk = await Conversation.open(ep.url)
+        async with talk.stream:
+            await talk.stream.send_all(b"GET /health HTTP/1.0\r\nconnection: keep-alive\r\n\r\n")
+            status, headers, _ = await talk.response()
+            assert status.startswith(b"HTTP/1.1 200 ")
+            assert headers[b"connection"] == b"keep-alive"
+            await talk.stream.send_all(ask % len(body) + b"\r\n" + body)
+            status, headers, _ = await talk.response()
+            assert status.startswith(b"HTTP/1.1 200 ")
+            assert headers[b"connection"] == b"keep-alive"
+            lane.chunks = 3  # the lane streams from here on
+            stream = b'{"model":"m","stream":true}'
+            await talk.stream.send_all(ask % len(stream) + b"\r\n" + stream)
+            with trio.fail_after(10):
+                head = await talk._until(b"\r\n\r\n")
+                rest = talk.buf
+                while data := await talk.stream.receive_some(65536):
+                    rest += data
+    assert b"transfer-encoding" not in head.lower() and b"connection: close" in head.lower()
+    assert rest.count(b"data: ") == 4 and b"\r\n0\r\n" not in rest  # decoded, not chunked
+
+
+async def test_a_request_after_a_chunked_body_is_read_from_the_same_bytes(workers: int) -> None:
+    """The parser gets one request's bytes at a time: a request that arrives together
+    with a chunked one before it (trailers and all) is answered in its turn."""
+    lane = FakeLane("a")
+    chunked = (
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+        b'4\r\n{"mo\r\n9;ext=1\r\ndel":"m"}\r\n0\r\nx-trailer: 1\r\n\r\n'
+    )
+    async with running_endpoint([lane], workers=workers) as ep:
+        talk = await Conversation.open(ep.url)
+        async with talk.stream:
+            await talk.stream.send_all(chunked + post(b'{"model":"m","n":2}') + chunked)
+            answers = [json.loads((await talk.response())[2])["n"] for _ in range(3)]
+    assert answers == [1, 2, 3]
+    assert [r.body for r in lane.received] == [
+        b'{"model":"m"}',
+        b'{"model":"m","n":2}',
+        b'{"model":"m"}',
+    ]
 
 
 async def _raw_lane(

@@ -1,4 +1,4 @@
-"""The fast path's hang-up watch (``_hangups``) and the lane connections it interrupts.
+"""The endpoint's hang-up watch (``_hangups``) and the lane connections it interrupts.
 
 The end-to-end behaviour (a hang-up ends the lane's request) is pinned over real
 sockets in ``test_endpoint_http.py`` and ``test_endpoint_fast_path.py``; these tests pin

@@ -128,10 +128,40 @@ async def test_a_deeply_nested_body_is_a_clear_400(
         (b"GET /health HTTP/9.9\r\nhost: x\r\n\r\n", b"505"),
         (b"GET /health HTTP/2.0\r\nhost: x\r\n\r\n", b"505"),
         (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", b"505"),
-        (b"GET /health HTTP/9.9\nhost: x\n\n", b"505"),  # bare LF: the h11 path
+        (b"GET /health HTTP/9.9\nhost: x\n\n", b"505"),  # bare LF line ends
         (
             b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n"
             b"transfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"400",
+        ),
+        (
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n"
+            b"content-length: 5\r\n\r\n0\r\n\r\n",
+            b"400",
+        ),
+        (
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 13\r\n"
+            b'content-length: 13\r\n\r\n{"model":"m"}',
+            b"400",
+        ),
+        (
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 13\r\n"
+            b'x-folded: a\r\n b\r\n\r\n{"model":"m"}',
+            b"400",
+        ),
+        (
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 13\r\n"
+            b'x-a: a\rb\r\n\r\n{"model":"m"}',
+            b"400",
+        ),
+        (
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: gzip, chunked\r\n"
+            b'\r\nd\r\n{"model":"m"}\r\n0\r\n\r\n',
+            b"501",
+        ),
+        (
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n"
+            b'\r\nd\n{"model":"m"}\r\n0\r\n\r\n',
             b"400",
         ),
         (b"GET /health HTTP/1.1\r\nhost: x\r\nx-a: " + b"a" * 100_000 + b"\r\n\r\n", b"431"),
@@ -143,6 +173,12 @@ async def test_a_deeply_nested_body_is_a_clear_400(
         "h2-preface",
         "http-9.9-lf",
         "cl-and-te",
+        "te-and-cl",
+        "two-cl",
+        "obs-fold",
+        "bare-cr",
+        "te-gzip",
+        "chunk-size-bare-lf",
         "100kb-head",
         "100kb-lf",
     ],

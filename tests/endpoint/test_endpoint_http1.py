@@ -125,7 +125,7 @@ def canonical(body_parts: list[bytes]) -> bytes:
 def test_scan_relays_canonical_chunks_as_they_came(
     parts: list[bytes], cuts: list[int], extensions: bool
 ) -> None:
-    """What a fast-path client gets is the lane's bytes; odd framing lines are rewritten."""
+    """What an HTTP/1.1 client gets is the lane's bytes; odd framing lines are rewritten."""
     framed = chunked(parts) if extensions else canonical(parts)
     bounds = sorted({min(c, len(framed)) for c in cuts} | {0, len(framed)})
     decoder = BodyDecoder(parsed(CHUNKED_HEAD))

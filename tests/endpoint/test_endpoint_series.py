@@ -1,8 +1,8 @@
-"""The endpoint's time series on the fast path, the h11 path and across workers.
+"""The endpoint's time series for Content-Length and chunked requests, and across workers.
 
 What ``ddsup report`` reads must count what went through the endpoint, whichever path
 served a request and however many workers shared the port: every attempt once, body
-bytes as the client got them decoded (not the chunk framing a fast-path client gets
+bytes as the client got them decoded (not the chunk framing an HTTP/1.1 client gets
 verbatim), and one file per worker that the reader combines.
 """
 
@@ -60,12 +60,12 @@ async def test_the_series_counts_what_either_path_relayed(
         http_client() as client,
     ):
         url = f"{ep.url}/v1/completions"
-        for _ in range(3):  # fast path: content-length bodies, each on its own connection
+        for _ in range(3):  # content-length bodies, each on its own connection
             async with http_client() as one:
                 bodies.append((await one.post(url, json={"model": "p"})).content)
                 stream_body = {"model": "s", "stream": True}
                 bodies.append((await one.post(url, json=stream_body)).content)
-        chunked = await raw_request(ep.url, CHUNKED_POST)  # the h11 path
+        chunked = await raw_request(ep.url, CHUNKED_POST)
         bodies.append(dechunk(chunked))
         assert (await client.post(url, json={"model": "nope"})).status_code == 404
     series = read_series(tmp_path)

@@ -8,8 +8,8 @@ non-blocking sockets), ``_http1`` (lane responses: heads and body framing),
 (requests in flight, counted by every worker), ``_lanes`` (the live lane table and each
 lane's load), ``_admission`` (which lane gets a request by load), ``_prefix_routing``
 (prefix-aware routing over it), ``_prefix_cache`` (the lanes' own prefix-cache counters),
-``_metrics`` and ``_metrics_sampler``, ``_head_fields`` and ``_fast_client`` (one client
-connection on the fast path: httptools) and ``_client`` (the h11 path for anything unusual),
+``_metrics`` and ``_metrics_sampler``, ``_head_fields`` and ``_client`` (one client
+connection: httptools parses every request),
 ``_proxy`` (forwarding, retries, streaming relay), ``_routes``, ``_worker_link`` (parent
 ↔ worker messages), ``_workers`` (the parent of several workers), ``_server``
 (listeners, connection tasks, one or several workers), ``_worker`` (one worker process),

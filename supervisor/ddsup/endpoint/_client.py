@@ -1,372 +1,391 @@
-"""One client connection on the h11 path: h11 server state plus the limits we own.
+"""One client connection: httptools parses every request, the endpoint frames by hand.
 
-A connection starts on the fast path (:mod:`._fast_client`) and comes here for good
-once a request is unusual (another HTTP version, chunked, ``Expect``, a malformed head,
-…): h11 then judges it strictly, exactly as it judged every request before the fast
-path existed, starting from the bytes the fast path received but did not consume.
+Each request head is located here (its blank line; ``\\n`` line ends too, which RFC 9112
+§2.2 lets a server accept: such a head is handed on with CRLF line ends) and handed
+whole to httptools (llhttp, the C parser behind uvicorn, strict by default), and so is
+its body: Content-Length, or chunked (:meth:`Client.read_body`; where a chunked body
+ends is found from its framing lines, so that the parser gets exactly one request's
+bytes). Answers are written as bytes, directly. HTTP/1.0 follows its keep-alive rules
+(kept open only when asked, never sent a chunked body); ``Expect: 100-continue`` gets
+its interim answer when the body is read; HEAD gets the head of the GET answer.
 
-h11 parses and frames HTTP/1.1; everything h11 leaves to its user lives here: reading
-with deadlines (slowloris protection: a request head must arrive within
-``client_header_timeout`` of its first byte, a body within ``client_body_timeout`` in
-all, an idle keep-alive connection is closed after ``client_idle_timeout``), the body
-size limit, batching writes into one ``send_all`` per flush, and noticing a client that
-hangs up while its request is served. Some requests h11 takes are refused here, and the
-connection closed after the answer: an HTTP version other than 1.0 and 1.1
-(505), Content-Length together with Transfer-Encoding (400: the shape of request
-smuggling, which a proxy in front might frame differently), a head over
-``max_header_bytes`` that arrived whole (431; h11 bounds only an incomplete one),
-CONNECT (405: the endpoint tunnels nothing) and a WebSocket handshake (400: no route
-speaks it). Any other ``Upgrade`` (``h2c``, which ``curl --http2`` offers) is ignored,
-as RFC 9110 §7.8 allows: the request is answered in HTTP/1.1 like one without it, and
-h11 takes that answer as the offer declined. A HEAD request gets the GET answer's head,
-without the body.
+Refused, then the connection closed (:class:`ApiError` with ``close`` set): what llhttp
+refuses (400: Content-Length with Transfer-Encoding or twice, folded or bare-CR header
+lines, a bad chunk, …), a request line with more than one space between its parts or a
+target that is not ASCII (400), HTTP/1.1 without exactly one Host header (400), a
+Transfer-Encoding other than chunked (501), a head over ``max_header_bytes`` (431), an
+HTTP version other than 1.0 and 1.1 (505), CONNECT (405: the endpoint tunnels nothing)
+and a WebSocket handshake (400: no route speaks it). Any other ``Upgrade`` (``h2c``,
+which ``curl --http2`` offers) is ignored, as RFC 9110 §7.8 allows: the request is
+answered in HTTP/1.1 like one without it.
 
-One reader task per connection does every read (:meth:`Client.run_reader`). It reads
-only when asked: when a request is being parsed, or while a request is forwarded, so
-that a hang-up (EOF) cancels the forwarding at once. A task per connection rather than
-a watcher task per request: keep-alive clients then pay for it once (it measured as a
-quarter of the per-request CPU cost), and reads stay bounded (one read at a time).
+Timeouts: ``client_idle_timeout`` for the next request's first byte,
+``client_header_timeout`` from there to the end of its head, ``client_body_timeout`` for
+the whole body (a total, not per read: a client sending a byte every few seconds is cut
+off all the same). The head waits are :class:`Timed` (see :mod:`._deadlines`: no cancel
+scope per request); a body that did not come with its head is read under a cancel scope. A
+hang-up while the request is forwarded is noticed by the server's hang-up watch, which
+interrupts the lane connection's wait (see :mod:`._hangups`): no reader task per
+connection. After a response the next request is waited for before a read is tried
+(that read would only fail: the client waits for its answer).
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import re
+import time
 from http import HTTPStatus
 
-import h11
 import trio
 
 from ddsup.endpoint._body_budget import BodyAccount
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientGone, Framing, Hangup, Request
+from ddsup.endpoint._deadlines import Expired, Timed
 from ddsup.endpoint._errors import (
     ApiError,
-    ambiguous_framing,
     bad_request,
     header_too_large,
     request_timeout,
     too_large,
-    tunnel_refused,
-    version_not_supported,
-    websocket_refused,
 )
-from ddsup.endpoint._notices import NOTICES
+from ddsup.endpoint._head_fields import ChunkedEnd, RequestParser, head_end, refused
 from ddsup.endpoint._wire import RECEIVE_SIZE, Wire
 
 JSON = (b"content-type", b"application/json")
-# h11's states in which the client's request is whole; an offer to switch protocols (h2c)
-# is declined by any answer but 101. (h11 documents MIGHT_SWITCH_PROTOCOL but leaves it
-# out of its __all__.)
-_REQUEST_WHOLE = (h11.DONE, h11.MIGHT_SWITCH_PROTOCOL)  # type: ignore[attr-defined]
-_SIZE_LINE = re.compile(rb"([0-9A-Fa-f]+)[^\r\n]*\r\n")  # a chunk's size, then any extension
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
-class Client:
-    """Reads requests from and writes responses to one connection (h11 path)."""
+class HeadTimeout(Exception):
+    """The client took too long with its next request (408 if it had begun, else a close)."""
+
+
+class Client(Timed):
+    """Reads requests from and writes responses to one accepted connection."""
 
     __slots__ = (
-        "_arrived",
+        "_body_unread",
+        "_chunked",
+        "_continue",
         "_head_only",
-        "_want",
-        "_watch",
+        "_http10",
+        "_parsed",
+        "_reframe",
+        "_requests",
+        "_started",
+        "buffer",
         "config",
-        "conn",
-        "disconnected",
         "eof",
+        "hangup",
+        "keep",
         "last_upstream",
         "linger_wanted",
         "out",
-        "stream",
+        "verbatim",
+        "wire",
     )
 
-    hangup: Hangup | None = None  # hang-ups are watched here (:meth:`watch`), not upstream
-    verbatim = False  # h11 frames body data itself: the proxy hands it decoded bytes
-
-    def __init__(
-        self, stream: Wire, config: EndpointConfig, received: bytes = b"", eof: bool = False
-    ) -> None:
-        """``received``: bytes read but not consumed before h11 took over; ``eof``: the
-        client already closed its side."""
-        self.stream = stream
+    def __init__(self, wire: Wire, config: EndpointConfig) -> None:
+        super().__init__()
+        self.wire = wire
         self.config = config
-        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=config.max_header_bytes)
+        self.buffer = b""  # received, not yet consumed: the start of the next request
+        self.eof = False
         self.out: list[bytes] = []
-        self.disconnected = False  # hung up while a request was being served
-        self.eof = eof
-        self.last_upstream: object | None = None
+        self.keep = True  # the client wants the connection kept open
         self.linger_wanted = False
-        self._want = trio.Event()  # set: the reader should read once more
-        self._arrived = trio.Event()  # set: the reader delivered bytes or EOF
-        self._watch: trio.CancelScope | None = None
-        self._head_only = False  # the request is HEAD: answers carry no body
-        if received:
-            self.conn.receive_data(received)
-        if eof:
-            self.conn.receive_data(b"")
-
-    async def run_reader(self) -> None:
-        """Read whenever asked, feed h11, and cancel a watched request on hang-up."""
-        if self.eof:
-            return
-        while True:
-            await self._want.wait()
-            try:
-                data = await self.stream.receive_some(RECEIVE_SIZE)
-            except (OSError, trio.ClosedResourceError):
-                data = b""
-            self._want = trio.Event()
-            if not data:
-                self.eof = True
-                self.conn.receive_data(b"")
-                if self._watch is not None:
-                    self.disconnected = True
-                    self._watch.cancel()
-                self._arrived.set()
-                return
-            self.conn.receive_data(data)
-            self._arrived.set()
-
-    async def _more(self, deadline: float) -> bool:
-        """Wait until the reader delivered more bytes (or EOF); ``False`` at ``deadline``."""
-        if self.eof:
-            return True  # h11 already knows; its next event says so
-        self._arrived = trio.Event()
-        self._want.set()
-        with trio.move_on_at(deadline):
-            await self._arrived.wait()
-            return True
-        return False
-
-    def watch(self, scope: trio.CancelScope | None) -> None:
-        """Let the client hanging up cancel ``scope`` (``None``: stop); see :meth:`run_reader`.
-
-        A plain method rather than a context manager: it runs on every request.
-        """
-        self._watch = scope
-        if scope is not None and not self.eof and not self.conn.trailing_data[0]:
-            self._want.set()  # nothing pipelined is waiting: listen for EOF meanwhile
+        self.hangup = Hangup()
+        self.verbatim = True  # takes a lane's chunked body as it came (HTTP/1.1)
+        self.last_upstream: object | None = None
+        self._requests = RequestParser()
+        self._body_unread = False
+        self._parsed = False  # a request was parsed: the client waits for its answer
+        self._started = False
+        self._reframe = False
+        self._chunked = False
+        self._continue = False  # 100 Continue is owed before the body is read
+        self._head_only = False  # HEAD: answers carry no body
+        self._http10 = False
 
     async def read_head(self) -> Request | None:
-        """The next request's head, or ``None`` when the client is done with the connection."""
-        conn = self.conn
-        started = bool(conn.trailing_data[0])
+        """The next request, ``None`` when the client is done.
+
+        :class:`HeadTimeout` when the client is too slow (see the module docstring);
+        :class:`ApiError` (with ``close``) for a request refused as it stands.
+        """
+        buf = self.buffer
+        end = head_end(buf)
+        if end < 0:
+            buf, end = await self._more_head()
+            if end < 0:
+                return None
+        else:
+            await trio.lowlevel.checkpoint()  # pipelined: let other connections run first
+        return self._parse(buf, end)
+
+    async def _more_head(self) -> tuple[bytes, int]:
+        """Read until the head is complete: (buffer, index after its end), or (…, -1) at EOF."""
         config = self.config
-        timeout = config.client_header_timeout if started else config.client_idle_timeout
-        deadline = trio.current_time() + timeout
-        while True:
+        buf = self.buffer
+        sock = self.wire.sock
+        if buf:
+            self.deadline = time.monotonic() + config.client_header_timeout
+        waited = False
+        if not buf and self._parsed:  # the next request comes later: wait
+            self.deadline = time.monotonic() + config.client_idle_timeout
+            waited = True
             try:
-                event = conn.next_event()
-            except h11.RemoteProtocolError as err:
-                status = err.error_status_hint
-                await self.reject(ApiError(status, "invalid_request_error", str(err)))
-                self.linger_wanted = True
-                return None
-            if isinstance(event, h11.Request):
-                self._head_only = event.method == b"HEAD"
-                headers = list(event.headers)
-                refusal = _refusal(event, headers, config.max_header_bytes)
-                if refusal is not None:
-                    await self.reject(refusal)
-                    self.linger_wanted = True
-                    return None
-                return Request(event.method, event.target, headers, _content_length(headers))
-            if event is not h11.NEED_DATA:
-                return None  # ConnectionClosed (or PAUSED, which a finished cycle never is)
-            if not await self._more(deadline):
-                if started or conn.trailing_data[0]:
-                    await self.reject(request_timeout("request head"))
-                    self.linger_wanted = True
-                return None
-            if not started:
-                started = True
-                deadline = trio.current_time() + config.client_header_timeout
+                await self.wait_readable(sock)
+            except Expired:
+                raise HeadTimeout from None
+        while True:
+            if len(buf) > config.max_header_bytes:
+                raise header_too_large(config.max_header_bytes)
+            try:
+                data = sock.recv(RECEIVE_SIZE)
+            except BlockingIOError:
+                if not buf:
+                    self.deadline = time.monotonic() + config.client_idle_timeout
+                waited = True
+                try:
+                    await self.wait_readable(sock)
+                except Expired:
+                    raise HeadTimeout from None
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                self.eof = True
+                if buf.strip():
+                    raise refused(400, "the connection ended in the middle of a request head")
+                return buf, -1
+            if not buf:
+                self.deadline = time.monotonic() + config.client_header_timeout
+            buf += data
+            self.buffer = buf
+            end = head_end(buf)
+            if end >= 0:
+                if not waited:
+                    await trio.lowlevel.checkpoint()  # the client is ahead: others first
+                return buf, end
+
+    def _parse(self, buf: bytes, head_end: int) -> Request:
+        config = self.config
+        if head_end > config.max_header_bytes:
+            raise header_too_large(config.max_header_bytes)
+        try:
+            method, target, http10 = self._requests.head(buf[:head_end])
+        except ApiError:
+            self._spent()
+            raise
+        fields = self._requests.fields
+        self.buffer = buf[head_end:]
+        self._parsed = True
+        self._http10 = http10
+        self.keep = fields.alive and not fields.close if http10 else not fields.close
+        self.verbatim = not http10
+        self._chunked = bool(fields.codings)
+        self._body_unread = self._chunked or bool(fields.content_length)
+        self._continue = fields.continue_expected and not http10
+        self._head_only = method == b"HEAD"
+        self._started = False
+        forwarded = None if fields.listed else b"".join(fields.forwarded)
+        return Request(method, target, fields.headers, fields.content_length, forwarded)
+
+    def _spent(self) -> None:
+        """The request is refused and the connection ends after the answer."""
+        self.keep = False
+        self._started = False
+        self._head_only = False
+        self._http10 = False
 
     async def read_body(self, request: Request, limit: int, account: BodyAccount) -> bytes:
-        """The whole request body, charged to ``account`` as it arrives; :class:`ApiError`
-        413/408/400 on a limit or a bad frame; :class:`OverBudget`.
-
-        A chunked body is refused once its bytes pass ``limit``, and at once when its
-        first chunk's size line declares more (a client that streams a body of known
-        length sends it as one chunk): like a Content-Length over it, none of it is read.
-        That line is looked for in h11's buffer only before h11 has taken any of the body,
-        when the buffer holds at most one read besides an incomplete line: a look for
-        every chunk's line would copy the buffer once per chunk.
-        """
-        length = request.content_length
-        if length is not None and length > limit:
+        """The whole body, charged to ``account`` as it arrives; :class:`ApiError`
+        413/408/400 on a limit, a timeout, an early end or a bad chunk; :class:`OverBudget`."""
+        length = request.content_length or 0
+        if length > limit:
             raise too_large(limit)
-        conn = self.conn
-        if conn.they_are_waiting_for_100_continue:
-            self.write(h11.InformationalResponse(status_code=100, headers=[]))
+        if self._continue:
+            self._continue = False
+            self.out.append(CONTINUE)
             await self.flush()
-        chunks: list[bytes] = []
-        size = 0
-        first_line = length is None and any(n == b"transfer-encoding" for n, _ in request.headers)
-        deadline = trio.current_time() + self.config.client_body_timeout  # the whole body
-        while True:
-            if first_line and (line := _SIZE_LINE.match(conn.trailing_data[0])) is not None:
-                if int(line[1], 16) > limit:
-                    raise too_large(limit)
-                first_line = False
-            try:
-                event = conn.next_event()
-            except h11.RemoteProtocolError as err:
-                raise bad_request(f"malformed request body: {err}") from err
-            if isinstance(event, h11.Data):
-                size += len(event.data)
+        if self._chunked:
+            return await self._read_chunked(limit, account)
+        buf = self.buffer
+        if len(buf) < length:
+            account.arrived(len(buf))
+            chunks = [buf]
+            have = len(buf)
+            with trio.move_on_after(self.config.client_body_timeout):  # the whole body
+                while have < length:
+                    data = await self.wire.receive_some()
+                    if not data:
+                        self.eof = True
+                        raise bad_request("the request ended before its body")
+                    account.arrived(len(data))
+                    chunks.append(data)
+                    have += len(data)
+            if have < length:
+                raise request_timeout("request body")
+            account.complete()
+            buf = b"".join(chunks)
+        elif length:
+            account.whole(length)
+        body, self.buffer = buf[:length], buf[length:]
+        self._requests.body(body)  # ends the message in the parser, ready for the next
+        self._body_unread = False
+        return body
+
+    async def _read_chunked(self, limit: int, account: BodyAccount) -> bytes:
+        """A chunked body: its bytes fed to the parser as they arrive, up to where its
+        framing lines say it ends, and its data charged as it is decoded; refused with 413
+        as soon as its chunks declare more than ``limit`` bytes, before they arrive."""
+        pieces = self._requests.fields.body
+        ends = ChunkedEnd(limit)
+        raw = self.buffer
+        fed = taken = size = 0
+        with trio.move_on_after(self.config.client_body_timeout):  # the whole body
+            while True:
+                end = ends.find(raw)
+                upto = len(raw) if end < 0 else end
+                self._requests.body(raw[fed:upto])
+                fed = upto
+                for piece in pieces[taken:]:
+                    size += len(piece)
+                    account.arrived(len(piece))
+                taken = len(pieces)
                 if size > limit:
                     raise too_large(limit)
-                account.arrived(len(event.data))
-                chunks.append(event.data)
-                first_line = False
-            elif isinstance(event, h11.EndOfMessage):
-                account.complete()
-                return b"".join(chunks)
-            elif event is h11.NEED_DATA:
-                if not await self._more(deadline):
-                    raise request_timeout("request body")
-            else:
-                raise bad_request("the request ended before its body")
+                if end >= 0:
+                    if not self._requests.fields.complete:
+                        raise refused(400, "malformed chunked body")
+                    account.complete()
+                    self.buffer = raw[end:]
+                    self._body_unread = False
+                    return b"".join(pieces)
+                data = await self.wire.receive_some()
+                if not data:
+                    self.eof = True
+                    raise bad_request("the request ended before its body")
+                done = ends.shift()  # fed and passed over: only a partial line is kept
+                raw = raw[done:] + data
+                fed -= done
+        raise request_timeout("request body")
 
     def peer(self) -> str:
-        return self.stream.peer()
+        return self.wire.peer()
 
-    def write(self, event: h11.Event) -> None:
-        """Queue ``event``'s bytes; :meth:`flush` sends everything queued in one call."""
-        data = self.conn.send(event)
-        if data:
-            self.out.append(data)
-
-    def flush_now(self) -> bool:
-        """The h11 path sends only by awaiting (:meth:`flush`): True when nothing is queued."""
-        return not self.out
-
-    async def flush(self) -> None:
-        if not self.out:
-            return
-        data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
-        self.out.clear()
-        try:
-            await self.stream.send_all(data)
-        except (OSError, trio.ClosedResourceError) as err:
-            raise ClientGone from err
-
-    async def respond(
-        self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, *, close: bool = False
-    ) -> None:
+    async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         """A complete response with a known length, sent in one write (a HEAD's without
-        its body); ``close``: the connection ends after it."""
-        headers = [*headers, (b"content-length", str(len(body)).encode())]
-        if close or self.conn.their_state not in _REQUEST_WHOLE:
-            headers.append((b"connection", b"close"))  # the unread body makes reuse impossible
-            self.linger_wanted = True
-        self.write(
-            h11.Response(status_code=status, headers=headers, reason=REASONS.get(status, b""))
-        )
-        if body and not self._head_only:
-            self.write(h11.Data(data=body))
-        self.write(h11.EndOfMessage())
+        its body)."""
+        parts = [b"HTTP/1.1 %d %s\r\n" % (status, REASONS.get(status, b""))]
+        parts.extend(b"%s: %s\r\n" % pair for pair in headers)
+        parts.append(b"content-length: %d\r\n" % len(body))
+        if self._body_unread:
+            self.linger_wanted = True  # the unread body makes reuse impossible
+            self.keep = False
+        parts.append(self._connection())
+        parts.append(b"\r\n")
+        if not self._head_only:
+            parts.append(body)
+        self._started = True
+        self.out.append(b"".join(parts))
         await self.flush()
 
-    def take_bodiless_end(self) -> None:
-        """Take a GET's end (h11's queued ``EndOfMessage``) before answering it.
-
-        Without this, h11 still expects the (empty) body when the answer goes out, and
-        every answer to a GET would close its keep-alive connection. A GET that does
-        carry body bytes is not drained: its answer closes the connection, as before.
-        Nothing is read from the socket here.
-        """
-        if self.conn.their_state is h11.SEND_BODY:
-            with contextlib.suppress(h11.RemoteProtocolError):
-                self.conn.next_event()
+    def _connection(self) -> bytes:
+        """The Connection header of an answer: what HTTP/1.0 needs to keep the connection."""
+        if not self.keep:
+            return b"connection: close\r\n"
+        return b"connection: keep-alive\r\n" if self._http10 else b""
 
     async def reject(self, error: ApiError) -> None:
-        """Answer ``error`` as JSON, when a response can still be sent at all."""
-        if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        if self._started:
             raise Abort from error
-        await self.respond(error.status, [JSON, *error.headers()], error.body(), close=error.close)
+        if error.close:
+            self.keep = False
+        await self.respond(error.status, [JSON, *error.headers()], error.body())
 
     def start_response(
         self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], framing: Framing
     ) -> None:
-        """h11 validates the head and frames the body (chunked when not length-framed)."""
-        try:
-            response = h11.Response(status_code=status, headers=headers, reason=reason)
-        except h11.ProtocolError as err:
-            raise ValueError(str(err)) from err
-        self.write(response)
+        parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason)]
+        parts.extend(b"%s: %s\r\n" % pair for pair in headers)
+        if framing is not Framing.LENGTH:
+            if self._http10:  # no chunked for HTTP/1.0: the body ends with the connection
+                self.keep = False
+            else:
+                parts.append(b"transfer-encoding: chunked\r\n")
+        parts.append(self._connection())
+        parts.append(b"\r\n")
+        self.out.append(b"".join(parts))
+        self._started = True
+        self._reframe = framing is Framing.CLOSE and not self._http10 and not self._head_only
 
     def pass_head(self, raw: bytes) -> None:
-        raise AssertionError("an h11 client frames every head itself (verbatim is False)")
+        if not self.keep:
+            raw = raw[:-2] + b"connection: close\r\n\r\n"
+        self.out.append(raw)
+        self._started = True
+        self._reframe = False
 
     def send_body(self, data: bytes) -> None:
-        self.write(h11.Data(data=data))
+        if self._head_only:
+            return
+        if self._reframe:
+            data = b"%x\r\n%s\r\n" % (len(data), data)
+        self.out.append(data)
 
     def end_response(self) -> None:
-        self.write(h11.EndOfMessage())
+        if self._reframe:
+            self.out.append(b"0\r\n\r\n")
+
+    async def flush(self) -> None:
+        if self.flush_now():  # nearly always whole: no coroutine for the send
+            return
+        data = self.out.pop()  # the rest, which the socket did not take
+        try:
+            await self.wire.send_all(data)
+        except OSError as err:
+            raise ClientGone from err
+
+    def flush_now(self) -> bool:
+        out = self.out
+        if not out:
+            return True
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        try:
+            sent = self.wire.sock.send(data)
+        except OSError:  # would block, or the client left: flush() waits, or says so
+            sent = 0
+        if sent < len(data):
+            out.append(data[sent:])
+            return False
+        return True
 
     @property
     def response_started(self) -> bool:
-        return self.conn.our_state is not h11.SEND_RESPONSE
+        return self._started
 
     def keep_alive(self) -> bool:
-        conn = self.conn
-        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+        return self.keep and not self._body_unread
 
     async def linger(self) -> None:
         """After an early answer, let the client read it before the socket goes away.
 
         Closing with unread request bytes makes the kernel send RST, which may destroy
-        our response in flight; so half-close, then drain for a short bounded time.
-        Call it only once the reader task has ended.
+        the response in flight; so half-close, then drain for a short bounded time.
         """
         if self.eof:
             return
         try:
-            await self.stream.send_eof()
+            await self.wire.send_eof()
             with trio.move_on_after(1.0):
                 drained = 0
                 while drained < 4 * 1024 * 1024:
-                    data = await self.stream.receive_some(RECEIVE_SIZE)
+                    data = await self.wire.receive_some()
                     if not data:
                         return
                     drained += len(data)
-        except (trio.ClosedResourceError, OSError):
+        except OSError:
             return
-
-
-def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
-    for name, value in headers:
-        if name == b"content-length":
-            return int(value)  # h11 validated it is a number
-    return None
-
-
-def _refusal(event: h11.Request, headers: list[tuple[bytes, bytes]], limit: int) -> ApiError | None:
-    """Why a request h11 took is refused all the same (see the module docstring), if it is."""
-    if event.http_version not in (b"1.0", b"1.1"):
-        return version_not_supported(event.http_version.decode())
-    names = {name for name, _ in headers}
-    if b"content-length" in names and b"transfer-encoding" in names:
-        return ambiguous_framing()
-    size = len(event.method) + len(event.target) + 12  # the request line, as h11 read it
-    size += sum(len(name) + len(value) + 4 for name, value in headers)
-    if size > limit:
-        return header_too_large(limit)
-    if event.method == b"CONNECT":
-        NOTICES.note("connect", logging.INFO, "refused a CONNECT request (405): no tunnels")
-        return tunnel_refused()
-    if any(name == b"upgrade" and _names_websocket(value) for name, value in headers):
-        NOTICES.note("websocket", logging.INFO, "refused a WebSocket handshake (400)")
-        return websocket_refused()
-    return None
-
-
-def _names_websocket(upgrade: bytes) -> bool:
-    """Whether an Upgrade header offers WebSocket (``websocket``, or ``websocket/13``)."""
-    return any(
-        offer.split(b"/", 1)[0].strip().lower() == b"websocket" for offer in upgrade.split(b",")
-    )

@@ -1,17 +1,15 @@
-"""What the routes and the proxy see of a client connection, whichever parser serves it.
+"""What the routes and the proxy see of a client connection.
 
-A connection is served on the fast path (:mod:`._fast_client`: httptools, raw socket
-calls, upstream bytes relayed as they are) or, once anything about it is unusual, by h11
-(:mod:`._client`). Both implement :class:`ClientConnection`; the routes and the proxy
-are written once against it. :class:`Request` is the one request type of both paths.
+A connection is served by :class:`~ddsup.endpoint._client.Client` (httptools, raw socket
+calls, upstream bytes relayed as they are); the routes and the proxy are written against
+the :class:`ClientConnection` protocol it implements, and tests can stand in for it.
+:class:`Request` is the request type.
 """
 
 from __future__ import annotations
 
 import enum
 from typing import Protocol
-
-import trio
 
 from ddsup.endpoint._body_budget import BodyAccount
 from ddsup.endpoint._deadlines import Timed
@@ -27,7 +25,7 @@ class Abort(Exception):
 
 
 class Hangup:
-    """A fast-path client's hang-up, as the server's hang-up watch sees it (:mod:`._hangups`).
+    """A client's hang-up, as the server's hang-up watch sees it (:mod:`._hangups`).
 
     ``gone`` once the client hung up; ``serving`` is the lane connection its request
     uses right now, whose waits a hang-up interrupts with :class:`ClientGone`.
@@ -50,8 +48,8 @@ class Framing(enum.Enum):
     """How a lane framed its response body, which decides how the client gets it."""
 
     LENGTH = "content-length"  # passed on as it is
-    CHUNKED = "chunked"  # fast path: the chunks as they are; h11: decoded, framed again
-    CLOSE = "until close"  # the client gets it chunked (the end must be visible)
+    CHUNKED = "chunked"  # HTTP/1.1: the chunks as they are; HTTP/1.0: decoded, until close
+    CLOSE = "until close"  # HTTP/1.1 gets it chunked (the end must be visible)
 
 
 class Request:
@@ -89,14 +87,14 @@ class Request:
 class ClientConnection(Protocol):
     """One client connection, as the routes and the proxy use it.
 
-    ``hangup`` is the state the server's hang-up watch keeps for the client (fast path:
-    see :mod:`._hangups`), or ``None`` when the connection watches for itself (h11
-    path: see :meth:`watch`). ``verbatim`` says the client takes a lane's chunked body as it came.
+    ``hangup`` is the state the server's hang-up watch keeps for the client (see
+    :mod:`._hangups`). ``verbatim`` says the client takes a lane's chunked body as it
+    came (HTTP/1.1; an HTTP/1.0 client gets it decoded).
     ``last_upstream`` lets the pool give a keep-alive client the same lane connection
     again (see :mod:`._upstream`).
     """
 
-    hangup: Hangup | None
+    hangup: Hangup
     verbatim: bool
     last_upstream: object | None  # the lane connection its last request used
 
@@ -111,12 +109,6 @@ class ClientConnection(Protocol):
 
     async def reject(self, error: ApiError) -> None:
         """Answer ``error`` as JSON while that is still possible, else raise :class:`Abort`."""
-
-    def take_bodiless_end(self) -> None:
-        """A GET is about to be answered: its (empty) body counts as read."""
-
-    def watch(self, scope: trio.CancelScope | None) -> None:
-        """h11 path: let a hang-up cancel ``scope`` (``None``: stop watching)."""
 
     def start_response(
         self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], framing: Framing

@@ -1,7 +1,7 @@
 """Coarse timeouts for the data path: one task per server checks every deadline each tick.
 
 trio's cancel scopes are exact and composable, and cost several microseconds per scope
-and per deadline change; the fast path had three deadline changes and one scope per
+and per deadline change; the data path had three deadline changes and one scope per
 request, about a fifth of its CPU. The timeouts of the data path need neither property:
 they are long (seconds to minutes), and what expires is always one wait on one socket.
 So, as nginx does with its event timers, a :class:`Timed` object (a client connection,

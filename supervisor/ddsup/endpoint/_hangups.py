@@ -1,8 +1,8 @@
-"""Noticing fast-path clients that hang up, at no cost per request.
+"""Noticing clients that hang up, at no cost per request.
 
 A client that hangs up while its request is forwarded must end that request: the lane
-stops generating for nobody (retries and streams assume it). The h11 path has
-a reader task per connection for that; the fast path has none, so something else must
+stops generating for nobody (retries and streams assume it). A connection has no
+reader task of its own (it would cost a task switch per request), so something else must
 wake the request's task, which is waiting for the lane's bytes, when the client's side
 closes.
 
@@ -14,7 +14,7 @@ kept the same lane connection, but a client whose requests alternate between lan
 waits need 2, and a tenth of the endpoint's CPU.
 
 Here, as nginx does with ``EPOLLRDHUP`` on its one epoll set, one set per server holds
-every fast-path client's socket for ``EPOLLRDHUP`` (the peer's FIN or RST, never its
+every client's socket for ``EPOLLRDHUP`` (the peer's FIN or RST, never its
 bytes), registered once per connection with ``EPOLLONESHOT`` (reported once, then
 quiet until the socket closes, which removes it from the set). One task per server
 waits on the set and, for each client that hung up, marks its
@@ -38,7 +38,7 @@ _HANGUP = select.EPOLLRDHUP | select.EPOLLONESHOT  # EPOLLHUP and EPOLLERR come 
 
 
 class Hangups:
-    """The hang-up watch of one server's fast-path clients (see the module docstring)."""
+    """The hang-up watch of one server's clients (see the module docstring)."""
 
     def __init__(self) -> None:
         self._set: select.epoll | None = None

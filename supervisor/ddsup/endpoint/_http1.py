@@ -1,6 +1,6 @@
 """The endpoint's side of the lane connections: response heads and body framing.
 
-As the *client* of the lanes, h11 would be a large share of a proxied request's CPU,
+As the *client* of the lanes, a general HTTP library (h11) would be a large share of a proxied request's CPU,
 mostly in checks that matter for arbitrary peers; the endpoint writes every request itself and
 talks only to its own lanes. A response head is parsed by httptools (llhttp, in C; faster than
 a regular-expression parser) with
@@ -12,8 +12,8 @@ close) is followed here, so that body bytes can be passed on without a copy.
 
 Pure code over bytes, no I/O: :class:`ResponseHead` from :func:`parse_head`, and a
 :class:`BodyDecoder` fed with received bytes. It hands back either the decoded body
-(:meth:`BodyDecoder.feed`, for h11, which frames it again) or the bytes to relay as
-they are (:meth:`BodyDecoder.scan`, for the fast path: chunks pass through untouched,
+(:meth:`BodyDecoder.feed`, for an HTTP/1.0 client) or the bytes to relay as
+they are (:meth:`BodyDecoder.scan`, for an HTTP/1.1 client: chunks pass through untouched,
 only a non-canonical chunk-size line is rewritten and trailers are dropped).
 """
 

@@ -1,7 +1,7 @@
 """The endpoint's own counters, rendered as Prometheus text on ``GET /metrics``.
 
 A hand-rolled registry (dicts of label tuples) rather than prometheus_client: the hot
-path adds to a dict entry, and the endpoint keeps no dependency beyond trio and h11.
+path adds to a dict entry, and the endpoint keeps no dependency beyond trio and httptools.
 
 With several workers each counts its own requests; a scrape gathers every worker's
 :meth:`Metrics.snapshot` through the parent and renders their sum

@@ -6,7 +6,7 @@ answer is the client's answer, and a lane that dies mid-stream cuts the client's
 response short (:class:`Abort`) rather than restarting it elsewhere, which would
 duplicate tokens. Bodies are relayed one socket read at a time, and each read is
 flushed to the client before the next, so a slow client slows the lane's reads
-(backpressure) and buffering stays bounded by one read. A fast-path client takes a
+(backpressure) and buffering stays bounded by one read. An HTTP/1.1 client takes a
 chunked body (SSE) as the lane framed it: each read passes on as it came, with no
 per-event decoding and framing again (:meth:`BodyDecoder.scan`).
 
@@ -76,7 +76,7 @@ def end_to_end(
 def _start_response(client: ClientConnection, head: ResponseHead, conn: UpstreamConnection) -> None:
     """Queue the lane's response head as the client gets it; ``ValueError`` if it cannot.
 
-    A verbatim (fast-path) client takes a head of end-to-end headers as it came, when the
+    A verbatim (HTTP/1.1) client takes a head of end-to-end headers as it came, when the
     body's framing passes on unchanged too (Content-Length, or chunked).
     """
     assert conn.decoder is not None
@@ -241,7 +241,7 @@ class Proxy:
                 return Failure(f"http {code}", f"answered {code}", code, asked)
             try:
                 _start_response(client, response, conn)
-            except ValueError as err:  # a head h11 will not pass on to the client
+            except ValueError as err:  # a head that cannot be passed on to the client
                 conn.close_now()
                 self.ejection.failed(lane, f"unusable response head ({err})")
                 return Failure("protocol", f"unusable response head ({err})")
@@ -279,7 +279,7 @@ class Proxy:
         """Send ``request`` and read the response head, on a fresh connection if a kept one
         died; :class:`UpstreamError` when the lane fails before answering.
 
-        A fast-path client's hang-up (its ``hangup``) ends the connection's waits.
+        The client's hang-up (its ``hangup``) ends the connection's waits.
         """
         hangup = client.hangup
         config = self.config

@@ -3,7 +3,7 @@
 :func:`handle_request` is the one place a request's outcome is decided: an
 :class:`ApiError` becomes a typed JSON answer, a bug becomes a logged 500 (never a
 traceback to the client), and a response cut short closes the connection. It is written
-once for both kinds of connection (:class:`ClientConnection`: the fast path and h11).
+against :class:`ClientConnection`.
 """
 
 from __future__ import annotations
@@ -132,8 +132,6 @@ async def _route(ep: Endpoint, client: ClientConnection, request: Request) -> No
             await _read_body(ep, client, request, account, PING_BODY_LIMIT)
         finally:
             account.release()
-    else:
-        client.take_bodiless_end()
     if path == b"/v1/models":
         await client.respond(200, [JSON], _model_list(ep))
     elif path in (b"/health", b"/ping"):
@@ -168,7 +166,7 @@ async def _lane_version(ep: Endpoint, client: ClientConnection, request: Request
         raise no_lane_answered("/version", ep.config.retry_after)
     lanes.begin_request()
     try:
-        await _watched(ep, client, Forward.of(request, b""), model)
+        await ep.proxy.forward(client, Forward.of(request, b""), model)
     finally:
         lanes.end_request()
 
@@ -220,7 +218,7 @@ async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> 
         counted = True
         forward = Forward.of(request, body)
         forward.prefix = ep.proxy.prefix_of(model, payload)
-        status = await _watched(ep, client, forward, model)
+        status = await ep.proxy.forward(client, forward, model)
     except ApiError as err:
         status = err.status
         ep.metrics.series.refused(model, status)  # [series hook]
@@ -283,23 +281,6 @@ def _requested(ep: Endpoint, request: Request, body: bytes) -> tuple[str, dict[s
         served = ", ".join(models) or "none"
         raise bad_request(f'the request names no "model"; this endpoint serves: {served}')
     return models[0], payload
-
-
-async def _watched(ep: Endpoint, client: ClientConnection, forward: Forward, model: str) -> int:
-    """Forward while watching the client: if it hangs up, the lane's request is cancelled.
-
-    A fast-path client is watched by the server's hang-up watch (its ``hangup``).
-    """
-    if client.hangup is not None:
-        return await ep.proxy.forward(client, forward, model)
-    scope = trio.CancelScope()
-    client.watch(scope)
-    try:
-        with scope:
-            return await ep.proxy.forward(client, forward, model)
-    finally:
-        client.watch(None)
-    raise ClientGone("the client hung up")
 
 
 def _model_of(body: bytes) -> tuple[str | None, dict[str, Any]]:

@@ -1,11 +1,10 @@
 """The endpoint's HTTP/1.1 server: trio listeners, one task per connection.
 
 Purpose-built rather than hypercorn because the data path's cost budget (BENCHMARKS.md)
-is below hypercorn's own per-request floor. Each connection starts on the fast path
-(:mod:`._fast_client`: httptools, one task, raw socket calls) and moves to h11
-(:mod:`._client`) for good at its first unusual request. The server owns keep-alive
-cycles, timeouts and limits, and containment: nothing that happens on one connection can
-end the server.
+is below hypercorn's own per-request floor. Each connection is one task of the server's
+nursery (:mod:`._accept`), reading with httptools and raw socket calls
+(:mod:`._client`). The server owns keep-alive cycles, timeouts and limits, and
+containment: nothing that happens on one connection can end the server.
 """
 
 from __future__ import annotations
@@ -24,11 +23,10 @@ import trio
 
 from ddsup._errors import DdsupError, StateDirError
 from ddsup.endpoint._accept import connection_cap, raise_fd_limit, serve_listeners
-from ddsup.endpoint._client import Client
+from ddsup.endpoint._client import Client, HeadTimeout
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientGone
 from ddsup.endpoint._errors import ApiError, request_timeout
-from ddsup.endpoint._fast_client import FastClient, HeadTimeout, Unusual
 from ddsup.endpoint._lane_names import learn_lane_names
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics_sampler import sample_lanes
@@ -197,16 +195,11 @@ async def serve_connections(
 async def _serve_connection(endpoint: Endpoint, stream: trio.SocketStream) -> None:
     """Serve requests on one connection until either side is done; never raises."""
     wire = Wire.from_stream(stream)
-    client = FastClient(wire, endpoint.config)
+    client = Client(wire, endpoint.config)
     endpoint.deadlines.add(client)
-    if client.hangup is not None:
-        endpoint.hangups.add(wire.fd, client.hangup)
+    endpoint.hangups.add(wire.fd, client.hangup)
     try:
-        try:
-            await _serve_fast(endpoint, client)
-        except Unusual:
-            await _serve_h11(endpoint, Client(wire, endpoint.config, client.buffer, client.eof))
-            return
+        await _serve_requests(endpoint, client)
         if client.linger_wanted:
             await client.linger()  # answered early: let the client read the answer
     except Exception:
@@ -217,8 +210,8 @@ async def _serve_connection(endpoint: Endpoint, stream: trio.SocketStream) -> No
         wire.close()
 
 
-async def _serve_fast(endpoint: Endpoint, client: FastClient) -> None:
-    """The fast path's keep-alive loop; :class:`Unusual` hands the connection to h11."""
+async def _serve_requests(endpoint: Endpoint, client: Client) -> None:
+    """The connection's keep-alive loop."""
     try:
         while True:
             try:
@@ -228,7 +221,7 @@ async def _serve_fast(endpoint: Endpoint, client: FastClient) -> None:
                     await client.reject(request_timeout("request head"))
                     client.linger_wanted = True
                 return
-            except ApiError as refusal:  # refused before it was parsed (431, 505): then closed
+            except ApiError as refusal:  # refused as it stands (400, 431, 505, …): then closed
                 await client.reject(refusal)
                 client.linger_wanted = True
                 return
@@ -242,7 +235,7 @@ async def _serve_fast(endpoint: Endpoint, client: FastClient) -> None:
         client.linger_wanted = False
 
 
-def _more_was_sent(client: FastClient) -> bool:
+def _more_was_sent(client: Client) -> bool:
     """Whether the client sent bytes beyond the request just answered (read, or still in
     the kernel): closing on them would reset the connection, and the reset can destroy
     the answer before the client reads it (RFC 9112 §9.6: close in stages)."""
@@ -252,27 +245,3 @@ def _more_was_sent(client: FastClient) -> bool:
         return bool(client.wire.sock.recv(1, socket.MSG_PEEK))
     except OSError:  # nothing there (would block), or the connection is gone
         return False
-
-
-async def _serve_h11(endpoint: Endpoint, client: Client) -> None:
-    """The h11 path, from the first unusual request to the end of the connection."""
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(client.run_reader)
-        await _serve_requests(endpoint, client)
-        nursery.cancel_scope.cancel()
-    if client.linger_wanted:
-        await client.linger()
-
-
-async def _serve_requests(endpoint: Endpoint, client: Client) -> None:
-    try:
-        while True:
-            request = await client.read_head()
-            if request is None:
-                return
-            await handle_request(endpoint, client, request)
-            if not client.keep_alive():
-                return
-            client.conn.start_next_cycle()
-    except (Abort, ClientGone, OSError, trio.ClosedResourceError):
-        client.linger_wanted = False

@@ -6,7 +6,7 @@ connections. A connection goes back to the pool only when its response ended cle
 at a message boundary; anything else (cancelled mid-request, truncated body) is closed.
 Requests are written directly and responses parsed by :mod:`._http1`.
 
-While a request of a fast-path client is forwarded, a hang-up of that client ends the
+While a client's request is forwarded, a hang-up of that client ends the
 connection's waits with :class:`ClientGone` (:mod:`._hangups`); its waits are plain
 waits on its own socket. The response head is waited for before the first read is
 tried: a lane never answers before the request's task has yielded, so that read would

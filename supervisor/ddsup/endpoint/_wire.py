@@ -7,8 +7,8 @@ the lane, read the answer, write it back): a good part of the per-request budget
 block, which is the same event-driven wait without the wrapping.
 
 A call that succeeds at once does not yield to other tasks; that is fine here because
-every proxied request waits for its lane at least once, and the fast path adds a
-checkpoint where a connection could otherwise keep the CPU (see :mod:`._fast_client`).
+every proxied request waits for its lane at least once, and the client connection adds
+a checkpoint where it could otherwise keep the CPU (see :mod:`._client`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ RECEIVE_SIZE = 65536
 class Wire:
     """One connected, non-blocking TCP socket; errors surface as :class:`OSError`.
 
-    The method names follow trio's stream API so that the h11 path reads the same.
+    The method names follow trio's stream API.
     """
 
     __slots__ = ("fd", "sock")
