@@ -27,7 +27,6 @@ import os
 import socket
 from collections.abc import Mapping, Sequence
 
-from ddsup._errors import PreflightError
 from ddsup.channel import PreflightReport
 from ddsup.plan import GpuList, Node, Plan, PlannedInstance, gpu_holders
 from ddsup.run._node_checks import space_problem, version_problem
@@ -151,18 +150,3 @@ def _busy_gpus(
             warnings.append(text + ' (busy_gpus = "warn")')
         else:
             problems.append(text + ' (set busy_gpus = "warn" in [lane] to start anyway)')
-
-
-def preflight_verdict(
-    nodes: Sequence[str], reports: Mapping[str, PreflightReport], waited: float
-) -> PreflightError | dict[str, int]:
-    """The run's verdict on every node's report: the error that ends it (a node that did
-    not report within ``waited`` seconds, a problem on any node), or the ports picked."""
-    missing = ", ".join(sorted(set(nodes) - set(reports)))
-    if missing:
-        return PreflightError(f"no agent reported from node(s) {missing} within {waited:g}s")
-    ordered = sorted(reports.items())
-    problems = [f"{node}: {p}" for node, report in ordered for p in report.problems]
-    if problems:
-        return PreflightError("preflight failed: " + "; ".join(problems))
-    return {k: v for _node, report in ordered for k, v in report.ports.items()}

@@ -25,7 +25,7 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ddsup._errors import PreflightError
 from ddsup.channel import LanesUpdate, PreflightReport, RestartStep, merge_changes
@@ -54,7 +54,6 @@ from ddsup.run._lane_rotation import LaneRotation
 from ddsup.run._loading import LoadingGate
 from ddsup.run._node_loss import lanes_short, lost_transitions
 from ddsup.run._ordering import agent_instances, survivable
-from ddsup.run._preflight import preflight_verdict
 from ddsup.run._replicas import ReplicaPolicy
 from ddsup.run._restarts import RestartRefused, Restarts, restart_targets
 from ddsup.run._run_inputs import (
@@ -403,3 +402,18 @@ class RunState:
             return []
         self.outcome = Outcome.of(cause)
         return [Record(RunEnding(outcome=self.outcome)), EndRun(self.outcome)]
+
+
+def preflight_verdict(
+    nodes: Sequence[str], reports: Mapping[str, PreflightReport], waited: float
+) -> PreflightError | dict[str, int]:
+    """The run's verdict on every node's report: the error that ends it (a node that did
+    not report within ``waited`` seconds, a problem on any node), or the ports picked."""
+    missing = ", ".join(sorted(set(nodes) - set(reports)))
+    if missing:
+        return PreflightError(f"no agent reported from node(s) {missing} within {waited:g}s")
+    ordered = sorted(reports.items())
+    problems = [f"{node}: {p}" for node, report in ordered for p in report.problems]
+    if problems:
+        return PreflightError("preflight failed: " + "; ".join(problems))
+    return {k: v for _node, report in ordered for k, v in report.ports.items()}
