@@ -29,8 +29,8 @@ timestamp just before ``exec``. From it and ``events.jsonl``:
   start-up.
 
 Then, for the causes: ``srun --overlap -N3 true`` and ``srun --overlap -N3 python -c
-'import ddsup.run._agent'`` inside a job (the agent step's floor), and the import time of
-``ddsup.run._agent`` here. Last, ``scancel`` of a running job: seconds until no process of
+'import ddsup.agent._agent'`` inside a job (the agent step's floor), and the import time of
+``ddsup.agent._agent`` here. Last, ``scancel`` of a running job: seconds until no process of
 the run is alive on any node (Slurm's ``KillWait`` is 5 s on this cluster).
 """
 
@@ -71,7 +71,7 @@ SRUN_FLOOR = (
     't() { local s=$(date +%s.%N); "$@" >/dev/null; echo $(echo "$(date +%s.%N) - $s" | bc); }\n'
     "for i in 1 2 3; do\n"
     "  echo true $(t srun --overlap -N3 --ntasks-per-node=1 true)\n"
-    "  echo import $(t srun --overlap -N3 --ntasks-per-node=1 @PY@ -c 'import ddsup.run._agent')\n"
+    "  echo import $(t srun --overlap -N3 --ntasks-per-node=1 @PY@ -c 'import ddsup.agent._agent')\n"
     "done\n"
 )
 
@@ -235,7 +235,7 @@ def _srun_floor(cluster: SlurmCluster, ddsup: Install) -> dict[str, float]:
             samples.setdefault(name, []).append(float(value))
     return {
         "srun --overlap -N3 true": statistics.median(samples["true"]),
-        "srun --overlap -N3 python -c 'import ddsup.run._agent'": statistics.median(
+        "srun --overlap -N3 python -c 'import ddsup.agent._agent'": statistics.median(
             samples["import"]
         ),
     }
@@ -313,7 +313,7 @@ def _print(
         for key in runs[ddsup.name][0]:
             print(_row(key, [run[key] for run in runs[ddsup.name]]))
         print(_row("scancel → no process of the run left", cancels[ddsup.name]))
-        for module in ("ddsup.run._agent", "ddsup.run._controller", "ddsup.ops._status"):
+        for module in ("ddsup.agent._agent", "ddsup.controller._controller", "ddsup.ops._status"):
             wall, cpu = _import_time(ddsup, module)
             print(f"{'python -c import ' + module + ' (wall, CPU)':<52} {wall:7.2f} s  {cpu:.2f} s")
     print()

@@ -11,7 +11,9 @@ tells the whole story):
 - ``record``: the state vocabulary, events, outcome, status and state directory of a run.
 - ``channel``: the authenticated control channel and its typed messages.
 - ``service``: one unit instance's life (environment, readiness, restart, stop).
-- ``run``: ``ddsup start`` (the controller) and the node agents.
+- ``decide``: the run's decisions (``RunState``), pure: no I/O.
+- ``agent``: what a node agent runs (and the node runner the controller shares).
+- ``controller``: ``ddsup start``: the trio shell that carries the decisions out.
 - ``endpoint``: the logical endpoint (router) in front of the lanes.
 - ``fake_vllm``: the vLLM stand-in for rehearsals and tests.
 - ``ops``: operator commands on a run (status, stop, logs, cleanup).

@@ -17,7 +17,7 @@ from ddsup._errors import EXIT_NO_PERMISSION, EXIT_USAGE, DdsupError
 
 # subcommand → (module, help). The order here is the order of ``ddsup --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "start": ("ddsup.run._start", "run a deployment in the foreground"),
+    "start": ("ddsup.controller._start", "run a deployment in the foreground"),
     "verify": ("ddsup.units", "check unit files without running anything"),
     "plan": ("ddsup.plan", "print the placement of every unit instance"),
     "submit": ("ddsup.jobs", "render a Slurm batch script from the units and submit it"),
@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cleanup": ("ddsup.ops._cleanup", "end every process of a run on this node"),
     "report": ("ddsup.ops.report", "write an HTML report of a run (where the GPU time went)"),
     "fake-vllm": ("ddsup.fake_vllm", "serve a vLLM stand-in for rehearsals and tests"),
-    "agent": ("ddsup.run._agent", argparse.SUPPRESS),
+    "agent": ("ddsup.agent._agent", argparse.SUPPRESS),
     "endpoint": ("ddsup.endpoint", "run the logical endpoint (started by ddsup start)"),
 }
 

@@ -17,7 +17,7 @@ Foreign errors (OSError, httpx, tomllib) are translated at the boundary with
 
 Each class names its :class:`ResultStatus` (``result.json`` ``status``). The first four
 end ``ddsup start`` before or during start-up; ``UnitFailed`` and ``ReadinessTimeout``
-are the causes the run's state (``ddsup.run._run_state``) gives a run that a unit ended,
+are the causes the run's state (``ddsup.decide._run_state``) gives a run that a unit ended,
 and :class:`ddsup.record._outcome.Outcome` is derived from them.
 """
 

@@ -54,15 +54,15 @@ def test_no_package_imports_another_packages_insides() -> None:
 
 
 def test_the_check_sees_a_private_import() -> None:
-    # the rule must be able to fail: a module of ``run`` that reaches into ``units``
+    # the rule must be able to fail: a module of ``agent`` that reaches into ``units``
     source = (
         "from ddsup.units._model import Unit\n"
         "from ddsup.units import Unit, _private_name\n"
         "import ddsup.units._parse\n"
         "from ddsup.units import Unit\n"
-        "from ddsup.run._agent import run_agent\n"
+        "from ddsup.agent._agent import run_agent\n"
     )
-    assert _private_imports(source, "run") == [
+    assert _private_imports(source, "agent") == [
         "line 1: ddsup.units._model",
         "line 2: ddsup.units._private_name",
         "line 3: ddsup.units._parse",

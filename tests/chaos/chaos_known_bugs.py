@@ -21,7 +21,7 @@ Found and fixed since:
   appears in /proc) hung the run under CPU load: the agent set stop signals to
   SIG_IGN until its signal watcher ran, so a signal in that window was lost, the agent
   carried on, and the run never ended (its worker sleeps). The agent now holds stop
-  signals (``run/_held_signals``) and acts on them once its watcher runs. It failed in
+  signals (``agent/_held_signals``) and acts on them once its watcher runs. It failed in
   3 of 3 runs with three busy loops beside it before the fix (``765efb8`` and earlier),
   and passes since; without load the SIGHUP lands after the watcher and it passed.
 

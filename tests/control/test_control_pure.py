@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ddsup._errors import ResultStatus
+from ddsup.controller._console import Console
 from ddsup.ops._logs import parse_since, since_offset, tail_offset
 from ddsup.ops._metrics import render_supervisor_metrics
 from ddsup.ops._status import render_status
@@ -21,7 +22,6 @@ from ddsup.record._events import Contained, ProcessStarted, RunStopping, UnitTra
 from ddsup.record._outcome import Outcome
 from ddsup.record._states import InstanceState
 from ddsup.record._status import InstanceStatus
-from ddsup.run._console import Console
 from ddsup.units._model import UnitType
 
 

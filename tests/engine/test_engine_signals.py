@@ -68,7 +68,7 @@ def _agents_of(pid: int) -> list[int]:
 async def test_stop_signal_while_the_controller_starts_stops_gracefully(tmp_path: Path) -> None:
     """The agents are launched before ``ddsup start`` imports trio and its controller
     (its head start); a SIGTERM then (a scancel during the start-up) is held
-    (``run._held_signals``) until trio's receiver takes it, and the run stops as it would
+    (``agent._held_signals``) until trio's receiver takes it, and the run stops as it would
     later: 143, result.json, no process left (the conftest checks). Without the held
     handlers, the default action killed ``ddsup start`` mid-start (-15)."""
     units = UnitDir(tmp_path / "units")

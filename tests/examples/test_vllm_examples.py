@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import trio
 
+from ddsup.agent._node_runner import NodeRunner
 from ddsup.fake_vllm._vllm_flags import VLLM_SERVE_FLAGS, VLLM_VERSION
 from ddsup.plan import Plan
 from ddsup.record._state_dir import StateDir
-from ddsup.run._node_runner import NodeRunner
 from ddsup.service._environment import RunContext
 from ddsup.units import load_unit_set
 

@@ -7,9 +7,9 @@ import socket
 import pytest
 
 from ddsup._errors import UsageError
+from ddsup.controller._control_host import control_host, control_socket
 from ddsup.plan._model import Node
 from ddsup.plan._resolve import Allocation, LauncherKind
-from ddsup.run._control_host import control_host, control_socket
 
 
 def _allocation(launcher: LauncherKind, client_address: str) -> Allocation:

@@ -18,10 +18,10 @@ from typing import Any
 
 from ddsup.channel._codec import decode, encode
 from ddsup.channel._messages import PreflightReport
+from ddsup.decide._run_inputs import Observed, PreflightOver, PreflightReported, PublishLanes
+from ddsup.decide._run_state import RunState
 from ddsup.record._events import UnitTransition
 from ddsup.record._states import InstanceState as S
-from ddsup.run._run_inputs import Observed, PreflightOver, PreflightReported, PublishLanes
-from ddsup.run._run_state import RunState
 from support import units as u
 from support.runs import PY, run_start, simulated
 from support.unit_dirs import UnitDir

@@ -12,13 +12,13 @@ import trio
 
 from ddsup.channel import Channel, connect_channel, serve_channel
 from ddsup.channel._messages import Hello, Inventory, RestartRequest, Role, Setup
+from ddsup.controller._connections import ControlServer
+from ddsup.controller._inventory import NodeInventory
+from ddsup.controller._lane_feed import LanePublisher
+from ddsup.controller._nodes import RunNode
+from ddsup.decide._run_inputs import AgentGone, Host, Input
 from ddsup.plan._gpus import GpuList
 from ddsup.record._status import RunSnapshot
-from ddsup.run._connections import ControlServer
-from ddsup.run._inventory import NodeInventory
-from ddsup.run._lane_feed import LanePublisher
-from ddsup.run._nodes import RunNode
-from ddsup.run._run_inputs import AgentGone, Host, Input
 from support import units as u
 
 FOUR = Inventory(("4", "5"), "CUDA_VISIBLE_DEVICES")

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from ddsup.agent._agent_command import AgentUsage, parse_agent_args, prepare_agents
 from ddsup.channel import ADDRESS_ENV, SECRET_ENV
-from ddsup.run._agent_command import AgentUsage, parse_agent_args, prepare_agents
 from support.runs import PY
 
 # module → why an agent does not need it
 NOT_IMPORTED = {
-    "argparse": "the agent's three options are read by hand (run/_agent_command)",
-    "ddsup._cli": "python -m ddsup agent goes to run/_agent_command",
+    "argparse": "the agent's three options are read by hand (agent/_agent_command)",
+    "ddsup._cli": "python -m ddsup agent goes to agent/_agent_command",
     "ddsup.channel._messages": "an agent's messages are channel/_agent_messages",
     "ddsup.channel._codec": "an agent's codec is channel/_agent_codec",
     "ddsup.channel._operator_messages": "operators talk to the controller, not to agents",
@@ -30,7 +30,7 @@ NOT_IMPORTED = {
     "ddsup.record._event_parse": "an agent sends events, it never reads them",
     "ddsup.record._events": "an agent emits its node's events (record/_node_events)",
     "ddsup.record._outcome": "how the run ended is the controller's",
-    "ddsup.plan._allocation": "the allocation is the controller's (run/_rehearsal_units)",
+    "ddsup.plan._allocation": "the allocation is the controller's (decide/_rehearsal_units)",
     "ddsup.plan._request": "the allocation is the controller's",
     "ddsup.endpoint": "the endpoint runs in its own process",
     "httpx": "only an https:// readiness probe imports it, when it runs",
@@ -76,7 +76,7 @@ def _agent_imports() -> set[str]:
 
 def test_the_agent_imports_only_what_it_needs() -> None:
     imported = _agent_imports()
-    assert {"trio", "ddsup.run._agent", "ddsup.channel._agent_codec"} <= imported
+    assert {"trio", "ddsup.agent._agent", "ddsup.channel._agent_codec"} <= imported
     found = {
         module: why
         for module, why in NOT_IMPORTED.items()
@@ -98,10 +98,10 @@ def test_the_agents_forker_imports_only_what_an_agent_needs() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     imported = _modules_at_exit(done)
-    assert {"trio", "ddsup.run._agent", "ddsup.run._agent_forker"} <= imported
+    assert {"trio", "ddsup.agent._agent", "ddsup.agent._agent_forker"} <= imported
     not_needed = {
         **NOT_IMPORTED,
-        "ddsup.run._launcher": "ddsup start's",
+        "ddsup.controller._launcher": "ddsup start's",
         "ddsup.plan._resolve": "ddsup start's",
     }
     not_needed.pop("psutil")  # preloaded: an agent imports it when it first stops a unit
@@ -156,7 +156,7 @@ import json, socket, sys, typing
 from ddsup.channel._agent_codec import decode_for_agent, encode_agent
 from ddsup.channel._agent_messages import Setup
 from ddsup.plan import Node, Plan
-from ddsup.run._agent_command import prepare_agents
+from ddsup.agent._agent_command import prepare_agents
 from ddsup.units import _unitset, load_unit_set
 
 assert "encodings.idna" not in sys.modules

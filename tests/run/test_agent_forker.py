@@ -1,4 +1,4 @@
-"""Local agents forked from one import (``run._agent_forker``), adopted by ``ddsup start``.
+"""Local agents forked from one import (``agent._agent_forker``), adopted by ``ddsup start``.
 
 What a user relies on is that each simulated node still has an agent of its own: a child
 of ``ddsup start``, named by its node in ``ps``, marked with the run's id where the
@@ -21,8 +21,8 @@ import pytest
 import trio
 
 from ddsup._errors import PreflightError
-from ddsup.run._forked_agents import adopt_forked
-from ddsup.run._launcher import ForkedAgents
+from ddsup.controller._forked_agents import adopt_forked
+from ddsup.controller._launcher import ForkedAgents
 from support import procs
 from support.runs import running
 from support.unit_dirs import UnitDir
@@ -82,7 +82,7 @@ def _autogroup(pid: int) -> str | None:
 FORK_AND_WAIT = """
 import json, os, subprocess, sys
 from ddsup.process._subreaper_flag import become_subreaper
-from ddsup.run._agent_forker import parse_report
+from ddsup.agent._agent_forker import parse_report
 become_subreaper()  # as ddsup start is: the forked agents become ours when it exits
 logs = {n: os.open(sys.argv[1] + "/" + n + ".log", os.O_WRONLY | os.O_CREAT, 0o600)
         for n in ("a", "b")}

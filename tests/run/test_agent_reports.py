@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import typing
 
+from ddsup.controller._connections import _INSTANCE_EVENTS
 from ddsup.record._events import RecordedEvent
-from ddsup.run._connections import _INSTANCE_EVENTS
 
 
 def test_every_event_that_names_an_instance_is_checked_against_the_node() -> None:

@@ -1,5 +1,5 @@
 """``ddsup start`` holds its signals from before it launches its agents until trio's
-receiver takes them (``run._held_signals``), and a node agent its stop signals until its
+receiver takes them (``agent._held_signals``), and a node agent its stop signals until its
 watcher runs: none is lost, none kills the process, and the agents spawned meanwhile
 start with the default dispositions and nothing blocked."""
 
@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 import trio
 
-from ddsup.run._held_signals import STOP_SIGNALS, HeldSignals, held_signals
-from ddsup.run._signals import receive_held
+from ddsup.agent._held_signals import STOP_SIGNALS, HeldSignals, held_signals
+from ddsup.agent._signals import receive_held
 
 # prints the child's SIGTERM disposition and its blocked signals (hex, /proc)
 CHILD_PY = """\

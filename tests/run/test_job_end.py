@@ -17,15 +17,15 @@ import trio
 import trio.testing
 
 from ddsup._errors import ResultStatus
+from ddsup.controller._slurm_job import _run, attempt_of, parse_end_time, settle_requeue
+from ddsup.decide._run_inputs import EndNear, Host, Observed, PreflightOver, StartOn, StopOn
+from ddsup.decide._run_state import RunState
 from ddsup.plan import Plan
 from ddsup.process import ExitStatus, fork_lock
 from ddsup.record._events import UnitTransition
 from ddsup.record._outcome import Outcome, WorkerEnded
 from ddsup.record._state_dir import create_state_dir
 from ddsup.record._states import InstanceState as S
-from ddsup.run._run_inputs import EndNear, Host, Observed, PreflightOver, StartOn, StopOn
-from ddsup.run._run_state import RunState
-from ddsup.run._slurm_job import _run, attempt_of, parse_end_time, settle_requeue
 from ddsup.units._model import UnitSet
 from support import units as u
 from support.runs import PY, run_start

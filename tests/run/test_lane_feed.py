@@ -24,10 +24,10 @@ from ddsup.channel._messages import (
     ReadyLane,
     merge_changes,
 )
+from ddsup.controller._lane_feed import LanePublisher
 from ddsup.endpoint._lane_feed import ControllerFeed, open_controller_feed
 from ddsup.endpoint._lane_state import LaneInfo
 from ddsup.endpoint._lanes import LaneTable
-from ddsup.run._lane_feed import LanePublisher
 from ddsup.units._model import EndpointSection
 
 SECRET = "feed-secret"

@@ -10,9 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ddsup.channel._messages import PreflightReport
-from ddsup.record._events import UnitTransition
-from ddsup.record._states import InstanceState as S
-from ddsup.run._run_inputs import (
+from ddsup.decide._run_inputs import (
     Decision,
     Host,
     Observed,
@@ -20,7 +18,9 @@ from ddsup.run._run_inputs import (
     PreflightReported,
     StartOn,
 )
-from ddsup.run._run_state import RunState
+from ddsup.decide._run_state import RunState
+from ddsup.record._events import UnitTransition
+from ddsup.record._states import InstanceState as S
 from ddsup.units._model import Unit
 from support import units as u
 

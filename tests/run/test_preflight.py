@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 import ddsup
+from ddsup.agent._node_checks import python_version
+from ddsup.agent._preflight import address_problem, run_preflight
 from ddsup.channel._messages import PreflightReport
 from ddsup.plan import Node, Plan, make_plan
 from ddsup.plan._gpus import GpuList
-from ddsup.run._node_checks import python_version
-from ddsup.run._preflight import address_problem, run_preflight
 from ddsup.units._model import BusyGpus, UnitSet
 from support import units as u
 from support.fake_smi import FakeApp, FakeGpu, FakeSmi

@@ -13,10 +13,10 @@ import socket
 
 import pytest
 
+from ddsup.agent import _ports
+from ddsup.agent._preflight import run_preflight
 from ddsup.plan import Node, make_plan
 from ddsup.plan._gpus import GpuList
-from ddsup.run import _ports
-from ddsup.run._preflight import run_preflight
 from support import units as u
 
 

@@ -1,12 +1,12 @@
-"""What ``ddsup start --rehearse`` changes in a job, and nothing else (``run._rehearsal``)."""
+"""What ``ddsup start --rehearse`` changes in a job, and nothing else (``controller._rehearsal``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import sys
 
+from ddsup.controller._rehearsal import rehearsal_request, rehearsal_units, rehearsed_lanes
 from ddsup.plan._resolve import AllocationRequest, LauncherChoice
-from ddsup.run._rehearsal import rehearsal_request, rehearsal_units, rehearsed_lanes
 from ddsup.units import Unit, UnitType
 from support.units import lane, unit_set, worker
 

@@ -15,8 +15,8 @@ from ddsup.process import ExitStatus
 from ddsup.record._events import UnitTransition
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._states import InstanceState as S
-from ddsup.run._replicas import ReplicaPolicy, Verdict
-from ddsup.run._run_inputs import FailOn, Host, ResumeOn, StopOn, TakeDownOn
+from ddsup.decide._replicas import ReplicaPolicy, Verdict
+from ddsup.decide._run_inputs import FailOn, Host, ResumeOn, StopOn, TakeDownOn
 from ddsup.units._model import UnitSet
 from support import units as u
 

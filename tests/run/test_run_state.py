@@ -15,18 +15,8 @@ import pytest
 
 from ddsup._errors import ResultStatus
 from ddsup.channel._messages import LanesChanged, LanesUpdate, PreflightReport, ReadyLane
-from ddsup.process import ExitStatus
-from ddsup.record._events import (
-    COMPLETED,
-    KillingEverything,
-    RunEnding,
-    RunStopping,
-    SignalForwarded,
-    UnitTransition,
-)
-from ddsup.record._states import InstanceState as S
-from ddsup.run._ordering import agent_nodes, survivable
-from ddsup.run._run_inputs import (
+from ddsup.decide._ordering import agent_nodes, survivable
+from ddsup.decide._run_inputs import (
     AgentGone,
     AgentProcessExited,
     AgentSignalled,
@@ -48,7 +38,17 @@ from ddsup.run._run_inputs import (
     StopRequested,
     StopSignalled,
 )
-from ddsup.run._run_state import RunState
+from ddsup.decide._run_state import RunState
+from ddsup.process import ExitStatus
+from ddsup.record._events import (
+    COMPLETED,
+    KillingEverything,
+    RunEnding,
+    RunStopping,
+    SignalForwarded,
+    UnitTransition,
+)
+from ddsup.record._states import InstanceState as S
 from ddsup.units._model import MinReady, OnFailure, Placement, Unit
 from support import units as u
 

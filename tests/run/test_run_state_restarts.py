@@ -10,10 +10,8 @@ from __future__ import annotations
 import pytest
 
 from ddsup.channel._messages import PreflightReport, RestartStep
-from ddsup.record._events import UnitTransition
-from ddsup.record._states import InstanceState as S
-from ddsup.run._restarts import RestartRefused
-from ddsup.run._run_inputs import (
+from ddsup.decide._restarts import RestartRefused
+from ddsup.decide._run_inputs import (
     AwaitDrain,
     Decision,
     Drained,
@@ -26,7 +24,9 @@ from ddsup.run._run_inputs import (
     RestartRequested,
     StopBegins,
 )
-from ddsup.run._run_state import RunState
+from ddsup.decide._run_state import RunState
+from ddsup.record._events import UnitTransition
+from ddsup.record._states import InstanceState as S
 from ddsup.units._model import MinReady, OnFailure
 from support import units as u
 

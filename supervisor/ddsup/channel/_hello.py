@@ -24,7 +24,7 @@ MAX_NAME = 255  # a node name (a hostname) in a hello or a report
 
 # Where a run's processes reach ``ddsup start`` and how they authenticate (their
 # environment, never argv). Here, not in ``_channel``, so that ``ddsup start`` can launch
-# its agents before it imports the channel's messages and codec (``run._head_start``).
+# its agents before it imports the channel's messages and codec (``controller._head_start``).
 SECRET_ENV = "DDSUP_CONTROL_SECRET"
 ADDRESS_ENV = "DDSUP_CONTROL_ADDRESS"
 

@@ -47,7 +47,7 @@ def prepare(kinds: Iterable[type[Any]]) -> None:
     """Work out each class's shape now, and that of every dataclass its fields hold.
 
     :func:`from_json` works a class's shape out on its first use in a process. The
-    agents' forker (``run._agent_forker``) calls this for what an agent decodes before it
+    agents' forker (``agent._agent_forker``) calls this for what an agent decodes before it
     forks, and its agents inherit the shapes instead of each evaluating annotation
     strings for its first Setup."""
     for kind in kinds:

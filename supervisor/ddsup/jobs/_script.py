@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import shlex
 
+from ddsup.agent import SUBMIT_ENVIRONMENT
 from ddsup.jobs._request import JobRequest
-from ddsup.run import SUBMIT_ENVIRONMENT
 
 CPUS_ARG = '--srun-arg=--cpus-per-task="$SLURM_CPUS_ON_NODE"'
 """The agents' step gets every CPU of its node: Slurm gives a step one CPU per task

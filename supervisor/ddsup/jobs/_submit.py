@@ -21,13 +21,13 @@ from collections import Counter
 from pathlib import Path
 
 from ddsup._errors import PreflightError, StateDirError, UsageError
+from ddsup.agent import SUBMIT_ENVIRONMENT, space_problem
 from ddsup.jobs._records import Submission, remember, submissions
 from ddsup.jobs._request import JobRequest, resolve_request
 from ddsup.jobs._script import render_script
 from ddsup.jobs._slurm import Slurm
 from ddsup.plan import AllocationRequest, LauncherChoice, Plan, plan_for, resolve_allocation
 from ddsup.record import hold_state_dir, write_private
-from ddsup.run import SUBMIT_ENVIRONMENT, space_problem
 from ddsup.units import (
     JobSettings,
     UnitType,

@@ -1,6 +1,6 @@
 """``ddsup restart UNIT[@i]… [--rolling]``: restart instances of a live run, lanes drained.
 
-The run does the work (``run._restarts``): a lane in the endpoint's rotation leaves it,
+The run does the work (``decide._restarts``): a lane in the endpoint's rotation leaves it,
 the endpoint finishes what is in flight to it (or its ``timeout_stop`` runs out), then it
 is stopped and started again, and rejoins the rotation once ready. This command asks,
 prints each instance's progress as the run reports it, and exits 0 once every instance

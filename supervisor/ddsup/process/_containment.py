@@ -5,7 +5,7 @@ work. Opening it makes this process a child subreaper (orphans of our units beco
 children) and starts the sentinel (it ends the run if we die uncleanly), unless another
 supervisor's sentinel on this machine already covers us (``covered_by``: a simulated
 node's agent, whose ``ddsup start`` runs on the same machine, ends the whole run there
-if it dies, and ends a dead agent's share itself: ``ddsup.run._agents``); where the node
+if it dies, and ends a dead agent's share itself: ``ddsup.controller._agents``); where the node
 offers a writable cgroup (``_cgroup``) it creates the run's cgroup and moves this
 process into it, and every unit spawned with ``spawn(..., unit=NAME)`` starts in a
 cgroup of its own (with v2, once a unit's process has ended, cloned there by the

@@ -7,7 +7,7 @@ with this process inside it. :class:`~ddsup.process._containment.Containment` th
 the result and adds what needs trio (the reaper, the scans, the close).
 
 Apart from ``_containment`` because ``ddsup start`` opens its layers before it imports
-trio (``run._head_start``): the agents' ``srun`` is spawned inside them, so the sentinel
+trio (``controller._head_start``): the agents' ``srun`` is spawned inside them, so the sentinel
 covers it from its first instant, and trio's import runs beside the agents' start-up.
 """
 

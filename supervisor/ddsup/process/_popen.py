@@ -1,6 +1,6 @@
 """A child started before trio runs (``ddsup start``'s agents), and what spawning shares.
 
-``ddsup start`` spawns its agents' ``srun`` before it imports trio (``run._head_start``),
+``ddsup start`` spawns its agents' ``srun`` before it imports trio (``controller._head_start``),
 with :func:`start_child`: the same child as :func:`~ddsup.process._child.spawn` makes (no
 shell, its own session, stdin on ``/dev/null``, output appended to its log), with
 ``subprocess`` alone. Once trio runs, :func:`~ddsup.process._child.adopt` makes it a
@@ -85,7 +85,7 @@ def start_forker(
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` as :func:`start_child` does, but with ``spec`` on its stdin and its
     stdout a pipe to us (``popen.stdout``; its stderr is still the log): a process that
-    forks others and reports them (``run._agent_forker``). ``pass_fds`` are inherited
+    forks others and reports them (``agent._agent_forker``). ``pass_fds`` are inherited
     (the forked processes' logs)."""
     popen = _start(argv, env, cwd, log_path, on_log_error, report=True, pass_fds=pass_fds)
     assert popen.stdin is not None

@@ -2,7 +2,7 @@
 
 Apart from ``_unit_scope`` (which ends a unit's share with trio) because opening a
 containment fills it (``_opening``), and ``ddsup start`` opens its containment before it
-imports trio (``run._head_start``): so this module imports the standard library only.
+imports trio (``controller._head_start``): so this module imports the standard library only.
 """
 
 from __future__ import annotations

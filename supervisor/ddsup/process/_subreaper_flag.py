@@ -1,6 +1,6 @@
 """The child-subreaper flag of this process (``prctl``), apart from the reaper.
 
-``ddsup start`` sets it before it imports trio (``_opening``, ``run._head_start``), and the
+``ddsup start`` sets it before it imports trio (``_opening``, ``controller._head_start``), and the
 reaper (``_subreaper``) needs trio: so this module imports the standard library only.
 """
 

@@ -2,7 +2,7 @@
 
 ``ps``, ``pgrep -f`` and ``/proc/PID/cmdline`` show the bytes the kernel keeps between a
 process's ``arg_start`` and ``arg_end``: its argv strings as ``execve`` laid them out. A
-process forked without an exec (an agent forked by ``run._agent_forker``) shows its
+process forked without an exec (an agent forked by ``agent._agent_forker``) shows its
 parent's. ``setproctitle`` would rename it, but it takes the environment's bytes, just
 after the argv's, for a longer title: ``/proc/PID/environ`` then no longer holds the
 ``DDSUP_*`` mark that the sweeps read (``_sweep``), which is what real vLLM does to its

@@ -6,7 +6,7 @@ its work. Every place that writes them reports a failure here instead of raising
 the first one prints a single warning (a full disk fails every write, and a stream
 of warnings would only fill the job's output too), later ones are counted. Writes keep
 being tried, so the record resumes once space is freed; ``result.json`` falls back to
-stderr (``run._controller``).
+stderr (``controller._controller``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the events say about one instance now: the fold of its events into one record.
 
-The live run (``ddsup.run._run_state``) keeps one :class:`InstanceRecord` per instance
+The live run (``ddsup.decide._run_state``) keeps one :class:`InstanceRecord` per instance
 as events arrive; ``ddsup status`` of a finished run replays ``events.jsonl`` through the
 same :meth:`InstanceRecord.apply`, so a live answer and a replay cannot disagree.
 """

@@ -64,7 +64,7 @@ __all__ = [
 WORKERS_FILE = "endpoint-workers.json"  # the endpoint's processes, while it serves (status)
 RESERVE = ".space-for-result"
 """Space kept from the start for ``result.json``, given back when the run ends: on a disk
-that fills up meanwhile, removing it makes room for the result (``run._run_record``)."""
+that fills up meanwhile, removing it makes room for the result (``controller._run_record``)."""
 RESERVE_BYTES = 64 << 10  # random, so that no compressing file system makes it smaller
 
 

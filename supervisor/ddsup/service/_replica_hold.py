@@ -1,7 +1,7 @@
 """A rank of a multi-node replica held between its replica's starts: take-down, hold, resume.
 
 Apart from :class:`~ddsup.service._service.Service` because it is the one part of a
-service's life decided elsewhere: the run (``ddsup.run._replicas``) restarts a
+service's life decided elsewhere: the run (``ddsup.decide._replicas``) restarts a
 replica's ranks as one, so a rank whose process ended (or that the run took down
 because a peer's did) waits here, in ``restarting``, until the run resumes it (after a
 delay, with a fresh rendezvous port) or gives it up. This class keeps only that

@@ -1,7 +1,7 @@
 """When one unit instance may start again, after how long, and which attempt it is.
 
 The rules (docs/units.md, ``[service]``), for a service's own restarts and, counted once
-per replica, for a multi-node replica (``ddsup.run._replicas``):
+per replica, for a multi-node replica (``ddsup.decide._replicas``):
 
 - **Attempts at becoming ready.** A start that never became ready (not ready within
   ``timeout_start``, or ended before its probe passed) is a failed attempt.

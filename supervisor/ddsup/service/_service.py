@@ -22,7 +22,7 @@ process (``kill_signal``, ``timeout_stop``) and starts it again at once; it neit
 counts against ``start_limit_burst`` nor as a failure for the backoff.
 
 A rank of a multi-node replica (``ServiceSpec.replica``) lives and dies with its replica
-(``ddsup.run._replicas``): when its process ends (any exit, 0 included, or a readiness
+(``ddsup.decide._replicas``): when its process ends (any exit, 0 included, or a readiness
 timeout), or the run takes it down because a peer's did, it is held in ``restarting``
 until the run resumes it (:meth:`resume`: after a delay, with a fresh rendezvous port)
 or fails it (:meth:`fail_held`). With ``restart = "no"`` any exit of a rank fails it.

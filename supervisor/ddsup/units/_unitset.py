@@ -51,7 +51,7 @@ def load_unit_set(path: StrPath) -> UnitSet:
 
 # The last set :func:`load_unit_set` validated, with the bytes it was made of: the same
 # directory with the same bytes is the same set, taken without parsing again. The
-# agents' forker (``run._agent_forker``) loads the run's units once before it forks,
+# agents' forker (``agent._agent_forker``) loads the run's units once before it forks,
 # and each of its agents finds them here instead of parsing the same files again. One
 # entry: a process loads one run's units.
 _LAST_LOADED: dict[str, tuple[tuple[tuple[str, bytes], ...], UnitSet]] = {}
