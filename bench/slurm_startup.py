@@ -313,7 +313,11 @@ def _print(
         for key in runs[ddsup.name][0]:
             print(_row(key, [run[key] for run in runs[ddsup.name]]))
         print(_row("scancel → no process of the run left", cancels[ddsup.name]))
-        for module in ("ddsup.agent._agent", "ddsup.controller._controller", "ddsup.ops._status"):
+        for module in (
+            "ddsup.agent._agent",
+            "ddsup.controller._controller",
+            "ddsup.ops._status_command",
+        ):
             wall, cpu = _import_time(ddsup, module)
             print(f"{'python -c import ' + module + ' (wall, CPU)':<52} {wall:7.2f} s  {cpu:.2f} s")
     print()

@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("ddsup.plan", "print the placement of every unit instance"),
     "submit": ("ddsup.jobs", "render a Slurm batch script from the units and submit it"),
     "schema": ("ddsup.units", "print the JSON Schema of unit files"),
-    "status": ("ddsup.ops._status", "show the state of a run"),
+    "status": ("ddsup.ops._status_command", "show the state of a run"),
     "stop": ("ddsup.ops._stop", "stop a run (like SIGTERM to ddsup start)"),
     "logs": ("ddsup.ops._logs", "print the log of a unit instance (or all, interleaved)"),
     "restart": ("ddsup.ops._restart", "restart instances of a live run (lanes drained first)"),

@@ -14,9 +14,9 @@ from pathlib import Path
 from ddsup._errors import ResultStatus
 from ddsup.controller._console import Console
 from ddsup.ops._logs import parse_since, since_offset, tail_offset
-from ddsup.ops._metrics import render_supervisor_metrics
-from ddsup.ops._status import render_status
+from ddsup.ops._status_command import render_status
 from ddsup.ops._status_view import StatusView
+from ddsup.ops._supervisor_metrics import render_supervisor_metrics
 from ddsup.process import ExitStatus
 from ddsup.record._events import Contained, ProcessStarted, RunStopping, UnitTransition
 from ddsup.record._outcome import Outcome
@@ -280,10 +280,10 @@ def test_status_starts_no_event_loop() -> None:
     heavy = (
         "'trio', 'psutil', 'tomllib', 'subprocess', 'ddsup.units._parse', "
         "'ddsup.units._jsonschema', 'ddsup.plan._allocation', 'ddsup.plan._placement', "
-        "'ddsup.units._model', 'ddsup.plan._model', 'ddsup.channel._messages', "
+        "'ddsup.units._model', 'ddsup.plan._plan', 'ddsup.channel._messages', "
         "'ddsup.channel._codec', 'secrets', 'ddsup.units._toml', 'ddsup.jobs._view'"
     )
-    code = f"import sys, ddsup.ops._status; print(sorted({{{heavy}}} & set(sys.modules)))"
+    code = f"import sys, ddsup.ops._status_command; print(sorted({{{heavy}}} & set(sys.modules)))"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert shown.stdout.strip() == "[]"
 

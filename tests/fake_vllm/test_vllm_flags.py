@@ -15,7 +15,7 @@ import pytest
 from ddsup._cli import build_parser, main
 from ddsup._errors import UsageError
 from ddsup.fake_vllm import VLLM_VERSION, behaviour_from_args, fake_vllm_argv, is_vllm_serve
-from ddsup.fake_vllm._commands import ignored_flags_line
+from ddsup.fake_vllm._fake_vllm_command import ignored_flags_line
 from ddsup.fake_vllm._vllm_flags import VLLM_SERVE_FLAGS, Arity
 
 if sys.version_info >= (3, 11):

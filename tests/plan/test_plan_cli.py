@@ -14,7 +14,7 @@ from plan_units import endpoint, lane, unit_set
 
 from ddsup._cli import main
 from ddsup.plan import Plan
-from ddsup.plan import _commands as commands
+from ddsup.plan import _plan_command as commands
 from ddsup.units._model import UnitSet
 
 LANE = """\

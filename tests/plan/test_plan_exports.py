@@ -42,5 +42,5 @@ def test_exported_members() -> None:
     assert public == EXPECTED
     for name in EXPECTED:
         member = getattr(ddsup.plan, name)
-        module = getattr(member, "__module__", "ddsup.plan._model")
+        module = getattr(member, "__module__", "ddsup.plan._plan")
         assert module.startswith("ddsup.plan."), name

@@ -17,7 +17,7 @@ import trio
 import trio.testing
 
 from ddsup._errors import ResultStatus
-from ddsup.controller._slurm_job import _run, attempt_of, parse_end_time, settle_requeue
+from ddsup.controller._own_job import _run, attempt_of, parse_end_time, settle_requeue
 from ddsup.decide._run_inputs import EndNear, Host, Observed, PreflightOver, StartOn, StopOn
 from ddsup.decide._run_state import RunState
 from ddsup.plan import Plan

@@ -24,7 +24,7 @@ from ddsup.channel._messages import (
     ReadyLane,
     merge_changes,
 )
-from ddsup.controller._lane_feed import LanePublisher
+from ddsup.controller._lane_publisher import LanePublisher
 from ddsup.endpoint._lane_feed import ControllerFeed, open_controller_feed
 from ddsup.endpoint._lane_state import LaneInfo
 from ddsup.endpoint._lanes import LaneTable

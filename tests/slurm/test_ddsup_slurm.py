@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from ddsup.plan import make_plan
-from ddsup.plan._model import Node
+from ddsup.plan._plan import Node
 from ddsup.process._proc import start_time
 from ddsup.units import load_unit_set
 from support.ports import free_port

@@ -3,9 +3,9 @@
 Agents, the endpoint's lane feed and the operator commands talk to ``ddsup start``
 through it. ``_messages`` holds every message, ``_codec`` the one encode/decode pair
 (``_typed`` checks each field); ``_channel`` frames and bounds the bytes of one
-connection (trio); ``_server`` accepts, bounds and authenticates the connections to
+connection (trio); ``_channel_server`` accepts, bounds and authenticates the connections to
 ``ddsup start`` (``docs/security.md``) on the socket ``_listener`` binds; ``_heartbeat``
-turns an agent connection's silence into its loss; ``_client`` is the operator
+turns an agent connection's silence into its loss; ``_operator_client`` is the operator
 commands' blocking one-request client.
 
 Its names are imported when first used (PEP 562, as ``concurrent.futures`` does for its
@@ -43,9 +43,11 @@ if TYPE_CHECKING:
     from ddsup.channel._agent_messages import TakeDown as TakeDown
     from ddsup.channel._channel import Channel as Channel
     from ddsup.channel._channel import connect_channel as connect_channel
-    from ddsup.channel._client import request as request
+    from ddsup.channel._channel_server import ServerLimits as ServerLimits
+    from ddsup.channel._channel_server import serve_channel as serve_channel
     from ddsup.channel._codec import decode as decode
     from ddsup.channel._codec import encode as encode
+    from ddsup.channel._codec_rules import line_json as line_json
     from ddsup.channel._heartbeat import Pacemaker as Pacemaker
     from ddsup.channel._heartbeat import Silence as Silence
     from ddsup.channel._heartbeat import receive_within as receive_within
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     from ddsup.channel._messages import Message as Message
     from ddsup.channel._messages import ReadyLane as ReadyLane
     from ddsup.channel._messages import merge_changes as merge_changes
+    from ddsup.channel._operator_client import request as request
     from ddsup.channel._operator_messages import OperatorMessage as OperatorMessage
     from ddsup.channel._operator_messages import RestartAnswer as RestartAnswer
     from ddsup.channel._operator_messages import RestartOver as RestartOver
@@ -73,10 +76,7 @@ if TYPE_CHECKING:
     from ddsup.channel._operator_messages import StatusRequest as StatusRequest
     from ddsup.channel._operator_messages import StopAnswer as StopAnswer
     from ddsup.channel._operator_messages import StopRequest as StopRequest
-    from ddsup.channel._server import ServerLimits as ServerLimits
-    from ddsup.channel._server import serve_channel as serve_channel
     from ddsup.channel._tcp import connect_tcp as connect_tcp
-    from ddsup.channel._wire import line_json as line_json
 
 _LAZY = {
     "AgentChannel": "ddsup.channel._agent_channel",
@@ -99,7 +99,7 @@ _LAZY = {
     "Start": "ddsup.channel._agent_messages",
     "Stop": "ddsup.channel._agent_messages",
     "TakeDown": "ddsup.channel._agent_messages",
-    "request": "ddsup.channel._client",
+    "request": "ddsup.channel._operator_client",
     "Pacemaker": "ddsup.channel._heartbeat",
     "Silence": "ddsup.channel._heartbeat",
     "receive_within": "ddsup.channel._heartbeat",
@@ -132,9 +132,9 @@ _LAZY = {
     "LineChannel": "ddsup.channel._lines",
     "connect_channel": "ddsup.channel._channel",
     "new_secret": "ddsup.channel._hello",
-    "ServerLimits": "ddsup.channel._server",
-    "serve_channel": "ddsup.channel._server",
-    "line_json": "ddsup.channel._wire",
+    "ServerLimits": "ddsup.channel._channel_server",
+    "serve_channel": "ddsup.channel._channel_server",
+    "line_json": "ddsup.channel._codec_rules",
 }
 
 __getattr__ = lazy_names(__name__, _LAZY, globals())

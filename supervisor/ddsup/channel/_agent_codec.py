@@ -22,8 +22,8 @@ from ddsup.channel._agent_messages import (
     Heartbeat,
     Setup,
 )
+from ddsup.channel._codec_rules import Decoder, decode_with, encode_fields, line_json
 from ddsup.channel._typed import from_json, prepare
-from ddsup.channel._wire import Decoder, decode_with, encode_fields, line_json
 from ddsup.plan import Plan
 
 # A heartbeat's line, written and read without json: every idle agent connection carries

@@ -2,7 +2,7 @@
 
 Agents, the endpoint (for its live lane feed) and the operator commands (status, stop)
 talk to the controller through it. The first line a client sends is a :class:`Hello`
-carrying the secret; the server (``_server``) compares it in constant time and drops
+carrying the secret; the server (``_channel_server``) compares it in constant time and drops
 the connection on mismatch, so nobody else on the cluster can drive or read the run. The
 secret lives in the 0600 state directory and in the environment of the processes that
 need it, never in argv. Lines carry the typed messages of ``_messages``; a line that

@@ -4,7 +4,7 @@
 one back, checking every field against its annotation (``_typed``), and raises
 :class:`~ddsup.channel._messages.ChannelError` for anything malformed or unknown, and
 nothing else, whatever the bytes (``tests/hostile`` holds it to that). The rules are
-``_wire``'s; the operator's messages are ``_operator_codec``'s (an operator's client
+``_codec_rules``'s; the operator's messages are ``_operator_codec``'s (an operator's client
 needs only those), an agent's connection's ``_agent_codec``'s (a node agent needs only
 those): the same bytes either way. This adds the endpoint's lane feed, and reads all.
 """
@@ -16,6 +16,7 @@ from typing import Any
 
 from ddsup.channel._agent_codec import HEARTBEAT_LINE as HEARTBEAT_LINE
 from ddsup.channel._agent_codec import agent_fields, decode_setup
+from ddsup.channel._codec_rules import Decoder, decode_with, line_json, object_parser
 from ddsup.channel._messages import (
     HEARTBEAT,
     MESSAGES,
@@ -31,7 +32,6 @@ from ddsup.channel._messages import (
 )
 from ddsup.channel._operator_codec import OPERATOR_SPECIAL, encode_operator
 from ddsup.channel._typed import from_json
-from ddsup.channel._wire import Decoder, decode_with, line_json, object_parser
 from ddsup.record import NODE_EVENTS, NodeEvent, parse_event
 from ddsup.units import EndpointSection
 

@@ -4,7 +4,7 @@
 codec (``_codec``) knows every message of the run and imports what they carry (the plan,
 the unit sections, every event), which costs the command more CPU than its exchange
 with a run of hundreds of lanes. So this reads and writes only the operator's messages, by the rules every
-message follows (``_wire``); ``_codec`` adds the run's own messages (one implementation:
+message follows (``_codec_rules``); ``_codec`` adds the run's own messages (one implementation:
 the same bytes either way).
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ddsup.channel._codec_rules import Decoder, decode_with, encode_fields, line_json, object_parser
 from ddsup.channel._hello import Hello
 from ddsup.channel._operator_messages import OPERATOR_MESSAGES, OperatorMessage, StatusReply
 from ddsup.channel._typed import from_json
-from ddsup.channel._wire import Decoder, decode_with, encode_fields, line_json, object_parser
 from ddsup.record import RunSnapshot
 
 

@@ -10,9 +10,9 @@ decisions), ``_connections`` (agents, the lane feed, operators), ``_nodes``
 (``LocalNode``/``RemoteNode``), ``_agents``, ``_launcher`` and ``_forked_agents`` (the
 agent processes: local, forked or srun; ``_inventory``: which are admitted),
 ``_agent_setup`` and ``_run_facts`` (what the run tells its processes), ``_run_record``
-(what a live run writes), ``_console`` (what ``ddsup start`` prints), ``_lane_feed``
+(what a live run writes), ``_console`` (what ``ddsup start`` prints), ``_lane_publisher``
 (the endpoint's settings and ready lanes), ``_restart_requests`` (``ddsup restart``
-served), ``_walltime`` and ``_slurm_job`` (the job's end, requeue).
+served), ``_walltime`` and ``_own_job`` (the job's end, requeue).
 docs/architecture.md tells how they fit.
 """
 

@@ -46,7 +46,7 @@ from ddsup.channel import (
     StopRequest,
     receive_within,
 )
-from ddsup.controller._lane_feed import LanePublisher
+from ddsup.controller._lane_publisher import LanePublisher
 from ddsup.controller._nodes import RemoteNode, RunNode
 from ddsup.decide import (
     AgentGone,

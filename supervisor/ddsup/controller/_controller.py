@@ -35,14 +35,14 @@ from ddsup.controller._agent_setup import agent_setup
 from ddsup.controller._agents import AgentFleet
 from ddsup.controller._connections import ControlServer
 from ddsup.controller._console import Console
-from ddsup.controller._lane_feed import LanePublisher
+from ddsup.controller._lane_publisher import LanePublisher
 from ddsup.controller._nodes import NODE_DECISIONS, LocalNode, RunNode, deliver
 from ddsup.controller._options import Verbosity
+from ddsup.controller._own_job import settle_requeue
 from ddsup.controller._prepare import PreparedRun
 from ddsup.controller._restart_requests import serve_restart
 from ddsup.controller._run_facts import RunFacts, feed_environment, run_context
 from ddsup.controller._run_record import RunRecord
-from ddsup.controller._slurm_job import settle_requeue
 from ddsup.controller._walltime import JobEnd, early_stops
 from ddsup.decide import (
     AwaitDrain,

@@ -7,7 +7,7 @@ order. A unit with ``[unit] stop_before_end = "10m"`` is stopped gracefully (its
 worker that ends the run with the worker's own exit status (or a requeue, when it exits
 with :data:`~ddsup._errors.EXIT_REQUEUE`), after the ordered stop of everything else.
 
-The end time is Slurm's (``_slurm_job``), asked again before each stop, so a time limit
+The end time is Slurm's (``_own_job``), asked again before each stop, so a time limit
 that was extended meanwhile moves the stop with it.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import trio
 
-from ddsup.controller._slurm_job import REFRESH, job_end_time
+from ddsup.controller._own_job import REFRESH, job_end_time
 from ddsup.decide import EndNear, Input
 from ddsup.units import UnitSet, format_duration
 

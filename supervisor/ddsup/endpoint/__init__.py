@@ -1,6 +1,6 @@
 """The logical endpoint: an OpenAI-compatible router in front of the lanes (docs/cli.md, `ddsup endpoint`).
 
-Layers, bottom up: ``_errors`` (typed JSON refusals), ``_notices`` (log lines a client
+Layers, bottom up: ``_api_errors`` (typed JSON refusals), ``_notices`` (log lines a client
 can cause, rate-limited), ``_body_budget`` (request bodies in memory), ``_config``,
 ``_connection`` (what routes and proxy see of a client connection), ``_wire`` (raw
 non-blocking sockets), ``_http1`` (lane responses: heads and body framing),
@@ -13,15 +13,15 @@ connection: httptools parses every request),
 ``_proxy`` (forwarding, retries, streaming relay), ``_routes``, ``_worker_link`` (parent
 ↔ worker messages), ``_workers`` (the parent of several workers), ``_server``
 (listeners, connection tasks, one or several workers), ``_worker`` (one worker process),
-``_commands`` (the ``ddsup endpoint`` command).
+``_endpoint_command`` (the ``ddsup endpoint`` command).
 """
 
 from __future__ import annotations
 
-from ddsup.endpoint._commands import configure_endpoint as configure_endpoint
-from ddsup.endpoint._commands import run_endpoint as run_endpoint
-from ddsup.endpoint._commands import serve as serve
 from ddsup.endpoint._config import EndpointConfig as EndpointConfig
+from ddsup.endpoint._endpoint_command import configure_endpoint as configure_endpoint
+from ddsup.endpoint._endpoint_command import run_endpoint as run_endpoint
+from ddsup.endpoint._endpoint_command import serve as serve
 from ddsup.endpoint._lane_state import LaneInfo as LaneInfo
 from ddsup.endpoint._lanes import LaneTable as LaneTable
 from ddsup.endpoint._server import Serving as Serving

@@ -1,4 +1,4 @@
-"""The endpoint's side of the live feed from ``ddsup start`` (``controller._lane_feed``).
+"""The endpoint's side of the live feed from ``ddsup start`` (``controller._lane_publisher``).
 
 The controller sends the endpoint's ``[endpoint]`` section first, then the set of ready
 lanes, then each change of it (lanes that joined, lanes that left); the table follows

@@ -23,7 +23,7 @@ from functools import partial
 import trio
 
 from ddsup import __version__
-from ddsup.fake_vllm import _metrics, _pooling
+from ddsup.fake_vllm import _pooling, _vllm_metrics
 from ddsup.fake_vllm._answers import SSE, Answer, BatchAnswer, MessagesAnswer, OpenAIAnswer
 from ddsup.fake_vllm._asgi import (
     Disconnected,
@@ -196,8 +196,8 @@ class FakeVllmApp:
         await self._respond(send, 200, dumps(self._served.model_list(self._created)))
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
-        text = _metrics.render(self._engine.snapshot(), self._served.primary)
-        await self._respond(send, 200, text, _metrics.CONTENT_TYPE.encode())
+        text = _vllm_metrics.render(self._engine.snapshot(), self._served.primary)
+        await self._respond(send, 200, text, _vllm_metrics.CONTENT_TYPE.encode())
 
     def _builder_route(self, builder: _pooling.Builder, *, in_engine: bool) -> Handler:
         """A JSON-in, JSON-out route; pooling runs in an engine slot, the tokenizer not."""

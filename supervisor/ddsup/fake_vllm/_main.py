@@ -11,7 +11,7 @@ process group, exits; the server then never becomes ready and fails once loading
 over; SIGINT fails it at once, status 1), and when the engine core process dies the server answers ``/health`` with 503
 and generation with 500, then exits **0** at the first refused request or within
 :data:`ENGINE_WATCHDOG` seconds (vLLM's watchdog). The output contract is in
-:mod:`~ddsup.fake_vllm._commands`.
+:mod:`~ddsup.fake_vllm._fake_vllm_command`.
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ from functools import partial
 import trio
 
 from ddsup.fake_vllm._behaviour import Behaviour
-from ddsup.fake_vllm._commands import (
+from ddsup.fake_vllm._engine import CRASH_EXIT_STATUS, Engine
+from ddsup.fake_vllm._engine_core import EngineCore, spawn_engine_core
+from ddsup.fake_vllm._fake_server import serve_fake_vllm
+from ddsup.fake_vllm._fake_vllm_command import (
     HEADLESS_BANNER,
     behaviour_from_args,
     engine_options,
     ignored_flags_line,
 )
-from ddsup.fake_vllm._engine import CRASH_EXIT_STATUS, Engine
-from ddsup.fake_vllm._engine_core import EngineCore, spawn_engine_core
-from ddsup.fake_vllm._server import serve_fake_vllm
 
 ENGINE_WATCHDOG = 5.0  # vLLM's VLLM_WATCHDOG_TIME_S: how often it looks for a dead engine
 

@@ -4,12 +4,12 @@ The front door of the package; other packages import these names, never its modu
 
 - ``configure_submit``/``run_submit``: ``ddsup submit DIR`` (``_submit``) from the
   ``[job]`` settings (``units._job``: a profile, the directory's ``job.toml``, flags;
-  ``_request``), the batch script it renders (``_script``), ``sbatch``;
+  ``_job_request``), the batch script it renders (``_script``), ``sbatch``;
 - ``observe`` (``job_view``: from a given ``squeue`` answer) → :class:`JobView`: Slurm's view of a job (``_slurm``, ``_slurm_job``:
   ``squeue``, ``sacct`` where accounting is configured) reconciled with its run's
   record (``_view``), for ``status|logs|report --job``;
 - ``stop_job``: ``ddsup stop --job`` (``_stop_job``);
-- ``submissions``/:class:`Submission`: what ``ddsup submit`` recorded (``_records``),
+- ``submissions``/:class:`Submission`: what ``ddsup submit`` recorded (``_submissions``),
   for ``ddsup runs``.
 
 Its names are imported when first used (PEP 562, ``ddsup._lazy``): ``ddsup status``
@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 from ddsup._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from ddsup.jobs._records import Submission as Submission
-    from ddsup.jobs._records import submissions as submissions
     from ddsup.jobs._slurm import Slurm as Slurm
     from ddsup.jobs._slurm_job import SlurmJob as SlurmJob
     from ddsup.jobs._stop_job import stop_job as stop_job
+    from ddsup.jobs._submissions import Submission as Submission
+    from ddsup.jobs._submissions import submissions as submissions
     from ddsup.jobs._submit import configure_submit as configure_submit
     from ddsup.jobs._submit import run_submit as run_submit
     from ddsup.jobs._view import JobRun as JobRun
@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from ddsup.jobs._view import tail as tail
 
 _LAZY = {
-    "Submission": "ddsup.jobs._records",
-    "submissions": "ddsup.jobs._records",
+    "Submission": "ddsup.jobs._submissions",
+    "submissions": "ddsup.jobs._submissions",
     "Slurm": "ddsup.jobs._slurm",
     "SlurmJob": "ddsup.jobs._slurm_job",
     "stop_job": "ddsup.jobs._stop_job",

@@ -1,5 +1,5 @@
 """The batch script ``ddsup submit`` renders: the one a user would write around
-``exec ddsup start``, from a :class:`~ddsup.jobs._request.JobRequest`.
+``exec ddsup start``, from a :class:`~ddsup.jobs._job_request.JobRequest`.
 
 The same request always renders the same text (a golden file holds it). Every value is
 checked before it gets here (``units._job``: one word, one line, an option) and quoted
@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 
 from ddsup.agent import SUBMIT_ENVIRONMENT
-from ddsup.jobs._request import JobRequest
+from ddsup.jobs._job_request import JobRequest
 
 CPUS_ARG = '--srun-arg=--cpus-per-task="$SLURM_CPUS_ON_NODE"'
 """The agents' step gets every CPU of its node: Slurm gives a step one CPU per task

@@ -7,7 +7,7 @@ the state directory (73: safe, not in use by a job still queued or running, room
 logs). ``--dry-run`` prints the script and stops there. The state directory is made
 before ``sbatch`` runs (the job's output goes into it from its first line), the script
 is kept in it (``job.sh``: submit it again to resume), and the submission is recorded
-(``_records``) for ``--job``.
+(``_submissions``) for ``--job``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from pathlib import Path
 
 from ddsup._errors import PreflightError, StateDirError, UsageError
 from ddsup.agent import SUBMIT_ENVIRONMENT, space_problem
-from ddsup.jobs._records import Submission, remember, submissions
-from ddsup.jobs._request import JobRequest, resolve_request
+from ddsup.jobs._job_request import JobRequest, resolve_request
 from ddsup.jobs._script import render_script
 from ddsup.jobs._slurm import Slurm
+from ddsup.jobs._submissions import Submission, remember, submissions
 from ddsup.plan import AllocationRequest, LauncherChoice, Plan, plan_for, resolve_allocation
 from ddsup.record import hold_state_dir, write_private
 from ddsup.units import (

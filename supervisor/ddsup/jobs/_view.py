@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ddsup._errors import RunStateError, UntrustedRunError, UsageError
-from ddsup.jobs._records import Submission, recall
 from ddsup.jobs._slurm import Slurm, check_job_id
 from ddsup.jobs._slurm_job import SlurmJob
+from ddsup.jobs._submissions import Submission, recall
 from ddsup.record import ATTEMPTS, Outcome, RunInfo, StateDir, check_private
 from ddsup.units import printable
 

@@ -18,8 +18,8 @@ from functools import cached_property
 from typing import Any
 
 from ddsup._errors import RunStateError
-from ddsup.ops._metrics import LaneCount, lane_counts
 from ddsup.ops._run_handle import events_of
+from ddsup.ops._supervisor_metrics import LaneCount, lane_counts
 from ddsup.record import (
     Contained,
     InstanceStatus,

@@ -17,7 +17,7 @@ import hostlist
 
 from ddsup._errors import UsageError
 from ddsup.plan._gpus import GpuList, detect_gpu_list
-from ddsup.plan._model import Node
+from ddsup.plan._plan import Node
 from ddsup.units import printable
 
 LOCAL_ADDRESS = "127.0.0.1"

@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ddsup._errors import PlacementError, UsageError
-from ddsup.plan._model import Node, Plan, PlannedInstance
+from ddsup.plan._plan import Node, Plan, PlannedInstance
 from ddsup.plan._shortage import shortage
 from ddsup.units import LaneSection, Placement, Unit, UnitSet, UnitType, printable, served_names
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ddsup.plan._model import Node, Plan, PlannedInstance
+from ddsup.plan._plan import Node, Plan, PlannedInstance
 from ddsup.units import printable
 
 _HEADER = ("INSTANCE", "TYPE", "NODE", "GPUS", "PORT", "REPLICA", "RANK", "DELAY")

@@ -43,13 +43,13 @@ from ddsup.plan._allocation import (
     slurm_hostnames,
     slurm_node_addresses,
 )
+from ddsup.plan._allocation_request import AllocationRequest as AllocationRequest
+from ddsup.plan._allocation_request import LauncherChoice as LauncherChoice
+from ddsup.plan._allocation_request import LauncherKind as LauncherKind
+from ddsup.plan._allocation_request import launcher_kind as launcher_kind
 from ddsup.plan._gpus import GpuList, detect_gpu_list
-from ddsup.plan._model import Node, Plan
 from ddsup.plan._placement import make_plan
-from ddsup.plan._request import AllocationRequest as AllocationRequest
-from ddsup.plan._request import LauncherChoice as LauncherChoice
-from ddsup.plan._request import LauncherKind as LauncherKind
-from ddsup.plan._request import launcher_kind as launcher_kind
+from ddsup.plan._plan import Node, Plan
 from ddsup.plan._slurm_client import HetJob, address_towards, het_job, outside_allocation
 from ddsup.units import UnitSet
 

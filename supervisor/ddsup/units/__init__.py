@@ -6,7 +6,7 @@ and ``_schema`` (the one table of sections and keys), ``_jsonschema`` (the JSON 
 made from it), ``_builtin`` (the endpoint's default exec and readiness), ``_locate``
 (key → line:col), ``_toml`` (a file read as TOML), ``_parse`` (one unit file), ``_job``
 (``job.toml`` and submit profiles: the ``[job]`` table, checked the same way),
-``_unitset`` (a set of files), ``_commands`` (``ddsup verify`` and ``ddsup schema``).
+``_unitset`` (a set of files), ``_verify_command`` (``ddsup verify`` and ``ddsup schema``).
 
 Its names are imported when first used (PEP 562, ``ddsup._lazy``): a node agent that
 loads unit files does not pay for ``verify``, ``schema`` and the JSON Schema.
@@ -19,10 +19,6 @@ from typing import TYPE_CHECKING
 from ddsup._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from ddsup.units._commands import configure_schema as configure_schema
-    from ddsup.units._commands import configure_verify as configure_verify
-    from ddsup.units._commands import run_schema as run_schema
-    from ddsup.units._commands import run_verify as run_verify
     from ddsup.units._durations import format_duration as format_duration
     from ddsup.units._durations import parse_duration as parse_duration
     from ddsup.units._durations import parse_signal as parse_signal
@@ -55,6 +51,10 @@ if TYPE_CHECKING:
     from ddsup.units._unitset import load_unit_files as load_unit_files
     from ddsup.units._unitset import load_unit_set as load_unit_set
     from ddsup.units._unitset import parse_unit_set as parse_unit_set
+    from ddsup.units._verify_command import configure_schema as configure_schema
+    from ddsup.units._verify_command import configure_verify as configure_verify
+    from ddsup.units._verify_command import run_schema as run_schema
+    from ddsup.units._verify_command import run_verify as run_verify
     from ddsup.units._vllm_argv import served_names as served_names
     from ddsup.units._vllm_argv import vllm_command_span as vllm_command_span
 
@@ -74,10 +74,10 @@ _LAZY = {
     "parse_size": "ddsup.units._sizes",
     "served_names": "ddsup.units._vllm_argv",
     "vllm_command_span": "ddsup.units._vllm_argv",
-    "configure_schema": "ddsup.units._commands",
-    "configure_verify": "ddsup.units._commands",
-    "run_schema": "ddsup.units._commands",
-    "run_verify": "ddsup.units._commands",
+    "configure_schema": "ddsup.units._verify_command",
+    "configure_verify": "ddsup.units._verify_command",
+    "run_schema": "ddsup.units._verify_command",
+    "run_verify": "ddsup.units._verify_command",
     "parse_duration": "ddsup.units._durations",
     "JOB_FILE": "ddsup.units._job",
     "JobSettings": "ddsup.units._job",

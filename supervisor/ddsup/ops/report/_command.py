@@ -13,8 +13,8 @@ from pathlib import Path
 
 from ddsup._errors import RunStateError
 from ddsup.ops._run_handle import add_state_dir, find_state
-from ddsup.ops.report._model import Rows, build_report
 from ddsup.ops.report._page import render_report
+from ddsup.ops.report._report_data import Rows, build_report
 from ddsup.record import load_run, summary_line, write_private
 
 

@@ -8,8 +8,8 @@ from any run, and reads the same offline, in a mail attachment, or years later.
 from __future__ import annotations
 
 from ddsup import __version__
-from ddsup.ops.report._model import Report
 from ddsup.ops.report._rate_svg import rate_svg
+from ddsup.ops.report._report_data import Report
 from ddsup.ops.report._sections import (
     efficiency_section,
     notes_section,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ddsup.ops.report._model import Report
+from ddsup.ops.report._report_data import Report
 from ddsup.ops.report._svg import Axis, clock, esc, num, rect, svg
 from ddsup.ops.report._timeline_svg import LABEL_W, PLOT_W, WIDTH, axis_for
 from ddsup.record import FAILED, FINISHED, Series, SeriesLine

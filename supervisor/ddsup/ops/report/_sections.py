@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ddsup.ops.report._model import Report, Row
+from ddsup.ops.report._report_data import Report, Row
 from ddsup.ops.report._svg import duration, esc, num, stamp, svg
 from ddsup.record import CATEGORIES, MEANINGS, GpuTime, LaneTime, gpu_time_text, whole_percents
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from ddsup.ops.report._model import NodeGroup, Report, Row
+from ddsup.ops.report._report_data import NodeGroup, Report, Row
 from ddsup.ops.report._svg import Axis, clock, duration, elapsed, esc, num, rect, svg
 from ddsup.record import LaneSamples, Mark, MarkKind
 

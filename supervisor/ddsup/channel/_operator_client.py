@@ -4,7 +4,7 @@
 that one exchange would cost more than the exchange (trio's import alone does), so
 operators speak the channel's protocol (a hello with the secret, the request,
 one line back) with the standard library, and only the operator's part of the codec
-(``_operator_codec``). The server side is ``_server`` and ``_channel``.
+(``_operator_codec``). The server side is ``_channel_server`` and ``_channel``.
 """
 
 from __future__ import annotations

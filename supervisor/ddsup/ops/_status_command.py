@@ -18,7 +18,6 @@ from ddsup import jobs, record
 from ddsup._errors import DdsupError
 from ddsup._exit import ExitStatus
 from ddsup.channel import StatusReply, StatusRequest
-from ddsup.ops._metrics import render_supervisor_metrics
 from ddsup.ops._run_handle import (
     add_state_dir,
     ask,
@@ -28,6 +27,7 @@ from ddsup.ops._run_handle import (
     silence_stdout,
 )
 from ddsup.ops._status_view import StatusView, status_view
+from ddsup.ops._supervisor_metrics import render_supervisor_metrics
 from ddsup.record import (
     InstanceState,
     InstanceStatus,
