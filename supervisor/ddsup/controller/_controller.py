@@ -21,10 +21,10 @@ so (``record._faults``) and the result is printed on stderr instead.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 from functools import partial
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -35,6 +35,7 @@ from ddsup.controller._agent_setup import agent_setup
 from ddsup.controller._agents import AgentFleet
 from ddsup.controller._connections import ControlServer
 from ddsup.controller._console import Console
+from ddsup.controller._head_start import HeadStart
 from ddsup.controller._lane_publisher import LanePublisher
 from ddsup.controller._nodes import NODE_DECISIONS, LocalNode, RunNode, deliver
 from ddsup.controller._options import Verbosity
@@ -43,6 +44,7 @@ from ddsup.controller._prepare import PreparedRun
 from ddsup.controller._restart_requests import serve_restart
 from ddsup.controller._run_facts import RunFacts, feed_environment, run_context
 from ddsup.controller._run_record import RunRecord
+from ddsup.controller._takeover import TakenOver, take_over
 from ddsup.controller._walltime import JobEnd, early_stops
 from ddsup.decide import (
     AwaitDrain,
@@ -76,12 +78,31 @@ from ddsup.record import (
 )
 from ddsup.units import UnitSet, UnitType
 
-if TYPE_CHECKING:  # it imports this module: it runs the controller
-    from ddsup.controller._takeover import TakenOver
-
 PREFLIGHT_TIMEOUT = 120.0
 NO_CAUSE = Outcome(ResultStatus.STOPPED, 1, None, "ended without a cause")
 STOP_GRACE = 10.0  # beyond a level's longest timeout_stop, for reports to come back
+
+
+def run_controller(prepared: PreparedRun, state: StateDir, head: HeadStart) -> int:
+    """The run, from the head start to its exit status.
+
+    What the start-up made (the modules, the units, the plan: tens of thousands of
+    objects at allocation scale) lives as long as the run, so the cyclic collector is
+    told to leave it alone (``gc.freeze``): a full collection then walks only what the
+    run made since, instead of spending the loop's CPU on objects it can never free, at
+    a moment the lanes' events wait for the loop. No collection first: it would cost as
+    much on the start-up's critical path, and finds almost nothing to free.
+    """
+    gc.freeze()
+    return trio.run(_run, prepared, state, head, restrict_keyboard_interrupt_to_checkpoints=True)
+
+
+async def _run(prepared: PreparedRun, state: StateDir, head: HeadStart) -> int:
+    taken = await take_over(head, PREFLIGHT_TIMEOUT)
+    try:
+        return await Controller(prepared, state, taken).main()
+    finally:
+        await taken.aclose()  # a no-op once the controller has closed what it took over
 
 
 class Controller:

@@ -7,7 +7,7 @@ problem once, whatever the verbosity, and leaves no state directory behind.
 Then the agents are launched (``_head_start``) before trio and the controller are
 imported: the agents' Python start-up and the rest of ``ddsup start``'s then overlap
 instead of adding up. So this module imports only what the head start needs (no trio),
-and ``_takeover`` (trio, the controller: the channel's messages, the run's state, the
+and ``_controller`` (trio, the controller: the channel's messages, the run's state, the
 services) by name once the agents are on their way, as ``_cli`` imports a command's
 module.
 """
@@ -31,7 +31,7 @@ from ddsup.plan import AllocationRequest, LauncherChoice
 from ddsup.record import StateDir, begin_attempt
 from ddsup.units import parse_duration, printable
 
-TAKEOVER_MODULE = "ddsup.controller._takeover"  # trio and the controller: after the launch
+CONTROLLER_MODULE = "ddsup.controller._controller"  # trio and the controller: after the launch
 
 DESCRIPTION = """\
 Run the units of DIR in the foreground: plan, preflight on every node, lanes
@@ -145,7 +145,7 @@ def run_start(args: argparse.Namespace) -> int:
     _put_own_interpreter_first_on_path()
     head = head_start(prepared, state, attempt)  # the agents are on their way
     run_controller: Callable[[PreparedRun, StateDir, HeadStart], int] = importlib.import_module(
-        TAKEOVER_MODULE
+        CONTROLLER_MODULE
     ).run_controller
     end_process(run_controller(prepared, state, head))
 

@@ -1,10 +1,10 @@
 """Once trio runs: the controller takes over what the head start set up without it.
 
 ``ddsup start`` launched its agents before it imported trio (``_head_start``). This
-module is imported after that launch (``_start`` imports it by name, as ``_cli`` imports
-a command's module), so trio's import and the controller's run beside the agents'
-start-up. :func:`run_controller` runs the controller, and :func:`take_over` is the first
-thing it does inside ``trio.run``, in this order:
+module is imported after that launch, with the controller (``_start`` imports
+``_controller`` by name, as ``_cli`` imports a command's module), so trio's import and
+the controller's run beside the agents' start-up. :func:`take_over` is the first thing
+the controller does inside ``trio.run``, in this order:
 
 1. the agents' processes are adopted (managed children: the adopted-orphan reaper,
    which starts with the containment, must leave their exit status to the fleet); local
@@ -20,7 +20,6 @@ The result, :class:`TakenOver`, is what the controller owns from then on.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -29,14 +28,11 @@ import trio
 
 from ddsup._errors import DdsupError
 from ddsup.agent import receive_held
-from ddsup.controller._controller import PREFLIGHT_TIMEOUT, Controller
 from ddsup.controller._forked_agents import adopt_forked
 from ddsup.controller._head_start import HeadStart
 from ddsup.controller._launcher import CONTROLLER, AgentProcess, ForkedAgents, Launcher
-from ddsup.controller._prepare import PreparedRun
 from ddsup.controller._run_facts import RunFacts
 from ddsup.process import Containment, adopt, open_containment
-from ddsup.record import StateDir
 
 
 @dataclass
@@ -65,35 +61,15 @@ class TakenOver:
         await self.resources.aclose()
 
 
-def run_controller(prepared: PreparedRun, state: StateDir, head: HeadStart) -> int:
-    """The run, from the head start to its exit status.
+async def take_over(head: HeadStart, naming: float) -> TakenOver:
+    """Adopt, open, receive, listen (module docstring); the caller owns the result.
 
-    What the start-up made (the modules, the units, the plan: tens of thousands of
-    objects at allocation scale) lives as long as the run, so the cyclic collector is
-    told to leave it alone (``gc.freeze``): a full collection then walks only what the
-    run made since, instead of spending the loop's CPU on objects it can never free, at
-    a moment the lanes' events wait for the loop. No collection first: it would cost as
-    much on the start-up's critical path, and finds almost nothing to free.
-    """
-    gc.freeze()
-    return trio.run(_run, prepared, state, head, restrict_keyboard_interrupt_to_checkpoints=True)
-
-
-async def _run(prepared: PreparedRun, state: StateDir, head: HeadStart) -> int:
-    taken = await take_over(head)
-    try:
-        return await Controller(prepared, state, taken).main()
-    finally:
-        await taken.aclose()  # a no-op once the controller has closed what it took over
-
-
-async def take_over(head: HeadStart) -> TakenOver:
-    """Adopt, open, receive, listen (module docstring); the caller owns the result."""
+    A forker has ``naming`` seconds to name the agents it forked."""
     agents: list[AgentProcess] = []
     failed = head.failed
     for started in head.agents:
         if isinstance(started, ForkedAgents):
-            forked, not_started = await adopt_forked(started, PREFLIGHT_TIMEOUT)
+            forked, not_started = await adopt_forked(started, naming)
             agents += forked
             failed = failed or not_started
         else:
