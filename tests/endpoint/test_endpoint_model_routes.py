@@ -15,7 +15,7 @@ from test_endpoint_fake_vllm import fake_vllm
 from ddsup.endpoint import LaneInfo, LaneTable, open_endpoint
 from ddsup.endpoint._model_field import model_of_form
 from ddsup.endpoint._route_table import FORM_ROUTES, JSON_ROUTES, ROUTES
-from ddsup.units._schema_endpoint import ENDPOINT_ROUTES
+from ddsup.units._schema import ENDPOINT_ROUTES
 
 
 def test_the_units_layer_knows_the_endpoints_routes() -> None:

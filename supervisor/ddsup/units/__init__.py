@@ -1,8 +1,8 @@
 """Unit files → validated, immutable :class:`Unit` objects, and the CLI that checks them.
 
 Layering inside, bottom up: ``_model`` (the frozen dataclasses), ``_printable`` (user
-text made safe to print), ``_durations`` and ``_specifiers`` (value syntaxes), ``_kinds``
-and ``_schema`` (the one table of sections and keys), ``_jsonschema`` (the JSON Schema
+text made safe to print), ``_durations`` and ``_specifiers`` (value syntaxes), ``_sizes``
+(sizes), ``_kinds`` (value kinds) and ``_schema`` (the one table of sections and keys), ``_jsonschema`` (the JSON Schema
 made from it), ``_builtin`` (the endpoint's default exec and readiness), ``_locate``
 (key → line:col), ``_toml`` (a file read as TOML), ``_parse`` (one unit file), ``_job``
 (``job.toml`` and submit profiles: the ``[job]`` table, checked the same way),

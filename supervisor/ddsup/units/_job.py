@@ -25,10 +25,9 @@ from typing import Any
 
 from ddsup._errors import Problem, UnitFileError
 from ddsup.units import _kinds as k
-from ddsup.units import _kinds_env as ke
 from ddsup.units._durations import format_duration
-from ddsup.units._keyspec import KeySpec, SectionSpec
 from ddsup.units._parse import check_section
+from ddsup.units._schema import KeySpec, SectionSpec
 from ddsup.units._toml import MAX_FILE_BYTES, ParsedFile, new_problem, read_toml
 
 JOB_FILE = "job.toml"
@@ -303,7 +302,7 @@ JOB = SectionSpec(
         ),
         KeySpec(
             "environment",
-            ke.ENVIRONMENT,
+            k.ENVIRONMENT,
             "Variables exported to the job (values as written: no `$` expansion).",
             {},
             {"HF_HOME": "/shared/hf-cache"},
