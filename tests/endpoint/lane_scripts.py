@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from ddsup.endpoint._lane_state import LaneInfo
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import LaneInfo, LaneTable
 
 INSTANCES = [f"lane@{i}" for i in range(6)]
 MODELS = ["m", "n"]

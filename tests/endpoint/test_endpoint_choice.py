@@ -23,8 +23,7 @@ from hypothesis import strategies as st
 
 from ddsup.endpoint import _admission
 from ddsup.endpoint._admission import WALK_UP_TO, Admission, choose
-from ddsup.endpoint._lane_state import EJECTED_UNTIL, LaneInfo, LaneState
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import EJECTED_UNTIL, LaneInfo, LaneState, LaneTable
 from ddsup.endpoint._shared_counts import SharedCounts
 
 STALE_AFTER = 1.0

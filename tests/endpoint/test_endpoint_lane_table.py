@@ -15,8 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lane_scripts import MODELS, apply_step, info, learning, steps
 
-from ddsup.endpoint._lane_state import LaneState
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import LaneState, LaneTable
 
 
 def _from_scratch(table: LaneTable) -> dict[str, list[LaneState]]:

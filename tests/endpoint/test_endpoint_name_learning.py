@@ -17,8 +17,7 @@ import trio.testing
 
 from ddsup.endpoint import _lane_names
 from ddsup.endpoint._config import EndpointConfig
-from ddsup.endpoint._lane_state import LaneInfo, LaneState
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import LaneInfo, LaneState, LaneTable
 
 REFRESH = _lane_names.REFRESH
 

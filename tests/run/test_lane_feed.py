@@ -26,8 +26,7 @@ from ddsup.channel._messages import (
 )
 from ddsup.controller._lane_publisher import LanePublisher
 from ddsup.endpoint._lane_feed import ControllerFeed, open_controller_feed
-from ddsup.endpoint._lane_state import LaneInfo
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import LaneInfo, LaneTable
 from ddsup.units._model import EndpointSection
 
 SECRET = "feed-secret"

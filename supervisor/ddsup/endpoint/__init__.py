@@ -22,7 +22,7 @@ from ddsup.endpoint._config import EndpointConfig as EndpointConfig
 from ddsup.endpoint._endpoint_command import configure_endpoint as configure_endpoint
 from ddsup.endpoint._endpoint_command import run_endpoint as run_endpoint
 from ddsup.endpoint._endpoint_command import serve as serve
-from ddsup.endpoint._lane_state import LaneInfo as LaneInfo
+from ddsup.endpoint._lanes import LaneInfo as LaneInfo
 from ddsup.endpoint._lanes import LaneTable as LaneTable
 from ddsup.endpoint._server import Serving as Serving
 from ddsup.endpoint._server import open_endpoint as open_endpoint

@@ -36,8 +36,7 @@ from bisect import bisect_left, insort
 from collections.abc import Collection, Sequence
 from operator import attrgetter
 
-from ddsup.endpoint._lane_state import SAMPLED_MAX, LaneState
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import SAMPLED_MAX, LaneState, LaneTable
 
 WALK_UP_TO = 16  # lanes of a name; at most this many, the pass is cheaper
 RESYNC_EVERY = 1.0  # seconds: the index re-reads every lane at least this often

@@ -34,8 +34,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ddsup.endpoint._lane_state import EJECTED_UNTIL, EJECTIONS, STREAK, LaneState
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import EJECTED_UNTIL, EJECTIONS, STREAK, LaneState, LaneTable
 from ddsup.endpoint._metrics import Metrics
 
 log = logging.getLogger("ddsup.endpoint")

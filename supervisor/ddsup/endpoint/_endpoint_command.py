@@ -23,8 +23,7 @@ from ddsup._errors import DdsupError, UsageError
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._gc_pacing import pace_garbage_collection
 from ddsup.endpoint._lane_feed import controller_address, open_controller_feed
-from ddsup.endpoint._lane_state import LaneInfo
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import LaneInfo, LaneTable
 from ddsup.endpoint._server import serve_endpoint
 from ddsup.endpoint._worker import run_worker
 from ddsup.units import EndpointSection, Routing

@@ -35,8 +35,7 @@ from ddsup.channel import (
     connect_channel,
     merge_changes,
 )
-from ddsup.endpoint._lane_state import LaneInfo, LaneState
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import LaneInfo, LaneState, LaneTable
 from ddsup.units import EndpointSection
 
 log = logging.getLogger(__name__)

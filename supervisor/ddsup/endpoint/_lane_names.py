@@ -24,8 +24,7 @@ import math
 import trio
 
 from ddsup.endpoint._config import EndpointConfig
-from ddsup.endpoint._lane_state import LaneState, Names
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import LaneState, LaneTable, Names
 from ddsup.endpoint._upstream import UpstreamError, fetch
 
 log = logging.getLogger("ddsup.endpoint")

@@ -1,26 +1,39 @@
-"""The live set of lanes the endpoint routes to, and each lane's load.
+"""The lane table: the live set of lanes the endpoint routes to, each lane's load, and
+the index the request path reads.
 
-The controller's feed (or a static list) changes the set at any time with
+**The set.** The controller's feed (or a static list) changes it at any time with
 :meth:`LaneTable.set_ready`, :meth:`LaneTable.change`, :meth:`LaneTable.add` and
-:meth:`LaneTable.remove`; the
-request path only reads a per-name tuple that each change replaces (the lanes that
-joined or left, not the whole table: :mod:`._lane_index`), so a lane that stops being
-ready leaves the rotation at once while requests already sent to it finish on the
-:class:`LaneState` they hold.
+:meth:`LaneTable.remove`; the request path only reads a per-name tuple that each change
+replaces, so a lane that stops being ready leaves the rotation at once while requests
+already sent to it finish on the :class:`LaneState` they hold. A lane that leaves the
+rotation is handed to ``on_retired`` (the controller's feed watches it until nothing is
+in flight to it any more: ``ddsup restart`` drains a lane that way before it stops it).
 
-Each lane's identity and load are a :class:`~._lane_state.LaneState`; its requests in
-flight count in a slot of a :class:`SharedCounts` table that every worker shares.
+**One lane.** Its identity is a :class:`LaneInfo`; its load a :class:`LaneState`
+(requests in flight through every worker, its last queue sample, its connections). Its
+requests in flight live in a :class:`SharedCounts` table, one slot per lane, so that
+every worker of the endpoint sees the total over all workers. Slots are tied to the
+lane's identity (instance and URL): a lane that leaves and comes back keeps its slot,
+and requests still in flight on its old state count towards it, as they should. The
+slot's shared cells hold its passive-ejection state (:mod:`._ejection`).
 
-Requests are routed by name. A lane answers to its model (``[lane] model``), to the
-names its unit gives (``served_names``: vLLM's ``--served-model-name`` aliases and LoRA
-adapters) and to those its own ``GET /v1/models`` lists, which :mod:`._lane_names`
-learns (:meth:`LaneTable.learn_names`) when the lane joins and every so often after.
-A name, once known, stays known, so a request for it gets "no ready lane" (503) rather
-than "unknown model" (404) while its lanes are away.
+**Names.** Requests are routed by name. A lane answers to its model (``[lane] model``),
+to the names its unit gives (``served_names``: vLLM's ``--served-model-name`` aliases
+and LoRA adapters) and to those its own ``GET /v1/models`` lists, which
+:mod:`._lane_names` learns (:meth:`LaneTable.learn_names`) when the lane joins and every
+so often after. A name, once known, stays known, so a request for it gets "no ready
+lane" (503) rather than "unknown model" (404) while its lanes are away.
 
-A lane that leaves the rotation is handed to ``on_retired`` (the controller's feed
-watches it until nothing is in flight to it any more: ``ddsup restart`` drains a lane
-that way before it stops it).
+**The index** (:class:`NameIndex`): the ready lanes by each name and by slot. The request
+path reads one tuple per name (:meth:`NameIndex.lanes`), so a change must leave a new
+tuple, never edit one a request holds. Rebuilding all of them at every change would
+walk every ready lane in Python, and in a start whose lanes become ready one by one (the
+common case: a feed message of one or two lanes each) that is a walk of the table per
+lane, quadratic in the fleet. So a join puts the lane at the end of each of its names'
+tuples and a leave takes it out, each a copy of one tuple in C. A name's tuple is in the
+order its lanes joined (a lane that joins again goes last), which is what a rebuild from
+the table, whose dict keeps that order, gives too; a name a ready lane gains later
+(:meth:`NameIndex.rename`) has it last.
 """
 
 from __future__ import annotations
@@ -28,12 +41,200 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
 import trio
 
-from ddsup.endpoint._lane_index import NameIndex
-from ddsup.endpoint._lane_state import LaneInfo, LaneState, Names
 from ddsup.endpoint._shared_counts import ACTIVE, SLOTS, SharedCounts
+from ddsup.endpoint._upstream import ConnectionPool
+
+Names = tuple[str, ...]
+SAMPLED_MAX = 1 << 14  # fresh samples a table notes for the choice's index, at most
+# A lane's shared cells (SharedCounts.cell), its passive-ejection state (see ._ejection):
+STREAK = 0  # failures in a row
+EJECTED_UNTIL = 1  # microseconds of time.monotonic() until which it is out of the rotation
+EJECTIONS = 2  # ejections since its last success (each doubles the next one's length)
+BEGUN = 3  # 1 once a request began since the sampler last looked (see ._metrics_sampler)
+
+
+@dataclass(frozen=True)
+class LaneInfo:
+    """One lane as the endpoint sees it: ``url`` is its base URL, ``http://host:port``.
+
+    ``served_names``: the other names its unit says it answers to. ``api_key``: the key
+    the endpoint sends it (the lane's own, never a client's; not in ``repr``).
+    """
+
+    instance: str
+    model: str
+    url: str
+    served_names: tuple[str, ...] = ()
+    api_key: str | None = field(default=None, repr=False)
+
+
+class LaneState:
+    """A lane's load: requests in flight through the endpoint and its last queue sample."""
+
+    __slots__ = (
+        "_cell",
+        "_mark",
+        "_sampled",
+        "counts",
+        "info",
+        "level",
+        "names",
+        "order",
+        "pool",
+        "sampled_at",
+        "slot",
+        "waiting",
+    )
+
+    def __init__(
+        self,
+        info: LaneInfo,
+        max_idle: int,
+        counts: SharedCounts,
+        slot: int,
+        learned: Names,
+        sampled: list[LaneState] | None = None,
+    ) -> None:
+        self.info = info
+        self.counts = counts
+        self.slot = slot
+        self.names = frozenset({info.model, *info.served_names, *learned})
+        self.waiting: int | None = None  # vllm:num_requests_waiting, None = no good sample
+        self.sampled_at = float("-inf")
+        self.pool = ConnectionPool(info.url, max_idle, info.api_key)
+        self.order = 0  # its place in the table's order, and ...
+        self.level = -3  # ... in the choice's index (both kept by ._admission.Admission)
+        self._sampled = sampled  # LaneTable.sampled
+        self._cell = counts.cell
+        self._mark = counts.mark
+
+    @property
+    def ejected_until(self) -> int:
+        """Microseconds of :func:`time.monotonic` until which the lane is ejected."""
+        return self._cell(self.slot, EJECTED_UNTIL)
+
+    @property
+    def outstanding(self) -> int:
+        """Requests in flight to this lane through every worker of the endpoint."""
+        return self.counts.total(self.slot)
+
+    def begin(self) -> None:
+        """One more request of this process in flight to the lane.
+
+        It also marks the lane as begun (a plain store into a shared cell, in that order:
+        see :meth:`take_begun`), so that the sampler, which samples a lane with nothing
+        in flight rarely, samples it on its next tick even when the request is over by then.
+        """
+        self.counts.add(self.slot, 1)
+        self._mark(self.slot, BEGUN, 1)
+
+    def take_begun(self) -> bool:
+        """Whether a request began since the last call (any worker's); clears the mark.
+
+        A worker's mark that lands between the read and the clear is lost, but its
+        request was counted before it was marked: a caller that reads
+        :attr:`outstanding` after this call sees it unless it ended in between.
+        """
+        if not self._cell(self.slot, BEGUN):
+            return False
+        self._mark(self.slot, BEGUN, 0)
+        return True
+
+    def end(self) -> None:
+        self.counts.add(self.slot, -1)
+
+    def queue(self, now: float, stale_after: float) -> int:
+        """Outstanding requests, or the lane's own waiting count when a fresh sample says more.
+
+        ``now`` and the sample times are :func:`time.monotonic` (shared by processes).
+        """
+        waiting = self.waiting
+        if waiting is not None and now - self.sampled_at <= stale_after:
+            return max(self.outstanding, waiting)
+        return self.outstanding
+
+    def record_sample(self, waiting: int | None, now: float) -> None:
+        """A good sample (``waiting``), or ``None`` when the lane's /metrics failed."""
+        self.waiting = waiting
+        self.sampled_at = now
+        sampled = self._sampled
+        if sampled is not None and len(sampled) < SAMPLED_MAX:
+            sampled.append(self)
+
+
+class Indexed(Protocol):
+    """What the index needs of a lane: the names it answers to and its counting slot.
+    Lanes are told apart by ``==``, which for :class:`LaneState` is identity."""
+
+    names: frozenset[str]
+    slot: int
+
+
+Lane = TypeVar("Lane", bound=Indexed)
+
+
+class NameIndex(Generic[Lane]):
+    """Lanes by name (tuples, replaced on change) and by slot (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, tuple[Lane, ...]] = {}
+        self.by_slot: dict[int, Lane] = {}
+
+    def lanes(self, name: str) -> tuple[Lane, ...]:
+        return self.by_name.get(name, ())
+
+    def join(self, lane: Lane) -> None:
+        """``lane`` is ready: last in each of its names, and the one in its slot."""
+        for name in lane.names:
+            self._put(name, lane)
+        self.by_slot[lane.slot] = lane
+
+    def leave(self, lane: Lane) -> None:
+        """``lane`` is not ready any more (a lane not in the index is ignored)."""
+        for name in lane.names:
+            self._take(name, lane)
+        if self.by_slot.get(lane.slot) is lane:
+            del self.by_slot[lane.slot]
+
+    def rename(self, lane: Lane, names: frozenset[str]) -> None:
+        """A ready lane now answers to ``names``: out of the names it lost, last in the
+        ones it gained, where it was in the others."""
+        for name in lane.names - names:
+            self._take(name, lane)
+        gained = names - lane.names
+        lane.names = names
+        for name in gained:
+            self._put(name, lane)
+
+    def rebuild(self, lanes: Iterable[Lane]) -> None:
+        """Exactly ``lanes``, in their order: a whole new set at once."""
+        by_name: dict[str, list[Lane]] = {}
+        by_slot: dict[int, Lane] = {}
+        for lane in lanes:
+            for name in lane.names:
+                by_name.setdefault(name, []).append(lane)
+            by_slot[lane.slot] = lane
+        self.by_name = {name: tuple(found) for name, found in by_name.items()}
+        self.by_slot = by_slot
+
+    def _put(self, name: str, lane: Lane) -> None:
+        # a concatenation copies once; ``(*lanes, lane)`` goes through a list (2.7x slower)
+        self.by_name[name] = self.by_name.get(name, ()) + (lane,)  # noqa: RUF005
+
+    def _take(self, name: str, lane: Lane) -> None:
+        lanes = self.by_name.get(name, ())
+        try:  # found in C; a lane is equal only to itself (LaneState has no __eq__)
+            at = lanes.index(lane)
+        except ValueError:
+            return
+        if len(lanes) == 1:
+            del self.by_name[name]
+        else:
+            self.by_name[name] = lanes[:at] + lanes[at + 1 :]
 
 
 @dataclass
@@ -56,7 +257,7 @@ class LaneTable:
     The index that chooses a lane for a request (:class:`~._admission.Admission`, one
     per process) follows the table's changes through :attr:`generation`, which every
     change of the set of lanes or of their names moves on, and :attr:`sampled`, the lanes
-    whose queue sample changed since it last looked (at most :data:`~._lane_state.SAMPLED_MAX`: more,
+    whose queue sample changed since it last looked (at most :data:`~._lanes.SAMPLED_MAX`: more,
     and it re-reads them all).
     """
 

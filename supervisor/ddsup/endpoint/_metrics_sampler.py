@@ -34,8 +34,7 @@ import trio
 
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._ejection import note_returns
-from ddsup.endpoint._lane_state import LaneState
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import LaneState, LaneTable
 from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._upstream import UpstreamError, fetch
 

@@ -32,8 +32,7 @@ from ddsup.endpoint._connection import Abort, ClientConnection, ClientGone, Fram
 from ddsup.endpoint._deadlines import Deadlines, Expired
 from ddsup.endpoint._ejection import Ejection
 from ddsup.endpoint._http1 import ProtocolError, ResponseHead, retry_after
-from ddsup.endpoint._lane_state import LaneState
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import LaneState, LaneTable
 from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._prefix_routing import PrefixIndex, PrefixPolicy, PrefixRouter, prompt_keys
 from ddsup.endpoint._upstream import (

@@ -30,7 +30,7 @@ import trio
 
 from ddsup.channel import ChannelError, LineChannel, line_json
 from ddsup.endpoint._config import EndpointConfig
-from ddsup.endpoint._lane_state import LaneInfo
+from ddsup.endpoint._lanes import LaneInfo
 from ddsup.units import Routing
 
 MAX_FDS = 64  # listening sockets plus the counts table

@@ -34,8 +34,7 @@ from ddsup.channel import ChannelError
 from ddsup.endpoint import _worker_link as link
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._lane_names import learn_lane_names
-from ddsup.endpoint._lane_state import LaneInfo, LaneState
-from ddsup.endpoint._lanes import LaneTable, Touched
+from ddsup.endpoint._lanes import LaneInfo, LaneState, LaneTable, Touched
 from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._metrics_sampler import sample_lanes
 from ddsup.endpoint._shared_counts import SharedCounts
