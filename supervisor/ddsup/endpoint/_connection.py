@@ -13,6 +13,7 @@ from typing import Protocol
 
 from ddsup.endpoint._body_budget import BodyAccount
 from ddsup.endpoint._deadlines import Timed
+from ddsup.endpoint._errors import ApiError
 
 
 class ClientGone(Exception):

@@ -35,11 +35,6 @@ from ddsup.endpoint._errors import (
     unauthorized,
     unknown_model,
 )
-from ddsup.endpoint._body_budget import BodyAccount, BodyBudget, OverBudget
-from ddsup.endpoint._config import EndpointConfig
-from ddsup.endpoint._connection import Abort, ClientConnection, ClientGone, Request
-from ddsup.endpoint._deadlines import Deadlines
-from ddsup.endpoint._driver import Driver, in_own_task
 from ddsup.endpoint._hangups import Hangups
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics import Metrics
