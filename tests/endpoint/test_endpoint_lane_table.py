@@ -1,7 +1,7 @@
 """The endpoint's lane table kept lane by lane: what a request sees after any changes.
 
 A join, a leave, a replaced lane or a name a lane's ``/v1/models`` adds changes only the
-tuples of the names involved (``endpoint._lane_index``), no longer a rebuild of every
+tuples of the names involved (``endpoint._lanes``), no longer a rebuild of every
 name from every lane. What the request path relies on is checked against a table built
 from scratch (the set of ready lanes as ``states()`` lists them): the same lanes answer
 to each name, a lane counted in a slot is the ready one, names never asked for are

@@ -11,8 +11,7 @@ import math
 
 import pytest
 
-from ddsup.endpoint._lane_state import EJECTED_UNTIL, LaneInfo, LaneState
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import EJECTED_UNTIL, LaneInfo, LaneState, LaneTable
 from ddsup.endpoint._prefix_routing import (
     BLOCK_CHARS,
     MAX_BLOCKS,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import signal
 
+from ddsup.decide._replicas import ReplicaPolicy, Verdict
+from ddsup.decide._run_inputs import FailOn, Host, ResumeOn, StopOn, TakeDownOn
 from ddsup.plan import Plan
 from ddsup.process import ExitStatus
 from ddsup.record._events import UnitTransition
 from ddsup.record._instance import InstanceRecord
 from ddsup.record._states import InstanceState as S
-from ddsup.decide._replicas import ReplicaPolicy, Verdict
-from ddsup.decide._run_inputs import FailOn, Host, ResumeOn, StopOn, TakeDownOn
 from ddsup.units._model import UnitSet
 from support import units as u
 

@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ddsup.endpoint._body_budget import BodyBudget
-from ddsup.endpoint._lane_state import LaneInfo
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import LaneInfo, LaneTable
 from ddsup.endpoint._prefix_cache import PrefixCacheTally
 from ddsup.endpoint._timeseries import NO_SERIES, SeriesHooks  # [series hook]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ddsup.endpoint._lane_state import LaneInfo
+from ddsup.endpoint._lanes import LaneInfo
 
 QUERIES = b"vllm:prefix_cache_queries_total"
 HITS = b"vllm:prefix_cache_hits_total"

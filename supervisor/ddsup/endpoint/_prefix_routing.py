@@ -42,7 +42,7 @@ Three parts, none of which reads a clock or a socket:
   busier, later requests of the template go there as well.
 
 A lane that leaves the rotation matches nothing from then on, and one that comes back
-(a restart, a new :class:`~._lane_state.LaneState`) matches only what it was sent
+(a restart, a new :class:`~._lanes.LaneState`) matches only what it was sent
 since: its old blocks go out with their generation.
 """
 
@@ -54,8 +54,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddsup.endpoint._lane_state import LaneState
-from ddsup.endpoint._lanes import LaneTable
+from ddsup.endpoint._lanes import LaneState, LaneTable
 
 BLOCK_CHARS = 128  # characters of a prompt per key: about 32 tokens of English
 BLOCK_TOKENS = 32  # token ids per key, for a prompt given as ids
