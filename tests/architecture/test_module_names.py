@@ -14,9 +14,6 @@ from pathlib import Path
 import ddsup
 
 PACKAGE = Path(ddsup.__file__).parent
-# The one pair allowed: the product's exception hierarchy and the endpoint's JSON error
-# replies, which the endpoint's HTTP modules import by that name.
-KNOWN = {"_errors.py": ["_errors.py", "endpoint/_errors.py"]}
 
 
 def repeated_names(paths: Iterable[Path]) -> dict[str, list[str]]:
@@ -30,9 +27,7 @@ def repeated_names(paths: Iterable[Path]) -> dict[str, list[str]]:
 
 def test_no_two_modules_share_a_name() -> None:
     paths = [path.relative_to(PACKAGE) for path in PACKAGE.rglob("*.py")]
-    repeated = {
-        name: found for name, found in repeated_names(paths).items() if KNOWN.get(name) != found
-    }
+    repeated = repeated_names(paths)
     assert not repeated, "name each for what it holds:\n" + "\n".join(
         f"{name}: {', '.join(found)}" for name, found in sorted(repeated.items())
     )

@@ -1,6 +1,6 @@
 """The logical endpoint: an OpenAI-compatible router in front of the lanes (docs/cli.md, `ddsup endpoint`).
 
-Layers, bottom up: ``_errors`` (typed JSON refusals), ``_notices`` (log lines a client
+Layers, bottom up: ``_api_errors`` (typed JSON refusals), ``_notices`` (log lines a client
 can cause, rate-limited), ``_body_budget`` (request bodies in memory), ``_config``,
 ``_connection`` (what routes and proxy see of a client connection), ``_wire`` (raw
 non-blocking sockets), ``_http1`` (lane responses: heads and body framing),

@@ -37,17 +37,17 @@ from http import HTTPStatus
 
 import trio
 
-from ddsup.endpoint._body_budget import BodyAccount
-from ddsup.endpoint._config import EndpointConfig
-from ddsup.endpoint._connection import Abort, ClientGone, Framing, Hangup, Request
-from ddsup.endpoint._deadlines import Expired, Timed
-from ddsup.endpoint._errors import (
+from ddsup.endpoint._api_errors import (
     ApiError,
     bad_request,
     header_too_large,
     request_timeout,
     too_large,
 )
+from ddsup.endpoint._body_budget import BodyAccount
+from ddsup.endpoint._config import EndpointConfig
+from ddsup.endpoint._connection import Abort, ClientGone, Framing, Hangup, Request
+from ddsup.endpoint._deadlines import Expired, Timed
 from ddsup.endpoint._head_fields import ChunkedEnd, RequestParser, head_end, refused
 from ddsup.endpoint._wire import RECEIVE_SIZE, Wire
 

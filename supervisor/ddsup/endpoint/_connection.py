@@ -11,9 +11,9 @@ from __future__ import annotations
 import enum
 from typing import Protocol
 
+from ddsup.endpoint._api_errors import ApiError
 from ddsup.endpoint._body_budget import BodyAccount
 from ddsup.endpoint._deadlines import Timed
-from ddsup.endpoint._errors import ApiError
 
 
 class ClientGone(Exception):

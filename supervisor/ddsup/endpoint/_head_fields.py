@@ -16,7 +16,7 @@ import re
 
 import httptools
 
-from ddsup.endpoint._errors import (
+from ddsup.endpoint._api_errors import (
     ApiError,
     ambiguous_framing,
     too_large,

@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from ddsup.endpoint._errors import ApiError, bad_request
+from ddsup.endpoint._api_errors import ApiError, bad_request
 
 _BOUNDARY = re.compile(rb'boundary="?([^";\r\n]{1,200})"?', re.IGNORECASE)
 _MODEL_PART = re.compile(rb'\r\ncontent-disposition:[^\r\n]*;\s*name="?model"?[;\s\r]', re.I)

@@ -26,11 +26,11 @@ from typing import Any
 import trio
 
 from ddsup.endpoint._admission import Admission
+from ddsup.endpoint._api_errors import no_ready_lane, overloaded, upstream_failed
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientConnection, ClientGone, Framing, Request
 from ddsup.endpoint._deadlines import Deadlines, Expired
 from ddsup.endpoint._ejection import Ejection
-from ddsup.endpoint._errors import no_ready_lane, overloaded, upstream_failed
 from ddsup.endpoint._http1 import ProtocolError, ResponseHead, retry_after
 from ddsup.endpoint._lanes import LaneState, LaneTable
 from ddsup.endpoint._metrics import Metrics

@@ -18,11 +18,7 @@ from typing import Any
 
 import trio
 
-from ddsup.endpoint._body_budget import BodyAccount, BodyBudget, OverBudget
-from ddsup.endpoint._config import EndpointConfig
-from ddsup.endpoint._connection import Abort, ClientConnection, ClientGone, Request
-from ddsup.endpoint._deadlines import Deadlines
-from ddsup.endpoint._errors import (
+from ddsup.endpoint._api_errors import (
     ApiError,
     bad_request,
     internal_error,
@@ -35,6 +31,10 @@ from ddsup.endpoint._errors import (
     unauthorized,
     unknown_model,
 )
+from ddsup.endpoint._body_budget import BodyAccount, BodyBudget, OverBudget
+from ddsup.endpoint._config import EndpointConfig
+from ddsup.endpoint._connection import Abort, ClientConnection, ClientGone, Request
+from ddsup.endpoint._deadlines import Deadlines
 from ddsup.endpoint._hangups import Hangups
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics import Metrics

@@ -23,10 +23,10 @@ import trio
 
 from ddsup._errors import DdsupError, StateDirError
 from ddsup.endpoint._accept import connection_cap, raise_fd_limit, serve_listeners
+from ddsup.endpoint._api_errors import ApiError, request_timeout
 from ddsup.endpoint._client import Client, HeadTimeout
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._connection import Abort, ClientGone
-from ddsup.endpoint._errors import ApiError, request_timeout
 from ddsup.endpoint._lane_names import learn_lane_names
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics_sampler import sample_lanes
