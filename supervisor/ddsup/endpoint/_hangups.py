@@ -6,14 +6,11 @@ reader task of its own (it would cost a task switch per request), so something e
 wake the request's task, which is waiting for the lane's bytes, when the client's side
 closes.
 
-Earlier each lane connection kept a small epoll set holding its own socket and the
-client's, and the request's task waited on that set. That cost nothing while a client
-kept the same lane connection, but a client whose requests alternate between lanes
-(round robin) got another lane connection each time, and each change of client cost two
-``epoll_ctl`` calls: measured under wrk, 3.5 ``epoll_ctl`` per proxied request where 2
-waits need 2, and a tenth of the endpoint's CPU.
+An epoll set per lane connection, holding its socket and the client's, would cost two
+``epoll_ctl`` calls whenever a client's requests move between lanes, which round robin
+does at every request.
 
-Here, as nginx does with ``EPOLLRDHUP`` on its one epoll set, one set per server holds
+Instead, as nginx does with ``EPOLLRDHUP`` on its one epoll set, one set per server holds
 every client's socket for ``EPOLLRDHUP`` (the peer's FIN or RST, never its
 bytes), registered once per connection with ``EPOLLONESHOT`` (reported once, then
 quiet until the socket closes, which removes it from the set). One task per server
