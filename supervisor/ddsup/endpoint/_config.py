@@ -64,7 +64,7 @@ class EndpointConfig:
     open_routes: tuple[str, ...] = DEFAULT_OPEN_ROUTES
     eject_after: int = 5
     eject_for: float = 10.0
-    routing: Routing = Routing.PREFIX
+    routing: Routing = Routing.LEAST_LOAD
     prefix_min_match: float = 0.3
     prefix_balance_requests: int = 64
     prefix_balance_ratio: float = 1.5

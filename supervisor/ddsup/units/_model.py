@@ -167,7 +167,7 @@ class EndpointSection:
     workers: int | None = 1  # None = "auto": one per CPU the endpoint may run on
     eject_after: int = 5  # connect errors or 5xx of a lane in a row; 0: never eject
     eject_for: float = 10.0
-    routing: Routing = Routing.PREFIX
+    routing: Routing = Routing.LEAST_LOAD
     prefix_min_match: float = 0.3  # share of a prompt's blocks a lane must hold
     prefix_balance_requests: int = 64  # least-load wins past this many more in flight ...
     prefix_balance_ratio: float = 1.5  # ... and this many times as many

@@ -561,8 +561,8 @@ ENDPOINT = SectionSpec(
             'How a lane of the model is picked: "prefix" sends a prompt to the lane that was '
             'sent its longest prefix (its KV cache holds it), "least-load" to the lane with '
             "the fewest requests in flight.",
-            "prefix",
             "least-load",
+            "prefix",
         ),
         KeySpec(
             "prefix_min_match",
