@@ -22,7 +22,7 @@ RESULT_WAIT = 30.0  # after the controller closed its channel: sweep (≤ 5 s) +
 def configure_stop(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Stop a run as SIGTERM to ddsup start does: worker, endpoint, then lanes, each "
-        "with its timeout_stop; the run exits 143. Waits for the end and prints the result. "
+        "with its timeout_stop (a loading lane: timeout_stop_loading); the run exits 143. Waits for the end and prints the result. "
         "With --job: a waiting job is cancelled, a running one gets SIGTERM in its batch "
         "step (scancel --batch --signal=TERM)."
     )
