@@ -3,7 +3,7 @@
 ``_agent_command`` (``python -m ddsup agent``: the entry, without ``_cli`` or argparse),
 ``_agent`` (one node's agent: hello, inventory, setup, preflight, then the controller's
 orders), ``_agent_forker`` (``python -m ddsup agents``: simulated nodes' agents forked
-from one import; ``_agent_argv``: the command lines it and ``ddsup start`` agree on),
+from one import, and the command lines it and ``ddsup start`` agree on),
 ``_preflight`` (the checks on a node; ``_node_checks``: a submitted job's ddsup, Python
 and room), ``_ports`` (free ports on a node, held until used), ``_node_runner`` (the
 services of one node: also the controller's own node), ``_held_signals`` and
@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 from ddsup._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from ddsup.agent._agent_argv import AGENT_ARGV as AGENT_ARGV
-    from ddsup.agent._agent_argv import FORKER_ARGV as FORKER_ARGV
-    from ddsup.agent._agent_argv import SPEC_NODES as SPEC_NODES
-    from ddsup.agent._agent_argv import SPEC_UNITS as SPEC_UNITS
-    from ddsup.agent._agent_argv import agent_argv as agent_argv
     from ddsup.agent._agent_command import agent_main as agent_main
+    from ddsup.agent._agent_forker import AGENT_ARGV as AGENT_ARGV
+    from ddsup.agent._agent_forker import FORKER_ARGV as FORKER_ARGV
+    from ddsup.agent._agent_forker import SPEC_NODES as SPEC_NODES
+    from ddsup.agent._agent_forker import SPEC_UNITS as SPEC_UNITS
+    from ddsup.agent._agent_forker import agent_argv as agent_argv
     from ddsup.agent._agent_forker import forker_main as forker_main
     from ddsup.agent._agent_forker import parse_report as parse_report
     from ddsup.agent._held_signals import HeldSignals as HeldSignals
@@ -37,11 +37,11 @@ if TYPE_CHECKING:
     from ddsup.agent._signals import watch_signals as watch_signals
 
 _LAZY = {
-    "AGENT_ARGV": "ddsup.agent._agent_argv",
-    "FORKER_ARGV": "ddsup.agent._agent_argv",
-    "SPEC_NODES": "ddsup.agent._agent_argv",
-    "SPEC_UNITS": "ddsup.agent._agent_argv",
-    "agent_argv": "ddsup.agent._agent_argv",
+    "AGENT_ARGV": "ddsup.agent._agent_forker",
+    "FORKER_ARGV": "ddsup.agent._agent_forker",
+    "SPEC_NODES": "ddsup.agent._agent_forker",
+    "SPEC_UNITS": "ddsup.agent._agent_forker",
+    "agent_argv": "ddsup.agent._agent_forker",
     "agent_main": "ddsup.agent._agent_command",
     "forker_main": "ddsup.agent._agent_forker",
     "parse_report": "ddsup.agent._agent_forker",

@@ -1,6 +1,6 @@
 """``python -m ddsup agent …``: the node agent's own entry, without ``ddsup._cli``.
 
-``ddsup start`` spawns one agent per node (``_agent_argv.AGENT_ARGV``), many at once on a
+``ddsup start`` spawns one agent per node (``_agent_forker.AGENT_ARGV``), many at once on a
 large allocation (128 on one machine when simulated), and whatever an agent imports
 before it can connect is on the run's path to its first lane. ``ddsup._cli`` builds an
 argparse parser for them: argparse itself, gettext and its patterns, a visible share of

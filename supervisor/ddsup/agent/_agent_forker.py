@@ -20,7 +20,7 @@ Its command line is rewritten in place to an agent's (``process._title``), so ``
 names its node.
 
 The protocol with ``ddsup start`` (``_launcher.LocalLauncher``, then
-``_forked_agents``): on stdin a JSON object (``_agent_argv``), each node's log descriptor
+``_forked_agents``): on stdin a JSON object (:data:`SPEC_NODES`, :data:`SPEC_UNITS`), each node's log descriptor
 (inherited) and environment, and the run's unit directory; on stdout one line per agent
 forked, ``NODE PID``, in the order of the ``--node`` options; then the forker exits,
 and the kernel reparents its agents to ``ddsup start``, a child subreaper. A failure is
@@ -38,9 +38,19 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
-from ddsup.agent._agent_argv import AGENT_ARGV, SPEC_NODES, SPEC_UNITS, agent_argv
 from ddsup.agent._process_end import end_process
 from ddsup.process import retitle
+
+# What ``ddsup start`` and this forker agree on: the agents' command lines, the spec. Here,
+# not in ``controller._launcher``, so that the forker reads its spec having imported
+# little: the launcher brings the allocation's resolution with it, which no agent uses,
+# and every module the forker imports is one more in each forked agent and in the
+# forker's start before its first fork.
+AGENT_ARGV = (sys.executable, "-m", "ddsup", "agent")
+FORKER_ARGV = (sys.executable, "-m", "ddsup", "agents")
+# The forker's spec on stdin (JSON): each node's log descriptor and environment, by node;
+# the run's unit directory, which the forker loads once for all its agents
+SPEC_NODES, SPEC_UNITS = "nodes", "units"
 
 EXIT_OSERR = 71  # sysexits' EX_OSERR: fork failed
 EXIT_UNCAUGHT = 1  # what Python exits with on an uncaught exception, as an exec'd agent
@@ -50,6 +60,11 @@ AGENT_MODULE = "ddsup.agent._agent_command"  # imported by name, after the spec 
 # the channel, the services), and psutil, which an agent imports when it first stops a
 # unit (``process._child``), which every agent would pay for again when they stop at once.
 PRELOADED = (AGENT_MODULE, "psutil")
+
+
+def agent_argv(options: Sequence[str], node: str) -> tuple[str, ...]:
+    """The command line of ``node``'s agent: exec'd by ``srun``, or shown by a forked one."""
+    return (*AGENT_ARGV, *options, "--node", node)
 
 
 def report_line(node: str, pid: int) -> bytes:
