@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from ddsup._errors import UsageError
-from ddsup.controller._control_host import control_host, control_socket
+from ddsup.controller._head_start import control_host, control_socket
 from ddsup.plan._plan import Node
 from ddsup.plan._resolve import Allocation, LauncherKind
 

@@ -12,8 +12,8 @@ import trio
 
 from ddsup.channel import Channel, connect_channel, serve_channel
 from ddsup.channel._messages import Hello, Inventory, RestartRequest, Role, Setup
+from ddsup.controller._agents import NodeInventory
 from ddsup.controller._connections import ControlServer
-from ddsup.controller._inventory import NodeInventory
 from ddsup.controller._lane_publisher import LanePublisher
 from ddsup.controller._nodes import RunNode
 from ddsup.decide._run_inputs import AgentGone, Host, Input

@@ -1,11 +1,12 @@
-"""What ``ddsup start --rehearse`` changes in a job, and nothing else (``controller._rehearsal``)."""
+"""What ``ddsup start --rehearse`` changes in a job, and nothing else (``controller._prepare``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import sys
 
-from ddsup.controller._rehearsal import rehearsal_request, rehearsal_units, rehearsed_lanes
+from ddsup.controller._prepare import rehearsal_request, rehearsed_lanes
+from ddsup.decide import rehearsal_units
 from ddsup.plan._resolve import AllocationRequest, LauncherChoice
 from ddsup.units import Unit, UnitType
 from support.units import lane, unit_set, worker

@@ -1,7 +1,7 @@
 """Every connection to ``ddsup start``, by the role its hello names.
 
 - an **agent** first reports what its node has (:class:`Inventory`) and is admitted or
-  refused (``_inventory``); admitted, it becomes a :class:`RemoteNode` for as long as its
+  refused (``_agents.NodeInventory``); admitted, it becomes a :class:`RemoteNode` for as long as its
   connection lasts, gets :class:`Setup` (its node's part of the plan) once the run has a plan (which may wait for every
   node's inventory), and its reports become the run's inputs (preflight, events, a stop
   signal it received); when the connection ends, or the agent says nothing (not even the

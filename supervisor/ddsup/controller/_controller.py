@@ -7,7 +7,7 @@ takes over their processes, the containment, the signal receiver and the bound c
 socket (``_takeover``), so the agents' start-up overlaps its own. When the nodes' GPUs
 are theirs to say (``Allocation.gpus_from_agents``: Slurm, or this machine's GPUs shared
 out among simulated nodes), the agents come first, on every node, and the plan is made
-from what each one reports (``_inventory``); until then the run's state has an empty
+from what each one reports (``_agents.NodeInventory``); until then the run's state has an empty
 plan, so a signal or a lost agent ends it as at any other time. Everything that
 decides (what starts when, what a failure means, which cause ends the run) is in
 ``RunState``; the controller feeds it inputs (events of its own services and of the
@@ -24,14 +24,25 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+from collections.abc import Callable
 from functools import partial
 
 import trio
 
 from ddsup._errors import DdsupError, PreflightError, ResultStatus
 from ddsup.agent import NodeRunner, watch_signals
-from ddsup.channel import Channel, EndpointSetup, Inventory, RestartRequest, Setup, serve_channel
-from ddsup.controller._agent_setup import agent_setup
+from ddsup.channel import (
+    Channel,
+    EndpointSetup,
+    Inventory,
+    RestartAnswer,
+    RestartOver,
+    RestartProgress,
+    RestartRequest,
+    RestartStep,
+    Setup,
+    serve_channel,
+)
 from ddsup.controller._agents import AgentFleet
 from ddsup.controller._connections import ControlServer
 from ddsup.controller._console import Console
@@ -41,7 +52,6 @@ from ddsup.controller._nodes import NODE_DECISIONS, LocalNode, RunNode, deliver
 from ddsup.controller._options import Verbosity
 from ddsup.controller._own_job import settle_requeue
 from ddsup.controller._prepare import PreparedRun
-from ddsup.controller._restart_requests import serve_restart
 from ddsup.controller._run_facts import RunFacts, feed_environment, run_context
 from ddsup.controller._run_record import RunRecord
 from ddsup.controller._takeover import TakenOver, take_over
@@ -60,6 +70,8 @@ from ddsup.decide import (
     PreflightReported,
     PublishLanes,
     Record,
+    RestartRefused,
+    RestartRequested,
     RunState,
     SignalToForward,
     StartupFailed,
@@ -399,3 +411,64 @@ class Controller:
 
     def _snapshot(self) -> RunSnapshot:
         return self.record.snapshot(self.run.status_rows(), self.run.stopping, self.job_end.at)
+
+
+# --- what an agent that said hello is told once the run has a plan (Setup) ----------------
+# Here, not in ``_run_facts``, because it needs the channel's messages, which ``ddsup start``
+# imports only once its agents are launched (``_head_start``).
+
+
+def agent_setup(facts: RunFacts, units: UnitSet, plan: Plan) -> Setup:
+    """What an agent that said hello is told: the run's facts (never a secret) and
+    ``plan``, its node's part of the plan (``RunState.node_plan``), so an agent's set-up
+    costs the same at 8 nodes or 1,000 (the whole plan is 2 MB at 1,000 × 8)."""
+    run = run_context(facts, units, plan, os.environ, with_key=False)
+    return Setup(
+        plan=plan,
+        invocation_id=run.invocation_id,
+        state_dir=run.state_dir,
+        unit_dir=run.unit_dir,
+        job_id=run.job_id,
+        endpoint_url=run.endpoint_url,
+        agent_timeout=facts.agent_timeout,
+        attempt=run.attempt,
+        rehearse=facts.rehearse,
+    )
+
+
+# --- an operator's ddsup restart: begin it, report it until it is over --------------------
+# The request is checked against the run's state (:meth:`RunState.restart_targets`; a
+# refusal is answered with its reason), fed to it as :class:`RestartRequested`, and then
+# every change of step of each instance is sent back on the operator's connection, woken
+# by the controller's "something changed" event, until the restart is over.
+
+
+async def serve_restart(
+    request: RestartRequest,
+    channel: Channel,
+    run: RunState,
+    feed: Callable[[Input], None],
+    changed: Callable[[], trio.Event],
+    ticket: int,
+) -> None:
+    """Answer ``request`` on ``channel``; ``changed()`` is set after every input."""
+    try:
+        instances = run.restart_targets(request.names)
+    except RestartRefused as err:
+        await channel.send(RestartAnswer(error=str(err)))
+        return
+    feed(RestartRequested(ticket, instances, request.rolling))
+    await channel.send(RestartAnswer(instances))
+    shown: dict[str, RestartStep] = {}
+    while True:
+        event = changed()  # before looking: a change while we send wakes the wait below
+        job = run.restarts.job(ticket)
+        assert job is not None
+        for instance, step in list(job.steps.items()):
+            if shown.get(instance) is not step:
+                shown[instance] = step
+                await channel.send(RestartProgress(instance, step))
+        if job.over:
+            await channel.send(RestartOver(job.ok))
+            return
+        await event.wait()

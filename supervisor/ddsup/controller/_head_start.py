@@ -26,22 +26,23 @@ result.json, exit status).
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ddsup._errors import DdsupError
+from ddsup._errors import DdsupError, PreflightError, UsageError
 from ddsup.agent import HeldSignals, held_signals
 from ddsup.channel import new_secret
-from ddsup.controller._control_host import control_host, control_socket
 from ddsup.controller._launcher import CONTROLLER, Launched, Launcher, launcher_for
-from ddsup.controller._open_files import ensure_open_files, open_files_needed
 from ddsup.controller._prepare import PreparedRun
 from ddsup.controller._run_facts import RunFacts, agent_environment
 from ddsup.decide import agent_nodes, survives_node_loss
-from ddsup.plan import Plan
+from ddsup.plan import LOCAL_ADDRESS, Allocation, LauncherKind, Plan
 from ddsup.process import OpenedLayers, open_layers
 from ddsup.record import ControlAddress, StateDir
+from ddsup.units import printable
 
 
 @dataclass
@@ -121,3 +122,72 @@ def _launch(head: HeadStart, prepared: PreparedRun, state: StateDir) -> None:
 
 def _client_instances(plan: Plan | None) -> int:
     return 0 if plan is None else len(plan.on_node(plan.client))
+
+
+# --- where ddsup start listens for its agents, its endpoint's feed and its operators -------
+# Locally the agents are processes on this machine: ``127.0.0.1``. Under Slurm it is the
+# client node's address in the allocation (its ``NodeAddr``), or ``DDSUP_CONTROL_HOST``
+# when another interface must be used, resolved once to the one IP address that the
+# agents are given too. Never ``0.0.0.0``: the port is not opened on interfaces the job
+# does not use (docs/security.md).
+#
+# Resolved and bound before trio runs (the agents are launched first), so with the ``socket`` module alone; the controller serves the socket with trio later.
+
+CONTROL_HOST_ENV = "DDSUP_CONTROL_HOST"
+BACKLOG = 0xFFFF  # as trio's listeners ask (the kernel caps it at somaxconn): K agents at once
+
+
+def control_host(allocation: Allocation, environ: Mapping[str, str]) -> str:
+    """The IP address to listen on; UsageError when the name does not resolve."""
+    if allocation.launcher is LauncherKind.LOCAL:
+        return LOCAL_ADDRESS
+    name = environ.get(CONTROL_HOST_ENV) or allocation.client_address
+    try:
+        found = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as err:
+        raise UsageError(
+            f"cannot resolve {printable(name)}, the address agents would reach ddsup start at "
+            f"({err}): set {CONTROL_HOST_ENV} to an address of this node"
+        ) from err
+    return str(found[0][4][0])
+
+
+def control_socket(host: str) -> socket.socket:
+    """A listening TCP socket on ``host`` at a port the kernel picks (not inherited by
+    children); the agents' connections wait in its backlog until the controller serves it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, 0), family=family, backlog=BACKLOG)
+
+
+# --- the controller's open files: one connection (and one pidfd, locally) per agent -------
+# Many clusters give jobs a soft ``RLIMIT_NOFILE`` of 1,024 (with a far higher hard
+# limit): at ~500 nodes the controller's connections to its agents alone would reach it,
+# and the next ``accept`` fails (trio retries it, so the run would sit in preflight until
+# the agents' wait times out). As systemd's documentation recommends for a program that
+# needs more, ``ddsup start`` raises its own soft limit to what its run needs, up to the
+# hard limit, and says so when the hard limit itself is too low.
+
+PER_AGENT = 2  # its connection, and its process's pidfd (local agents)
+BASE = 64  # listening socket, events.jsonl, logs being opened, the feed, operators, trio's own
+
+
+def open_files_needed(agents: int, local_instances: int) -> int:
+    return BASE + PER_AGENT * agents + 2 * local_instances
+
+
+def ensure_open_files(needed: int) -> int:
+    """Raise the soft limit to ``needed`` (never lower it); the soft limit now.
+
+    PreflightError when the hard limit is below ``needed``: ``ulimit -Hn`` is the
+    administrator's, and the run would fail later in a less clear way.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if needed <= soft or soft == resource.RLIM_INFINITY:
+        return soft
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise PreflightError(
+            f"this run needs {needed} open files in ddsup start (one connection per node "
+            f"agent), but the hard limit is {hard}: ask for a higher one (ulimit -Hn)"
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    return needed

@@ -31,4 +31,4 @@ class RunOptions:
     srun_args: tuple[str, ...] = ()  # extra options for the agents' srun step
     verbosity: Verbosity = Verbosity.NORMAL
     agent_timeout: float = 30.0  # an agent silent this long is lost (its node with it)
-    rehearse: bool = False  # lanes run fake-vllm in place of vllm serve (controller._rehearsal)
+    rehearse: bool = False  # lanes run fake-vllm in place of vllm serve (controller._prepare)

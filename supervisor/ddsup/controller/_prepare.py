@@ -11,6 +11,7 @@ newest run" that ``status`` and ``logs`` show). What can only fail once processe
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from collections.abc import Mapping
@@ -20,9 +21,25 @@ from pathlib import Path
 from ddsup._errors import PreflightError, UsageError
 from ddsup.agent import version_problem
 from ddsup.controller._options import RunOptions
-from ddsup.controller._rehearsal import rehearsal_request, rehearsal_units, rehearsed_lanes
-from ddsup.plan import Allocation, Plan, plan_for, resolve_allocation
-from ddsup.units import EndpointSection, UnitSet, load_unit_set, printable
+from ddsup.decide import rehearsal_units
+from ddsup.plan import (
+    Allocation,
+    AllocationRequest,
+    LauncherKind,
+    Plan,
+    detect_gpus,
+    launcher_kind,
+    plan_for,
+    resolve_allocation,
+)
+from ddsup.units import (
+    EndpointSection,
+    UnitSet,
+    UnitType,
+    load_unit_set,
+    printable,
+    vllm_command_span,
+)
 
 
 @dataclass(frozen=True)
@@ -83,3 +100,49 @@ def _load_units(directory: Path) -> UnitSet:
     if not directory.is_dir():
         raise UsageError(f"{printable(str(directory))} is not a directory of unit files")
     return load_unit_set(directory.resolve())
+
+
+# --- ddsup start --rehearse: the real unit files, with fake-vllm in place of vLLM ---------
+# A rehearsal runs a job exactly as written (plan, stagger, readiness, endpoint, worker,
+# restarts, stop), except that every lane that runs a vLLM server runs ``ddsup fake-vllm``
+# with the same arguments instead, so a job's real unit files can be tried on a laptop, in
+# CI or on CPU nodes before they meet a GPU. What changes, and nothing else:
+#
+# - in ``exec`` and ``exec_follower`` of lane units, the words up to and including
+#   ``vllm serve`` (a wrapper such as ``apptainer exec … image.sif`` included, or ``python
+#   -m vllm.entrypoints.openai.api_server``) become ddsup's own interpreter running
+#   ``-m ddsup fake-vllm``; fake-vllm takes every ``vllm serve`` flag;
+# - ``--host X`` becomes ``--host {host}``: the lane listens only on the address ddsup
+#   reaches it at (127.0.0.1 for simulated nodes), never on every interface;
+# - preflight does not check ``model_path`` (fake-vllm reads no weights);
+# - without GPUs (none detected and no ``--gpus-per-node``), each node gets as many
+#   simulated GPUs as the largest lane asks for, and the local launcher simulates as many
+#   nodes as the widest lane spans, unless ``--nodes`` says otherwise.
+#
+# Lane units that start something other than vLLM run unchanged. Node agents apply the
+# same :func:`rehearsal_units` to the unit files they load, told by their ``Setup``
+# (``decide._rehearsal_units``: an agent imports only that).
+
+
+def rehearsed_lanes(units: UnitSet) -> tuple[str, ...]:
+    """The lane units whose ``exec`` starts vLLM (those a rehearsal changes)."""
+    return tuple(
+        u.name
+        for u in units.units
+        if u.type is UnitType.LANE and vllm_command_span(u.service.exec) is not None
+    )
+
+
+def rehearsal_request(
+    request: AllocationRequest, units: UnitSet, environ: Mapping[str, str]
+) -> AllocationRequest:
+    """``request`` with simulated GPUs (and local nodes) where nothing gives them."""
+    lanes = [u.lane for u in units.units if u.lane is not None]
+    if not lanes:
+        return request
+    gpus, nodes = request.gpus_per_node, request.nodes
+    if gpus is None and not detect_gpus(environ):
+        gpus = max(lane.gpus for lane in lanes)
+    if nodes is None and launcher_kind(request, environ) is LauncherKind.LOCAL:
+        nodes = max(lane.nodes for lane in lanes)
+    return dataclasses.replace(request, gpus_per_node=gpus, nodes=nodes)

@@ -3,7 +3,7 @@
 Pure functions of the run's facts (:class:`RunFacts`), its units and its plan, so the
 controller stays a shell. Imported before the agents are launched (``_head_start``), so
 no channel messages here: an agent's :class:`~ddsup.channel._messages.Setup` is
-``_agent_setup``'s. Keys go only where they are used (``service._environment``):
+``_controller.agent_setup``'s. Keys go only where they are used (``service._environment``):
 the endpoint's key to the worker as ``OPENAI_API_KEY``, never to an agent; the control
 secret to the agents and the endpoint's feed, never into a unit.
 """

@@ -1,6 +1,6 @@
 """A rehearsal's unit files: each lane's vLLM server command made fake-vllm's.
 
-Apart from the rest of a rehearsal (``_rehearsal``: the allocation it simulates) because
+Apart from the rest of a rehearsal (``controller._prepare``: the allocation it simulates) because
 a node agent applies only this, to the unit files it loads (its ``Setup`` says whether),
 and need not import the allocation's rules before its first lane starts.
 """
