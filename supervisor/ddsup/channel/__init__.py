@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from ddsup.channel._hello import Role as Role
     from ddsup.channel._hello import new_secret as new_secret
     from ddsup.channel._lines import LineChannel as LineChannel
+    from ddsup.channel._lines import connect_tcp as connect_tcp
     from ddsup.channel._messages import EndpointSetup as EndpointSetup
     from ddsup.channel._messages import LaneDrained as LaneDrained
     from ddsup.channel._messages import LanesChanged as LanesChanged
@@ -76,7 +77,6 @@ if TYPE_CHECKING:
     from ddsup.channel._operator_messages import StatusRequest as StatusRequest
     from ddsup.channel._operator_messages import StopAnswer as StopAnswer
     from ddsup.channel._operator_messages import StopRequest as StopRequest
-    from ddsup.channel._tcp import connect_tcp as connect_tcp
 
 _LAZY = {
     "AgentChannel": "ddsup.channel._agent_channel",
@@ -119,7 +119,7 @@ _LAZY = {
     "StatusRequest": "ddsup.channel._operator_messages",
     "StopAnswer": "ddsup.channel._operator_messages",
     "StopRequest": "ddsup.channel._operator_messages",
-    "connect_tcp": "ddsup.channel._tcp",
+    "connect_tcp": "ddsup.channel._lines",
     "decode": "ddsup.channel._codec",
     "encode": "ddsup.channel._codec",
     "ChannelError": "ddsup.channel._hello",
