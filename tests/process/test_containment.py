@@ -26,8 +26,8 @@ import trio
 from process_helpers import alive
 
 from ddsup.process import _cgroup, _registry, _unit_scope
+from ddsup.process._opening import Records
 from ddsup.process._proc import start_time
-from ddsup.process._records import Records
 from ddsup.process._unit_scope import UnitScope
 from support.polls import until_sync
 

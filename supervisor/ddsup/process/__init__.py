@@ -6,14 +6,15 @@ groups), ``_registry`` (the (PID, start time) records of what a run had), ``_swe
 ``_sentinel`` (runs ``_ending`` when the supervisor dies), ``_table`` (the process tree,
 read once for concurrent stops), ``_managed`` (children whose owner reaps them),
 ``_subreaper_flag`` and ``_subreaper`` (orphans of our units become ours, and are
-reaped), ``_final_sweep`` (the end-of-run sweep), ``_spawner_program`` and ``_spawner``
-(a unit's process cloned into its cgroup by a process of its own, and the supervisor's
-end of it), ``_records`` and ``_unit_scope`` (one unit's cgroup and records), ``_opening`` (all layers of one supervisor, opened before any
-child, without trio) and ``_containment`` (the same layers owned inside trio, closed
-once: the entry point), ``_output_log`` (a unit's output into its rotating log file,
+reaped), ``_spawner_program`` and ``_spawner`` (a unit's process cloned into its cgroup
+by a process of its own, and the supervisor's end of it), ``_unit_scope`` (one unit's
+cgroup and records), ``_opening`` (all layers of one supervisor, opened before any
+child, without trio, and the records of what it has seen) and ``_containment`` (the
+same layers owned inside trio, closed once: the entry point; the end-of-run sweep),
+``_output_log`` (a unit's output into its rotating log file,
 named in a held directory by ``_file_at``),
-``_popen`` (a child started before trio runs), ``_reparented`` (a child another process
-forked, ours once it ended), ``_adopted`` (such children waited for once trio runs),
+``_popen`` (a child started before trio runs), ``_adopted`` (such children waited for
+once trio runs, and a child another process forked, ours once it ended),
 ``_title`` (a command line rewritten in place) and ``_child`` (spawn or adopt, wait,
 stop a tree).
 ``docs/no-orphans.md`` tells which layer catches what.
@@ -32,6 +33,7 @@ from ddsup._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ddsup.process._adopted import AdoptedProcess as AdoptedProcess
+    from ddsup.process._adopted import ReparentedChild as ReparentedChild
     from ddsup.process._cgroup import find_run_cgroups as find_run_cgroups
     from ddsup.process._child import ChildProcess as ChildProcess
     from ddsup.process._child import adopt as adopt
@@ -40,11 +42,11 @@ if TYPE_CHECKING:
     from ddsup.process._child import supervised as supervised
     from ddsup.process._containment import Containment as Containment
     from ddsup.process._containment import open_containment as open_containment
+    from ddsup.process._containment import sweep_until_gone as sweep_until_gone
     from ddsup.process._ending import Ended as Ended
     from ddsup.process._ending import end_on_this_node as end_on_this_node
     from ddsup.process._file_at import FileAt as FileAt
     from ddsup.process._file_at import LogFile as LogFile
-    from ddsup.process._final_sweep import sweep_until_gone as sweep_until_gone
     from ddsup.process._layers import Layers as Layers
     from ddsup.process._managed import ManagedChildren as ManagedChildren
     from ddsup.process._managed import fork_lock as fork_lock
@@ -65,7 +67,6 @@ if TYPE_CHECKING:
     from ddsup.process._proc import read_environ as read_environ
     from ddsup.process._proc import read_stat as read_stat
     from ddsup.process._registry import records_directory as records_directory
-    from ddsup.process._reparented import ReparentedChild as ReparentedChild
     from ddsup.process._sentinel import Sentinel as Sentinel
     from ddsup.process._sentinel import start_sentinel as start_sentinel
     from ddsup.process._subreaper import reap_adopted_children as reap_adopted_children
@@ -87,7 +88,7 @@ _LAZY = {
     "pids": "ddsup.process._proc",
     "read_stat": "ddsup.process._proc",
     "records_directory": "ddsup.process._registry",
-    "ReparentedChild": "ddsup.process._reparented",
+    "ReparentedChild": "ddsup.process._adopted",
     "retitle": "ddsup.process._title",
     "find_run_cgroups": "ddsup.process._cgroup",
     "ChildProcess": "ddsup.process._child",
@@ -108,7 +109,7 @@ _LAZY = {
     "end_on_this_node": "ddsup.process._ending",
     "FileAt": "ddsup.process._file_at",
     "LogFile": "ddsup.process._file_at",
-    "sweep_until_gone": "ddsup.process._final_sweep",
+    "sweep_until_gone": "ddsup.process._containment",
     "ManagedChildren": "ddsup.process._managed",
     "fork_lock": "ddsup.process._managed",
     "managed_children": "ddsup.process._managed",

@@ -334,7 +334,7 @@ def _fork_exec(
 
 def adopt(popen: Reapable, env: Mapping[str, str]) -> ChildProcess:
     """The child ``popen`` (started before trio ran, ``_popen.start_child``, or forked by
-    an agent forker and reparented to us, ``_reparented``, with ``env``),
+    an agent forker and reparented to us, ``_adopted.ReparentedChild``, with ``env``),
     now owned here as if ``spawn`` had started it: managed (the adopted-orphan reaper
     leaves it to its owner), waited for as trio waits for its own (``_adopted``). Call it
     before the containment's reaper starts (``open_containment``), which would otherwise

@@ -36,19 +36,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 
 import trio
 
 from ddsup.process import _cgroup, _proc, _registry
-from ddsup.process._final_sweep import sweep_until_gone
 from ddsup.process._layers import Layers
 from ddsup.process._managed import managed_children
 from ddsup.process._opening import CGROUP_ENV as CGROUP_ENV
 from ddsup.process._opening import OpenedLayers, open_layers
 from ddsup.process._spawner import Spawner
 from ddsup.process._subreaper import reap_adopted_children
+from ddsup.process._sweep import find_run_processes, sweep
 from ddsup.process._table import ProcessTable, process_table
 from ddsup.process._unit_scope import UnitScope, emptied, pin_now, wait_pidfds
 
@@ -300,3 +300,23 @@ async def open_containment(
         _CURRENT.reset(token)
         with trio.CancelScope(shield=True):
             await containment._close()
+
+
+# --- the sweep at the end of a run, from inside the supervisor's trio loop ----------------
+
+_SWEEP_POLL = 0.02
+
+
+async def sweep_until_gone(
+    invocation_id: str,
+    *,
+    timeout: float = 5.0,  # noqa: ASYNC109 (the engine's API: a bound that reports survivors)
+    exclude: Collection[int] = (),
+) -> list[int]:
+    """SIGKILL the run's processes until none is left or ``timeout``; the survivors."""
+    with trio.move_on_after(timeout):
+        # no event exists for "a process that is not our child died": bounded poll
+        while sweep(invocation_id, exclude=exclude):  # noqa: ASYNC110
+            await trio.sleep(_SWEEP_POLL)
+        return []
+    return find_run_processes(invocation_id, exclude=exclude)

@@ -33,10 +33,9 @@ import trio
 
 from ddsup.process import _cgroup
 from ddsup.process import _spawner_program as program
-from ddsup.process._adopted import AdoptedProcess
+from ddsup.process._adopted import AdoptedProcess, ReparentedChild
 from ddsup.process._managed import managed_children
 from ddsup.process._popen import spawn_error
-from ddsup.process._reparented import ReparentedChild
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import trio
 
 from ddsup.process import _cgroup, _proc, _registry
 from ddsup.process._adopted import Reapable
-from ddsup.process._records import Records as Records
+from ddsup.process._opening import Records as Records
 from ddsup.process._spawner import Spawner, SpawnerFailed, SpawnRequest
 from ddsup.process._table import ProcessTable
 
