@@ -3,7 +3,7 @@
 What the run hears (``_run_inputs``: the inputs and the decisions), what it decides from
 them (``_run_state``: ``RunState``, start readiness, the endpoint's quorum, finality, the
 first cause, the preflight verdict), the plan indexed once (``_run_layout``), start and
-stop order (``_ordering``; one stop level: ``_stop_sequence``), a multi-node replica as
+stop order (``_ordering``; one stop level: ``_run_layout``), a multi-node replica as
 one (``_replicas``), ``ddsup restart``'s targets and steps (``_restarts``), ready lanes
 and the endpoint's rotation (``_lane_rotation``), ``max_loading`` (``_loading``), what an
 instance not started yet waits for (``_waiting``), a lost node (``_node_loss``), and the

@@ -63,8 +63,7 @@ from ddsup.decide._run_inputs import (
     StopRequested,
     StopSignalled,
 )
-from ddsup.decide._run_layout import RunLayout
-from ddsup.decide._stop_sequence import stop_level
+from ddsup.decide._run_layout import RunLayout, stop_level
 from ddsup.decide._waiting import waiting_reasons
 from ddsup.plan import Plan, PlannedInstance
 from ddsup.record import (
@@ -155,7 +154,7 @@ class RunState:
         return restart_targets(names, self.plan, self.units, states, self.restarts)
 
     def stop_level(self, level: Sequence[PlannedInstance]) -> tuple[list[Decision], set[str]]:
-        """Stop one level (``_stop_sequence``): what to send where, what to wait for."""
+        """Stop one level (``_run_layout.stop_level``): what to send where, what to wait for."""
         return stop_level(level, self.layout.host_of, self._started, self.records, self._final)
 
     # --- inputs ---------------------------------------------------------------------
