@@ -31,7 +31,7 @@ NOT_IMPORTED = {
     "ddsup.record._events": "an agent emits its node's events (record/_node_events)",
     "ddsup.record._outcome": "how the run ended is the controller's",
     "ddsup.plan._allocation": "the allocation is the controller's (decide/_rehearsal_units)",
-    "ddsup.plan._allocation_request": "the allocation is the controller's",
+    "ddsup.plan._resolve": "the allocation and what the flags ask of it are the controller's",
     "ddsup.endpoint": "the endpoint runs in its own process",
     "httpx": "only an https:// readiness probe imports it, when it runs",
     "psutil": "the process layer reads /proc",

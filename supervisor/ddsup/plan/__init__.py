@@ -2,10 +2,9 @@
 
 Layering, bottom up: ``_plan`` (the frozen plan data), ``_allocation`` (hosts and GPU
 counts from nodelists, Slurm, the environment), ``_shortage`` (why lanes do not fit),
-``_placement`` (the pure placement rules), ``_allocation_request`` (what the flags ask: launcher and
-sizes), ``_slurm_client`` (where the client runs in a
-heterogeneous job or outside the allocation), ``_resolve`` (the one allocation resolver of
-``plan`` and ``start``), ``_render`` (the human table), ``_plan_command`` (``ddsup plan``).
+``_placement`` (the pure placement rules), ``_slurm_client`` (where the client runs in a
+heterogeneous job or outside the allocation), ``_resolve`` (what the flags ask, launcher
+and sizes, and the one allocation resolver of ``plan`` and ``start``), ``_render`` (the human table), ``_plan_command`` (``ddsup plan``).
 
 Its names are imported when first used (PEP 562, ``ddsup._lazy``): a node agent that
 needs the plan's data does not pay for the placement rules or ``ddsup plan``.
@@ -25,10 +24,6 @@ if TYPE_CHECKING:
     from ddsup.plan._allocation import nodes_from_hosts as nodes_from_hosts
     from ddsup.plan._allocation import nodes_from_nodelist as nodes_from_nodelist
     from ddsup.plan._allocation import slurm_hostnames as slurm_hostnames
-    from ddsup.plan._allocation_request import AllocationRequest as AllocationRequest
-    from ddsup.plan._allocation_request import LauncherChoice as LauncherChoice
-    from ddsup.plan._allocation_request import LauncherKind as LauncherKind
-    from ddsup.plan._allocation_request import launcher_kind as launcher_kind
     from ddsup.plan._gpus import GpuList as GpuList
     from ddsup.plan._gpus import detect_gpu_list as detect_gpu_list
     from ddsup.plan._gpus import gpu_holders as gpu_holders
@@ -42,6 +37,10 @@ if TYPE_CHECKING:
     from ddsup.plan._plan_command import run_plan as run_plan
     from ddsup.plan._render import render_plan as render_plan
     from ddsup.plan._resolve import Allocation as Allocation
+    from ddsup.plan._resolve import AllocationRequest as AllocationRequest
+    from ddsup.plan._resolve import LauncherChoice as LauncherChoice
+    from ddsup.plan._resolve import LauncherKind as LauncherKind
+    from ddsup.plan._resolve import launcher_kind as launcher_kind
     from ddsup.plan._resolve import plan_for as plan_for
     from ddsup.plan._resolve import resolve_allocation as resolve_allocation
 
@@ -50,7 +49,7 @@ _LAZY = {
     "GpuList": "ddsup.plan._gpus",
     "detect_gpu_list": "ddsup.plan._gpus",
     "gpu_holders": "ddsup.plan._gpus",
-    "launcher_kind": "ddsup.plan._allocation_request",
+    "launcher_kind": "ddsup.plan._resolve",
     "detect_gpus": "ddsup.plan._allocation",
     "expand_nodelist": "ddsup.plan._allocation",
     "local_nodes": "ddsup.plan._allocation",
@@ -67,9 +66,9 @@ _LAZY = {
     "make_plan": "ddsup.plan._placement",
     "render_plan": "ddsup.plan._render",
     "Allocation": "ddsup.plan._resolve",
-    "AllocationRequest": "ddsup.plan._allocation_request",
-    "LauncherChoice": "ddsup.plan._allocation_request",
-    "LauncherKind": "ddsup.plan._allocation_request",
+    "AllocationRequest": "ddsup.plan._resolve",
+    "LauncherChoice": "ddsup.plan._resolve",
+    "LauncherKind": "ddsup.plan._resolve",
     "plan_for": "ddsup.plan._resolve",
     "resolve_allocation": "ddsup.plan._resolve",
 }
