@@ -18,6 +18,7 @@ PACKAGE = Path(ddsup.__file__).parent
 LAYERS = (
     "_errors",
     "_exit",
+    "_json",
     "_lazy",
     "_install",
     "units",

@@ -8,15 +8,14 @@ dependencies, durations' sums beyond the pattern) is left to ``ddsup verify``.
 
 from __future__ import annotations
 
-from typing import Any
-
+from ddsup._json import Json, JsonObject
 from ddsup.units._model import UnitType
 from ddsup.units._schema import READY, READY_PROBES, SECTIONS, KeySpec, SectionSpec
 
 _ALL_TYPES = frozenset(UnitType)
 
 
-def json_schema() -> dict[str, Any]:
+def json_schema() -> JsonObject:
     """A JSON Schema (draft 2020-12) of one unit file, for editors."""
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -26,19 +25,19 @@ def json_schema() -> dict[str, Any]:
         "additionalProperties": False,
         "required": [spec.name for spec in SECTIONS if spec.required_for == _ALL_TYPES],
         "properties": {spec.name: _section_schema(spec) for spec in SECTIONS},
-        "allOf": _type_rules(),
+        "allOf": list[Json](_type_rules()),
     }
 
 
-def _section_schema(spec: SectionSpec) -> dict[str, Any]:
-    properties = {key.name: _key_schema(key) for key in spec.keys}
-    schema: dict[str, Any] = {
+def _section_schema(spec: SectionSpec) -> JsonObject:
+    properties: JsonObject = {key.name: _key_schema(key) for key in spec.keys}
+    schema: JsonObject = {
         "type": "object",
         "description": spec.doc,
         "additionalProperties": False,
         "properties": properties,
     }
-    required = [key.name for key in spec.keys if key.required_for >= spec.only]
+    required: list[Json] = [key.name for key in spec.keys if key.required_for >= spec.only]
     if required:
         schema["required"] = required
     if spec is READY:
@@ -46,7 +45,7 @@ def _section_schema(spec: SectionSpec) -> dict[str, Any]:
     return schema
 
 
-def _key_schema(key: KeySpec) -> dict[str, Any]:
+def _key_schema(key: KeySpec) -> JsonObject:
     schema = key.kind.json()
     schema["description"] = key.doc
     if key.default is not None:
@@ -56,15 +55,15 @@ def _key_schema(key: KeySpec) -> dict[str, Any]:
     return schema
 
 
-def _type_is(types: frozenset[UnitType]) -> dict[str, Any]:
-    values = sorted(t.value for t in types)
-    unit_type = {"required": ["type"], "properties": {"type": {"enum": values}}}
+def _type_is(types: frozenset[UnitType]) -> JsonObject:
+    values: list[Json] = [*sorted(t.value for t in types)]
+    unit_type: JsonObject = {"required": ["type"], "properties": {"type": {"enum": values}}}
     return {"required": ["unit"], "properties": {"unit": unit_type}}
 
 
-def _type_rules() -> list[dict[str, Any]]:
+def _type_rules() -> list[JsonObject]:
     """``[lane]`` only (and always) on lanes, ``[endpoint]`` only on endpoints, and so on."""
-    rules: list[dict[str, Any]] = []
+    rules: list[JsonObject] = []
     for spec in SECTIONS:
         if spec.required_for and spec.required_for != _ALL_TYPES:
             rules.append({"if": _type_is(spec.required_for), "then": {"required": [spec.name]}})
@@ -72,10 +71,10 @@ def _type_rules() -> list[dict[str, Any]]:
             rules.append({"if": {"required": [spec.name]}, "then": _type_is(spec.only)})
         for key in spec.keys:
             if key.required_for and not key.required_for >= spec.only:
-                needs_key = {"properties": {spec.name: {"required": [key.name]}}}
+                needs_key: JsonObject = {"properties": {spec.name: {"required": [key.name]}}}
                 rules.append({"if": _type_is(key.required_for), "then": needs_key})
             if key.only != _ALL_TYPES:
-                has_key = {
+                has_key: JsonObject = {
                     "properties": {spec.name: {"required": [key.name]}},
                     "required": [spec.name],
                 }

@@ -16,8 +16,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
 
+from ddsup._json import Json, JsonObject
 from ddsup.units._durations import (
     DURATION_HELP,
     format_duration,
@@ -28,7 +28,6 @@ from ddsup.units._durations import (
 from ddsup.units._model import MinReady
 from ddsup.units._sizes import SIZE_HELP, SIZE_PATTERN, format_size, parse_size
 
-Json = dict[str, Any]
 SubPath = tuple[str | int, ...]
 
 VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -80,7 +79,7 @@ class Kind:
 
     name: str
     convert: Callable[[object], object]
-    json: Callable[[], Json]
+    json: Callable[[], JsonObject]
 
 
 def type_name(value: object) -> str:
@@ -184,8 +183,8 @@ def integer(low: int | None = None, high: int | None = None) -> Kind:
         _check_range(value, low, high)
         return value
 
-    def json() -> Json:
-        schema: Json = {"type": "integer"}
+    def json() -> JsonObject:
+        schema: JsonObject = {"type": "integer"}
         if low is not None:
             schema["minimum"] = low
         if high is not None:
@@ -226,7 +225,7 @@ def choice(enum_type: type[enum.Enum]) -> Kind:
         expected = ", ".join(repr(v) for v in values)
         raise Invalid(f"invalid value {text!r}, expected one of {expected}{hint}")
 
-    return Kind(" | ".join(f'"{v}"' for v in values), convert, lambda: {"enum": values})
+    return Kind(" | ".join(f'"{v}"' for v in values), convert, lambda: {"enum": list[Json](values)})
 
 
 def duration(*, positive: bool, typical: float) -> Kind:
@@ -246,7 +245,7 @@ def duration(*, positive: bool, typical: float) -> Kind:
     return Kind(name, convert, _duration_json)
 
 
-def _duration_json() -> Json:
+def _duration_json() -> JsonObject:
     return {"type": "string", "pattern": DURATION_PATTERN, "description": DURATION_HELP}
 
 
@@ -262,8 +261,8 @@ def size(low: int) -> Kind:
             raise Invalid(f"must be at least {format_size(low)}, got {value!r}")
         return parsed
 
-    def json() -> Json:
-        text = {"type": "string", "pattern": SIZE_PATTERN, "description": SIZE_HELP}
+    def json() -> JsonObject:
+        text: JsonObject = {"type": "string", "pattern": SIZE_PATTERN, "description": SIZE_HELP}
         return {"oneOf": [{"type": "integer", "minimum": low}, text]}
 
     return Kind(f"size (at least {format_size(low)})", convert, json)
@@ -328,11 +327,11 @@ def _min_ready(value: object) -> MinReady:
     return MinReady(count=count, percent=None)
 
 
-def _auto_json(base: Json) -> Callable[[], Json]:
+def _auto_json(base: JsonObject) -> Callable[[], JsonObject]:
     return lambda: {"oneOf": [base, {"const": "auto"}]}
 
 
-TEXT: Json = {"type": "string", "pattern": "^[^\\x00]*$"}  # no NUL (``no_nul``)
+TEXT: JsonObject = {"type": "string", "pattern": "^[^\\x00]*$"}  # no NUL (``no_nul``)
 STRING = Kind("string", string, lambda: dict(TEXT))
 NONEMPTY_STRING = Kind("string", nonempty_string, lambda: {**TEXT, "minLength": 1})
 STRINGS = Kind("array of strings", _strings, lambda: {"type": "array", "items": dict(TEXT)})

@@ -16,6 +16,7 @@ import difflib
 import math
 from dataclasses import dataclass
 
+from ddsup._json import Json, JsonObject
 from ddsup.units import _kinds as k
 from ddsup.units._durations import parse_duration
 from ddsup.units._model import BusyGpus, OnFailure, Placement, Restart, Routing, UnitType
@@ -35,8 +36,8 @@ class KeySpec:
     name: str
     kind: k.Kind
     doc: str
-    default: object = None
-    example: object = None
+    default: Json = None
+    example: Json = None
     required_for: frozenset[UnitType] = frozenset()
     specifiers: bool = False
     only: frozenset[UnitType] = ALL_TYPES
@@ -447,8 +448,8 @@ def _number(low: float, high: float | None = None) -> k.Kind:
             raise k.Invalid(f"must be a number {bounds}, got {value}")
         return number
 
-    def json() -> k.Json:
-        schema: k.Json = {"type": "number", "minimum": low}
+    def json() -> JsonObject:
+        schema: JsonObject = {"type": "number", "minimum": low}
         if high is not None:
             schema["maximum"] = high
         return schema
