@@ -77,6 +77,13 @@ def test_vllm_spellings_underscores_equals_dotted_and_O() -> None:
     assert "--hf-token" in line and "--enable-prefix-caching" in line
 
 
+def test_a_dotted_key_below_a_plain_value_replaces_it() -> None:
+    # vllm serve reads ``--x.a=1 --x.a.b=2`` without complaint; the fake must too
+    args = _parse("m", "--compilation-config.mode=3", "--compilation-config.mode.level=1")
+    line = ignored_flags_line(args)  # type: ignore[arg-type]
+    assert line is not None and "--compilation-config" in line
+
+
 @pytest.mark.parametrize(("value", "tokens"), [("4096", 4096), ("1K", 1024), ("auto", 4096)])
 def test_max_model_len_is_human_readable(value: str, tokens: int) -> None:
     assert behaviour_from_args(_parse("--max-model-len", value)).max_model_len == tokens  # type: ignore[arg-type]

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ddsup._errors import UsageError
+from ddsup._json import Json, JsonObject
 from ddsup.fake_vllm._vllm_flags import VLLM_SERVE_FLAGS, VLLM_VERSION, Arity, VllmFlag
 from ddsup.units import vllm_command_span
 
@@ -133,7 +134,7 @@ def parse_like_vllm(parser: argparse.ArgumentParser) -> None:
 def normalise_vllm_argv(args: list[str]) -> list[str]:
     """vLLM's spellings → plain argparse ones (see the module docstring)."""
     plain: list[str] = []
-    dotted: dict[str, dict[str, Any]] = {}
+    dotted: dict[str, JsonObject] = {}
     i = 0
     while i < len(args):
         arg = args[i]
@@ -176,24 +177,29 @@ def _optimization_level(arg: str, args: list[str], i: int) -> tuple[str | None, 
     return arg[3:] if arg[2] == "=" else arg[2:], i
 
 
-def _merge_dotted(tree: dict[str, Any], path: str, raw: str) -> None:
-    """``a.b`` = raw into ``tree``; a trailing ``+`` appends comma-separated items."""
+def _merge_dotted(tree: JsonObject, path: str, raw: str) -> None:
+    """``a.b`` = raw into ``tree``; a trailing ``+`` appends comma-separated items. A
+    later key replaces an earlier plain value on its path (``x.a=1 x.a.b=2``)."""
     append = path.endswith("+")
     keys = path.removesuffix("+").split(".")
-    value: Any = raw.split(",") if append else _json_or_text(raw)
+    items: list[Json] = [*raw.split(",")]
     for key in keys[:-1]:
         child = tree.get(key)
-        tree = child if isinstance(child, dict) else tree.setdefault(key, {})
+        if not isinstance(child, dict):
+            child = tree[key] = {}
+        tree = child
     last = keys[-1]
-    if append and isinstance(tree.get(last), list):
-        tree[last] += value
+    earlier = tree.get(last)
+    if append and isinstance(earlier, list):
+        earlier += items
     else:
-        tree[last] = value
+        tree[last] = items if append else _json_or_text(raw)
 
 
-def _json_or_text(raw: str) -> Any:
+def _json_or_text(raw: str) -> Json:
     try:
-        return json.loads(raw)
+        loaded: Json = json.loads(raw)
+        return loaded
     except ValueError:
         return raw
 
