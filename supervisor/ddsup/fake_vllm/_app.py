@@ -27,6 +27,8 @@ from ddsup.fake_vllm import _pooling, _vllm_metrics
 from ddsup.fake_vllm._answers import SSE, Answer, BatchAnswer, MessagesAnswer, OpenAIAnswer
 from ddsup.fake_vllm._asgi import (
     Disconnected,
+    HTTPResponseStartEvent,
+    HTTPScope,
     Receive,
     Scope,
     Send,
@@ -42,7 +44,6 @@ from ddsup.fake_vllm._request import (
     GenerationRequest,
     Limits,
     RequestError,
-    json_object,
     parse_batch,
     parse_generation,
 )
@@ -50,7 +51,7 @@ from ddsup.fake_vllm._responses import dumps, error_body
 from ddsup.fake_vllm._responses_api import parse_responses, response_body
 from ddsup.fake_vllm._text import ChoiceText, generate, tokens
 
-Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+Handler = Callable[[HTTPScope, Receive, Send], Awaitable[None]]
 Parse = Callable[..., GenerationRequest]  # (body, limits=…)
 AnswerKind = Callable[[GenerationRequest, Sequence[ChoiceText]], Answer]
 
@@ -145,7 +146,7 @@ class FakeVllmApp:
         else:
             await self._respond(send, 404, dumps({"detail": "Not Found"}))
 
-    def _authorised(self, scope: Scope) -> bool:
+    def _authorised(self, scope: HTTPScope) -> bool:
         """vLLM's check: guarded paths need one of the keys as a bearer token."""
         if scope["method"] == "OPTIONS" or not scope["path"].startswith(_GUARDED):
             return True
@@ -170,41 +171,41 @@ class FakeVllmApp:
             self._lane_header,
             *more,
         ]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await send(_start(status, headers))
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _error(self, send: Send, err: RequestError) -> None:
         body = error_body(err.message, err.err_type, err.status, err.param)
         await self._respond(send, err.status, dumps(body))
 
-    async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _health(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
         await self._respond(send, 200 if self._engine.healthy() else 503, b"")
 
-    async def _load(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _load(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
         """vLLM's ``/load`` without ``--enable-server-load-tracking``: always 0."""
         await self._respond(send, 200, dumps({"server_load": 0}))
 
-    async def _scale_out(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _scale_out(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
         """Render and derender, as vLLM answers them without ``--enable-scale-out``."""
         body = error_body(_SCALE_OUT_OFF, "PermissionDeniedError", 403)
         await self._respond(send, 403, dumps(body))
 
-    async def _version(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _version(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
         await self._respond(send, 200, dumps({"version": f"fake-vllm (ddsup {__version__})"}))
 
-    async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _models(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
         await self._respond(send, 200, dumps(self._served.model_list(self._created)))
 
-    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _metrics(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
         text = _vllm_metrics.render(self._engine.snapshot(), self._served.primary)
         await self._respond(send, 200, text, _vllm_metrics.CONTENT_TYPE.encode())
 
     def _builder_route(self, builder: _pooling.Builder, *, in_engine: bool) -> Handler:
         """A JSON-in, JSON-out route; pooling runs in an engine slot, the tokenizer not."""
 
-        async def handle(scope: Scope, receive: Receive, send: Send) -> None:
+        async def handle(scope: HTTPScope, receive: Receive, send: Send) -> None:
             try:
-                answer = builder(json_object(await read_body(receive)), self._served)
+                answer = builder(_pooling.pooling_body(await read_body(receive)), self._served)
             except RequestError as err:
                 await self._error(send, err)
                 return
@@ -218,10 +219,10 @@ class FakeVllmApp:
 
         return handle
 
-    async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _responses(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
         try:
-            data = json_object(await read_body(receive))
-            request = parse_responses(data, self._served, self._behaviour.default_max_tokens)
+            body = await read_body(receive)
+            request = parse_responses(body, self._served, self._behaviour.default_max_tokens)
         except RequestError as err:
             await self._error(send, err)
             return
@@ -251,19 +252,19 @@ class FakeVllmApp:
             await self._cut_short(send, streamed=False)
         return done
 
-    async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _completions(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
         await self._generate(receive, send, parse=partial(parse_generation, chat=False))
 
-    async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _chat(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
         await self._generate(receive, send, parse=partial(parse_generation, chat=True))
 
-    async def _batch(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _batch(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
         await self._generate(receive, send, parse=parse_batch, kind=BatchAnswer)
 
-    async def _messages(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _messages(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
         await self._generate(receive, send, parse=parse_messages, kind=MessagesAnswer)
 
-    async def _count_tokens(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _count_tokens(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
         try:
             request = parse_messages(await read_body(receive), self._limits, count_only=True)
         except RequestError as err:
@@ -352,7 +353,7 @@ class FakeVllmApp:
 
     async def _stream(self, send: Send, answer: Answer, start: float) -> None:
         headers = [(b"content-type", SSE), (b"cache-control", b"no-cache"), self._lane_header]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send(_start(200, headers))
         for event in answer.opening():
             await _send_event(send, event)
         for step in range(_steps(answer.choices)):
@@ -373,3 +374,9 @@ def _steps(choices: Sequence[ChoiceText]) -> int:
 
 async def _send_event(send: Send, event: bytes) -> None:
     await send({"type": "http.response.body", "body": event, "more_body": True})
+
+
+def _start(status: int, headers: list[tuple[bytes, bytes]]) -> HTTPResponseStartEvent:
+    # ``trailers`` is ASGI's default, spelt out: hypercorn's type marks it NotRequired
+    # in a way that mypy, checking for Python 3.10, reads as required.
+    return {"type": "http.response.start", "status": status, "headers": headers, "trailers": False}

@@ -1,18 +1,19 @@
-"""The ASGI plumbing the fake's app needs: its message types, a bounded body read, the
-client's disconnect as a cancellation, and the lifespan protocol hypercorn speaks."""
+"""The ASGI plumbing the fake's app needs: its message types (hypercorn's own typed
+ones, which the server that runs the app speaks), a bounded body read, the client's
+disconnect as a cancellation, and the lifespan protocol hypercorn speaks."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 import trio
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable
+from hypercorn.typing import HTTPResponseStartEvent as HTTPResponseStartEvent
+from hypercorn.typing import HTTPScope as HTTPScope
+from hypercorn.typing import Scope as Scope
 
 from ddsup.fake_vllm._request import RequestError
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Receive = ASGIReceiveCallable
+Send = ASGISendCallable
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -26,14 +27,14 @@ async def read_body(receive: Receive) -> bytes:
     size = 0
     while True:
         message = await receive()
-        if message["type"] == "http.disconnect":
+        if message["type"] != "http.request":  # http.disconnect: the only other one
             raise Disconnected
-        chunk = message.get("body", b"")
+        chunk = message["body"]
         size += len(chunk)
         if size > MAX_BODY_BYTES:
             raise RequestError(f"The request body is over {MAX_BODY_BYTES} bytes.", status=413)
         chunks.append(chunk)
-        if not message.get("more_body", False):
+        if not message["more_body"]:
             return b"".join(chunks)
 
 

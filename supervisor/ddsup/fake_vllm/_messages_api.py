@@ -16,23 +16,42 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict, cast
 
-from ddsup.fake_vllm._request import GenerationRequest, Limits, RequestError, invalid, json_object
+from ddsup._json import Json, JsonObject
+from ddsup.fake_vllm._request import (
+    GenerationRequest,
+    Limits,
+    RequestError,
+    invalid,
+    json_object,
+    strings,
+)
 from ddsup.fake_vllm._text import ChoiceText, count_tokens
 
-Json = dict[str, Any]
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}
 
 
-def anthropic_error(err: RequestError) -> Json:
+def anthropic_error(err: RequestError) -> JsonObject:
     """The body of a refusal of ``/v1/messages``: Anthropic's shape, vLLM's words."""
     return {"type": "error", "error": {"type": err.err_type, "message": err.message}}
 
 
+class MessagesBody(TypedDict, total=False):
+    """The keys of a Messages API body the fake reads, each as the client sent it (any
+    JSON), checked where it is read."""
+
+    model: Json
+    messages: Json
+    system: Json
+    max_tokens: Json
+    stop_sequences: Json
+    stream: Json
+
+
 def parse_messages(body: bytes, limits: Limits, *, count_only: bool = False) -> GenerationRequest:
     """The request as one chat prompt (``system`` first); ``RequestError`` if invalid."""
-    data = json_object(body)
+    data = cast(MessagesBody, json_object(body))
     if not count_only and data.get("max_tokens") is None:
         raise invalid("max_tokens", "missing", "Field required", data)
     messages = data.get("messages")
@@ -49,12 +68,13 @@ def parse_messages(body: bytes, limits: Limits, *, count_only: bool = False) -> 
     prompt = "\n".join(lines)
     max_tokens = 1 if count_only else _max_tokens(data.get("max_tokens"))
     stops = data.get("stop_sequences") or []
-    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+    texts = strings(stops) if isinstance(stops, list) else None
+    if texts is None:
         raise invalid("stop_sequences", "list_type", "Input should be a valid list", stops)
     stream = data.get("stream") is True
     return GenerationRequest(
         chat=True, model=model, prompts=(prompt,), prompt_tokens=count_tokens(prompt), n=1,
-        max_tokens=max_tokens, stops=tuple(s for s in stops if s), stream=stream,
+        max_tokens=max_tokens, stops=tuple(s for s in texts if s), stream=stream,
         include_usage=False,
     )  # fmt: skip
 
@@ -75,7 +95,7 @@ def _max_tokens(value: object) -> int:
     return value
 
 
-def count_body(request: GenerationRequest) -> Json:
+def count_body(request: GenerationRequest) -> JsonObject:
     """The answer of ``/v1/messages/count_tokens``."""
     tokens = request.prompt_tokens
     return {"input_tokens": tokens, "context_management": {"original_input_tokens": tokens}}
@@ -85,7 +105,7 @@ def _stop_reason(choice: ChoiceText) -> str:
     return "stop_sequence" if choice.stop_reason else _STOP_REASONS[choice.finish_reason]
 
 
-def message_body(request: GenerationRequest, choice: ChoiceText, message_id: str) -> Json:
+def message_body(request: GenerationRequest, choice: ChoiceText, message_id: str) -> JsonObject:
     """The non-streaming answer: one ``message``."""
     return {
         "id": message_id,
@@ -110,29 +130,32 @@ class MessagesWriter:
     message_id: str
 
     def start(self) -> bytes:
-        message: Json = {
+        message: JsonObject = {
             "id": self.message_id, "type": "message", "role": "assistant", "content": [],
             "model": self.request.model, "stop_reason": None, "stop_sequence": None,
             "usage": {"input_tokens": self.request.prompt_tokens, "output_tokens": 0},
         }  # fmt: skip
-        block = {"type": "text", "text": ""}
+        block: JsonObject = {"type": "text", "text": ""}
         return _event("message_start", {"type": "message_start", "message": message}) + _event(
             "content_block_start",
             {"type": "content_block_start", "content_block": block, "index": 0},
         )
 
     def delta(self, text: str) -> bytes:
-        delta = {"type": "text_delta", "text": text}
+        delta: JsonObject = {"type": "text_delta", "text": text}
         return _event(
             "content_block_delta", {"type": "content_block_delta", "delta": delta, "index": 0}
         )
 
     def end(self, choice: ChoiceText) -> bytes:
-        usage = {
+        usage: JsonObject = {
             "input_tokens": self.request.prompt_tokens,
             "output_tokens": choice.completion_tokens,
         }
-        delta = {"stop_reason": _stop_reason(choice), "stop_sequence": choice.stop_reason}
+        delta: JsonObject = {
+            "stop_reason": _stop_reason(choice),
+            "stop_sequence": choice.stop_reason,
+        }
         return (
             _event("content_block_stop", {"type": "content_block_stop", "index": 0})
             + _event("message_delta", {"type": "message_delta", "delta": delta, "usage": usage})
@@ -140,7 +163,7 @@ class MessagesWriter:
         )
 
 
-def _event(name: str, data: Json) -> bytes:
+def _event(name: str, data: JsonObject) -> bytes:
     return b"event: %s\ndata: %s\n\n" % (
         name.encode(),
         json.dumps(data, separators=(",", ":")).encode(),

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
+from ddsup._json import Json, JsonObject
 from ddsup.fake_vllm._behaviour import Behaviour
 from ddsup.fake_vllm._request import RequestError
 
@@ -56,9 +56,9 @@ class ServedModels:
             param="model",
         )
 
-    def model_list(self, created: int) -> dict[str, Any]:
+    def model_list(self, created: int) -> JsonObject:
         """The body of ``GET /v1/models``: vLLM's ``ModelList``."""
-        cards = [
+        cards: list[Json] = [
             _card(name, created, root=self.model_path, max_model_len=self.max_model_len)
             for name in self.names
         ]
@@ -76,7 +76,7 @@ def _card(
     root: str,
     parent: str | None = None,
     max_model_len: int | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     return {
         "id": name,
         "object": "model",
@@ -89,7 +89,7 @@ def _card(
     }
 
 
-def _permission(created: int) -> dict[str, Any]:
+def _permission(created: int) -> JsonObject:
     """vLLM's default ``ModelPermission``: what its model cards carry."""
     return {
         "id": f"modelperm-{uuid.uuid4().hex}",

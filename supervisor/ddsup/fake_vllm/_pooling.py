@@ -22,63 +22,96 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict, cast
 
+from ddsup._json import Json, JsonObject
 from ddsup.fake_vllm._models import ServedModels
-from ddsup.fake_vllm._request import RequestError
+from ddsup.fake_vllm._request import RequestError, json_object
 from ddsup.fake_vllm._text import count_tokens
 
-Json = dict[str, Any]
 DEFAULT_DIMENSIONS = 16
 _MAX_ID_BYTES = 7
 _HASHED = 1 << 62
+
+
+class PoolingBody(TypedDict, total=False):
+    """The keys the pooling and tokenizer routes read from a body, each as the client sent
+    it (any JSON), checked where it is read."""
+
+    model: Json
+    input: Json
+    messages: Json
+    prompt: Json
+    dimensions: Json
+    encoding_format: Json
+    text_1: Json
+    text_2: Json
+    queries: Json
+    documents: Json
+    data_1: Json
+    data_2: Json
+    query: Json
+    top_n: Json
+    return_token_strs: Json
+    tokens: Json
+
+
+def pooling_body(body: bytes) -> PoolingBody:
+    """The request body as a JSON object (a 400 if it is not one)."""
+    return cast(PoolingBody, json_object(body))
 
 
 @dataclass(frozen=True)
 class Answer:
     """A route's answer body and the prompt tokens it read (for the engine's counters)."""
 
-    body: Json
+    body: JsonObject
     prompt_tokens: int
 
 
-Builder = Callable[[Json, ServedModels], Answer]
+Builder = Callable[[PoolingBody, ServedModels], Answer]
 
 
-def embeddings(data: Json, models: ServedModels) -> Answer:
+def embeddings(data: PoolingBody, models: ServedModels) -> Answer:
     model = models.resolve(data.get("model"))
     texts = _inputs(data)
     vectors = [_vector(model, text, _dimensions(data)) for text in texts]
     encoded = [_encode(vector, data.get("encoding_format")) for vector in vectors]
-    items = [{"index": i, "object": "embedding", "embedding": e} for i, e in enumerate(encoded)]
+    items: list[Json] = [
+        {"index": i, "object": "embedding", "embedding": e} for i, e in enumerate(encoded)
+    ]
     return _listing("embd", model, items, texts)
 
 
-def pooling(data: Json, models: ServedModels) -> Answer:
+def pooling(data: PoolingBody, models: ServedModels) -> Answer:
     model = models.resolve(data.get("model"))
     texts = _inputs(data)
-    items = [
-        {"index": i, "object": "pooling", "data": _vector(model, text, _dimensions(data))}
+    items: list[Json] = [
+        {
+            "index": i,
+            "object": "pooling",
+            "data": list[Json](_vector(model, text, _dimensions(data))),
+        }
         for i, text in enumerate(texts)
     ]
     return _listing("pool", model, items, texts)
 
 
-def score(data: Json, models: ServedModels) -> Answer:
+def score(data: PoolingBody, models: ServedModels) -> Answer:
     model = models.resolve(data.get("model"))
     left, right = _score_sides(data)
     if len(left) == 1:
         left = left * len(right)
     if len(left) != len(right):
         raise RequestError("The two score inputs must have the same length, or the first one.")
-    items = [
+    items: list[Json] = [
         {"index": i, "object": "score", "score": _relevance(model, a, b)}
         for i, (a, b) in enumerate(zip(left, right, strict=True))
     ]
     return _listing("score", model, items, left + right)
 
 
-def rerank(data: Json, models: ServedModels) -> Answer:
+def rerank(data: PoolingBody, models: ServedModels) -> Answer:
     model = models.resolve(data.get("model"))
     query = _text(data.get("query"), "query")
     documents = _texts(data.get("documents"), "documents")
@@ -87,7 +120,7 @@ def rerank(data: Json, models: ServedModels) -> Answer:
         raise RequestError("`top_n` must be a non-negative integer.", param="top_n")
     scores = [_relevance(model, query, doc) for doc in documents]
     order = sorted(range(len(documents)), key=lambda i: -scores[i])
-    results = [
+    results: list[Json] = [
         {
             "index": i,
             "document": {"text": documents[i], "multi_modal": None},
@@ -96,7 +129,7 @@ def rerank(data: Json, models: ServedModels) -> Answer:
         for i in order
     ]
     tokens = sum(count_tokens(query) + count_tokens(d) for d in documents)
-    body = {
+    body: JsonObject = {
         "id": f"rerank-{uuid.uuid4().hex}",
         "model": model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
@@ -105,27 +138,30 @@ def rerank(data: Json, models: ServedModels) -> Answer:
     return Answer(body, tokens)
 
 
-def tokenize(data: Json, models: ServedModels) -> Answer:
+def tokenize(data: PoolingBody, models: ServedModels) -> Answer:
     models.resolve(data.get("model"))
     if "messages" in data:
         text = _chat_text(data.get("messages"))
     else:
         text = _text(data.get("prompt"), "prompt")
     words = text.split()
-    body: Json = {
+    body: JsonObject = {
         "count": len(words),
         "max_model_len": models.max_model_len,
         "tokens": [_token_id(w) for w in words],
-        "token_strs": words if data.get("return_token_strs") else None,
+        "token_strs": [*words] if data.get("return_token_strs") else None,
     }
     return Answer(body, 0)
 
 
-def detokenize(data: Json, models: ServedModels) -> Answer:
+def detokenize(data: PoolingBody, models: ServedModels) -> Answer:
     models.resolve(data.get("model"))
-    ids = data.get("tokens")
-    if not isinstance(ids, list) or not all(
-        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**63 for t in ids
+    given = data.get("tokens")
+    ids = [t for t in given if isinstance(t, int)] if isinstance(given, list) else []
+    if (
+        not isinstance(given, list)
+        or len(ids) != len(given)
+        or not all(not isinstance(t, bool) and 0 <= t < 2**63 for t in ids)
     ):
         raise RequestError("`tokens` must be a list of token ids.", param="tokens")
     return Answer({"prompt": " ".join(_word(t) for t in ids)}, 0)
@@ -133,7 +169,7 @@ def detokenize(data: Json, models: ServedModels) -> Answer:
 
 def _listing(kind: str, model: str, items: list[Json], texts: list[str]) -> Answer:
     tokens = sum(count_tokens(t) for t in texts)
-    body = {
+    body: JsonObject = {
         "id": f"{kind}-{uuid.uuid4().hex}",
         "object": "list",
         "created": int(time.time()),
@@ -144,14 +180,14 @@ def _listing(kind: str, model: str, items: list[Json], texts: list[str]) -> Answ
     return Answer(body, tokens)
 
 
-def _inputs(data: Json) -> list[str]:
+def _inputs(data: PoolingBody) -> list[str]:
     if "messages" in data:
         return [_chat_text(data.get("messages"))]
     value = data.get("input")
     if isinstance(value, list) and value and all(isinstance(t, int) for t in value):
         return [" ".join(map(str, value))]  # one input given as token ids
     if isinstance(value, list) and value and all(isinstance(t, list) for t in value):
-        return [" ".join(map(str, ids)) for ids in value]
+        return [" ".join(map(str, ids)) for ids in value if isinstance(ids, list)]
     return _texts(value, "input")
 
 
@@ -177,14 +213,19 @@ def _chat_text(messages: object) -> str:
     return " ".join(p if isinstance(p, str) else "" for p in parts)
 
 
-def _score_sides(data: Json) -> tuple[list[str], list[str]]:
-    for first, second in (("text_1", "text_2"), ("queries", "documents"), ("data_1", "data_2")):
+def _score_sides(data: PoolingBody) -> tuple[list[str], list[str]]:
+    sides = (
+        ("text_1", data.get("text_1"), "text_2", data.get("text_2")),
+        ("queries", data.get("queries"), "documents", data.get("documents")),
+        ("data_1", data.get("data_1"), "data_2", data.get("data_2")),
+    )
+    for first, one, second, other in sides:
         if first in data or second in data:
-            return _texts(data.get(first), first), _texts(data.get(second), second)
+            return _texts(one, first), _texts(other, second)
     raise RequestError("Give `queries` and `documents` (or `text_1` and `text_2`).")
 
 
-def _dimensions(data: Json) -> int:
+def _dimensions(data: PoolingBody) -> int:
     dims = data.get("dimensions")
     if dims is None:
         return DEFAULT_DIMENSIONS
@@ -202,9 +243,9 @@ def _vector(model: str, text: str, dims: int) -> list[float]:
     return [v / norm for v in values]
 
 
-def _encode(vector: list[float], encoding: object) -> list[float] | str:
+def _encode(vector: list[float], encoding: object) -> Json:
     if encoding in (None, "float"):
-        return vector
+        return list[Json](vector)
     if encoding == "base64":  # vLLM: little-endian float32, base64
         return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
     raise RequestError("`encoding_format` must be float or base64.", param="encoding_format")

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict, cast
 
+from ddsup._json import Json, JsonObject
 from ddsup.fake_vllm._text import count_tokens
 
 
@@ -65,6 +66,24 @@ class Limits:
     max_model_len: int
 
 
+class GenerationBody(TypedDict, total=False):
+    """The keys of a completions or chat completions body that change the fake's answer.
+
+    Each value is as the client sent it, any JSON: the parser checks each one where it
+    reads it, as vLLM's request model would.
+    """
+
+    model: Json
+    prompt: Json
+    messages: Json
+    n: Json
+    max_tokens: Json
+    max_completion_tokens: Json
+    stop: Json
+    stream: Json
+    stream_options: Json
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     """A validated generation request; ``prompts`` has one entry per prompt (chat: one)."""
@@ -82,12 +101,12 @@ class GenerationRequest:
 
 def parse_generation(body: bytes, *, chat: bool, limits: Limits) -> GenerationRequest:
     """Validate ``body`` against the served model; raise :class:`RequestError` if invalid."""
-    data = json_object(body)
+    data = cast(GenerationBody, json_object(body))
     model = limits.resolve_model(data.get("model"))
     prompts = (_chat_prompt(data),) if chat else _completion_prompts(data)
     prompt_tokens = sum(count_tokens(p) for p in prompts)
     longest = max(count_tokens(p) for p in prompts)
-    stream = _optional(data, "stream", bool, False)
+    stream = _flag(data.get("stream"), "stream", False)
     if data.get("stream_options") is not None and not stream:
         raise RequestError(
             "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
@@ -98,28 +117,30 @@ def parse_generation(body: bytes, *, chat: bool, limits: Limits) -> GenerationRe
         model=model,
         prompts=prompts,
         prompt_tokens=prompt_tokens,
-        n=_positive(data, "n", 1),
+        n=_positive(data.get("n"), "n", 1),
         max_tokens=_max_tokens(data, longest, limits),
-        stops=_stops(data),
+        stops=_stops(data.get("stop")),
         stream=stream,
-        include_usage=stream and bool(_stream_options(data).get("include_usage", False)),
+        include_usage=stream
+        and bool(_stream_options(data.get("stream_options")).get("include_usage")),
     )
 
 
 def parse_batch(body: bytes, limits: Limits) -> GenerationRequest:
     """``/v1/chat/completions/batch``: ``messages`` is a list of conversations, answered
     as one choice each; vLLM answers it whole, ``stream`` or not, and refuses ``n > 1``."""
-    data = json_object(body)
+    raw = json_object(body)
+    data = cast(GenerationBody, raw)
     conversations = data.get("messages")
     if not isinstance(conversations, list) or not conversations:
         raise invalid("messages", "list_type", "Input should be a valid list", conversations)
-    if _positive(data, "n", 1) > 1:
+    if (n := _positive(data.get("n"), "n", 1)) > 1:
         raise RequestError(
             "Batch chat completions do not support `n > 1`. Please set `n` to 1. "
-            f"(parameter=n, value={data['n']})",
+            f"(parameter=n, value={n})",
             param="n",
         )
-    one = {key: value for key, value in data.items() if key not in ("stream", "stream_options")}
+    one = {key: value for key, value in raw.items() if key not in ("stream", "stream_options")}
     requests = [
         parse_generation(_dumps({**one, "messages": conversation}), chat=True, limits=limits)
         for conversation in conversations
@@ -133,14 +154,14 @@ def parse_batch(body: bytes, limits: Limits) -> GenerationRequest:
     )  # fmt: skip
 
 
-def _dumps(data: dict[str, Any]) -> bytes:
+def _dumps(data: JsonObject) -> bytes:
     return json.dumps(data).encode()
 
 
-def json_object(body: bytes) -> dict[str, Any]:
+def json_object(body: bytes) -> JsonObject:
     """The request body as a JSON object, or a 400 saying why not."""
     try:
-        data = json.loads(body)
+        data: Json = json.loads(body)
     except json.JSONDecodeError as err:
         raise invalid(str(err.pos), "json_invalid", "JSON decode error", {}) from err
     except (UnicodeDecodeError, ValueError) as err:
@@ -155,18 +176,19 @@ def json_object(body: bytes) -> dict[str, Any]:
     return data
 
 
-def _completion_prompts(data: dict[str, Any]) -> tuple[str, ...]:
+def _completion_prompts(data: GenerationBody) -> tuple[str, ...]:
     prompt = data.get("prompt")
     if isinstance(prompt, str):
         return (prompt,)
     if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt):
-            return tuple(prompt)
+        if (texts := strings(prompt)) is not None:
+            return tuple(texts)
         if all(isinstance(t, int) for t in prompt):
             return (" ".join(map(str, prompt)),)  # one prompt given as token ids
-        if all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in prompt):
-            return tuple(" ".join(map(str, p)) for p in prompt)
-    if prompt is None or prompt == "" or prompt == []:
+        ids = [p for p in prompt if isinstance(p, list) and all(isinstance(t, int) for t in p)]
+        if len(ids) == len(prompt):
+            return tuple(" ".join(map(str, p)) for p in ids)
+    if prompt is None or prompt == []:
         raise RequestError(
             "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
             param="prompt",
@@ -176,7 +198,7 @@ def _completion_prompts(data: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-def _chat_prompt(data: dict[str, Any]) -> str:
+def _chat_prompt(data: GenerationBody) -> str:
     messages = data.get("messages")
     if messages is None:
         raise invalid("messages", "missing", "Field required", data)
@@ -204,14 +226,16 @@ def _content_text(content: object, index: int) -> str:
     raise invalid(loc, "string_type", "Input should be a string or a list of parts", content)
 
 
-def _max_tokens(data: dict[str, Any], prompt_tokens: int, limits: Limits) -> int:
-    key = "max_completion_tokens" if data.get("max_completion_tokens") is not None else "max_tokens"
+def _max_tokens(data: GenerationBody, prompt_tokens: int, limits: Limits) -> int:
+    key, value = "max_completion_tokens", data.get("max_completion_tokens")
+    if value is None:
+        key, value = "max_tokens", data.get("max_tokens")
     room = limits.max_model_len - prompt_tokens
-    if data.get(key) is None:
+    if value is None:
         if room < 1:
             raise RequestError(_too_long(limits.max_model_len, prompt_tokens, 1), param="messages")
         return min(limits.default_max_tokens, room)
-    wanted = _positive(data, key, 1)
+    wanted = _positive(value, key, 1)
     if wanted > limits.max_model_len:
         raise RequestError(
             f"{key}={wanted} cannot be greater than max_model_len={limits.max_model_len}. "
@@ -232,19 +256,24 @@ def _too_long(max_model_len: int, prompt_tokens: int, max_tokens: int) -> str:
     )
 
 
-def _stops(data: dict[str, Any]) -> tuple[str, ...]:
-    stop = data.get("stop")
+def _stops(stop: Json) -> tuple[str, ...]:
     if stop is None:
         return ()
     if isinstance(stop, str):
         stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+    texts = strings(stop) if isinstance(stop, list) else None
+    if texts is None:
         raise invalid("stop", "string_type", "Input should be a string or a list of strings", stop)
-    return tuple(s for s in stop if s)
+    return tuple(s for s in texts if s)
 
 
-def _stream_options(data: dict[str, Any]) -> dict[str, Any]:
-    options = data.get("stream_options")
+def strings(values: list[Json]) -> list[str] | None:
+    """``values`` when each one is a string, else ``None``."""
+    texts = [value for value in values if isinstance(value, str)]
+    return texts if len(texts) == len(values) else None
+
+
+def _stream_options(options: Json) -> JsonObject:
     if options is None:
         return {}
     if not isinstance(options, dict):
@@ -252,8 +281,7 @@ def _stream_options(data: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def _positive(data: dict[str, Any], key: str, default: int) -> int:
-    value = data.get(key)
+def _positive(value: Json, key: str, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
@@ -267,10 +295,9 @@ def _positive(data: dict[str, Any], key: str, default: int) -> int:
     return value
 
 
-def _optional(data: dict[str, Any], key: str, kind: type[bool], default: bool) -> bool:
-    value = data.get(key)
+def _flag(value: Json, key: str, default: bool) -> bool:
     if value is None:
         return default
-    if not isinstance(value, kind):
+    if not isinstance(value, bool):
         raise invalid(key, "bool_type", "Input should be a valid boolean", value)
     return value

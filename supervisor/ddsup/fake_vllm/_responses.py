@@ -14,12 +14,10 @@ import json
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
+from ddsup._json import Json, JsonObject
 from ddsup.fake_vllm._request import GenerationRequest
 from ddsup.fake_vllm._text import ChoiceText
-
-Json = dict[str, Any]
 
 
 def dumps(obj: object) -> bytes:
@@ -27,12 +25,12 @@ def dumps(obj: object) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def error_body(message: str, err_type: str, code: int, param: str | None = None) -> Json:
+def error_body(message: str, err_type: str, code: int, param: str | None = None) -> JsonObject:
     return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
 
 
-def model_list(model: str, max_model_len: int, created: int) -> Json:
-    card = {
+def model_list(model: str, max_model_len: int, created: int) -> JsonObject:
+    card: JsonObject = {
         "id": model,
         "object": "model",
         "created": created,
@@ -49,7 +47,7 @@ def new_id(request: GenerationRequest) -> str:
     return f"{'chatcmpl' if request.chat else 'cmpl'}-{uuid.uuid4().hex}"
 
 
-def usage(request: GenerationRequest, choices: Sequence[ChoiceText]) -> Json:
+def usage(request: GenerationRequest, choices: Sequence[ChoiceText]) -> JsonObject:
     completion = sum(c.completion_tokens for c in choices)
     return {
         "prompt_tokens": request.prompt_tokens,
@@ -59,7 +57,7 @@ def usage(request: GenerationRequest, choices: Sequence[ChoiceText]) -> Json:
     }
 
 
-def full_response(request: GenerationRequest, choices: Sequence[ChoiceText]) -> Json:
+def full_response(request: GenerationRequest, choices: Sequence[ChoiceText]) -> JsonObject:
     """The non-streaming body: ``text_completion`` or ``chat.completion``."""
     return {
         "id": new_id(request),
@@ -71,9 +69,9 @@ def full_response(request: GenerationRequest, choices: Sequence[ChoiceText]) -> 
     }
 
 
-def _full_choice(chat: bool, index: int, choice: ChoiceText) -> Json:
+def _full_choice(chat: bool, index: int, choice: ChoiceText) -> JsonObject:
     if chat:
-        body: Json = {
+        body: JsonObject = {
             "index": index,
             "message": {"role": "assistant", "content": choice.text, "tool_calls": []},
         }
@@ -101,7 +99,7 @@ class ChunkWriter:
 
     def role(self, index: int) -> bytes:
         """vLLM's first chat chunk per choice announces the assistant role."""
-        choice = {"index": index, "delta": {"role": "assistant", "content": ""}}
+        choice: JsonObject = {"index": index, "delta": {"role": "assistant", "content": ""}}
         choice.update(logprobs=None, finish_reason=None)
         return self._event([choice])
 
@@ -131,8 +129,8 @@ class ChunkWriter:
         """The final chunk of ``stream_options.include_usage``: no choices, just usage."""
         return self._event([], usage(self._request, choices))
 
-    def _event(self, choices: list[Json], usage_info: Json | None = None) -> bytes:
-        chunk: Json = {**self._head, "choices": choices}
+    def _event(self, choices: list[Json], usage_info: JsonObject | None = None) -> bytes:
+        chunk: JsonObject = {**self._head, "choices": choices}
         if usage_info is not None:
             chunk["usage"] = usage_info
         return b"data: " + dumps(chunk) + b"\n\n"

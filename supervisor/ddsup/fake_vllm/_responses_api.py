@@ -13,13 +13,12 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict, cast
 
+from ddsup._json import Json, JsonObject
 from ddsup.fake_vllm._models import ServedModels
-from ddsup.fake_vllm._request import RequestError
+from ddsup.fake_vllm._request import RequestError, json_object
 from ddsup.fake_vllm._text import ChoiceText, count_tokens
-
-Json = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,20 @@ class ResponsesRequest:
     instructions: str | None
 
 
-def parse_responses(data: Json, models: ServedModels, default_max_tokens: int) -> ResponsesRequest:
+class ResponsesBody(TypedDict, total=False):
+    """The keys of a ``/v1/responses`` body the fake reads, each as the client sent it
+    (any JSON), checked where it is read."""
+
+    model: Json
+    input: Json
+    instructions: Json
+    max_output_tokens: Json
+    stream: Json
+
+
+def parse_responses(body: bytes, models: ServedModels, default_max_tokens: int) -> ResponsesRequest:
+    """``body`` as a request; :class:`RequestError` when vLLM would refuse it."""
+    data = cast(ResponsesBody, json_object(body))
     if data.get("stream"):
         raise RequestError("fake-vllm does not stream /v1/responses.", param="stream")
     model = models.resolve(data.get("model"))
@@ -80,11 +92,11 @@ def _item_text(item: object) -> str:
     return ""
 
 
-def response_body(request: ResponsesRequest, choice: ChoiceText) -> Json:
+def response_body(request: ResponsesRequest, choice: ChoiceText) -> JsonObject:
     """The completed ``response`` object for ``choice``, the generated text."""
     output_tokens = choice.completion_tokens
     status = "completed" if choice.finish_reason == "stop" else "incomplete"
-    message = {
+    message: JsonObject = {
         "id": f"msg_{uuid.uuid4().hex}",
         "type": "message",
         "role": "assistant",
