@@ -14,12 +14,25 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TypedDict
 
+from ddsup._json import Json
 from ddsup.endpoint._api_errors import ApiError, bad_request
 
 _BOUNDARY = re.compile(rb'boundary="?([^";\r\n]{1,200})"?', re.IGNORECASE)
 _MODEL_PART = re.compile(rb'\r\ncontent-disposition:[^\r\n]*;\s*name="?model"?[;\s\r]', re.I)
+
+
+class RequestBody(TypedDict, total=False):
+    """The keys of a JSON request body the endpoint reads: ``model`` to route by and the
+    prompt's keys prefix-aware routing hashes. Each value is as the client sent it (any
+    JSON) and checked where it is read; the body itself is relayed untouched."""
+
+    model: Json
+    messages: Json
+    system: Json
+    prompt: Json
+    input: Json
 
 
 def model_of_json(body: bytes) -> str | None:
@@ -27,7 +40,7 @@ def model_of_json(body: bytes) -> str | None:
     return json_request(body)[0]
 
 
-def json_request(body: bytes) -> tuple[str | None, dict[str, Any]]:
+def json_request(body: bytes) -> tuple[str | None, RequestBody]:
     """The body's ``model`` (as :func:`model_of_json` says) and the whole object, which
     prefix-aware routing reads the prompt from without parsing the body again.
 
@@ -36,6 +49,7 @@ def json_request(body: bytes) -> tuple[str | None, dict[str, Any]]:
     it is decoded here directly: ``json.detect_encoding``, in Python, cost more than
     the rest of the decision.
     """
+    payload: RequestBody  # checked to be an object below: typing it is free, a cast is not
     try:
         if body[:1] == b"{" and body[1:2] != b"\x00":
             payload = json.loads(body.decode("utf-8", "surrogatepass"))

@@ -14,7 +14,6 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import trio
 
@@ -38,7 +37,7 @@ from ddsup.endpoint._deadlines import Deadlines
 from ddsup.endpoint._hangups import Hangups
 from ddsup.endpoint._lanes import LaneTable
 from ddsup.endpoint._metrics import Metrics
-from ddsup.endpoint._model_field import json_request, model_of_form
+from ddsup.endpoint._model_field import RequestBody, json_request, model_of_form
 from ddsup.endpoint._notices import NOTICES
 from ddsup.endpoint._proxy import Forward, Proxy
 from ddsup.endpoint._route_table import FORM_ROUTES, GET_ROUTES, METHODS, MODEL_ROUTES
@@ -265,7 +264,7 @@ def _address_share(config: EndpointConfig) -> int:
     return max(config.max_body_bytes, config.max_buffered_bytes // 4)
 
 
-def _requested(ep: Endpoint, request: Request, body: bytes) -> tuple[str, dict[str, Any] | None]:
+def _requested(ep: Endpoint, request: Request, body: bytes) -> tuple[str, RequestBody | None]:
     """The name the request asks for (its model, or the one model the endpoint serves)
     and its JSON body's object (``None``: a form)."""
     payload = None
@@ -283,6 +282,6 @@ def _requested(ep: Endpoint, request: Request, body: bytes) -> tuple[str, dict[s
     return models[0], payload
 
 
-def _model_of(body: bytes) -> tuple[str | None, dict[str, Any]]:
+def _model_of(body: bytes) -> tuple[str | None, RequestBody]:
     """The JSON body's model and object (a seam the tests use to plant a bug)."""
     return json_request(body)
