@@ -32,7 +32,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 import trio
 
@@ -46,6 +46,31 @@ MIB = 1024 * 1024
 
 _monotonic = time.monotonic  # module names, so tests can drive the clocks
 _wall = time.time
+
+
+class SeriesCounts(TypedDict, total=False):
+    """What one line of the series counted over its span (:meth:`SeriesRecorder.take`).
+
+    ``counts`` holds six numbers per lane of ``lanes``, in its order: started, finished,
+    failed, outstanding, busy seconds, bytes sent. The rest is written only when it
+    happened: requests ``cut`` per lane, ``refused`` per model and status, the lanes'
+    ``prefix_cache`` (queries, hits), the ``first`` request's and the ``quiet`` time.
+    """
+
+    lanes: list[str]
+    counts: list[float]
+    cut: dict[str, int]
+    refused: dict[str, dict[str, int]]
+    prefix_cache: dict[str, list[int]]
+    first: float
+    quiet: float
+
+
+class SeriesLine(SeriesCounts, total=False):
+    """A line as written: the counts, with its time ``t`` and the span ``d`` it covers."""
+
+    t: float
+    d: float
 
 
 class SeriesHooks(Protocol):
@@ -188,7 +213,7 @@ class SeriesRecorder:
             for c in self._lanes.values()
         )
 
-    def take(self, wall_offset: float) -> dict[str, Any]:
+    def take(self, wall_offset: float) -> SeriesCounts:
         """The counts since the last take (``t``/``d`` are the writer's); resets them.
 
         ``wall_offset`` turns monotonic times into Unix times (``time.time() -
@@ -215,7 +240,7 @@ class SeriesRecorder:
             c.started = c.finished = c.failed = c.cut = c.bytes = 0
             c.busy = 0.0
             quiet = max(quiet, c.idle_since)
-        line: dict[str, Any] = {"lanes": lanes, "counts": counts}
+        line: SeriesCounts = {"lanes": lanes, "counts": counts}
         if cut:
             line["cut"] = cut
         if self._refused:
@@ -325,8 +350,8 @@ class _Writer:
         self.bucket.refill(_monotonic())
         if not final and self.bucket.tokens < self.last_size:
             return  # over budget: keep counting, a later line covers this span too
-        span = {"t": round(wall, 3), "d": round(wall - self.span_start, 3)}
-        line = {**span, **recorder.take(wall - _monotonic())}
+        span: SeriesLine = {"t": round(wall, 3), "d": round(wall - self.span_start, 3)}
+        line: SeriesLine = {**span, **recorder.take(wall - _monotonic())}
         text = json.dumps(line, separators=(",", ":")) + "\n"
         self.span_start = wall
         self.last_size = len(text)
