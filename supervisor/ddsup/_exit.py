@@ -10,6 +10,14 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass
+from typing import TypedDict
+
+
+class ExitJson(TypedDict, total=False):
+    """An exit status in JSON: exactly one of ``code`` and ``signal`` (its name)."""
+
+    code: int
+    signal: str
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,7 @@ class ExitStatus:
             return f"exit status {self.code}"
         return f"killed by {self.signal_name()}"
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> ExitJson:
         if self.code is not None:
             return {"code": self.code}
         return {"signal": self.signal_name()}

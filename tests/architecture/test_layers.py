@@ -16,9 +16,9 @@ import ddsup
 PACKAGE = Path(ddsup.__file__).parent
 # Bottom up. A layer may import any layer before it in this list, never one after it.
 LAYERS = (
+    "_json",
     "_errors",
     "_exit",
-    "_json",
     "_lazy",
     "_install",
     "units",

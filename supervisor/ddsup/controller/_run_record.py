@@ -107,11 +107,12 @@ class RunRecord:
         line, when even that fails."""
         result = outcome.to_dict()
         faults = self.state.faults
-        if faults.count:
-            result["record"] = faults.to_json()
+        if (record := faults.to_json()) is not None:
+            result["record"] = record
         written = self.state.save_json(self.state.result, result)
         if not written and self.state.release_reserve():
-            result["record"] = faults.to_json()
+            if (record := faults.to_json()) is not None:
+                result["record"] = record
             written = self.state.save_json(self.state.result, result)
         if not written:
             say(f"ddsup: result.json: {json.dumps(result, sort_keys=True)}\n")

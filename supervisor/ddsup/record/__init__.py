@@ -50,15 +50,18 @@ if TYPE_CHECKING:
     from ddsup.record._event_log import EventLog as EventLog
     from ddsup.record._event_log import read_events as read_events
     from ddsup.record._event_parse import parse_event as parse_event
+    from ddsup.record._events import EventLine as EventLine
     from ddsup.record._events import KillingEverything as KillingEverything
     from ddsup.record._events import PreflightWarning as PreflightWarning
     from ddsup.record._events import RecordedEvent as RecordedEvent
     from ddsup.record._events import RunEnding as RunEnding
     from ddsup.record._events import RunFinished as RunFinished
+    from ddsup.record._events import RunLine as RunLine
     from ddsup.record._events import RunStarting as RunStarting
     from ddsup.record._events import RunStopping as RunStopping
     from ddsup.record._events import SignalForwarded as SignalForwarded
     from ddsup.record._events import SweepLeftSurvivors as SweepLeftSurvivors
+    from ddsup.record._faults import FaultsJson as FaultsJson
     from ddsup.record._faults import incomplete as incomplete
     from ddsup.record._faults import say as say
     from ddsup.record._faults import silence as silence
@@ -70,14 +73,18 @@ if TYPE_CHECKING:
     from ddsup.record._node_events import COMPLETED as COMPLETED
     from ddsup.record._node_events import NODE_EVENTS as NODE_EVENTS
     from ddsup.record._node_events import Contained as Contained
+    from ddsup.record._node_events import ContainmentLine as ContainmentLine
     from ddsup.record._node_events import LivenessFailed as LivenessFailed
     from ddsup.record._node_events import NodeEvent as NodeEvent
+    from ddsup.record._node_events import NodeEventLine as NodeEventLine
     from ddsup.record._node_events import ProbeAnswered as ProbeAnswered
     from ddsup.record._node_events import ProcessExited as ProcessExited
     from ddsup.record._node_events import ProcessStarted as ProcessStarted
     from ddsup.record._node_events import UnitTransition as UnitTransition
     from ddsup.record._outcome import Cause as Cause
+    from ddsup.record._outcome import CauseJson as CauseJson
     from ddsup.record._outcome import Outcome as Outcome
+    from ddsup.record._outcome import OutcomeJson as OutcomeJson
     from ddsup.record._outcome import Stopped as Stopped
     from ddsup.record._outcome import UnitFailure as UnitFailure
     from ddsup.record._outcome import WorkerEnded as WorkerEnded
@@ -217,6 +224,13 @@ _LAZY = {
     "InstanceState": "ddsup.record._states",
     "InstanceStatus": "ddsup.record._status",
     "RunSnapshot": "ddsup.record._status",
+    "OutcomeJson": "ddsup.record._outcome",
+    "CauseJson": "ddsup.record._outcome",
+    "EventLine": "ddsup.record._events",
+    "RunLine": "ddsup.record._events",
+    "NodeEventLine": "ddsup.record._node_events",
+    "ContainmentLine": "ddsup.record._node_events",
+    "FaultsJson": "ddsup.record._faults",
 }
 
 __getattr__ = lazy_names(__name__, _LAZY, globals())

@@ -116,9 +116,7 @@ _SIMPLE_RUN: dict[str, Callable[[FieldReader], RunLifecycle]] = {
     "ending": lambda r: RunEnding(outcome=Outcome.from_dict(r.data), time=r.time()),
     "stopping": lambda r: RunStopping(time=r.time()),
     KillingEverything.reason: lambda r: KillingEverything(time=r.time()),
-    "sweep left survivors": lambda r: SweepLeftSurvivors(
-        pids=tuple(int(p) for p in r.data.get("pids", ())), time=r.time()
-    ),
+    "sweep left survivors": lambda r: SweepLeftSurvivors(pids=r.integers("pids"), time=r.time()),
     "finished": lambda r: RunFinished(outcome=Outcome.from_dict(r.data), time=r.time()),
 }
 

@@ -14,7 +14,8 @@ added). Every event has ``time`` (Unix seconds) and ``event``:
   :class:`SignalForwarded`, :class:`KillingEverything`, :class:`SweepLeftSurvivors`,
   :class:`RunFinished`).
 
-``to_json`` writes a line's object; ``_event_parse`` reads one back (ValueError for
+``to_json`` writes a line's object (a ``TypedDict`` per kind: :data:`EventLine`);
+``_event_parse`` reads one back (ValueError for
 anything else); ``_event_log`` writes and reads the file, skipping lines it cannot parse
 (the torn last line of a killed run). Values of environment variables never appear
 here: no event has a field for them. The kinds a node emits are ``_node_events``' (an
@@ -26,22 +27,56 @@ from __future__ import annotations
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal, TypedDict
 
 from ddsup.record._node_events import COMPLETED as COMPLETED
 from ddsup.record._node_events import NODE_EVENTS as NODE_EVENTS
 from ddsup.record._node_events import Contained as Contained
 from ddsup.record._node_events import LivenessFailed as LivenessFailed
 from ddsup.record._node_events import NodeEvent as NodeEvent
+from ddsup.record._node_events import NodeEventLine as NodeEventLine
 from ddsup.record._node_events import ProbeAnswered as ProbeAnswered
 from ddsup.record._node_events import ProcessExited as ProcessExited
 from ddsup.record._node_events import ProcessStarted as ProcessStarted
 from ddsup.record._node_events import UnitTransition as UnitTransition
-from ddsup.record._outcome import Outcome
+from ddsup.record._outcome import Outcome, OutcomeJson
 
 
 def _now() -> float:
     return time.time()
+
+
+class RunHead(TypedDict):
+    """What every ``run`` line has; which one it is, its ``reason`` says. ``stopping``
+    and ``second stop signal: killing everything`` are only this."""
+
+    time: float
+    event: Literal["run"]
+    reason: str
+
+
+class StartingLine(RunHead):
+    invocation_id: str
+
+
+class PreflightLine(RunHead):
+    node: str
+    warning: str
+
+
+class SignalLine(RunHead):  # ``forwarding SIGTERM`` …
+    signal: str
+
+
+class SurvivorsLine(RunHead):
+    pids: list[int]
+
+
+class OutcomeLine(RunHead, OutcomeJson):  # ``ending`` and ``finished``: as ``result.json``
+    pass
+
+
+RunLine = RunHead | StartingLine | PreflightLine | SignalLine | SurvivorsLine | OutcomeLine
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,7 +87,7 @@ class RunStarting:
     time: float = field(default_factory=_now)
     reason = "starting"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> StartingLine:
         return {**_run(self.time, self.reason), "invocation_id": self.invocation_id}
 
 
@@ -65,7 +100,7 @@ class PreflightWarning:
     time: float = field(default_factory=_now)
     reason = "preflight warning"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PreflightLine:
         return {**_run(self.time, self.reason), "node": self.node, "warning": self.warning}
 
 
@@ -77,7 +112,7 @@ class RunEnding:
     time: float = field(default_factory=_now)
     reason = "ending"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> OutcomeLine:
         return {**_run(self.time, self.reason), **self.outcome.to_dict()}
 
 
@@ -88,7 +123,7 @@ class RunStopping:
     time: float = field(default_factory=_now)
     reason = "stopping"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RunHead:
         return _run(self.time, self.reason)
 
 
@@ -103,7 +138,7 @@ class SignalForwarded:
     def reason(self) -> str:
         return f"forwarding {signal.Signals(self.signum).name}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SignalLine:
         return {**_run(self.time, self.reason), "signal": signal.Signals(self.signum).name}
 
 
@@ -114,7 +149,7 @@ class KillingEverything:
     time: float = field(default_factory=_now)
     reason = "second stop signal: killing everything"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RunHead:
         return _run(self.time, self.reason)
 
 
@@ -126,7 +161,7 @@ class SweepLeftSurvivors:
     time: float = field(default_factory=_now)
     reason = "sweep left survivors"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SurvivorsLine:
         return {**_run(self.time, self.reason), "pids": list(self.pids)}
 
 
@@ -138,7 +173,7 @@ class RunFinished:
     time: float = field(default_factory=_now)
     reason = "finished"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> OutcomeLine:
         return {**_run(self.time, self.reason), **self.outcome.to_dict()}
 
 
@@ -153,7 +188,9 @@ RunLifecycle = (
     | RunFinished
 )
 RecordedEvent = NodeEvent | RunLifecycle
+EventLine = NodeEventLine | RunLine
+"""One line of ``events.jsonl``, told apart by its ``event``."""
 
 
-def _run(at: float, reason: str) -> dict[str, Any]:
+def _run(at: float, reason: str) -> RunHead:
     return {"time": round(at, 6), "event": "run", "reason": reason}

@@ -17,9 +17,18 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypedDict
 
 from ddsup.units import printable
+
+
+class FaultsJson(TypedDict):
+    """What ``result.json``'s ``record`` says of the writes that failed (the first one's)."""
+
+    faults: int
+    errno: str | None
+    error: str
+    first: str
 
 
 def say(text: str, stream: TextIO | None = None) -> None:
@@ -75,7 +84,7 @@ class WriteFaults:
             "not reported)"
         )
 
-    def to_json(self) -> dict[str, object] | None:
+    def to_json(self) -> FaultsJson | None:
         """What ``result.json`` says of them (``record``): None when there were none."""
         if self.first is None:
             return None

@@ -23,10 +23,16 @@ from __future__ import annotations
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ddsup._errors import EXIT_REQUEUE, DdsupError, ReadinessTimeout, ResultStatus, UnitFailed
-from ddsup._exit import ExitStatus
+from ddsup._exit import ExitJson, ExitStatus
+from ddsup._json import Json
+
+if TYPE_CHECKING:  # typing's own from Python 3.11; these annotations are never evaluated
+    from typing_extensions import NotRequired
+
+    from ddsup.record._faults import FaultsJson
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,24 @@ class UnitFailure:
 Cause = WorkerEnded | Stopped | UnitFailure | DdsupError
 
 
+class CauseJson(TypedDict):
+    """An outcome's ``cause``: why the run ended, what ended it, how its process did."""
+
+    reason: str
+    unit: NotRequired[str]
+    exit: NotRequired[ExitJson]
+
+
+class OutcomeJson(TypedDict):
+    """``result.json`` (and the outcome of the ``ending`` and ``finished`` events);
+    ``record``: only in ``result.json``, only when the run's record is incomplete."""
+
+    status: str
+    exit_code: int
+    cause: CauseJson
+    record: NotRequired[FaultsJson]
+
+
 @dataclass(frozen=True)
 class Outcome:
     """The cause of a run's end, as written to ``result.json``."""
@@ -90,9 +114,9 @@ class Outcome:
             return cls(error.result_status, error.exit_status, error.unit, error.reason, cause.exit)
         return cls(cause.result_status, cause.exit_status, getattr(cause, "unit", None), str(cause))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> OutcomeJson:
         """``result.json`` (and the ``ending``/``finished`` events): a JSON boundary."""
-        cause: dict[str, Any] = {"reason": self.reason}
+        cause: CauseJson = {"reason": self.reason}
         if self.unit is not None:
             cause["unit"] = self.unit
         if self.exit is not None:
@@ -100,7 +124,7 @@ class Outcome:
         return {"status": self.status.value, "exit_code": self.exit_code, "cause": cause}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Outcome:
+    def from_dict(cls, data: Mapping[str, Json]) -> Outcome:
         """Read back :meth:`to_dict`; ValueError when it is not one."""
         cause = data.get("cause")
         code = data.get("exit_code")
