@@ -15,15 +15,19 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any
+from typing import TypedDict
 
 from ddsup._errors import RunStateError
+from ddsup._json import Json
 from ddsup.ops._run_handle import events_of
 from ddsup.ops._supervisor_metrics import LaneCount, lane_counts
 from ddsup.record import (
     Contained,
+    FieldReader,
     InstanceStatus,
+    InstanceStatusJson,
     Outcome,
+    OutcomeJson,
     RecordedEvent,
     RunFinished,
     RunSnapshot,
@@ -35,6 +39,50 @@ from ddsup.record import (
 from ddsup.units import UnitType
 
 STATUS_FORMAT = 1
+
+
+class EndpointJson(TypedDict):
+    """``status --json``'s ``endpoint`` (:class:`EndpointProcesses`)."""
+
+    pid: int
+    port: int
+    workers: list[int]
+
+
+class LaneCountJson(TypedDict):
+    """``status --json``'s ``lanes``: a model's replicas, and how many of them are ready."""
+
+    ready: int
+    total: int
+
+
+class StatusJson(TypedDict):
+    """The ``status --json`` object (:meth:`StatusView.to_json`; docs/operating.md).
+
+    ``containment`` holds, per supervisor, ``supervisor``, ``node``, ``summary`` and the
+    open description of its layers that ``ddsup.process`` gives.
+    """
+
+    format: int
+    invocation_id: str | None
+    launcher: str | None
+    state_dir: str
+    unit_dir: str | None
+    pid: int | None
+    started_at: float | None
+    ended_at: float | None
+    uptime: float | None
+    live: bool
+    stopping: bool
+    result: OutcomeJson | None
+    ends_at: float | None
+    time_left: float | None
+    lanes: dict[str, LaneCountJson]
+    instances: list[InstanceStatusJson]
+    containment: list[dict[str, Json]]
+    endpoint: EndpointJson | None
+    record_incomplete: str | None
+    attempt: int
 
 
 @dataclass(frozen=True)
@@ -49,7 +97,7 @@ class EndpointProcesses:
     port: int
     workers: tuple[int, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> EndpointJson:
         return {"pid": self.pid, "port": self.port, "workers": list(self.workers)}
 
 
@@ -81,7 +129,7 @@ class StatusView:
         """Lane replicas per model (counted once: the header and ``--json`` both ask)."""
         return lane_counts(self.instances)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> StatusJson:
         return {
             "format": STATUS_FORMAT,
             "invocation_id": self.invocation_id,
@@ -99,14 +147,21 @@ class StatusView:
             "time_left": self.time_left,
             "lanes": {m: {"ready": c.ready, "total": c.total} for m, c in self.lanes.items()},
             "instances": [i.to_json() for i in self.instances],
-            "containment": [
-                {"supervisor": c.supervisor, "node": c.node, "summary": c.summary, **c.details}
-                for c in self.containment
-            ],
+            "containment": [_layers_json(c) for c in self.containment],
             "endpoint": None if self.endpoint is None else self.endpoint.to_json(),
             "record_incomplete": self.record_incomplete,
             "attempt": self.attempt,
         }
+
+
+def _layers_json(contained: Contained) -> dict[str, Json]:
+    """One supervisor's layers, its open description (``details``) after what is known."""
+    known: dict[str, Json] = {
+        "supervisor": contained.supervisor,
+        "node": contained.node,
+        "summary": contained.summary,
+    }
+    return {**known, **contained.details}
 
 
 def status_view(state: StateDir, snapshot: RunSnapshot | None) -> StatusView:
@@ -213,29 +268,32 @@ def _planned(state: StateDir) -> list[tuple[InstanceStatus, int | None]]:
 
 
 def _planned_row(
-    item: Mapping[str, Any], devices: Mapping[str, list[str]]
+    item: Mapping[str, Json], devices: Mapping[str, list[str]]
 ) -> tuple[InstanceStatus, int | None]:
-    port, rank = item.get("port"), item.get("rank")
-    instance, gpus = str(item["instance"]), tuple(int(g) for g in item.get("gpus") or ())
-    rank = None if rank is None else int(rank)
-    nnodes = int(item.get("nnodes") or 1)
+    read = FieldReader(item)
+    instance, gpus, rank = (
+        read.text("instance"),
+        read.integers("gpus"),
+        read.optional_integer("rank"),
+    )
+    nnodes = read.optional_integer("nnodes") or 1
     row = InstanceStatus(
         instance=instance,
-        unit=str(item["unit"]),
-        type=UnitType(item["type"]),
-        node=str(item["node"]),
+        unit=read.text("unit"),
+        type=UnitType(read.text("type")),
+        node=read.text("node"),
         gpus=gpus,
-        port=None if port is None else int(port),
-        model=_served_model(item, rank),
-        served_names=tuple(str(n) for n in item.get("served_names") or ()) if not rank else (),
+        port=read.optional_integer("port"),
+        model=_served_model(read, rank),
+        served_names=read.texts("served_names") if not rank else (),
     )
     on_node = devices.get(row.node, [])
     return replace(row, **planned_facts(instance, rank, nnodes, gpus, on_node)), rank
 
 
-def _served_model(item: Mapping[str, Any], rank: object) -> str | None:
+def _served_model(item: FieldReader, rank: int | None) -> str | None:
     """A lane replica's model (from ``plan.json``); ranks > 0 serve none."""
-    if item.get("type") != UnitType.LANE.value or rank:
+    if item.text("type") != UnitType.LANE.value or rank:
         return None
-    model = item.get("model")
-    return str(model) if model else str(item["unit"]).rstrip("@")  # plans before 0.1 had none
+    model = item.optional_text("model")
+    return model if model else item.text("unit").rstrip("@")  # plans before 0.1 had none

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from ddsup.record._faults import incomplete as incomplete
     from ddsup.record._faults import say as say
     from ddsup.record._faults import silence as silence
+    from ddsup.record._fields import FieldReader as FieldReader
     from ddsup.record._instance import InstanceRecord as InstanceRecord
     from ddsup.record._instance import fold as fold
     from ddsup.record._log_files import last_lines as last_lines
@@ -120,7 +121,10 @@ if TYPE_CHECKING:
     from ddsup.record._states import IllegalTransition as IllegalTransition
     from ddsup.record._states import InstanceState as InstanceState
     from ddsup.record._status import InstanceStatus as InstanceStatus
+    from ddsup.record._status import InstanceStatusJson as InstanceStatusJson
+    from ddsup.record._status import PlannedFacts as PlannedFacts
     from ddsup.record._status import RunSnapshot as RunSnapshot
+    from ddsup.record._status import SnapshotJson as SnapshotJson
     from ddsup.record._status import StatusRows as StatusRows
     from ddsup.record._status import planned_facts as planned_facts
     from ddsup.record._timeline import Life as Life
@@ -224,6 +228,10 @@ _LAZY = {
     "InstanceState": "ddsup.record._states",
     "InstanceStatus": "ddsup.record._status",
     "RunSnapshot": "ddsup.record._status",
+    "FieldReader": "ddsup.record._fields",
+    "InstanceStatusJson": "ddsup.record._status",
+    "SnapshotJson": "ddsup.record._status",
+    "PlannedFacts": "ddsup.record._status",
     "OutcomeJson": "ddsup.record._outcome",
     "CauseJson": "ddsup.record._outcome",
     "EventLine": "ddsup.record._events",

@@ -3,7 +3,8 @@
 The live controller answers ``status`` with a :class:`RunSnapshot`; ``ddsup status``
 builds the same :class:`InstanceStatus` rows for a finished run from ``plan.json`` and
 ``events.jsonl``. ``InstanceStatus.to_json`` is the documented row of ``status --json``
-(docs/operating.md), and ``from_json`` reads it back from the control channel.
+(docs/operating.md; :class:`InstanceStatusJson`), and ``from_json`` reads it back from the
+control channel, as ``RunSnapshot``'s pair does the whole answer (:class:`SnapshotJson`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
-from ddsup._exit import ExitStatus
+from ddsup._exit import ExitJson, ExitStatus
+from ddsup._json import Json
 from ddsup.record._event_parse import parse_event
 from ddsup.record._events import Contained
+from ddsup.record._fields import FieldReader
 from ddsup.record._instance import InstanceRecord
+from ddsup.record._node_events import ContainmentLine
 from ddsup.record._outcome import exit_from_json
 from ddsup.record._states import InstanceState
 from ddsup.units import UnitType
@@ -27,6 +31,63 @@ if TYPE_CHECKING:  # only the controller's rows need a plan: ``status`` imports 
 
 # states in which "attempt k of N" means something: making a start, or past a failed one
 _ATTEMPTING = frozenset({InstanceState.STARTING, InstanceState.RESTARTING, InstanceState.FAILED})
+
+
+class InstanceStatusJson(TypedDict):
+    """One row of ``status --json``'s ``instances`` (:class:`InstanceStatus`)."""
+
+    instance: str
+    unit: str
+    type: str
+    node: str
+    model: str | None
+    served_names: list[str]
+    gpus: list[int]
+    port: int | None
+    state: str
+    since: float | None
+    pid: int | None
+    restarts: int
+    last_exit: ExitJson | None
+    reason: str | None
+    probe: str | None
+    ready_seconds: float | None
+    attempt: int | None
+    attempt_limit: int | None
+    replica: str | None
+    rank: int | None
+    nnodes: int
+    devices: list[str]
+    liveness_failures: int
+    until: float | None
+
+
+class PlannedFacts(TypedDict):
+    """The fields of a ``status`` row that come from the plan (:func:`planned_facts`)."""
+
+    replica: str | None
+    rank: int | None
+    nnodes: int
+    devices: tuple[str, ...]
+
+
+class SnapshotHead(TypedDict):
+    """A live run's answer to ``status`` but its rows."""
+
+    ends_at: float | None
+    invocation_id: str
+    launcher: str
+    started_at: float
+    uptime: float
+    state_dir: str
+    stopping: bool
+    containment: list[ContainmentLine]
+
+
+class SnapshotJson(SnapshotHead):
+    """A live run's answer to ``status`` (:class:`RunSnapshot`), as the channel carries it."""
+
+    instances: list[InstanceStatusJson]
 
 
 @dataclass(frozen=True)
@@ -84,7 +145,7 @@ class InstanceStatus:
         limit = f" of {self.attempt_limit}" if self.attempt_limit else ""
         return f"{self.attempt}{limit}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> InstanceStatusJson:
         return {
             "instance": self.instance,
             "unit": self.unit,
@@ -120,40 +181,41 @@ class InstanceStatus:
         return json.dumps(self.to_json(), separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> InstanceStatus:
+    def from_json(cls, data: Mapping[str, Json]) -> InstanceStatus:
         """Read back :meth:`to_json`; ValueError (or KeyError, TypeError) when it is not one."""
+        read = FieldReader(data)
         exit_json = data.get("last_exit")
         return cls(
-            instance=str(data["instance"]),
-            unit=str(data["unit"]),
-            type=UnitType(data["type"]),
-            node=str(data["node"]),
-            gpus=tuple(int(g) for g in data.get("gpus") or ()),
-            port=_optional(data, "port", int),
-            model=_optional(data, "model", str),
-            state=InstanceState(data["state"]),
-            since=_optional(data, "since", float),
-            pid=_optional(data, "pid", int),
-            restarts=int(data.get("restarts") or 0),
+            instance=read.text("instance"),
+            unit=read.text("unit"),
+            type=UnitType(read.text("type")),
+            node=read.text("node"),
+            gpus=read.integers("gpus"),
+            port=read.optional_integer("port"),
+            model=read.optional_text("model"),
+            state=InstanceState(read.text("state")),
+            since=read.optional_number("since"),
+            pid=read.optional_integer("pid"),
+            restarts=read.optional_integer("restarts") or 0,
             last_exit=None if exit_json is None else exit_from_json(exit_json),
-            reason=_optional(data, "reason", str),
-            probe=_optional(data, "probe", str),
-            ready_seconds=_optional(data, "ready_seconds", float),
-            attempt=_optional(data, "attempt", int),
-            attempt_limit=_optional(data, "attempt_limit", int),
-            replica=_optional(data, "replica", str),
-            rank=_optional(data, "rank", int),
-            nnodes=int(data.get("nnodes") or 1),
-            devices=tuple(str(d) for d in data.get("devices") or ()),
-            liveness_failures=int(data.get("liveness_failures") or 0),
-            served_names=tuple(str(n) for n in data.get("served_names") or ()),
-            until=_optional(data, "until", float),
+            reason=read.optional_text("reason"),
+            probe=read.optional_text("probe"),
+            ready_seconds=read.optional_number("ready_seconds"),
+            attempt=read.optional_integer("attempt"),
+            attempt_limit=read.optional_integer("attempt_limit"),
+            replica=read.optional_text("replica"),
+            rank=read.optional_integer("rank"),
+            nnodes=read.optional_integer("nnodes") or 1,
+            devices=read.texts("devices"),
+            liveness_failures=read.optional_integer("liveness_failures") or 0,
+            served_names=read.texts("served_names"),
+            until=read.optional_number("until"),
         )
 
 
 def planned_facts(
     instance: str, rank: int | None, nnodes: int, gpus: Sequence[int], node_devices: Sequence[str]
-) -> dict[str, Any]:
+) -> PlannedFacts:
     """The row fields that come from the plan: a rank's replica, the GPUs it sees."""
     return {
         "replica": instance.split(":", 1)[0] if nnodes > 1 else None,
@@ -179,7 +241,7 @@ class RunSnapshot:
     containment: tuple[Contained, ...] = ()
     ends_at: float | None = None  # the Slurm job's end time (its time limit), when known
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SnapshotJson:
         return {**self._head(), "instances": [i.to_json() for i in self.instances]}
 
     def json_text(self) -> str:
@@ -189,7 +251,7 @@ class RunSnapshot:
         rows = ",".join(row.json_text for row in self.instances)
         return f'{head[:-1]},"instances":[{rows}]}}'
 
-    def _head(self) -> dict[str, Any]:
+    def _head(self) -> SnapshotHead:
         """Everything but the rows."""
         return {
             "ends_at": self.ends_at,
@@ -203,20 +265,22 @@ class RunSnapshot:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunSnapshot:
+    def from_json(cls, data: Mapping[str, Json]) -> RunSnapshot:
+        """Read back :meth:`to_json`; ValueError (or TypeError) when it is not one."""
         instances = data.get("instances")
         if not isinstance(instances, list):
             raise ValueError("a snapshot needs a list of instances")
+        read = FieldReader(data)
         return cls(
-            invocation_id=str(data["invocation_id"]),
-            launcher=str(data["launcher"]),
-            started_at=float(data["started_at"]),
-            uptime=float(data["uptime"]),
-            state_dir=str(data["state_dir"]),
+            invocation_id=read.text("invocation_id"),
+            launcher=read.text("launcher"),
+            started_at=read.number("started_at"),
+            uptime=read.number("uptime"),
+            state_dir=read.text("state_dir"),
             stopping=data.get("stopping") is True,
-            instances=tuple(InstanceStatus.from_json(i) for i in instances),
+            instances=tuple(InstanceStatus.from_json(_object(i)) for i in instances),
             containment=_contained(data.get("containment")),
-            ends_at=_optional(data, "ends_at", float),
+            ends_at=read.optional_number("ends_at"),
         )
 
 
@@ -227,14 +291,9 @@ def _contained(data: object) -> tuple[Contained, ...]:
     return tuple(e for e in map(parse_event, data) if isinstance(e, Contained))
 
 
-def _optional(data: Mapping[str, Any], key: str, kind: type[Any]) -> Any:
-    value = data.get(key)
-    if value is None:
-        return None
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise ValueError(f"{key!r} must be {kind.__name__} or null")
+def _object(value: Json) -> dict[str, Json]:
+    if not isinstance(value, dict):
+        raise ValueError("a status row is a JSON object")
     return value
 
 
