@@ -17,15 +17,29 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from ddsup import jobs
 from ddsup._errors import RunStateError, SlurmError, UsageError
+from ddsup._json import Json
 from ddsup.ops._run_handle import one_line, silence_stdout
-from ddsup.record import Outcome, StateDir, duration, run_dirs
+from ddsup.record import Outcome, OutcomeJson, StateDir, duration, run_dirs
 from ddsup.units import parse_duration, printable
 
 _DAY = 86400.0
+
+
+class RunEntryJson(TypedDict):
+    """One run of ``ddsup runs --json`` (:class:`RunEntry`; docs/cli.md)."""
+
+    state_dir: str
+    invocation_id: str | None
+    unit_dir: str | None
+    started_at: float | None
+    ended_at: float | None
+    finished: bool
+    result: OutcomeJson | None
+    job: Json  # ``ddsup.jobs``' view of its Slurm job, or null
 
 
 @dataclass(frozen=True)
@@ -45,7 +59,7 @@ class RunEntry:
     def finished(self) -> bool:
         return self.result is not None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RunEntryJson:
         return {
             "state_dir": str(self.state.path),
             "invocation_id": self.invocation_id,

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddsup import jobs, record
 from ddsup._errors import DdsupError
@@ -37,6 +37,9 @@ from ddsup.record import (
     paint,
     symbol,
 )
+
+if TYPE_CHECKING:  # the efficiency's modules are imported for ``--json`` only
+    from ddsup.record import EfficiencyJson
 
 
 # --- status ------------------------------------------------------------------------------
@@ -108,7 +111,7 @@ def job_lines(job: jobs.JobView) -> list[str]:
     return [f"job {job.job_id}{name}: {job.summary}", *(f"  note: {n}" for n in job.notes)]
 
 
-def _efficiency(state: StateDir) -> dict[str, Any] | None:
+def _efficiency(state: StateDir) -> EfficiencyJson | None:
     """Where the run's GPU time went so far (docs/operating.md); None before it had a plan.
 
     ``record.efficiency_json`` is looked up here, so its modules (which read a whole run
@@ -128,7 +131,7 @@ def _snapshot(state: StateDir) -> RunSnapshot | None:
     return answer.snapshot if isinstance(answer, StatusReply) else None
 
 
-def _colour(stream: Any) -> bool:
+def _colour(stream: object) -> bool:
     """Colour and symbols only for a person at a terminal (https://no-color.org)."""
     tty = bool(getattr(stream, "isatty", lambda: False)())
     return tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ddsup.record._efficiency import CATEGORIES as CATEGORIES
     from ddsup.record._efficiency import MEANINGS as MEANINGS
     from ddsup.record._efficiency import Efficiency as Efficiency
+    from ddsup.record._efficiency import EfficiencyJson as EfficiencyJson
     from ddsup.record._efficiency import GpuTime as GpuTime
     from ddsup.record._efficiency import LaneTime as LaneTime
     from ddsup.record._efficiency import efficiency as efficiency
@@ -97,6 +98,7 @@ if TYPE_CHECKING:
     from ddsup.record._run_files import load_run as load_run
     from ddsup.record._run_info import ControlAddress as ControlAddress
     from ddsup.record._run_info import RunInfo as RunInfo
+    from ddsup.record._run_info import RunInfoJson as RunInfoJson
     from ddsup.record._samples import LaneSamples as LaneSamples
     from ddsup.record._series import CUT as CUT
     from ddsup.record._series import FAILED as FAILED
@@ -239,6 +241,8 @@ _LAZY = {
     "NodeEventLine": "ddsup.record._node_events",
     "ContainmentLine": "ddsup.record._node_events",
     "FaultsJson": "ddsup.record._faults",
+    "EfficiencyJson": "ddsup.record._efficiency",
+    "RunInfoJson": "ddsup.record._run_info",
 }
 
 __getattr__ = lazy_names(__name__, _LAZY, globals())

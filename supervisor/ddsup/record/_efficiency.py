@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ddsup.record._display import human_duration
 from ddsup.record._run_files import RunFiles, load_run
@@ -43,6 +43,49 @@ MEANINGS = {
 }
 """What each part of the GPU time is (the report's key; docs/operating.md's table)."""
 DOWN = "lanes not started yet, restarting, stopping or ended"  # "down" on the line
+
+
+class SecondsJson(TypedDict):
+    """Seconds by category (:class:`GpuTime`)."""
+
+    loading: float
+    serving: float
+    idle: float
+    down: float
+
+
+class AllocationSecondsJson(SecondsJson):
+    """GPU-seconds by category, and those of GPUs no lane held."""
+
+    unused: float
+
+
+class LaneTimeJson(TypedDict):
+    """One lane instance's part of the efficiency table (:class:`LaneTime`)."""
+
+    instance: str
+    node: str
+    gpus: int
+    restarts: int
+    seconds: SecondsJson
+
+
+class EfficiencyJson(TypedDict):
+    """``status --json``'s ``efficiency`` (:meth:`Efficiency.to_json`; docs/operating.md)."""
+
+    format: int
+    line: str
+    start: float
+    end: float
+    finished: bool
+    allocation_gpus: int
+    gpu_seconds: float
+    seconds: AllocationSecondsJson
+    shares: dict[str, float]
+    requests_recorded: bool
+    first_request_after: float | None
+    last_request_before_end: float | None
+    lanes: list[LaneTimeJson]
 
 
 @dataclass(frozen=True)
@@ -68,8 +111,13 @@ class GpuTime:
     def __add__(self, other: GpuTime) -> GpuTime:
         return GpuTime(*(getattr(self, c) + getattr(other, c) for c in CATEGORIES))
 
-    def as_dict(self) -> dict[str, float]:
-        return {c: round(getattr(self, c), 3) for c in CATEGORIES}
+    def as_dict(self) -> SecondsJson:
+        return {
+            "loading": round(self.loading, 3),
+            "serving": round(self.serving, 3),
+            "idle": round(self.idle, 3),
+            "down": round(self.down, 3),
+        }
 
 
 @dataclass(frozen=True)
@@ -124,7 +172,7 @@ class Efficiency:
     def line(self) -> str:
         return summary_line(self)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> EfficiencyJson:
         span = self.span
         return {
             "format": EFFICIENCY_FORMAT,
@@ -267,6 +315,6 @@ def efficiency_line(state_dir: Path | str, now: float | None = None) -> str:
     return efficiency_of(load_run(Path(state_dir)), now).line()
 
 
-def efficiency_json(state_dir: Path | str, now: float | None = None) -> dict[str, Any]:
+def efficiency_json(state_dir: Path | str, now: float | None = None) -> EfficiencyJson:
     """The efficiency table as JSON (for ``status --json``; docs/operating.md has its fields)."""
     return efficiency_of(load_run(Path(state_dir)), now).to_json()

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
+
+from ddsup._json import Json
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,28 @@ class ControlAddress:
         return f"{host}:{self.port}"
 
 
+class ControlJson(TypedDict):
+    host: str
+    port: int
+
+
+class RunInfoJson(TypedDict):
+    """``run.json`` (:class:`RunInfo`; docs/operating.md)."""
+
+    containment: dict[str, Json] | None
+    invocation_id: str
+    job: str | None
+    uid: int | None
+    attempt: int
+    pid: int | None
+    host: str | None
+    pid_start: int | None
+    launcher: str | None
+    unit_dir: str | None
+    started_at: float | None
+    control: ControlJson | None
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """``run.json``: how to find and recognise the run (no secret)."""
@@ -34,12 +58,12 @@ class RunInfo:
     control: ControlAddress | None = None
     host: str | None = None  # where ``pid`` runs (its hostname)
     pid_start: int | None = None  # its start time (clock ticks after boot): its identity
-    containment: Mapping[str, Any] | None = None  # ddsup start's no-orphan layers
+    containment: Mapping[str, Json] | None = None  # ddsup start's no-orphan layers
     job: str | None = None  # the Slurm job it ran in (``SLURM_JOB_ID``): the epilog's check
     uid: int | None = None  # the user it ran as (the file's owner must be the same)
     attempt: int = 0  # the job's attempt in this directory (``_attempts``)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RunInfoJson:
         control = self.control
         return {
             "containment": None if self.containment is None else dict(self.containment),
