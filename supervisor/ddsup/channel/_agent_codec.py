@@ -12,8 +12,9 @@ decode does.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypedDict
 
+from ddsup._json import Json
 from ddsup.channel._agent_messages import (
     HEARTBEAT,
     TO_AGENT,
@@ -25,10 +26,17 @@ from ddsup.channel._agent_messages import (
 from ddsup.channel._codec_rules import Decoder, decode_with, encode_fields, line_json
 from ddsup.channel._typed import from_json, prepare
 from ddsup.plan import Plan
+from ddsup.record import NodeEventLine
 
 # A heartbeat's line, written and read without json: every idle agent connection carries
 # one each way per beat, and they are most of what an idle controller does.
 HEARTBEAT_LINE = b'{"op":"heartbeat"}'
+
+
+class EventReportJson(TypedDict):
+    """An :class:`EventReport`'s field: the event in its ``events.jsonl`` line's shape."""
+
+    event: NodeEventLine
 
 
 def encode_agent(message: AgentMessage) -> bytes:
@@ -39,7 +47,7 @@ def encode_agent(message: AgentMessage) -> bytes:
     return line_json({"op": message.op, **fields}).encode()
 
 
-def agent_fields(message: Any) -> dict[str, Any]:
+def agent_fields(message: Any) -> EventReportJson | dict[str, Json]:
     """A message's fields as JSON values: the plan and an event in their own formats."""
     if isinstance(message, Setup):
         facts = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
@@ -63,7 +71,7 @@ def prepare_agent_decoding() -> None:
     prepare(TO_AGENT)
 
 
-def decode_setup(data: dict[str, Any]) -> Setup:
+def decode_setup(data: dict[str, Json]) -> Setup:
     """A :class:`Setup` from its JSON object: its plan in ``Plan.from_dict``'s format."""
     plan = data.get("plan")
     if not isinstance(plan, dict):

@@ -12,10 +12,11 @@ those): the same bytes either way. This adds the endpoint's lane feed, and reads
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypedDict
 
+from ddsup._json import Json
 from ddsup.channel._agent_codec import HEARTBEAT_LINE as HEARTBEAT_LINE
-from ddsup.channel._agent_codec import agent_fields, decode_setup
+from ddsup.channel._agent_codec import EventReportJson, agent_fields, decode_setup
 from ddsup.channel._codec_rules import Decoder, decode_with, line_json, object_parser
 from ddsup.channel._messages import (
     HEARTBEAT,
@@ -37,6 +38,31 @@ from ddsup.units import EndpointSection
 
 
 # --- encode -------------------------------------------------------------------------------
+class ReadyLaneJson(TypedDict):
+    """A lane of the endpoint's feed (:class:`ReadyLane`)."""
+
+    instance: str
+    model: str
+    url: str
+    api_key_env: str | None
+    served_names: list[str]
+
+
+class LanesUpdateJson(TypedDict):
+    lanes: list[ReadyLaneJson]
+    models: list[str]
+    served_names: list[str]
+
+
+class LanesChangedJson(TypedDict):
+    added: list[ReadyLaneJson]
+    removed: list[str]
+
+
+MessageFields = LanesUpdateJson | LanesChangedJson | EventReportJson | dict[str, Json]
+"""A message's fields as its line holds them, beside its ``op``."""
+
+
 def encode(message: Message) -> bytes:
     """One message as a JSON line's bytes (without the newline)."""
     if isinstance(message, Heartbeat):
@@ -46,7 +72,7 @@ def encode(message: Message) -> bytes:
     return line_json({"op": message.op, **_fields(message)}).encode()
 
 
-def _fields(message: Message) -> dict[str, Any]:
+def _fields(message: Message) -> MessageFields:
     if isinstance(message, EndpointSetup):
         return {"section": dataclasses.asdict(message.section)}
     if isinstance(message, LanesUpdate):
@@ -60,7 +86,7 @@ def _fields(message: Message) -> dict[str, Any]:
     return agent_fields(message)  # an agent's messages, a hello, an operator's request
 
 
-def _lanes(lanes: tuple[ReadyLane, ...]) -> list[dict[str, Any]]:
+def _lanes(lanes: tuple[ReadyLane, ...]) -> list[ReadyLaneJson]:
     """Lane records by hand: ``dataclasses.asdict`` deep-copies each one, and a feed of
     a thousand lanes wrote a thousand of them per message."""
     return [
@@ -88,14 +114,14 @@ def decode(line: bytes) -> Message:
     return message
 
 
-def _endpoint_setup(data: dict[str, Any]) -> EndpointSetup:
+def _endpoint_setup(data: dict[str, Json]) -> EndpointSetup:
     section = data.get("section")
     if set(data) != {"section"} or not isinstance(section, dict):
         raise ValueError("it carries one section object")
     return EndpointSetup(from_json(EndpointSection, section))
 
 
-def _node_event(data: dict[str, Any]) -> NodeEvent:
+def _node_event(data: dict[str, Json]) -> NodeEvent:
     """An event an agent reports: of its node (``NODE_EVENTS``), never the run's own."""
     event = parse_event(data)
     if not isinstance(event, NODE_EVENTS):
@@ -106,7 +132,7 @@ def _node_event(data: dict[str, Any]) -> NodeEvent:
 _read_node_event = object_parser(_node_event)
 
 
-def _event_report(data: dict[str, Any]) -> EventReport:
+def _event_report(data: dict[str, Json]) -> EventReport:
     """An agent's report of one event: most of what the controller reads in a start, so
     read here field by field, not through ``from_json``'s walk of its annotations."""
     if set(data) != {"event"}:

@@ -16,10 +16,12 @@ import reprlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ddsup._json import Json
 from ddsup.channel._hello import ChannelError, Hello
 from ddsup.channel._typed import from_json
 
-Decoder = Callable[[dict[str, Any]], Any]
+Decoder = Callable[[dict[str, Json]], Any]
+"""Reads a message of a kind with fields of a format of their own from its line's object."""
 
 
 # --- encode -------------------------------------------------------------------------------
@@ -28,7 +30,7 @@ line_json = json.JSONEncoder(separators=(",", ":")).encode
 ``dumps`` with any option builds a new encoder for every message it writes."""
 
 
-def encode_fields(message: Any) -> dict[str, Any]:
+def encode_fields(message: Any) -> dict[str, Json]:
     """The fields of a flat message (a hello, a command, an operator's request), as JSON
     values; a message with a nested record's own format is its codec's to write."""
     if isinstance(message, Hello):

@@ -17,10 +17,12 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ddsup._json import Json
+
 
 def from_json(
     kind: type[Any],
-    data: Mapping[str, Any],
+    data: Mapping[str, Json],
     parsers: Mapping[str, Callable[[Any], Any]] | None = None,
 ) -> Any:
     """A frozen dataclass from ``data``: every field checked against its annotation.
