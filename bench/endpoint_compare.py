@@ -47,7 +47,9 @@ Prefix-aware routing beside least-load, in one run (neither part needs wrk or ng
   ``vllm:prefix_cache_queries_total`` minus ``…_hits_total``), the hit rate, requests per
   second and balance: each lane's mean requests in flight through the endpoint, and the
   share of samples (every 0.2 s) in which one lane sat idle (nothing running or waiting
-  in vLLM) while the other had a queue. ``--kv-blocks N`` gives each lane a KV cache of N
+  in vLLM) while the other had a queue, by cause: every request was sent already (the
+  turn's tail), the endpoint had sent the idle lane nothing, or it had and vLLM did not
+  show it yet (between the endpoint and vLLM's engine). ``--kv-blocks N`` gives each lane a KV cache of N
   blocks (``--num-gpu-blocks-override``): one that holds the running requests and only
   some of the templates, as a GPU's does under a real job; 0 keeps vLLM's default, which
   holds everything this workload sends.
@@ -516,6 +518,11 @@ class Turn:
     hits: float = 0.0
     outstanding: list[list[int]] = field(default_factory=list)  # per sample, per lane
     idle_while_queued: int = 0
+    # the idle samples by cause: no request left to send (the turn's tail), the endpoint
+    # had sent the idle lane nothing (the choice), or it had, and vLLM did not run it yet
+    idle_tail: int = 0
+    idle_unsent: int = 0
+    idle_sent: int = 0
     samples: int = 0
     choices: dict[str, float] = field(default_factory=dict)  # prefix routing's, by kind
 
@@ -621,9 +628,15 @@ def workload(rng: random.Random, lane: str, args: argparse.Namespace) -> list[by
     return bodies
 
 
-def drive(url: str, bodies: list[bytes], concurrency: int, turn: Turn) -> None:
+def drive(
+    url: str,
+    bodies: list[bytes],
+    concurrency: int,
+    turn: Turn,
+    drained: threading.Event | None = None,
+) -> None:
     """Send ``bodies`` through ``url``, ``concurrency`` at a time, each client on its own
-    keep-alive connection."""
+    keep-alive connection; ``drained`` is set once every body is sent."""
     work: queue.SimpleQueue[bytes] = queue.SimpleQueue()
     for body in bodies:
         work.put(body)
@@ -636,6 +649,8 @@ def drive(url: str, bodies: list[bytes], concurrency: int, turn: Turn) -> None:
             try:
                 body = work.get_nowait()
             except queue.Empty:
+                if drained is not None:
+                    drained.set()
                 break
             conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
             response = conn.getresponse()
@@ -654,26 +669,35 @@ def drive(url: str, bodies: list[bytes], concurrency: int, turn: Turn) -> None:
     turn.seconds = time.monotonic() - start
 
 
-def watch(url: str, lanes: list[str], turn: Turn, done: threading.Event) -> None:
+def watch(
+    url: str, lanes: list[str], turn: Turn, done: threading.Event, drained: threading.Event
+) -> None:
     """Every 0.2 s: each lane's requests in flight through the endpoint, and whether a
-    lane sat idle while another had a queue (by vLLM's own gauges)."""
+    lane sat idle while another had a queue (by vLLM's own gauges), and why."""
     while not done.wait(0.2):
+        tail = drained.is_set()
         try:
             text = get(url, "/metrics")[1]
             gauges = [get(lane, "/metrics")[1] for lane in lanes]
         except OSError:
             continue
-        turn.outstanding.append(
-            [
-                int(metric(text, "ddsup_endpoint_lane_outstanding", f'm#{i}"'))
-                for i in range(len(lanes))
-            ]
-        )
+        sent = [
+            int(metric(text, "ddsup_endpoint_lane_outstanding", f'm#{i}"'))
+            for i in range(len(lanes))
+        ]
+        turn.outstanding.append(sent)
         running = [metric(g, "vllm:num_requests_running") for g in gauges]
         waiting = [metric(g, "vllm:num_requests_waiting") for g in gauges]
-        idle = any(r == 0 and w == 0 for r, w in zip(running, waiting, strict=True))
-        turn.idle_while_queued += idle and any(w > 0 for w in waiting)
+        idle = [r == 0 and w == 0 for r, w in zip(running, waiting, strict=True)]
         turn.samples += 1
+        if any(idle) and any(w > 0 for w in waiting):
+            turn.idle_while_queued += 1
+            if tail:
+                turn.idle_tail += 1
+            elif any(i and n == 0 for i, n in zip(idle, sent, strict=True)):
+                turn.idle_unsent += 1
+            else:
+                turn.idle_sent += 1
 
 
 def cache_counters(lanes: list[str]) -> tuple[float, float]:
@@ -744,11 +768,11 @@ def one_turn(
     turn = Turn(policy)
     before = cache_counters(lanes)
     routed = choices(url)
-    done = threading.Event()
-    watcher = threading.Thread(target=watch, args=(url, lanes, turn, done))
+    done, drained = threading.Event(), threading.Event()
+    watcher = threading.Thread(target=watch, args=(url, lanes, turn, done, drained))
     watcher.start()
     try:
-        drive(url, bodies, args.concurrency, turn)
+        drive(url, bodies, args.concurrency, turn, drained)
     finally:
         done.set()
         watcher.join()
@@ -780,7 +804,8 @@ def describe(turn: Turn, lanes: int) -> str:
         f"{turn.requests / turn.seconds:.1f} req/s; prefill computed {turn.computed:,.0f} tokens "
         f"of {turn.queries:,.0f} (hit rate {rate:.1%}); in flight per lane "
         f"{', '.join(f'{m:.1f}' for m in mean)}; a lane idle while the other queued in "
-        f"{idle:.0%} of {turn.samples} samples"
+        f"{idle:.0%} of {turn.samples} samples (after the last send {turn.idle_tail}, "
+        f"none sent to it {turn.idle_unsent}, sent but not in its gauges {turn.idle_sent})"
         + (
             f"; routed {', '.join(f'{k} {v:.0f}' for k, v in sorted(turn.choices.items()))}"
             if turn.choices
