@@ -21,6 +21,8 @@ from report_helpers import (
 from ddsup.ops.report import build_report, render_report
 from ddsup.record import efficiency_json, efficiency_line, load_run
 from ddsup.record._efficiency import DOWN, efficiency_of, gpu_time_text, whole_percents
+from ddsup.record._run_files import event_line
+from ddsup.record._run_info import RunInfo
 from ddsup.record._series import Series, read_series
 from ddsup.record._timeline import MarkKind, replay, run_span
 
@@ -136,8 +138,10 @@ def test_replay_marks_exits_restarts_and_failures() -> None:
         *two_lane_run().events,
         unit(T0 + 199, "a@1", "stopping", "failed", "start limit hit"),
     ]
-    span = run_span(events, {}, now=0)
-    lives = replay(events, ["a@0", "a@1", "never"], span)
+    lines = [line for line in map(event_line, events) if line is not None]
+    assert len(lines) == len(events)  # every line as the controller writes it reads back
+    span = run_span(lines, RunInfo(invocation_id="synthetic-run"), now=0)
+    lives = replay(lines, ["a@0", "a@1", "never"], span)
     assert [(m.kind, m.time) for m in lives["a@0"].marks] == [
         (MarkKind.EXIT, T0 + 100),
         (MarkKind.RESTART, T0 + 100.5),

@@ -94,6 +94,9 @@ if TYPE_CHECKING:
     from ddsup.record._private import check_private as check_private
     from ddsup.record._private import open_private_dir as open_private_dir
     from ddsup.record._private import write_private as write_private
+    from ddsup.record._run_files import PlanFile as PlanFile
+    from ddsup.record._run_files import PlannedInstance as PlannedInstance
+    from ddsup.record._run_files import PlannedNode as PlannedNode
     from ddsup.record._run_files import RunFiles as RunFiles
     from ddsup.record._run_files import load_run as load_run
     from ddsup.record._run_info import ControlAddress as ControlAddress
@@ -221,6 +224,9 @@ _LAZY = {
     "UnitTransition": "ddsup.record._node_events",
     "InstanceRecord": "ddsup.record._instance",
     "Outcome": "ddsup.record._outcome",
+    "PlanFile": "ddsup.record._run_files",
+    "PlannedInstance": "ddsup.record._run_files",
+    "PlannedNode": "ddsup.record._run_files",
     "RunFiles": "ddsup.record._run_files",
     "load_run": "ddsup.record._run_files",
     "Series": "ddsup.record._series",

@@ -19,13 +19,15 @@ read a state directory and are what ``ddsup start`` and ``status --json`` show.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from ddsup.record._display import human_duration
-from ddsup.record._run_files import RunFiles, load_run
+from ddsup.record._events import EventLine
+from ddsup.record._run_files import PlanFile, RunFiles, load_run
+from ddsup.record._run_info import RunInfo
 from ddsup.record._series import Series
 from ddsup.record._timeline import RunSpan, replay, run_span
 
@@ -201,37 +203,31 @@ class Efficiency:
 
 
 def efficiency(
-    plan: Mapping[str, Any] | None,
-    events: Sequence[Mapping[str, Any]],
+    plan: PlanFile | None,
+    events: Sequence[EventLine],
     series: Series,
-    run: Mapping[str, Any],
+    run: RunInfo,
     now: float,
 ) -> Efficiency:
     """The efficiency table of a run from its plan, events and endpoint series."""
     span = run_span(events, run, now)
-    planned = [i for i in (plan or {}).get("instances", []) if i.get("type") == "lane"]
-    lives = replay(events, [i["instance"] for i in planned], span)
+    planned = [i for i in (plan.instances if plan else ()) if i.is_lane]
+    lives = replay(events, [i.instance for i in planned], span)
     samples = series.by_lane
     lanes = []
     for item in planned:
-        life = lives[item["instance"]]
+        life = lives[item.instance]
         loading = life.seconds_in("starting")
         ready_spans = life.spans("ready")
         ready = sum(end - start for start, end in ready_spans)
-        lane_samples = samples.get(str(item["instance"]).split(":")[0])
+        lane_samples = samples.get(item.instance.split(":")[0])
         serving = min(ready, lane_samples.busy_within(ready_spans)) if lane_samples else 0.0
         down = max(0.0, span.seconds - loading - ready)
         time_split = GpuTime(loading, serving, ready - serving, down)
         lanes.append(
-            LaneTime(
-                item["instance"],
-                str(item.get("node")),
-                len(item.get("gpus") or []),
-                time_split,
-                life.restarts,
-            )
+            LaneTime(item.instance, str(item.node), len(item.gpus), time_split, life.restarts)
         )
-    node_gpus = sum(len(n.get("gpus") or []) for n in (plan or {}).get("nodes", []))
+    node_gpus = sum(len(n.gpus) for n in (plan.nodes if plan else ()))
     return Efficiency(
         span=span,
         allocation_gpus=max(node_gpus, sum(lane.gpus for lane in lanes)),

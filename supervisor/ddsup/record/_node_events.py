@@ -336,10 +336,12 @@ NODE_EVENTS = (
 """The kinds an agent may report (``EventReport``): the run's lifecycle is the controller's."""
 
 
-class _NodeKey(TypedDict, total=False):
+class NodeKey(TypedDict, total=False):
+    """The ``node`` of a line: none for the head node."""
+
     node: str
 
 
-def _node(node: str | None) -> _NodeKey:
+def _node(node: str | None) -> NodeKey:
     """The ``node`` key of a line, in its place after ``instance``; none for the head node."""
     return {} if node is None else {"node": node}

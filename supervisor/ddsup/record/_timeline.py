@@ -1,6 +1,6 @@
 """A run's events replayed into time: each instance's states as segments, and marks.
 
-Pure functions over the objects of ``events.jsonl``: the report draws these segments,
+Pure functions over the typed lines of ``events.jsonl`` (``_run_files`` reads them): the report draws these segments,
 and the efficiency table adds up their GPU-seconds. A run that has not finished yet ends
 "now" (the caller's ``now``), so a live run's last states reach the right edge.
 """
@@ -8,9 +8,12 @@ and the efficiency table adds up their GPU-seconds. A run that has not finished 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from ddsup.record._events import EventLine
+from ddsup.record._node_events import ExitLine
+from ddsup.record._run_info import RunInfo
 
 
 class MarkKind(str, enum.Enum):
@@ -74,55 +77,54 @@ class RunSpan:
     def seconds(self) -> float:
         return max(0.0, self.end - self.start)
 
+    def clamp(self, time: float) -> float:
+        """``time`` within the span."""
+        return min(max(time, self.start), self.end)
 
-def run_span(events: Sequence[Mapping[str, Any]], run: Mapping[str, Any], now: float) -> RunSpan:
+
+def run_span(events: Sequence[EventLine], run: RunInfo, now: float) -> RunSpan:
     """The run's span from its ``run`` events (``run.json``'s ``started_at`` as a fallback)."""
     start = end = stopping = None
     for event in events:
-        if event.get("event") != "run":
+        if event["event"] != "run":
             continue
-        reason = event.get("reason")
+        reason = event["reason"]
         if reason == "starting" and start is None:
-            start = float(event["time"])
+            start = event["time"]
         elif reason == "stopping" and stopping is None:
-            stopping = float(event["time"])
+            stopping = event["time"]
         elif reason == "finished":
-            end = float(event["time"])
+            end = event["time"]
     if start is None:
-        candidates = [float(run["started_at"])] if run.get("started_at") else []
-        candidates += [float(e["time"]) for e in events[:1]]
+        candidates = [run.started_at] if run.started_at else []
+        candidates += [e["time"] for e in events[:1]]
         start = min(candidates) if candidates else now
     finished = end is not None
     return RunSpan(start, end if end is not None else max(now, start), finished, stopping)
 
 
-def replay(
-    events: Iterable[Mapping[str, Any]], instances: Iterable[str], span: RunSpan
-) -> dict[str, Life]:
+def replay(events: Iterable[EventLine], instances: Iterable[str], span: RunSpan) -> dict[str, Life]:
     """Each instance's life within ``span`` (``inactive`` until its first transition)."""
     names = list(instances)
     state = {name: ("inactive", "not started yet", span.start) for name in names}
     segments: dict[str, list[Segment]] = {name: [] for name in names}
     marks: dict[str, list[Mark]] = {name: [] for name in names}
     restarts = dict.fromkeys(names, 0)
-    for event in sorted(events, key=lambda e: float(e.get("time", 0.0))):
-        name = event.get("instance")
-        if name not in state:
-            continue
-        time = min(max(float(event["time"]), span.start), span.end)
-        if event.get("event") == "exit":
-            ok = event.get("exit") == {"code": 0}
+    for event in sorted(events, key=lambda e: e["time"]):
+        if event["event"] == "exit" and event["instance"] in state:
+            name, time = event["instance"], span.clamp(event["time"])
+            ok = event["exit"] == {"code": 0}
             marks[name].append(Mark(time, MarkKind.EXIT, _exit_text(event), ok))
-        elif event.get("event") == "unit" and event.get("to"):
+        elif event["event"] == "unit" and event["instance"] in state and event["to"]:
+            name, time, to = event["instance"], span.clamp(event["time"]), event["to"]
             current, reason, since = state[name]
             segments[name].append(Segment(since, time, current, reason))
-            to = str(event["to"])
-            state[name] = (to, str(event.get("reason") or ""), time)
-            restarts[name] = int(event.get("restarts") or restarts[name])
+            state[name] = (to, event["reason"], time)
+            restarts[name] = event["restarts"] or restarts[name]
             if to == "restarting":
-                marks[name].append(Mark(time, MarkKind.RESTART, str(event.get("reason") or "")))
+                marks[name].append(Mark(time, MarkKind.RESTART, event["reason"]))
             elif to == "failed":
-                marks[name].append(Mark(time, MarkKind.FAILED, str(event.get("reason") or "")))
+                marks[name].append(Mark(time, MarkKind.FAILED, event["reason"]))
     lives = {}
     for name in names:
         current, reason, since = state[name]
@@ -132,7 +134,5 @@ def replay(
     return lives
 
 
-def _exit_text(event: Mapping[str, Any]) -> str:
-    reason = str(event.get("reason") or "exited")
-    pid = event.get("pid")
-    return f"{reason} (pid {pid})" if pid is not None else reason
+def _exit_text(event: ExitLine) -> str:
+    return f"{event['reason']} (pid {event['pid']})"

@@ -113,7 +113,7 @@ def legend(kinds: tuple[tuple[str, str, str], ...] = LEGEND) -> str:
 
 def render_report(report: Report) -> str:
     """The whole page as one string."""
-    run_id = esc(report.files.run.get("invocation_id", "?"))
+    run_id = esc(report.files.run.invocation_id or "?")
     rows = "one row per node's lanes" if report.aggregate else "one row per instance"
     body = [
         outcome_section(report),

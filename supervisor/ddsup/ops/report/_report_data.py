@@ -7,9 +7,7 @@ The drawing modules only lay this out; every number they print comes from here o
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ddsup.record import (
     FAILED,
@@ -17,6 +15,8 @@ from ddsup.record import (
     Efficiency,
     LaneSamples,
     Life,
+    PlanFile,
+    PlannedInstance,
     RunFiles,
     RunSpan,
     efficiency_of,
@@ -39,22 +39,22 @@ class Rows(str, enum.Enum):
 class Row:
     """One instance on the timeline; ``samples`` are its replica's series (lanes only)."""
 
-    planned: Mapping[str, Any]
+    planned: PlannedInstance
     life: Life
     model: str | None
     samples: LaneSamples | None
 
     @property
     def instance(self) -> str:
-        return str(self.planned["instance"])
+        return self.planned.instance
 
     @property
     def is_lane(self) -> bool:
-        return self.planned.get("type") == "lane"
+        return self.planned.is_lane
 
     @property
     def gpus(self) -> int:
-        return len(self.planned.get("gpus") or [])
+        return len(self.planned.gpus)
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class NodeGroup:
 
     name: str
     address: str | None
-    gpus: tuple[Any, ...]
+    gpus: tuple[int, ...]
     rows: tuple[Row, ...]
 
     @property
@@ -108,22 +108,20 @@ class Report:
 
 def build_report(files: RunFiles, now: float, rows: Rows = Rows.AUTO) -> Report:
     """Everything the page needs, from the run's files as of ``now``."""
-    plan = files.plan or {}
-    planned = list(plan.get("instances", []))
+    plan = files.plan or PlanFile()
+    planned = plan.instances
     span = run_span(files.events, files.run, now)
-    lives = replay(files.events, [i["instance"] for i in planned], span)
-    models = {
-        str(i["instance"]): str(i.get("model") or str(i["unit"]).rstrip("@")) for i in planned
-    }
+    lives = replay(files.events, [i.instance for i in planned], span)
+    models = {i.instance: i.model or i.unit.rstrip("@") for i in planned}
     samples = files.series.by_lane
     all_rows = []
     for item in planned:
-        replica = str(item["instance"]).split(":")[0]
-        lane = item.get("type") == "lane"
+        replica = item.instance.split(":")[0]
+        lane = item.is_lane
         all_rows.append(
             Row(
                 item,
-                lives[item["instance"]],
+                lives[item.instance],
                 models.get(replica) if lane else None,
                 samples.get(replica) if lane else None,
             )
@@ -134,17 +132,16 @@ def build_report(files: RunFiles, now: float, rows: Rows = Rows.AUTO) -> Report:
     return Report(files, now, span, efficiency_of(files, now), groups, aggregate, _totals(files))
 
 
-def _groups(plan: Mapping[str, Any], rows: list[Row]) -> tuple[NodeGroup, ...]:
-    nodes = {str(n.get("name")): n for n in plan.get("nodes", [])}
-    order = list(nodes) + sorted({str(r.planned.get("node")) for r in rows} - set(nodes))
+def _groups(plan: PlanFile, rows: list[Row]) -> tuple[NodeGroup, ...]:
+    nodes = {n.name: n for n in plan.nodes}
+    order = list(nodes) + sorted({str(r.planned.node) for r in rows} - set(nodes))
     groups = []
     for name in order:
-        mine = [r for r in rows if str(r.planned.get("node")) == name]
+        mine = [r for r in rows if str(r.planned.node) == name]
         mine.sort(key=lambda r: not r.is_lane)  # stable: plan order within each kind
-        node = nodes.get(name, {})
-        groups.append(
-            NodeGroup(name, node.get("address"), tuple(node.get("gpus") or ()), tuple(mine))
-        )
+        node = nodes.get(name)
+        address, gpus = (node.address, node.gpus) if node else (None, ())
+        groups.append(NodeGroup(name, address, gpus, tuple(mine)))
     return tuple(groups)
 
 

@@ -6,12 +6,19 @@ it without any script), so the page of a 1,024-lane run still starts with the pi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from ddsup.ops.report._report_data import Report, Row
 from ddsup.ops.report._svg import duration, esc, num, stamp, svg
-from ddsup.record import CATEGORIES, MEANINGS, GpuTime, LaneTime, gpu_time_text, whole_percents
+from ddsup.record import (
+    CATEGORIES,
+    MEANINGS,
+    EventLine,
+    GpuTime,
+    LaneTime,
+    gpu_time_text,
+    whole_percents,
+)
 
 FOLD_ROWS = 32
 BAR_W = 1126.0
@@ -21,13 +28,13 @@ SHARE_CLASSES = (*CATEGORIES, "unused")
 def outcome_section(report: Report) -> str:
     files, span = report.files, report.span
     run = files.run
-    result = files.result or _finished_event(files.events)
+    result = files.result or files.finished
     if result:
-        cause = result.get("cause") or {}
-        status = str(result.get("status"))
+        cause = result["cause"]
+        status = result["status"]
         kind = "ok" if status == "ok" else "bad"
         who = f"{cause['unit']}: " if cause.get("unit") else ""
-        headline = f"{status}, exit {result.get('exit_code')} ({who}{cause.get('reason', '')})"
+        headline = f"{status}, exit {result['exit_code']} ({who}{cause['reason']})"
         end = ("ended", stamp(span.end))
     else:
         kind, headline = "live", "no result yet: live (or its controller was killed)"
@@ -36,19 +43,14 @@ def outcome_section(report: Report) -> str:
         ("started", stamp(span.start)),
         end,
         ("ran", duration(span.seconds)),
-        ("launcher", run.get("launcher", "?")),
-        ("unit directory", run.get("unit_dir") or "?"),
+        ("launcher", run.launcher or "?"),
+        ("unit directory", run.unit_dir or "?"),
         ("state directory", str(files.path)),
     ]
     return (
-        f"<header><h1>ddsup run <code>{esc(run.get('invocation_id', '?'))}</code></h1>"
+        f"<header><h1>ddsup run <code>{esc(run.invocation_id or '?')}</code></h1>"
         f'<p class="outcome {kind}">{esc(headline)}</p>{_facts(facts)}</header>'
     )
-
-
-def _finished_event(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    finished = [e for e in events if e.get("event") == "run" and e.get("reason") == "finished"]
-    return finished[-1] if finished else None
 
 
 def _facts(pairs: Iterable[tuple[str, object]]) -> str:
@@ -249,13 +251,13 @@ def _instance_table(report: Report, rows: list[Row]) -> str:
         )
         cells = (
             row.instance,
-            p.get("type"),
+            p.type,
             row.model or "",
-            p.get("node"),
-            ",".join(map(str, p.get("gpus") or [])),
-            _blank(p.get("port")),
-            _blank(p.get("replica")),
-            _blank(p.get("rank")),
+            p.node,
+            ",".join(map(str, p.gpus)),
+            _blank(p.port),
+            _blank(p.replica),
+            _blank(p.rank),
             row.life.restarts,
             state,
             exits.get(row.instance, ""),
@@ -268,15 +270,18 @@ def _blank(value: object) -> object:
     return "" if value is None else value
 
 
-def _last_exits(events: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+def _last_exits(events: Sequence[EventLine]) -> dict[str, str]:
     exits: dict[str, str] = {}
     for event in events:
-        exit_info = event.get("exit")
-        if event.get("instance") and isinstance(exit_info, dict):
-            if "code" in exit_info:
-                exits[str(event["instance"])] = f"code {exit_info['code']}"
-            elif "signal" in exit_info:
-                exits[str(event["instance"])] = str(exit_info["signal"])
+        if event["event"] != "unit" and event["event"] != "exit":
+            continue
+        exit_json = event.get("exit")
+        if not event["instance"] or exit_json is None:
+            continue
+        if "code" in exit_json:
+            exits[event["instance"]] = f"code {exit_json['code']}"
+        elif "signal" in exit_json:
+            exits[event["instance"]] = exit_json["signal"]
     return exits
 
 

@@ -95,13 +95,13 @@ def _label(text: str, title: str, y: float, height: float) -> str:
 
 
 def _instance_row(row: Row, axis: Axis, y: float) -> str:
-    about = [row.instance, f"type {row.planned.get('type')}"]
+    about = [row.instance, f"type {row.planned.type}"]
     if row.model:
         about.append(f"model {row.model}")
     if row.gpus:
-        about.append(f"GPUs {','.join(map(str, row.planned.get('gpus') or []))}")
-    if row.planned.get("port"):
-        about.append(f"port {row.planned['port']}")
+        about.append(f"GPUs {','.join(map(str, row.planned.gpus))}")
+    if row.planned.port:
+        about.append(f"port {row.planned.port}")
     about.append(f"restarts {row.life.restarts}")
     parts = [_label(row.instance, " · ".join(about), y, ROW_H)]
     for seg in row.life.segments:
