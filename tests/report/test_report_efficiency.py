@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,23 @@ def test_a_run_that_failed_at_once_says_what_its_down_time_is(tmp_path: Path) ->
     for part in ("loading", "serving", "idle", "down"):
         assert f"<dt>{part}</dt><dd>" in key, key
     assert "no process loading or ready: not started yet (its stagger turn" in key
+
+
+def test_values_of_the_wrong_type_are_read_as_missing(tmp_path: Path) -> None:
+    """A line another tool or a damaged disk wrote, with a value of the wrong type, is
+    read as far as it goes (an event) or skipped and named (a series line): never a crash."""
+    state = write_state(tmp_path / "run", two_lane_run())
+    with (state / "events.jsonl").open("a") as handle:
+        handle.write(json.dumps(unit(T0 + 199, "a@1", "exited", "failed", restarts="x")) + "\n")
+        handle.write(json.dumps({"time": T0 + 199, "event": "exit", "instance": ["a@1"]}) + "\n")
+    with (state / "series" / "endpoint-1.jsonl").open("a") as handle:
+        handle.write(json.dumps(series_line(T0 + 199, 1.0, {}, refused=["a"])) + "\n")
+    files = load_run(state)
+    assert files.problems == (
+        "series/endpoint-1.jsonl:14: not a series line (refused and cut must be an object); "
+        "skipped",
+    )
+    report = build_report(files, T0 + 300)
+    life = next(r.life for g in report.groups for r in g.rows if r.instance == "a@1")
+    assert life.segments[-1].state == "failed" and life.restarts == 0
+    assert "a@1" in render_report(report)

@@ -52,8 +52,9 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
+from ddsup._json import Json, JsonObject
 from ddsup.record._samples import LaneSamples
 
 SERIES_DIR = "series"
@@ -199,8 +200,10 @@ def read_series(state_dir: Path) -> Series:
     for path in paths:
         lines: list[SeriesLine] = []
         for where, record in read_jsonl(path, state_dir, problems):
-            if "series" in record:
-                interval = float(record.get("interval") or interval)
+            if "series" in record:  # a header: its interval, if it has a usable one
+                given = record.get("interval")
+                if isinstance(given, int | float) and given > 0:
+                    interval = float(given)
                 continue
             try:
                 lines.append(_line(record))
@@ -212,7 +215,7 @@ def read_series(state_dir: Path) -> Series:
     return Series(tuple(lines), interval, len(paths), tuple(problems))
 
 
-def _line(record: Mapping[str, Any]) -> SeriesLine:
+def _line(record: JsonObject) -> SeriesLine:
     lanes, counts = record.get("lanes", []), record.get("counts", [])
     if not isinstance(lanes, list) or not isinstance(counts, list):
         raise TypeError("lanes and counts must be lists")
@@ -221,25 +224,46 @@ def _line(record: Mapping[str, Any]) -> SeriesLine:
     # checks in C (map, set): a day of a thousand lanes is millions of numbers
     if not set(map(type, lanes)) <= {str} or not set(map(type, counts)) <= {int, float}:
         raise TypeError("lanes must be strings and counts numbers")
-    refused = {
-        str(model): {str(status): int(n) for status, n in by_status.items()}
-        for model, by_status in record.get("refused", {}).items()
-    }
     first, quiet = record.get("first"), record.get("quiet")
-    cache = record.get("prefix_cache", {})
-    if not isinstance(cache, dict):
-        raise TypeError("prefix_cache must be an object")
     return SeriesLine(
-        end=float(record["t"]),
-        span=max(0.0, float(record["d"])),
-        lanes=lanes,
-        counts=counts,
-        refused=refused,
-        first=None if first is None else float(first),
-        quiet=None if quiet is None else float(quiet),
-        cut={str(lane): int(n) for lane, n in record.get("cut", {}).items()},
-        prefix_cache={str(lane): (int(q), int(h)) for lane, (q, h) in cache.items()},
+        end=_number(record["t"]),
+        span=max(0.0, _number(record["d"])),
+        lanes=cast("list[str]", lanes),  # checked above, at once
+        counts=cast("list[float]", counts),
+        refused={
+            str(model): {str(status): _count(n) for status, n in _object(by_status).items()}
+            for model, by_status in _object(record.get("refused", {})).items()
+        },
+        first=None if first is None else _number(first),
+        quiet=None if quiet is None else _number(quiet),
+        cut={str(lane): _count(n) for lane, n in _object(record.get("cut", {})).items()},
+        prefix_cache={
+            str(lane): _pair(pair)
+            for lane, pair in _object(record.get("prefix_cache", {}), "prefix_cache").items()
+        },
     )
+
+
+def _object(value: Json, name: str = "") -> JsonObject:
+    if not isinstance(value, dict):
+        raise TypeError(f"{name or 'refused and cut'} must be an object")
+    return value
+
+
+def _number(value: Json) -> float:
+    if not isinstance(value, int | float | str):
+        raise TypeError(f"a number, not {type(value).__name__}")
+    return float(value)  # a numeric string too, as the counts' checks let through
+
+
+def _count(value: Json) -> int:
+    return int(_number(value))
+
+
+def _pair(value: Json) -> tuple[int, int]:
+    if not isinstance(value, list) or len(value) != 2:
+        raise ValueError("a prefix cache pair is [queried, hit]")
+    return _count(value[0]), _count(value[1])
 
 
 def combine_processes(files: Sequence[Sequence[SeriesLine]], interval: float) -> list[SeriesLine]:
@@ -355,7 +379,7 @@ def _quiet(lines: Sequence[SeriesLine]) -> float | None:
 
 def read_jsonl(
     path: Path, relative_to: Path, problems: list[str]
-) -> Iterator[tuple[str, dict[str, Any]]]:
+) -> Iterator[tuple[str, JsonObject]]:
     """``(file:line, object)`` for each JSON object line of ``path``.
 
     Tolerant by design, for files of live runs: a missing file yields nothing, a last line
@@ -382,7 +406,7 @@ def read_jsonl(
         if not row.strip():
             continue
         try:
-            record = json.loads(row)
+            record: Json = json.loads(row)
         except ValueError:
             if number != being_written:
                 problems.append(f"{name}:{number}: not JSON; skipped")
