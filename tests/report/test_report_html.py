@@ -90,6 +90,7 @@ def test_strings_from_the_run_cannot_inject_markup(tmp_path: Path) -> None:
             "time": T0 + 3,
             "event": "exit",
             "instance": bad,
+            "pid": 9,
             "exit": {"signal": EVIL},
             "reason": EVIL,
         },
