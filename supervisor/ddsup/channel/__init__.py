@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from ddsup.channel._operator_messages import StatusRequest as StatusRequest
     from ddsup.channel._operator_messages import StopAnswer as StopAnswer
     from ddsup.channel._operator_messages import StopRequest as StopRequest
+    from ddsup.channel._typed import from_json as from_json
 
 _LAZY = {
     "AgentChannel": "ddsup.channel._agent_channel",
@@ -135,6 +136,7 @@ _LAZY = {
     "ServerLimits": "ddsup.channel._channel_server",
     "serve_channel": "ddsup.channel._channel_server",
     "line_json": "ddsup.channel._codec_rules",
+    "from_json": "ddsup.channel._typed",
 }
 
 __getattr__ = lazy_names(__name__, _LAZY, globals())

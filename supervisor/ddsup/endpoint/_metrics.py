@@ -13,12 +13,37 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 from ddsup.endpoint._body_budget import BodyBudget
 from ddsup.endpoint._lanes import LaneInfo, LaneTable
 from ddsup.endpoint._prefix_cache import PrefixCacheTally
 from ddsup.endpoint._timeseries import NO_SERIES, SeriesHooks  # [series hook]
+
+Labelled = tuple[str, str, int]
+"""Two labels (a model and a status, say) and their count."""
+Counted = tuple[str, int]
+"""One label and its count."""
+
+
+class CountersJson(TypedDict):
+    """Every counter of :class:`Metrics`, as :meth:`Metrics.snapshot` writes them and the
+    workers' link carries them: each counter a list of rows, a row its labels then its
+    count (a tuple here, a JSON array on the link, read back into tuples by the link's
+    decoder). ``lane_cache``: (lane, queries, hits); ``histogram``: (model, the count in
+    each bucket of :data:`BUCKETS` and over it, the seconds summed)."""
+
+    requests: list[Labelled]
+    retries: list[Counted]
+    rejected: list[Labelled]
+    upstream_errors: list[Labelled]
+    metrics_errors: list[Counted]
+    ejections: list[Counted]
+    prefix_routed: list[Labelled]
+    lane_cache: list[tuple[str, float, float]]
+    histogram: list[tuple[str, list[int], float]]
+    body_bytes: int
+
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
@@ -56,45 +81,46 @@ class Metrics:
         if added is not None and (added[0] or added[1]):
             self.series.cached(lane.instance, *added)  # [series hook]
 
-    def snapshot(self) -> dict[str, Any]:
-        """Every counter, as JSON (label tuples become lists)."""
+    def snapshot(self) -> CountersJson:
+        """Every counter, as rows of labels and counts (see :class:`CountersJson`)."""
         return {
-            "requests": [[*k, n] for k, n in self.requests.items()],
-            "retries": [[k, n] for k, n in self.retries.items()],
-            "rejected": [[*k, n] for k, n in self.rejected.items()],
-            "upstream_errors": [[*k, n] for k, n in self.upstream_errors.items()],
-            "metrics_errors": [[k, n] for k, n in self.metrics_errors.items()],
-            "ejections": [[k, n] for k, n in self.ejections.items()],
-            "prefix_routed": [[*k, n] for k, n in self.prefix_routed.items()],
-            "lane_cache": [[lane, *total] for lane, total in self.lane_cache.totals.items()],
-            "histogram": [[m, counts, self._sum[m]] for m, counts in self._hist.items()],
+            "requests": [(*k, n) for k, n in self.requests.items()],
+            "retries": list(self.retries.items()),
+            "rejected": [(*k, n) for k, n in self.rejected.items()],
+            "upstream_errors": [(*k, n) for k, n in self.upstream_errors.items()],
+            "metrics_errors": list(self.metrics_errors.items()),
+            "ejections": list(self.ejections.items()),
+            "prefix_routed": [(*k, n) for k, n in self.prefix_routed.items()],
+            "lane_cache": [(lane, q, h) for lane, (q, h) in self.lane_cache.totals.items()],
+            "histogram": [(m, counts, self._sum[m]) for m, counts in self._hist.items()],
             "body_bytes": self._body_bytes(),
         }
 
     def _body_bytes(self) -> int:
         return self.body_bytes + (0 if self.bodies is None else self.bodies.used)
 
-    def add(self, snapshot: dict[str, Any]) -> None:
+    def add(self, snapshot: CountersJson) -> None:
         """Add another worker's :meth:`snapshot` to these counters."""
-        pairs: dict[str, defaultdict[Any, int]] = {
-            "requests": self.requests,
-            "rejected": self.rejected,
-            "upstream_errors": self.upstream_errors,
-        }
-        for name, counter in pairs.items():
-            for *labels, n in snapshot[name]:
-                counter[tuple(labels)] += n
-        for label, n in snapshot["retries"]:
-            self.retries[label] += n
-        for label, n in snapshot["metrics_errors"]:
-            self.metrics_errors[label] += n
-        for label, n in snapshot.get("ejections", ()):
-            self.ejections[label] += n
-        for model, how, n in snapshot.get("prefix_routed", ()):
-            self.prefix_routed[(model, how)] += n
-        for lane, queries, hits in snapshot.get("lane_cache", ()):
+        labelled = (
+            (self.requests, snapshot["requests"]),
+            (self.rejected, snapshot["rejected"]),
+            (self.upstream_errors, snapshot["upstream_errors"]),
+            (self.prefix_routed, snapshot["prefix_routed"]),
+        )
+        for counter, rows in labelled:
+            for first, second, n in rows:
+                counter[(first, second)] += n
+        counted = (
+            (self.retries, snapshot["retries"]),
+            (self.metrics_errors, snapshot["metrics_errors"]),
+            (self.ejections, snapshot["ejections"]),
+        )
+        for single, pairs in counted:
+            for label, n in pairs:
+                single[label] += n
+        for lane, queries, hits in snapshot["lane_cache"]:
             self.lane_cache.add(lane, queries, hits)
-        self.body_bytes += snapshot.get("body_bytes", 0)
+        self.body_bytes += snapshot["body_bytes"]
         for model, counts, total in snapshot["histogram"]:
             mine = self._hist.setdefault(model, [0] * (len(BUCKETS) + 1))
             for i, n in enumerate(counts):

@@ -12,7 +12,9 @@ messages below. Parent to worker: :class:`Start`, :class:`Lanes`, :class:`Sample
 :class:`LanesChanged`, :class:`SnapshotWanted`, :class:`Scraped`. Worker to parent:
 :class:`Ready`, :class:`Applied`, :class:`Counters`, :class:`Scrape`. Every
 :class:`Lanes`, :class:`LanesChanged` and :class:`Samples` has a sequence number that the worker acknowledges (:class:`Applied`)
-once it routes by it, which is what :meth:`WorkerPool.synced` waits for.
+once it routes by it, which is what :meth:`WorkerPool.synced` waits for. Each message's
+line has its ``TypedDict`` (:func:`encode`) and a reader that checks every field
+(:func:`decode`), so a line that does not fit is the link's :class:`ChannelError`.
 """
 
 from __future__ import annotations
@@ -20,17 +22,21 @@ from __future__ import annotations
 import array
 import dataclasses
 import json
+import reprlib
 import secrets
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypedDict
 
 import trio
 
-from ddsup.channel import ChannelError, LineChannel, line_json
+from ddsup._json import Json, JsonObject
+from ddsup.channel import ChannelError, LineChannel, from_json, line_json
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._lanes import LaneInfo
+from ddsup.endpoint._metrics import Counted, CountersJson, Labelled
 from ddsup.units import Routing
 
 MAX_FDS = 64  # listening sockets plus the counts table
@@ -100,7 +106,7 @@ class Scraped:
     """The summed counters for a worker's scrape, and the (index, pid) of those counted."""
 
     id: int
-    counters: dict[str, Any]
+    counters: CountersJson
     workers: tuple[tuple[int, int], ...]
 
 
@@ -121,7 +127,7 @@ class Counters:
     """A worker's counters, for the gathering ``id``."""
 
     id: int
-    counters: dict[str, Any]
+    counters: CountersJson
 
 
 @dataclass(frozen=True)
@@ -143,77 +149,344 @@ Message = (
     | Counters
     | Scrape
 )
-_OPS: dict[str, type[Message]] = {
-    "start": Start,
-    "lanes": Lanes,
-    "lanes_changed": LanesChanged,
-    "samples": Samples,
-    "snapshot": SnapshotWanted,
-    "scraped": Scraped,
-    "ready": Ready,
-    "applied": Applied,
-    "counters": Counters,
-    "scrape": Scrape,
-}
-_NAMES = {kind: op for op, kind in _OPS.items()}
 
 
-def encode(message: Message) -> dict[str, Any]:
-    data: dict[str, Any] = {"op": _NAMES[type(message)]}
-    for field in dataclasses.fields(message):
-        data[field.name] = getattr(message, field.name)
+# --- encode -------------------------------------------------------------------------------
+LaneRow = tuple[str, str, str, list[str], str | None, int]
+"""A lane on the link: instance, model, URL, the other names it serves, the key the
+endpoint sends it, and its slot in the counts table."""
+
+
+class StartJson(TypedDict):
+    op: Literal["start"]
+    worker: int
+    rows: int
+    paced_gc: bool
+    config: JsonObject  # EndpointConfig's fields
+
+
+class LanesJson(TypedDict):
+    op: Literal["lanes"]
+    seq: int
+    lanes: list[LaneRow]
+    models: list[str]
+    names: list[str]
+    learned: list[list[str] | None]
+
+
+class LanesChangedJson(TypedDict):
+    op: Literal["lanes_changed"]
+    seq: int
+    joined: list[LaneRow]
+    removed: list[str]
+    learned: list[tuple[LaneRow, list[str]]]  # the lane (slot 0), the names it listed
+    models: list[str]
+    names: list[str]
+
+
+class SamplesJson(TypedDict):
+    op: Literal["samples"]
+    seq: int
+    samples: list[tuple[int, int | None]]
+    cached: list[tuple[str, float, float]]
+
+
+class ScrapedJson(TypedDict):
+    op: Literal["scraped"]
+    id: int
+    counters: CountersJson
+    workers: list[tuple[int, int]]
+
+
+class CountersMessageJson(TypedDict):
+    op: Literal["counters"]
+    id: int
+    counters: CountersJson
+
+
+class IdJson(TypedDict):
+    op: Literal["snapshot", "scrape"]
+    id: int
+
+
+class AppliedJson(TypedDict):
+    op: Literal["applied"]
+    seq: int
+
+
+class ReadyJson(TypedDict):
+    op: Literal["ready"]
+
+
+MessageJson = (
+    StartJson
+    | LanesJson
+    | LanesChangedJson
+    | SamplesJson
+    | ScrapedJson
+    | CountersMessageJson
+    | IdJson
+    | AppliedJson
+    | ReadyJson
+)
+"""A message as its line holds it (tuples become JSON arrays there)."""
+
+
+def encode(message: Message) -> MessageJson:
     if isinstance(message, Start):
-        data["config"] = dataclasses.asdict(message.config)
-    elif isinstance(message, Lanes):
-        data["lanes"] = [_lane_row(lane, slot) for lane, slot in message.lanes]
-    elif isinstance(message, LanesChanged):
-        data["joined"] = [_lane_row(lane, slot) for lane, slot in message.joined]
-        data["learned"] = [[_lane_row(lane, 0), list(names)] for lane, names in message.learned]
-    return data
+        return {
+            "op": "start",
+            "worker": message.worker,
+            "rows": message.rows,
+            "paced_gc": message.paced_gc,
+            "config": _config_json(message.config),
+        }
+    if isinstance(message, Lanes):
+        return {
+            "op": "lanes",
+            "seq": message.seq,
+            "lanes": [_lane_row(lane, slot) for lane, slot in message.lanes],
+            "models": list(message.models),
+            "names": list(message.names),
+            "learned": [None if names is None else list(names) for names in message.learned],
+        }
+    if isinstance(message, LanesChanged):
+        return {
+            "op": "lanes_changed",
+            "seq": message.seq,
+            "joined": [_lane_row(lane, slot) for lane, slot in message.joined],
+            "removed": list(message.removed),
+            "learned": [(_lane_row(lane, 0), list(names)) for lane, names in message.learned],
+            "models": list(message.models),
+            "names": list(message.names),
+        }
+    if isinstance(message, Samples):
+        return {
+            "op": "samples",
+            "seq": message.seq,
+            "samples": list(message.samples),
+            "cached": list(message.cached),
+        }
+    if isinstance(message, Scraped):
+        return {
+            "op": "scraped",
+            "id": message.id,
+            "counters": message.counters,
+            "workers": list(message.workers),
+        }
+    if isinstance(message, Counters):
+        return {"op": "counters", "id": message.id, "counters": message.counters}
+    if isinstance(message, SnapshotWanted):
+        return {"op": "snapshot", "id": message.id}
+    if isinstance(message, Scrape):
+        return {"op": "scrape", "id": message.id}
+    if isinstance(message, Applied):
+        return {"op": "applied", "seq": message.seq}
+    return {"op": "ready"}
 
 
-def _lane_row(lane: LaneInfo, slot: int) -> list[Any]:
-    return [lane.instance, lane.model, lane.url, list(lane.served_names), lane.api_key, slot]
+def _config_json(config: EndpointConfig) -> JsonObject:
+    out: JsonObject = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, Routing):
+            value = value.value
+        out[field.name] = value
+    return out
 
 
-def _lane_of(row: list[Any]) -> tuple[LaneInfo, int]:
-    instance, model, url, names, key, slot = row
-    return LaneInfo(instance, model, url, tuple(names), key), int(slot)
+def _lane_row(lane: LaneInfo, slot: int) -> LaneRow:
+    return (lane.instance, lane.model, lane.url, list(lane.served_names), lane.api_key, slot)
 
 
-def decode(data: dict[str, Any]) -> Message:
+# --- decode -------------------------------------------------------------------------------
+def decode(data: JsonObject) -> Message:
     """The message in ``data``; :class:`ChannelError` when it is not one."""
+    op = data.pop("op", None)
+    read = _READERS.get(op) if isinstance(op, str) else None
+    if read is None:
+        raise ChannelError(f"malformed endpoint link message: unknown op {reprlib.repr(op)}")
     try:
-        kind = _OPS[data.pop("op")]
-        if kind is Start:
-            config = data["config"]
-            config["open_routes"] = tuple(config["open_routes"])
-            config["routing"] = Routing(config["routing"])
-            data["config"] = EndpointConfig(**config)
-        elif kind is Lanes:
-            data["lanes"] = tuple(_lane_of(row) for row in data["lanes"])
-            data["models"] = tuple(data["models"])
-            data["names"] = tuple(data["names"])
-            data["learned"] = tuple(None if x is None else tuple(x) for x in data["learned"])
-        elif kind is LanesChanged:
-            data["joined"] = tuple(_lane_of(row) for row in data["joined"])
-            data["removed"] = tuple(str(instance) for instance in data["removed"])
-            data["learned"] = tuple(
-                (_lane_of(row)[0], tuple(names)) for row, names in data["learned"]
-            )
-            data["models"] = tuple(data["models"])
-            data["names"] = tuple(data["names"])
-        elif kind is Scraped:
-            data["workers"] = tuple((i, p) for i, p in data["workers"])
-        elif kind is Samples:
-            data["samples"] = tuple((int(slot), waiting) for slot, waiting in data["samples"])
-            data["cached"] = tuple(
-                (str(lane), float(queries), float(hits))
-                for lane, queries, hits in data.get("cached", ())
-            )
-        return kind(**data)
+        return read(data)
     except (KeyError, TypeError, ValueError) as err:
         raise ChannelError(f"malformed endpoint link message: {err!r}") from err
+
+
+def _start(data: JsonObject) -> Start:
+    config = _object(data["config"])
+    return Start(
+        _int(data["worker"]),
+        _int(data["rows"]),
+        _bool(data["paced_gc"]),
+        from_json(EndpointConfig, config),
+    )
+
+
+def _lanes(data: JsonObject) -> Lanes:
+    return Lanes(
+        _int(data["seq"]),
+        tuple(_lane_of(row) for row in _list(data["lanes"])),
+        _strs(data["models"]),
+        _strs(data["names"]),
+        tuple(None if names is None else _strs(names) for names in _list(data["learned"])),
+    )
+
+
+def _lanes_changed(data: JsonObject) -> LanesChanged:
+    learned = []
+    for pair in _list(data["learned"]):
+        row, names = _row(pair, 2)
+        learned.append((_lane_of(row)[0], _strs(names)))
+    return LanesChanged(
+        _int(data["seq"]),
+        tuple(_lane_of(row) for row in _list(data["joined"])),
+        _strs(data["removed"]),
+        tuple(learned),
+        _strs(data["models"]),
+        _strs(data["names"]),
+    )
+
+
+def _samples(data: JsonObject) -> Samples:
+    samples = []
+    for pair in _list(data["samples"]):
+        slot, waiting = _row(pair, 2)
+        samples.append((_int(slot), None if waiting is None else _int(waiting)))
+    return Samples(_int(data["seq"]), tuple(samples), tuple(_cached(data["cached"])))
+
+
+def _scraped(data: JsonObject) -> Scraped:
+    workers = []
+    for pair in _list(data["workers"]):
+        index, pid = _row(pair, 2)
+        workers.append((_int(index), _int(pid)))
+    return Scraped(_int(data["id"]), _counters(data["counters"]), tuple(workers))
+
+
+def _lane_of(row: Json) -> tuple[LaneInfo, int]:
+    instance, model, url, names, key, slot = _row(row, 6)
+    lane = LaneInfo(_str(instance), _str(model), _str(url), _strs(names), _str_or_none(key))
+    return lane, _int(slot)
+
+
+def _counters(value: Json) -> CountersJson:
+    """Another worker's :meth:`Metrics.snapshot`, each row checked and a tuple again."""
+    data = _object(value)
+    return {
+        "requests": _labelled(data["requests"]),
+        "retries": _counted(data["retries"]),
+        "rejected": _labelled(data["rejected"]),
+        "upstream_errors": _labelled(data["upstream_errors"]),
+        "metrics_errors": _counted(data["metrics_errors"]),
+        "ejections": _counted(data["ejections"]),
+        "prefix_routed": _labelled(data["prefix_routed"]),
+        "lane_cache": _cached(data["lane_cache"]),
+        "histogram": [_bucketed(row) for row in _list(data["histogram"])],
+        "body_bytes": _int(data["body_bytes"]),
+    }
+
+
+def _labelled(value: Json) -> list[Labelled]:
+    rows = []
+    for row in _list(value):
+        first, second, n = _row(row, 3)
+        rows.append((_str(first), _str(second), _int(n)))
+    return rows
+
+
+def _counted(value: Json) -> list[Counted]:
+    rows = []
+    for row in _list(value):
+        label, n = _row(row, 2)
+        rows.append((_str(label), _int(n)))
+    return rows
+
+
+def _cached(value: Json) -> list[tuple[str, float, float]]:
+    rows = []
+    for row in _list(value):
+        lane, queries, hits = _row(row, 3)
+        rows.append((_str(lane), _float(queries), _float(hits)))
+    return rows
+
+
+def _bucketed(row: Json) -> tuple[str, list[int], float]:
+    model, counts, total = _row(row, 3)
+    return _str(model), [_int(n) for n in _list(counts)], _float(total)
+
+
+def _object(value: Json) -> JsonObject:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected an object, not {reprlib.repr(value)}")
+    return value
+
+
+def _list(value: Json) -> list[Json]:
+    if not isinstance(value, list):
+        raise ValueError(f"expected an array, not {reprlib.repr(value)}")
+    return value
+
+
+def _row(value: Json, length: int) -> list[Json]:
+    row = _list(value)
+    if len(row) != length:
+        raise ValueError(f"expected {length} items, not {reprlib.repr(value)}")
+    return row
+
+
+def _str(value: Json) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, not {reprlib.repr(value)}")
+    return value
+
+
+def _str_or_none(value: Json) -> str | None:
+    return None if value is None else _str(value)
+
+
+def _strs(value: Json) -> tuple[str, ...]:
+    return tuple(_str(item) for item in _list(value))
+
+
+def _int(value: Json) -> int:
+    if type(value) is not int:
+        raise ValueError(f"expected an integer, not {reprlib.repr(value)}")
+    return value
+
+
+def _float(value: Json) -> float:
+    if type(value) is int or type(value) is float:
+        return float(value)
+    raise ValueError(f"expected a number, not {reprlib.repr(value)}")
+
+
+def _bool(value: Json) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, not {reprlib.repr(value)}")
+    return value
+
+
+def _flat(kind: type[Message]) -> Callable[[JsonObject], Message]:
+    def read(data: JsonObject) -> Message:
+        return from_json(kind, data)  # type: ignore[no-any-return]
+
+    return read
+
+
+_READERS: dict[str, Callable[[JsonObject], Message]] = {
+    "start": _start,
+    "lanes": _lanes,
+    "lanes_changed": _lanes_changed,
+    "samples": _samples,
+    "snapshot": _flat(SnapshotWanted),
+    "scraped": _scraped,
+    "ready": _flat(Ready),
+    "applied": _flat(Applied),
+    "counters": lambda data: Counters(_int(data["id"]), _counters(data["counters"])),
+    "scrape": _flat(Scrape),
+}
 
 
 Link = LineChannel[Message]
@@ -296,10 +569,7 @@ async def connect(address: str) -> tuple[Link, Start, list[int]]:
             line += data
             if len(line) > _START_MAX:
                 raise ChannelError("the endpoint's parent sent an oversized start message")
-        try:
-            message = decode(json.loads(line))
-        except ValueError as err:
-            raise ChannelError(f"malformed start message: {err}") from err
+        message = _from_line(line)
     except BaseException:
         sock.close()
         raise

@@ -35,7 +35,7 @@ from ddsup.endpoint import _worker_link as link
 from ddsup.endpoint._config import EndpointConfig
 from ddsup.endpoint._lane_names import learn_lane_names
 from ddsup.endpoint._lanes import LaneInfo, LaneState, LaneTable, Touched
-from ddsup.endpoint._metrics import Metrics
+from ddsup.endpoint._metrics import CountersJson, Metrics
 from ddsup.endpoint._metrics_sampler import sample_lanes
 from ddsup.endpoint._shared_counts import SharedCounts
 from ddsup.endpoint._timeseries import CacheHandover  # [series hook]
@@ -70,7 +70,7 @@ class _Gathering:
     """A scrape in progress: the counters received so far."""
 
     waiting: set[int]
-    counters: list[dict[str, object]] = field(default_factory=list)
+    counters: list[CountersJson] = field(default_factory=list)
     done: trio.Event = field(default_factory=trio.Event)
 
 
