@@ -208,6 +208,13 @@ def _line(data: object) -> bytes:
     return json.dumps(data).encode()
 
 
+def _setup_with(**instance: object) -> bytes:
+    """A setup whose plan's one instance has ``instance``'s fields instead."""
+    data = json.loads(encode(SAMPLES[3]))
+    data["plan"]["instances"][0].update(instance)
+    return _line(data)
+
+
 @pytest.mark.parametrize(
     ("line", "why"),
     [
@@ -224,6 +231,11 @@ def _line(data: object) -> bytes:
         (_line({"op": "preflight", "node": "n", "ports": {"a": "1"}}), "must be int"),
         (_line({"op": "event", "event": {"event": "unit", "time": 1}}), "malformed 'event'"),
         (_line({"op": "setup", "plan": {"nodes": 3}}), "malformed 'setup'"),
+        (_setup_with(port="8000"), "plan key 'port' must be an integer"),
+        (_setup_with(gpus="01"), "plan key 'gpus' must be a list"),
+        (_setup_with(served_names=["m", 3]), "plan key 'served_names' must be a string"),
+        (_setup_with(type="daemon"), "'daemon' is not a valid UnitType"),
+        (_setup_with(prot=8000), "instance has unknown fields ['prot']"),
         (_line({"op": "endpoint", "section": {"port": "9000"}}), "'port' must be int"),
         (_line({"op": "endpoint", "section": {"prot": 9000}}), "unknown fields ['prot']"),
         (_line({"op": "lanes", "lanes": [{"instance": "a"}]}), "missing field 'model'"),

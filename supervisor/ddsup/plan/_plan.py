@@ -8,14 +8,54 @@ inputs give byte-identical plans.
 
 from __future__ import annotations
 
-import functools
 import json
-from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import Any, cast
+import reprlib
+from dataclasses import dataclass, field, replace
+from typing import TypedDict
 
+from ddsup._json import Json, JsonObject
 from ddsup.units import UnitType
 
 PLAN_FORMAT = 1
+
+
+class NodeJson(TypedDict):
+    """A :class:`Node` in ``plan.json``."""
+
+    name: str
+    address: str
+    gpus: list[int]
+    devices: list[str]
+
+
+class PlannedInstanceJson(TypedDict):
+    """A :class:`PlannedInstance` in ``plan.json``: its unit type by name."""
+
+    instance: str
+    unit: str
+    type: str
+    node: str
+    gpus: list[int]
+    port: int | None
+    replica: int | None
+    rank: int | None
+    nnodes: int
+    master_addr: str | None
+    master_port: int | None
+    start_delay: float
+    model: str | None
+    served_names: list[str]
+
+
+class PlanJson(TypedDict):
+    """A :class:`Plan` as ``plan.json`` and an agent's setup hold it."""
+
+    nodes: list[NodeJson]
+    client: str
+    instances: list[PlannedInstanceJson]
+    endpoint_url: str | None
+    shared_address: bool
+    format: int
 
 
 @dataclass(frozen=True)
@@ -96,8 +136,26 @@ class Plan:
         )
         return replace(self, instances=instances)
 
-    def to_dict(self) -> dict[str, Any]:
-        return cast(dict[str, Any], _jsonable(self))
+    def to_dict(self) -> PlanJson:
+        """The plan in JSON's types. By hand, not ``dataclasses.asdict``, which deep-copies
+        every leaf: on the controller's start for the whole plan, and again for each
+        agent's node plan; this costs a fraction of that."""
+        return {
+            "nodes": [
+                {
+                    "name": n.name,
+                    "address": n.address,
+                    "gpus": list(n.gpus),
+                    "devices": list(n.devices),
+                }
+                for n in self.nodes
+            ],
+            "client": self.client,
+            "instances": [_instance_json(i) for i in self.instances],
+            "endpoint_url": self.endpoint_url,
+            "shared_address": self.shared_address,
+            "format": self.format,
+        }
 
     def to_json(self) -> str:
         """``plan.json``: an object of sorted keys, one line per key, and in a list one
@@ -116,59 +174,128 @@ class Plan:
         return "{\n" + ",\n".join(lines) + "\n}\n"
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Plan:
-        nodes = tuple(
-            Node(
-                name=n["name"],
-                address=n["address"],
-                gpus=tuple(n["gpus"]),
-                devices=tuple(str(d) for d in n.get("devices", ())),
-            )
-            for n in data["nodes"]
-        )
-        instances = tuple(
-            PlannedInstance(
-                **{
-                    **i,
-                    "type": UnitType(i["type"]),
-                    "gpus": tuple(i["gpus"]),
-                    "served_names": tuple(i.get("served_names") or ()),
-                }
-            )
-            for i in data["instances"]
-        )
+    def from_dict(cls, data: JsonObject) -> Plan:
+        """The plan in ``data`` (:meth:`to_dict`'s format); ``ValueError`` or ``KeyError``
+        naming what does not fit. An instance's or a node's fields that are missing take
+        their defaults, as do the plan's optional ones; an unknown one is an error."""
+        nodes = tuple(_node(n) for n in _list(data["nodes"], "nodes"))
+        instances = tuple(_instance(i) for i in _list(data["instances"], "instances"))
+        endpoint_url = data.get("endpoint_url")
         return cls(
             nodes=nodes,
-            client=data["client"],
+            client=_str(data["client"], "client"),
             instances=instances,
-            endpoint_url=data.get("endpoint_url"),
-            shared_address=bool(data.get("shared_address", False)),
-            format=int(data.get("format", PLAN_FORMAT)),
+            endpoint_url=None if endpoint_url is None else _str(endpoint_url, "endpoint_url"),
+            shared_address=_bool(data.get("shared_address", False), "shared_address"),
+            format=_int(data.get("format", PLAN_FORMAT), "format"),
         )
 
 
 _ENCODE = json.JSONEncoder(sort_keys=True).encode  # compact, C: one per process
 
 
-def _jsonable(value: Any) -> Any:
-    """``value`` in JSON's types: a dataclass as an object of its fields, tuples as lists,
-    a unit type as its name. Not ``dataclasses.asdict``, which deep-copies every leaf: on
-    the controller's start for the whole plan, and again for each agent's node plan; this
-    walk costs a fraction of that."""
-    if isinstance(value, UnitType):  # before str: a unit type is one
-        return value.value
-    if isinstance(value, (str, int, float)) or value is None:
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if is_dataclass(value) and not isinstance(value, type):
-        return {name: _jsonable(getattr(value, name)) for name in _field_names(type(value))}
+def _instance_json(i: PlannedInstance) -> PlannedInstanceJson:
+    return {
+        "instance": i.instance,
+        "unit": i.unit,
+        "type": i.type.value,
+        "node": i.node,
+        "gpus": list(i.gpus),
+        "port": i.port,
+        "replica": i.replica,
+        "rank": i.rank,
+        "nnodes": i.nnodes,
+        "master_addr": i.master_addr,
+        "master_port": i.master_port,
+        "start_delay": i.start_delay,
+        "model": i.model,
+        "served_names": list(i.served_names),
+    }
+
+
+def _node(value: Json) -> Node:
+    data = _object(value, "node", _NODE_FIELDS)
+    return Node(
+        name=_str(data["name"], "name"),
+        address=_str(data["address"], "address"),
+        gpus=_ints(data["gpus"], "gpus"),
+        devices=tuple(_str(d, "devices") for d in _list(data.get("devices", []), "devices")),
+    )
+
+
+def _instance(value: Json) -> PlannedInstance:
+    data = _object(value, "instance", _INSTANCE_FIELDS)
+    get = data.get
+    return PlannedInstance(
+        instance=_str(data["instance"], "instance"),
+        unit=_str(data["unit"], "unit"),
+        type=UnitType(data["type"]),
+        node=_str(data["node"], "node"),
+        gpus=_ints(get("gpus", []), "gpus"),
+        port=_int_or_none(get("port"), "port"),
+        replica=_int_or_none(get("replica"), "replica"),
+        rank=_int_or_none(get("rank"), "rank"),
+        nnodes=_int(get("nnodes", 1), "nnodes"),
+        master_addr=_str_or_none(get("master_addr"), "master_addr"),
+        master_port=_int_or_none(get("master_port"), "master_port"),
+        start_delay=_float(get("start_delay", 0.0), "start_delay"),
+        model=_str_or_none(get("model"), "model"),
+        served_names=tuple(
+            _str(n, "served_names") for n in _list(get("served_names") or [], "served_names")
+        ),
+    )
+
+
+_NODE_FIELDS = frozenset(NodeJson.__annotations__)
+_INSTANCE_FIELDS = frozenset(PlannedInstanceJson.__annotations__)
+
+
+def _object(value: Json, what: str, known: frozenset[str]) -> JsonObject:
+    if not isinstance(value, dict):
+        raise ValueError(f"a plan's {what} must be an object, not {reprlib.repr(value)}")
+    unknown = set(value) - known
+    if unknown:
+        raise ValueError(f"a plan's {what} has unknown fields {sorted(unknown)!r}")
     return value
 
 
-@functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    """A dataclass's field names (``fields()`` works them out again at every call)."""
-    return tuple(f.name for f in fields(cls))
+def _list(value: Json, key: str) -> list[Json]:
+    if not isinstance(value, list):
+        raise ValueError(f"plan key {key!r} must be a list, not {reprlib.repr(value)}")
+    return value
+
+
+def _str(value: Json, key: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"plan key {key!r} must be a string, not {reprlib.repr(value)}")
+    return value
+
+
+def _str_or_none(value: Json, key: str) -> str | None:
+    return None if value is None else _str(value, key)
+
+
+def _int(value: Json, key: str) -> int:
+    if type(value) is not int:
+        raise ValueError(f"plan key {key!r} must be an integer, not {reprlib.repr(value)}")
+    return value
+
+
+def _int_or_none(value: Json, key: str) -> int | None:
+    return None if value is None else _int(value, key)
+
+
+def _ints(value: Json, key: str) -> tuple[int, ...]:
+    return tuple(_int(item, key) for item in _list(value, key))
+
+
+def _float(value: Json, key: str) -> float:
+    if type(value) is int or type(value) is float:
+        return float(value)
+    raise ValueError(f"plan key {key!r} must be a number, not {reprlib.repr(value)}")
+
+
+def _bool(value: Json, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"plan key {key!r} must be true or false, not {reprlib.repr(value)}")
+    return value
