@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ddsup.jobs._submit import run_submit as run_submit
     from ddsup.jobs._view import JobRun as JobRun
     from ddsup.jobs._view import JobView as JobView
+    from ddsup.jobs._view import JobViewJson as JobViewJson
     from ddsup.jobs._view import Phase as Phase
     from ddsup.jobs._view import job_view as job_view
     from ddsup.jobs._view import observe as observe
@@ -47,6 +48,7 @@ _LAZY = {
     "run_submit": "ddsup.jobs._submit",
     "JobRun": "ddsup.jobs._view",
     "JobView": "ddsup.jobs._view",
+    "JobViewJson": "ddsup.jobs._view",
     "Phase": "ddsup.jobs._view",
     "job_view": "ddsup.jobs._view",
     "observe": "ddsup.jobs._view",

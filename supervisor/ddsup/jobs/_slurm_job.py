@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from ddsup.units import printable
 
@@ -36,6 +36,22 @@ WAITING = frozenset(
 )
 """States of a job that waits to run (again): nothing of it runs now."""
 _NOTHING = frozenset({"", "None", "(null)", "N/A", "NONE", "Unknown", "n/a"})
+
+
+class SlurmJobJson(TypedDict):
+    """A :class:`SlurmJob` in ``ddsup status --json`` and ``ddsup runs --json``."""
+
+    job_id: str
+    state: str
+    source: str
+    reason: str | None
+    exit_code: int | None
+    signal: int | None
+    restarts: int
+    nodes: str | None
+    started: str | None
+    ended: str | None
+    batch_host: str | None
 
 
 @dataclass(frozen=True)
@@ -64,7 +80,7 @@ class SlurmJob:
     def waiting(self) -> bool:
         return self.state in WAITING
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SlurmJobJson:
         return {
             "job_id": self.job_id,
             "state": self.state,

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from ddsup._errors import UntrustedRunError
 from ddsup.jobs._slurm import check_job_id
@@ -24,6 +24,21 @@ from ddsup.units import printable
 
 FORMAT = 1
 _HINT = "ddsup reads only records of yours (~/.local/state/ddsup/jobs, mode 0700)"
+
+
+class SubmissionJson(TypedDict):
+    """A job's record (:class:`Submission`), in the jobs directory and in ``--json``."""
+
+    format: int
+    job_id: str
+    job_name: str
+    state_dir: str
+    unit_dir: str
+    script: str
+    submitted_at: float
+    host: str
+    profile: str | None
+    sbatch_args: list[str]
 
 
 @dataclass(frozen=True)
@@ -46,8 +61,19 @@ class Submission:
         console lines included: in the state directory, one file per job."""
         return Path(self.state_dir) / f"slurm-{self.job_id}.out"
 
-    def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, **asdict(self), "sbatch_args": list(self.sbatch_args)}
+    def to_json(self) -> SubmissionJson:
+        return {
+            "format": FORMAT,
+            "job_id": self.job_id,
+            "job_name": self.job_name,
+            "state_dir": self.state_dir,
+            "unit_dir": self.unit_dir,
+            "script": self.script,
+            "submitted_at": self.submitted_at,
+            "host": self.host,
+            "profile": self.profile,
+            "sbatch_args": list(self.sbatch_args),
+        }
 
     @classmethod
     def from_json(cls, data: object) -> Submission:

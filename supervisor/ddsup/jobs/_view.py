@@ -21,12 +21,12 @@ import enum
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from ddsup._errors import RunStateError, UntrustedRunError, UsageError
 from ddsup.jobs._slurm import Slurm, check_job_id
-from ddsup.jobs._slurm_job import SlurmJob
-from ddsup.jobs._submissions import Submission, recall
+from ddsup.jobs._slurm_job import SlurmJob, SlurmJobJson
+from ddsup.jobs._submissions import Submission, SubmissionJson, recall
 from ddsup.record import ATTEMPTS, Outcome, RunInfo, StateDir, check_private
 from ddsup.units import printable
 
@@ -57,6 +57,19 @@ class JobRun:
     result: Outcome | None
 
 
+class JobViewJson(TypedDict):
+    """A :class:`JobView` in ``ddsup status --json`` and ``ddsup runs --json``."""
+
+    job_id: str
+    phase: str
+    summary: str
+    slurm: SlurmJobJson | None
+    state_dir: str | None
+    attempt: int | None
+    submitted: SubmissionJson | None
+    notes: list[str]
+
+
 @dataclass(frozen=True)
 class JobView:
     """A job, its Slurm state and its run, and one line that says what is true now."""
@@ -69,7 +82,7 @@ class JobView:
     submission: Submission | None
     notes: tuple[str, ...] = ()  # where the answer came from, when it matters
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JobViewJson:
         submission = self.submission
         return {
             "job_id": self.job_id,

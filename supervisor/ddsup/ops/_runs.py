@@ -21,7 +21,6 @@ from typing import TypedDict
 
 from ddsup import jobs
 from ddsup._errors import RunStateError, SlurmError, UsageError
-from ddsup._json import Json
 from ddsup.ops._run_handle import one_line, silence_stdout
 from ddsup.record import Outcome, OutcomeJson, StateDir, duration, run_dirs
 from ddsup.units import parse_duration, printable
@@ -39,7 +38,7 @@ class RunEntryJson(TypedDict):
     ended_at: float | None
     finished: bool
     result: OutcomeJson | None
-    job: Json  # ``ddsup.jobs``' view of its Slurm job, or null
+    job: jobs.JobViewJson | None  # ``ddsup.jobs``' view of its Slurm job
 
 
 @dataclass(frozen=True)
