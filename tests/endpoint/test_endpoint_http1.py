@@ -151,3 +151,43 @@ def test_scan_cuts_what_follows_the_body() -> None:
     assert decoder.scan(b"2\r\nhi\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n") == b"2\r\nhi\r\n0\r\n\r\n"
     assert decoder.done
     assert not decoder.reusable
+
+
+@given(
+    reads=st.lists(
+        st.tuples(
+            st.binary(max_size=40),
+            st.integers(min_value=-2, max_value=2),  # how far the size line is off
+            st.sampled_from([b"%x", b"%X", b"0%x", b"%x;e=1", b" %x"]),
+            st.sampled_from([b"\r\n", b"\n", b"x\r\n", b"", b"\n\n"]),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_scan_takes_a_read_at_once_as_it_would_in_two_pieces(
+    reads: list[tuple[bytes, int, bytes, bytes]],
+) -> None:
+    """A stream's reads, one event each as a lane sends them, some with a size line that
+    is off or written oddly, or a chunk end that is not CRLF: taken at once, each gives
+    the client, the counts and the errors that its bytes give when they come in two."""
+    whole = BodyDecoder(parsed(CHUNKED_HEAD))
+    split = BodyDecoder(parsed(CHUNKED_HEAD))
+    for data, off, size_form, end in reads:
+        read = size_form % max(0, len(data) + off) + b"\r\n" + data + end
+        try:
+            relayed: bytes | type[ProtocolError] = whole.scan(read)
+        except ProtocolError:
+            relayed = ProtocolError
+        try:
+            expected: bytes | type[ProtocolError] = split.scan(read[:1]) + split.scan(read[1:])
+        except ProtocolError:
+            expected = ProtocolError
+        assert relayed == expected
+        if expected is ProtocolError:
+            return
+        assert (whole.payload, whole.done, whole.reusable) == (
+            split.payload,
+            split.done,
+            split.reusable,
+        )

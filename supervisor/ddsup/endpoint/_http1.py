@@ -185,6 +185,16 @@ class BodyDecoder:
         return self._take(data, verbatim=False)
 
     def scan(self, data: bytes) -> bytes:
+        if self._state == "size" and self.framing is Framing.CHUNKED and not self._pending:
+            # A stream's read, most often one event: one data chunk, its size in lower-case
+            # hex without leading zeros (as servers write it), taken whole at once.
+            line = data.find(b"\r\n", 0, 18)
+            length = len(data) - line - 4
+            if line > 0 and length > 0 and data.endswith(b"\r\n") and data[:line] == b"%x" % length:
+                self.payload += length
+                return data
+            pos = self._whole_chunks(data)
+            return data if pos == len(data) else self._chunks(data, True, pos)
         return self._take(data, verbatim=True)
 
     def _take(self, data: bytes, *, verbatim: bool) -> bytes:
@@ -217,9 +227,9 @@ class BodyDecoder:
         """Skip whole canonical data chunks from the start of ``data``; where they end."""
         pos, size, match, taken = 0, len(data), _WHOLE_CHUNK.match, 0
         while (found := match(data, pos)) is not None:
-            length = int(found.group(1), 16)
+            length = int(found[1], 16)
             end = found.end() + length
-            if not length or data[end : end + 2] != b"\r\n":
+            if not length or not data.startswith(b"\r\n", end):
                 break  # the last chunk, or one that does not end in this read
             taken += length
             pos = end + 2
