@@ -319,20 +319,38 @@ class Proxy:
     async def _relay(
         self, conn: UpstreamConnection, client: ClientConnection, lane: LaneState
     ) -> None:
-        """Pass the body on; its end stays queued (see the module docstring)."""
+        """Pass the body on; its end stays queued (see the module docstring).
+
+        Each read of a stream costs one wait and one read: what it brought goes out to
+        the client in one send before the next wait, and the lane's silence deadline
+        moves on by assignment (a :class:`~._deadlines.Timed` field, no cancel scope).
+        """
         if not self._pass_buffered(conn, client, lane):
+            decoder = conn.decoder
+            assert decoder is not None
+            take = decoder.scan if client.verbatim else decoder.feed
+            sent = self.metrics.series.sent  # [series hook]
+            instance = lane.info.instance
             timeout = self.config.upstream_timeout
-            while True:
-                await client.flush()  # untimed: a slow client is not a silent lane
-                conn.deadline = time.monotonic() + timeout
+            monotonic = time.monotonic
+            while not decoder.done:
+                if not client.flush_now():
+                    await client.flush()  # untimed: a slow client is not a silent lane
+                conn.deadline = monotonic() + timeout
                 try:
-                    await conn.receive(wait_first=True)  # a stream's next event comes later
+                    data = await conn.next_bytes()  # a stream's next event comes later
                 except Expired as err:
                     raise self._cut(lane, f"silent for {timeout:g} s mid-response") from err
                 except (OSError, ProtocolError) as err:
                     raise self._cut(lane, f"response cut short ({err})") from err
-                if self._pass_buffered(conn, client, lane):
-                    break
+                before = decoder.payload  # [series hook]
+                try:
+                    data = take(data)
+                except ProtocolError as err:
+                    raise self._cut(lane, f"bad response body ({err})") from err
+                if data:
+                    client.send_body(data)
+                    sent(instance, decoder.payload - before)  # [series hook]
         client.end_response()
 
     def _pass_buffered(
