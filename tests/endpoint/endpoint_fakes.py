@@ -74,7 +74,6 @@ class FakeLane:
         self.names: list[str] = []  # more names its /v1/models lists (aliases, adapters)
         self.models_status = 200
         self.waiting: int | None = 0
-        self.running = 1  # what its /metrics says runs (with waiting > 0: its capacity)
         self.cache: tuple[int, int] | None = None  # its prefix cache's (queries, hits)
         self.metrics_hits = 0
         self.received: list[Received] = []
@@ -138,11 +137,7 @@ class FakeLane:
             self._notify()
             if self.metrics_hold is not None:
                 await self.metrics_hold.wait()  # a busy vLLM renders its /metrics late
-            text = (
-                b""
-                if self.waiting is None
-                else _metrics_text(self.model, self.waiting, self.running)
-            )
+            text = b"" if self.waiting is None else _metrics_text(self.model, self.waiting)
             if self.cache is not None:
                 text += _cache_text(self.model, *self.cache)
             await _send(conn, stream, self.metrics_status, text, [])
@@ -214,11 +209,11 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def _metrics_text(model: str, waiting: int, running: int) -> bytes:
+def _metrics_text(model: str, waiting: int) -> bytes:
     return (
         "# HELP vllm:num_requests_waiting Requests waiting.\n"
         "# TYPE vllm:num_requests_waiting gauge\n"
-        f'vllm:num_requests_running{{model_name="{model}"}} {float(running)}\n'
+        f'vllm:num_requests_running{{model_name="{model}"}} 1.0\n'
         f'vllm:num_requests_waiting{{model_name="{model}"}} {float(waiting)}\n'
     ).encode()
 

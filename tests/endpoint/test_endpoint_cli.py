@@ -15,7 +15,7 @@ from endpoint_fakes import TEST_CONFIG, FakeLane, http_client
 
 from ddsup.endpoint import EndpointConfig, LaneInfo, LaneTable, serve
 from ddsup.endpoint._admission import choose
-from ddsup.endpoint._metrics_sampler import parse_running, parse_waiting
+from ddsup.endpoint._metrics_sampler import parse_waiting
 from ddsup.units._model import EndpointSection
 
 ENDPOINT = [sys.executable, "-m", "ddsup", "endpoint", "--bind", "127.0.0.1", "--port", "0"]
@@ -129,19 +129,6 @@ def test_parse_waiting() -> None:
     assert parse_waiting(b"vllm:num_requests_running 4\n") is None
     assert parse_waiting(b"vllm:num_requests_waiting NaN\n") is None
     assert parse_waiting(b"# vllm:num_requests_waiting 9\nvllm:num_requests_waiting\n") is None
-
-
-def test_parse_running_beside_waiting() -> None:
-    text = (
-        b"# HELP vllm:num_requests_running Requests running.\n"
-        b'vllm:num_requests_running{engine="0",model_name="a"} 4.0\n'
-        b'vllm:num_requests_running_total_of_something{model_name="a"} 90.0\n'
-        b'vllm:num_requests_waiting{engine="0",model_name="a"} 2.0\n'
-        b'vllm:num_requests_running{engine="1",model_name="a"} 3.0\n'
-    )
-    assert (parse_running(text), parse_waiting(text)) == (7, 2)  # every engine's, summed
-    assert parse_running(b"vllm:num_requests_waiting 4\n") is None
-    assert parse_running(b"vllm:num_requests_running inf\n") is None
 
 
 def test_config_from_unit_section_never_shows_the_key() -> None:

@@ -8,7 +8,7 @@ import re
 from functools import partial
 
 import trio
-from endpoint_fakes import FakeLane, http_client, running_endpoint, wait_until
+from endpoint_fakes import FakeLane, http_client, running_endpoint
 
 from ddsup.units._model import Routing
 
@@ -95,38 +95,6 @@ async def test_an_idle_lane_takes_work_from_a_busy_one() -> None:
             with trio.fail_after(5):
                 await _until_received(lanes, i + 1)
         assert [lane.completions for lane in lanes] == [1, 1]
-        held.set()
-
-
-async def test_a_lane_at_its_capacity_gives_way_before_a_sample_shows_a_queue() -> None:
-    """The lanes run two requests at once, as their samples showed (two running while
-    one waited). Once the lane that holds the template has two in flight, the next
-    record would wait there: it goes to the other lane, which has room, with no sample
-    saying that the first queues."""
-    lanes = [FakeLane("a"), FakeLane("b")]
-    for lane in lanes:
-        lane.running, lane.waiting = 2, 1
-    async with (
-        running_endpoint(lanes, routing=Routing.PREFIX) as ep,
-        http_client() as client,
-        trio.open_nursery() as nursery,
-    ):
-        with trio.fail_after(5):
-            await wait_until(lanes, lambda: all(s.capacity == 2 for s in ep.table.states()))
-            for lane in lanes:
-                lane.waiting = 0
-            # a bounded poll: the sampler's recording has no event to await
-            while any(s.waiting != 0 for s in ep.table.states()):  # noqa: ASYNC110
-                await trio.sleep(0.01)
-        lanes[0].hold = lanes[1].hold = held = trio.Event()
-        for i in range(4):
-            post = partial(client.post, f"{ep.url}/v1/completions", json=record(0, i))
-            nursery.start_soon(post)
-            with trio.fail_after(5):
-                await _until_received(lanes, i + 1)
-        # the first lane: records 0 and 2 (1 went to the idle lane); 3 would have
-        # been its third, and waited
-        assert sorted(lane.completions for lane in lanes) == [2, 2]
         held.set()
 
 

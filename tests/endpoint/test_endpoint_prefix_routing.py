@@ -8,7 +8,6 @@ least-load's lane as the endpoint gives it, and time is a parameter.
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 
@@ -22,7 +21,6 @@ from ddsup.endpoint._prefix_routing import (
     PrefixRouter,
     prompt_keys,
 )
-from ddsup.endpoint._shared_counts import SharedCounts
 
 TEMPLATE = "You label product reviews. Examples: " + "great, positive; awful, negative. " * 30
 LIMIT = 128
@@ -241,80 +239,6 @@ def test_a_lane_that_queues_gives_way_to_one_that_does_not() -> None:
     stale.load("b", 1)
     stale.lane("a").record_sample(3, 0.0)  # older than STALE: ignored
     assert stale.route(record(1), least="b", now=10.0) == ("a", Choice.PREFIX)
-
-
-def learn(lane: LaneState, capacity: int) -> None:
-    """The sampler saw ``lane`` run ``capacity`` requests while one more waited, long
-    enough ago that the queue it saw then says nothing now (stale)."""
-    lane.record_sample(1, -100.0, running=capacity)
-
-
-def test_a_lane_at_its_capacity_gives_way_to_one_with_room() -> None:
-    fleet = Fleet()
-    fleet.route(record(0), least="a")
-    learn(fleet.lane("a"), 2)
-    learn(fleet.lane("b"), 2)
-    fleet.load("a", 1)
-    fleet.load("b", 1)
-    assert fleet.route(record(1), least="b") == ("a", Choice.PREFIX)  # a runs it at once
-    fleet.load("a", 1)  # a runs 2 of 2: the next would wait there, and b runs 1 of 2
-    assert fleet.route(record(2), least="b") == ("b", Choice.BALANCE)
-    fleet.load("b", 1)  # every lane is at its capacity: the prefix wins
-    assert fleet.route(record(3), least="b") == ("a", Choice.PREFIX)
-
-
-def test_a_lane_not_known_to_queue_yet_is_taken_as_the_matched_lane() -> None:
-    fleet = Fleet()
-    fleet.route(record(0), least="a")
-    fleet.load("a", 3)
-    fleet.load("b", 2)
-    # no capacity known: the rule waits for a sample, and the prefix wins
-    assert fleet.route(record(1), least="b") == ("a", Choice.PREFIX)
-    learn(fleet.lane("a"), 3)  # a runs 3 at once; b, which never queued, as many
-    assert fleet.route(record(2), least="b") == ("b", Choice.BALANCE)
-    fleet.load("b", 1)
-    assert fleet.route(record(3), least="b") == ("a", Choice.PREFIX)
-    learn(fleet.lane("b"), 4)  # b's own capacity, once known, is what counts
-    assert fleet.route(record(4), least="b") == ("b", Choice.BALANCE)
-
-
-def test_a_lane_learns_its_capacity_from_what_runs_while_requests_wait() -> None:
-    table = LaneTable([info("a")])
-    a = table.state_of("a")
-    assert a is not None and a.capacity == 0
-    a.record_sample(0, 1.0, running=3)  # nothing waits: 3 need not be all it runs
-    assert a.capacity == 0
-    a.record_sample(2, 2.0, running=4)
-    assert a.capacity == 4
-    a.record_sample(1, 3.0, running=2)  # one waits for a reason of its own: the most stays
-    assert a.capacity == 4
-    a.record_sample(5, 4.0)  # a worker, passed the queue alone, learns nothing
-    assert a.capacity == 4
-    a.record_sample(None, 5.0)  # a failed fetch forgets nothing
-    assert a.capacity == 4
-    table.remove("a")
-    table.add(info("a"))  # a restart: the new state learns afresh from its first sample
-    again = table.state_of("a")
-    assert again is not None and again is not a
-    again.record_sample(0, 6.0, running=1)
-    assert again.capacity == 0
-    again.record_sample(1, 7.0, running=2)
-    assert again.capacity == 2
-
-
-def test_every_worker_reads_the_capacity_the_sampler_learned() -> None:
-    sampler = SharedCounts.create(2, 0)
-    worker = SharedCounts(os.dup(sampler.fd or -1), 2, 1)
-    try:
-        lanes = LaneTable([info("a")], counts=sampler)
-        seen = LaneTable([info("a")], counts=worker)
-        a, other = lanes.state_of("a"), seen.state_of("a")
-        assert a is not None and other is not None and other.slot == a.slot
-        a.record_sample(2, 1.0, running=6)
-        assert other.capacity == 6
-    finally:
-        sampler.close()
-        worker.close()
 
 
 def test_lanes_that_cannot_take_the_request_are_passed_over() -> None:

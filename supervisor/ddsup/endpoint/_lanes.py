@@ -55,7 +55,6 @@ STREAK = 0  # failures in a row
 EJECTED_UNTIL = 1  # microseconds of time.monotonic() until which it is out of the rotation
 EJECTIONS = 2  # ejections since its last success (each doubles the next one's length)
 BEGUN = 3  # 1 once a request began since the sampler last looked (see ._metrics_sampler)
-CAPACITY = 4  # requests the lane runs at once, as its samples showed (0: not known yet)
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,6 @@ class LaneState:
 
     __slots__ = (
         "_cell",
-        "_learned",
         "_mark",
         "_sampled",
         "counts",
@@ -113,21 +111,11 @@ class LaneState:
         self._sampled = sampled  # LaneTable.sampled
         self._cell = counts.cell
         self._mark = counts.mark
-        self._learned = 0  # the capacity this state's own samples showed (see record_sample)
 
     @property
     def ejected_until(self) -> int:
         """Microseconds of :func:`time.monotonic` until which the lane is ejected."""
         return self._cell(self.slot, EJECTED_UNTIL)
-
-    @property
-    def capacity(self) -> int:
-        """Requests the lane runs at once (vLLM's ``--max-num-seqs``, or fewer when its
-        KV cache holds fewer), as its samples showed; 0 while not known.
-
-        A shared cell: the process that samples the lanes learns it, every worker reads it.
-        """
-        return self._cell(self.slot, CAPACITY)
 
     @property
     def outstanding(self) -> int:
@@ -169,22 +157,10 @@ class LaneState:
             return max(self.outstanding, waiting)
         return self.outstanding
 
-    def record_sample(self, waiting: int | None, now: float, running: int | None = None) -> None:
-        """A good sample (``waiting``), or ``None`` when the lane's /metrics failed.
-
-        ``running``, from the process that fetched the sample (workers are passed the
-        queue alone): while requests wait, what runs is what the lane runs at once, so
-        its largest such count is the lane's :attr:`capacity`. The largest: a request
-        may wait a step for a reason of its own (a long prompt the step's token budget
-        cannot take), and a capacity set too low would take requests from the lane that
-        holds their prefix while it has room. A new state (a restart) learns afresh.
-        """
+    def record_sample(self, waiting: int | None, now: float) -> None:
+        """A good sample (``waiting``), or ``None`` when the lane's /metrics failed."""
         self.waiting = waiting
         self.sampled_at = now
-        if running is not None:
-            if waiting and running > self._learned:
-                self._learned = running
-            self._mark(self.slot, CAPACITY, self._learned)
         sampled = self._sampled
         if sampled is not None and len(sampled) < SAMPLED_MAX:
             sampled.append(self)

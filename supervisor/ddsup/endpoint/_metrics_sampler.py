@@ -1,6 +1,4 @@
-"""Samples the ready lanes' ``vllm:num_requests_waiting`` for admission control, and
-``vllm:num_requests_running`` beside it, whence each lane's capacity (what it runs at
-once while others wait: :attr:`LaneState.capacity`, which prefix routing reads).
+"""Samples the ready lanes' ``vllm:num_requests_waiting`` for admission control.
 
 The endpoint's own outstanding count misses requests that reach a lane by other paths
 (another endpoint, a direct client); the lane's queue length covers them. A sample is
@@ -43,7 +41,6 @@ from ddsup.endpoint._upstream import UpstreamError, fetch
 log = logging.getLogger("ddsup.endpoint")
 
 WAITING = b"vllm:num_requests_waiting"
-RUNNING = b"vllm:num_requests_running"
 
 
 def parse_waiting(body: bytes) -> int | None:
@@ -52,21 +49,11 @@ def parse_waiting(body: bytes) -> int | None:
     vLLM's /metrics is tens of kilobytes of histograms: only the lines that start with
     the gauge's name are looked at (found by ``bytes.find``), nothing is decoded whole.
     """
-    return _gauge(body, WAITING)
-
-
-def parse_running(body: bytes) -> int | None:
-    """The sum of every ``vllm:num_requests_running`` sample (every engine of the lane),
-    or ``None`` when absent; read as :func:`parse_waiting` reads its gauge."""
-    return _gauge(body, RUNNING)
-
-
-def _gauge(body: bytes, name: bytes) -> int | None:
     total = 0.0
     found = False
     start = 0
-    while (at := body.find(name, start)) >= 0:
-        start = at + len(name)
+    while (at := body.find(WAITING, start)) >= 0:
+        start = at + len(WAITING)
         if at and body[at - 1] != 0x0A:
             continue  # inside a line: a comment (# HELP, # TYPE)
         end = body.find(b"\n", start)
@@ -100,7 +87,7 @@ def due(state: LaneState, tick: int, idle_ticks: int) -> bool:
 
 
 Recorded = Callable[[Sequence[LaneState]], None]
-Taken = tuple[LaneState, int | None, int | None, float]  # (lane, waiting, running, when)
+Taken = tuple[LaneState, int | None, float]
 
 
 class _Fetches:
@@ -162,10 +149,10 @@ async def sample_lanes(
                 await fetches.wait_idle()
             # A lane that left while fetched is not recorded: its slot may be another's now.
             taken = [t for t in fetches.take() if lanes.state_of(t[0].info.instance) is t[0]]
-            for state, waiting, running, at in taken:
-                state.record_sample(waiting, at, running)
+            for state, waiting, at in taken:
+                state.record_sample(waiting, at)
             if recorded is not None and taken:
-                recorded([state for state, _, _, _ in taken])
+                recorded([state for state, _, _ in taken])
             note_returns(lanes, ejected)  # the lanes back from an ejection: one line each
             tick += 1
             await trio.sleep_until(deadline)
@@ -175,13 +162,11 @@ async def _sample_one(
     config: EndpointConfig, state: LaneState, metrics: Metrics, fetches: _Fetches
 ) -> None:
     waiting: int | None = None
-    running: int | None = None
     with trio.move_on_after(config.metrics_timeout) as timer:
         try:
             status, body = await fetch(state.pool, "/metrics", config.metrics_timeout)
             if status == 200:
                 waiting = parse_waiting(body)
-                running = parse_running(body)
                 metrics.cache_sampled(state.info, body)
             else:
                 log.debug("lane %s: /metrics answered %d", state.info.instance, status)
@@ -191,4 +176,4 @@ async def _sample_one(
         log.debug("lane %s: /metrics took over %g s", state.info.instance, config.metrics_timeout)
     if waiting is None:
         metrics.metrics_errors[state.info.instance] += 1
-    fetches.end((state, waiting, running, time.monotonic()))
+    fetches.end((state, waiting, time.monotonic()))

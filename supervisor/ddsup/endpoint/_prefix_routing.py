@@ -33,24 +33,13 @@ Three parts, none of which reads a clock or a socket:
   and a copy that load put on another lane is not kept warm for nothing, which would
   take that lane's cache from the templates it holds. Load balance wins instead, and
   least-load's lane gets the request, when that lane has nothing in flight while the
-  matched lane has; when the matched lane is at its capacity and least-load's is not;
-  when the matched lane has ``balance_requests`` more requests in flight than
-  least-load's and ``balance_ratio`` times as many (SGLang's thresholds, measured
-  against the lane that would take the request rather than across the fleet); or when
-  a fresh sample says the matched lane has a queue of its own and least-load's has
-  none. So no lane idles while another has work, and none queues beside one that does
-  not. Least-load's lane is then sent the prefix too: while its first lane stays
+  matched lane has; when the matched lane has ``balance_requests`` more requests in
+  flight than least-load's and ``balance_ratio`` times as many (SGLang's thresholds,
+  measured against the lane that would take the request rather than across the fleet);
+  or when a fresh sample says the matched lane has a queue of its own and least-load's
+  has none. So no lane idles while another has work, and none queues beside one that
+  does not. Least-load's lane is then sent the prefix too: while its first lane stays
   busier, later requests of the template go there as well.
-
-  A lane's capacity is what it runs at once (vLLM's ``--max-num-seqs``, or fewer when
-  its KV cache holds fewer), learned from its samples (:attr:`LaneState.capacity`: the
-  most it ran while requests waited); a lane with that many requests in flight queues
-  the next one. The rule reads the endpoint's own count against it, per request, so it
-  acts at once, where a sample of the queue comes up to ``metrics_interval`` (plus the
-  fetch) late: in between, the matched lane's queue would grow while least-load's lane
-  ran out of work. A lane whose capacity is not known yet (it never queued) is taken
-  to have as much as the matched lane; while the matched lane's is not known, the rule
-  waits for a sample.
 
 A lane that leaves the rotation matches nothing from then on, and one that comes back
 (a restart, a new :class:`~._lanes.LaneState`) matches only what it was sent
@@ -275,9 +264,6 @@ class PrefixRouter:
         busy, idle = lane.outstanding, least.outstanding
         if busy > 0 and idle == 0:
             return True
-        capacity = lane.capacity
-        if capacity and busy >= capacity and idle < (least.capacity or capacity):
-            return True  # it would queue where it is, and run at once on least-load's lane
         policy = self.policy
         if busy > idle + policy.balance_requests and busy > idle * policy.balance_ratio:
             return True

@@ -23,9 +23,8 @@ when they are touched.
 After the counts, each slot has :data:`CELLS` cells that every worker reads and writes
 (:meth:`SharedCounts.cell`, :meth:`SharedCounts.set_cell`): a lane's passive-ejection
 state (:mod:`._ejection`), shared so that a lane ejected by one worker is out of every
-worker's rotation, the mark a worker sets when it sends the lane a request, which the
-sampler reads and clears (:mod:`._metrics_sampler`), and the lane's capacity as the
-sampler learned it (:attr:`~._lanes.LaneState.capacity`). Several writers may race on them;
+worker's rotation, and the mark a worker sets when it sends the lane a request, which the
+sampler reads and clears (:mod:`._metrics_sampler`). Several writers may race on them;
 each store is still whole, so the worst a race does is lose one update of a failure count
 (documented with ejection) or one mark (documented with the sampler).
 
@@ -42,7 +41,7 @@ sees the entry and the count; aarch64 may reorder them (CPython has no barrier t
 offer), and a reader may then read an entry before its count or an old entry: it misses
 that change until the slot changes again or it re-reads everything (once a second).
 :meth:`SharedCounts.mark` stores a cell without a journal entry (the per-request
-``BEGUN`` mark and the capacity, which no index reads).
+``BEGUN`` mark, which no index reads).
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ import os
 
 SLOTS = 1 << 16  # distinct lanes over the endpoint's lifetime, plus slot 0
 ACTIVE = 0  # the slot of requests in flight at all
-CELLS = 5  # shared cells per slot, after the counts (see the module docstring)
+CELLS = 4  # shared cells per slot, after the counts (see the module docstring)
 JOURNAL = 1 << 12  # slots in each row's ring of recent changes (a power of two)
 _MASK = JOURNAL - 1
 _ITEM = 8  # bytes per count (signed 64 bit)
