@@ -154,20 +154,8 @@ def _queue_at_the_lanes(job: VllmJob, figures: list[str]) -> None:
         f"its own in flight; failed /metrics samples "
         f"{_endpoint_metric(job, 'ddsup_endpoint_lane_metrics_errors_total'):g}"
     )
-    blips = _not_restarted(job, began, "lanes' queue")
+    blips = _still_serving(job, began, "lanes' queue", blips=True)
     figures.append(f"lanes' queue: lanes out of the rotation a moment (liveness): {blips}")
-
-
-def _not_restarted(job: VllmJob, since: float, phase: str) -> int:
-    """Neither lane restarted or failed since wall time ``since``. A lane may have been
-    out of the rotation a moment: requests sent to it directly, past the endpoint, can
-    starve its API server's /health on two CPUs past the liveness probe's timeout, and
-    the probe then does its job; those moments are counted for the figures."""
-    moved = [e for lane in LANES for e in job.transitions(lane, after=since)]
-    gone = [e for e in moved if e["to"] not in ("ready", "unresponsive")]
-    assert not gone, f"{phase}: a lane restarted or failed: {gone}"
-    assert httpx.get(f"{job.url}/health", timeout=30).status_code == 200, phase
-    return sum(e["to"] == "unresponsive" for e in moved)
 
 
 def _lane_waiting(job: VllmJob, lane: str) -> float:
@@ -285,12 +273,19 @@ def _routed_again(job: VllmJob, lane: str) -> float:
     return time.time()
 
 
-def _still_serving(job: VllmJob, since: float, phase: str) -> None:
-    """Both lanes stayed in the rotation since wall time ``since`` (no transition at all:
-    none left it, none restarted), and the endpoint is healthy."""
+def _still_serving(job: VllmJob, since: float, phase: str, *, blips: bool = False) -> int:
+    """Both lanes stayed in the rotation since wall time ``since`` (none left it, none
+    restarted), and the endpoint is healthy; the moments out of the rotation are counted.
+
+    ``blips``: a lane may have been out a moment, back without a restart. Requests sent
+    to a lane directly, past the endpoint, can starve its API server's /health on two
+    CPUs past the liveness probe's timeout, and the probe then does its job."""
     moved = [e for lane in LANES for e in job.transitions(lane, after=since)]
-    assert not moved, f"{phase}: a lane left the rotation: {moved}"
+    allowed = ("ready", "unresponsive") if blips else ()
+    left = [e for e in moved if e["to"] not in allowed]
+    assert not left, f"{phase}: a lane left the rotation or restarted: {left}"
     assert httpx.get(f"{job.url}/health", timeout=30).status_code == 200, phase
+    return sum(e["to"] == "unresponsive" for e in moved)
 
 
 def _retry_after(answer: Answer) -> int:
