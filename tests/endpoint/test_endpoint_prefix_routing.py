@@ -210,7 +210,7 @@ def test_an_idle_lane_takes_the_request_from_a_busy_one() -> None:
     fleet = Fleet()
     fleet.route(record(0), least="a")
     fleet.load("a", 1)
-    assert fleet.route(record(1), least="b") == ("b", Choice.BALANCE)
+    assert fleet.route(record(1), least="b") == ("b", Choice.BALANCE_IDLE)
     fleet.load("b", 1)
     fleet.load("c", 1)
     # both a and b hold the template now: a, which was sent it first, while load allows
@@ -227,7 +227,7 @@ def test_a_lane_that_queues_gives_way_to_one_that_does_not() -> None:
     fleet.load("b", 1)
     fleet.lane("a").record_sample(3, 10.0)
     fleet.lane("b").record_sample(0, 10.0)
-    assert fleet.route(record(1), least="b", now=11.0) == ("b", Choice.BALANCE)
+    assert fleet.route(record(1), least="b", now=11.0) == ("b", Choice.BALANCE_QUEUE)
     fleet.lane("b").record_sample(1, 10.0)  # every lane queues: the prefix wins
     fleet.lane("c").record_sample(1, 10.0)
     fleet.load("b", 1)

@@ -182,7 +182,10 @@ class Choice(str, enum.Enum):
 
     PREFIX = "prefix"  # the lane that holds the longest part of the prompt
     NO_MATCH = "no_match"  # no lane holds enough of it: least-load's lane
-    BALANCE = "balance"  # a lane holds it, but load balance won: least-load's lane
+    # a lane holds it, but load balance won and least-load's lane got it, because ...
+    BALANCE = "balance"  # ... the thresholds held
+    BALANCE_IDLE = "balance_idle"  # ... that lane had nothing in flight, the matched one had
+    BALANCE_QUEUE = "balance_queue"  # ... a fresh sample showed a queue at the matched one only
 
 
 @dataclass(frozen=True)
@@ -224,10 +227,10 @@ class PrefixRouter:
         lane = self._matched(name, keys, tried, limit, now, stale_after)
         if lane is None:
             choice, lane = Choice.NO_MATCH, least
-        elif lane is not least and self._unbalanced(lane, least, now, stale_after):
-            choice, lane = Choice.BALANCE, least
-        else:
+        elif lane is least or (why := self._unbalanced(lane, least, now, stale_after)) is None:
             choice = Choice.PREFIX
+        else:
+            choice, lane = why, least
         self.index.record(keys, lane, now)
         return lane, choice
 
@@ -259,15 +262,18 @@ class PrefixRouter:
 
     def _unbalanced(
         self, lane: LaneState, least: LaneState, now: float, stale_after: float
-    ) -> bool:
-        """Whether least-load's lane should have the request rather than ``lane``."""
+    ) -> Choice | None:
+        """Why least-load's lane should have the request rather than ``lane`` (``None``:
+        it should not)."""
         busy, idle = lane.outstanding, least.outstanding
         if busy > 0 and idle == 0:
-            return True
+            return Choice.BALANCE_IDLE
         policy = self.policy
         if busy > idle + policy.balance_requests and busy > idle * policy.balance_ratio:
-            return True
-        return _waiting(lane, now, stale_after) > 0 and _waiting(least, now, stale_after) == 0
+            return Choice.BALANCE
+        if _waiting(lane, now, stale_after) > 0 and _waiting(least, now, stale_after) == 0:
+            return Choice.BALANCE_QUEUE
+        return None
 
 
 def _waiting(lane: LaneState, now: float, stale_after: float) -> int:
