@@ -1,15 +1,21 @@
 """Prefix-aware routing through a running endpoint: the records of a template reach the
 lane that was sent the template (least-load spreads them), each worker of several routes
-by prefix, and an idle lane takes work from a busy one."""
+by prefix, an idle lane takes work from a busy one, and ``ddsup endpoint`` takes the
+thresholds on its command line."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from functools import partial
 
+import pytest
 import trio
 from endpoint_fakes import FakeLane, http_client, running_endpoint
 
+from ddsup._errors import UsageError
+from ddsup.endpoint import configure_endpoint
+from ddsup.endpoint._endpoint_command import config_from_args
 from ddsup.units._model import Routing
 
 TEMPLATES = [
@@ -113,3 +119,15 @@ async def _then_cancel(lane: FakeLane, scope: trio.CancelScope) -> None:
 def _sample(metrics: str, series: str) -> float | None:
     match = re.search(rf"^{re.escape(series)} (\S+)$", metrics, re.MULTILINE)
     return None if match is None else float(match.group(1))
+
+
+def test_ddsup_endpoint_takes_the_thresholds_on_its_command_line() -> None:
+    parser = argparse.ArgumentParser()
+    configure_endpoint(parser)
+    lane = ["--routing", "prefix", "--lane", "m=http://127.0.0.1:9"]
+    flags = ["--prefix-balance-requests", "4", "--prefix-balance-ratio", "1"]
+    config = config_from_args(parser.parse_args([*lane, *flags, "--prefix-min-match", "0.5"]))
+    assert (config.routing, config.prefix_balance_requests) == (Routing.PREFIX, 4)
+    assert (config.prefix_balance_ratio, config.prefix_min_match) == (1.0, 0.5)
+    with pytest.raises(UsageError, match="prefix_balance_ratio >= 1"):
+        config_from_args(parser.parse_args([*lane, "--prefix-balance-ratio", "0.5"]))

@@ -94,6 +94,24 @@ def _choice_flags(parser: argparse.ArgumentParser, d: EndpointConfig) -> None:
         "(default %(default)s)",
     )
     parser.add_argument(
+        "--prefix-min-match",
+        type=float,
+        default=d.prefix_min_match,
+        help="prefix: share of the prompt a lane must hold (default %(default)s)",
+    )
+    parser.add_argument(
+        "--prefix-balance-requests",
+        type=int,
+        default=d.prefix_balance_requests,
+        help="prefix: least-load wins past this many more in flight ... (default %(default)s)",
+    )
+    parser.add_argument(
+        "--prefix-balance-ratio",
+        type=float,
+        default=d.prefix_balance_ratio,
+        help="... and this many times as many (default %(default)s)",
+    )
+    parser.add_argument(
         "--gc",
         choices=("paced", "automatic"),
         default="paced",
@@ -165,6 +183,9 @@ def config_from_args(args: argparse.Namespace) -> EndpointConfig:
             upstream_timeout=parse_duration(args.upstream_timeout),
             workers=args.workers,
             routing=args.routing,
+            prefix_min_match=args.prefix_min_match,
+            prefix_balance_requests=args.prefix_balance_requests,
+            prefix_balance_ratio=args.prefix_balance_ratio,
         )
     except ValueError as err:
         raise UsageError(str(err)) from err
