@@ -49,10 +49,14 @@ Prefix-aware routing beside least-load, in one run (neither part needs wrk or ng
   share of samples (every 0.2 s) in which one lane sat idle (nothing running or waiting
   in vLLM) while the other had a queue, by cause: every request was sent already (the
   turn's tail), the endpoint had sent the idle lane nothing, or it had and vLLM did not
-  show it yet (between the endpoint and vLLM's engine). ``--kv-blocks N`` gives each lane a KV cache of N
-  blocks (``--num-gpu-blocks-override``): one that holds the running requests and only
-  some of the templates, as a GPU's does under a real job; 0 keeps vLLM's default, which
-  holds everything this workload sends.
+  show it yet (between the endpoint and vLLM's engine), each such sample with what each
+  lane had (in flight through the endpoint: running + waiting in vLLM), and the choices
+  prefix routing made, by why. ``--variant NAME=FLAGS`` (repeatable) adds an endpoint
+  routing by prefix with other ``ddsup endpoint`` flags (its thresholds) to the turns,
+  so that settings are compared on the same lanes under the same load. ``--kv-blocks N``
+  gives each lane a KV cache of N blocks (``--num-gpu-blocks-override``): one that holds
+  the running requests and only some of the templates, as a GPU's does under a real job;
+  0 keeps vLLM's default, which holds everything this workload sends.
 - ``--only prefix-scale``: ``--lanes`` (64) ``ddsup fake-vllm`` lanes and the same two
   endpoints; the endpoint's CPU per request (user + system of its process) under each
   policy with templated requests (64 templates), and its resident memory; then the index
@@ -70,6 +74,7 @@ import queue
 import random
 import re
 import resource
+import shlex
 import shutil
 import socket
 import statistics
@@ -77,7 +82,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -523,6 +528,7 @@ class Turn:
     idle_tail: int = 0
     idle_unsent: int = 0
     idle_sent: int = 0
+    idle_seen: list[str] = field(default_factory=list)  # per idle sample: what each lane had
     samples: int = 0
     choices: dict[str, float] = field(default_factory=dict)  # prefix routing's, by kind
 
@@ -586,9 +592,12 @@ def wait_ready(url: str, proc: Any, limit: float) -> None:
 
 @contextmanager
 def routing_endpoint(
-    stack: ExitStack, lanes: list[str], policy: str, tmp: Path
+    stack: ExitStack, lanes: list[str], policy: str, tmp: Path, flags: Sequence[str] = ()
 ) -> Iterator[tuple[str, psutil.Process]]:
-    argv = [sys.executable, "-m", "ddsup", "endpoint", "--port", "0", "--routing", policy]
+    """An endpoint routing by ``policy`` (a variant's name: by prefix, with its ``flags``)."""
+    routing = policy if policy in POLICIES else "prefix"
+    argv = [sys.executable, "-m", "ddsup", "endpoint", "--port", "0", "--routing", routing]
+    argv += flags
     argv += [a for lane in lanes for a in ("--lane", f"m={lane}")]
     out = tmp / f"endpoint-{policy}.log"
     proc = stack.enter_context(marked_process(argv, out, stop_timeout=10))
@@ -692,6 +701,12 @@ def watch(
         turn.samples += 1
         if any(idle) and any(w > 0 for w in waiting):
             turn.idle_while_queued += 1
+            turn.idle_seen.append(
+                "/".join(
+                    f"{n}:{r:.0f}+{w:.0f}" for n, r, w in zip(sent, running, waiting, strict=True)
+                )
+                + ("" if not tail else " tail")
+            )
             if tail:
                 turn.idle_tail += 1
             elif any(i and n == 0 for i, n in zip(idle, sent, strict=True)):
@@ -734,11 +749,16 @@ def run_vllm(args: argparse.Namespace, tmp: Path) -> None:
         for lane, proc in zip(lanes, procs, strict=True):
             wait_ready(lane, proc, args.ready_timeout)
         print(f"2 vLLM lanes ready ({install.model.name}, {' '.join(extra)})", flush=True)
-        urls = {p: stack.enter_context(routing_endpoint(stack, lanes, p, tmp))[0] for p in POLICIES}
+        variants: dict[str, list[str]] = {p: [] for p in POLICIES}
+        variants.update(args.variant)
+        urls = {
+            p: stack.enter_context(routing_endpoint(stack, lanes, p, tmp, flags))[0]
+            for p, flags in variants.items()
+        }
         rng = random.Random(args.seed)
         turns: list[Turn] = []
         for rep in range(args.reps):
-            order = POLICIES if rep % 2 == 0 else POLICIES[::-1]
+            order = list(variants) if rep % 2 == 0 else list(variants)[::-1]
             for policy in order:
                 turns.append(one_turn(urls[policy], lanes, policy, rng, args))
                 print(describe(turns[-1], len(lanes)), flush=True)
@@ -797,18 +817,26 @@ def describe(turn: Turn, lanes: int) -> str:
         statistics.fmean(s[i] for s in turn.outstanding) if turn.outstanding else 0.0
         for i in range(lanes)
     ]
+    gaps = [max(s) - min(s) for s in turn.outstanding] or [0]
     rate = turn.hits / turn.queries if turn.queries else 0.0
     idle = turn.idle_while_queued / turn.samples if turn.samples else 0.0
     return (
         f"  {turn.policy:<10} {turn.requests} requests ({turn.errors} errors) in {turn.seconds:.1f} s: "
         f"{turn.requests / turn.seconds:.1f} req/s; prefill computed {turn.computed:,.0f} tokens "
         f"of {turn.queries:,.0f} (hit rate {rate:.1%}); in flight per lane "
-        f"{', '.join(f'{m:.1f}' for m in mean)}; a lane idle while the other queued in "
+        f"{', '.join(f'{m:.1f}' for m in mean)} (gap mean {statistics.fmean(gaps):.1f}, "
+        f"max {max(gaps)}); a lane idle while the other queued in "
         f"{idle:.0%} of {turn.samples} samples (after the last send {turn.idle_tail}, "
         f"none sent to it {turn.idle_unsent}, sent but not in its gauges {turn.idle_sent})"
         + (
             f"; routed {', '.join(f'{k} {v:.0f}' for k, v in sorted(turn.choices.items()))}"
             if turn.choices
+            else ""
+        )
+        + (
+            "\n    idle samples (per lane: in flight through the endpoint: running+waiting "
+            f"in vLLM): {', '.join(turn.idle_seen)}"
+            if turn.idle_seen
             else ""
         )
     )
@@ -823,18 +851,21 @@ def summarise(turns: list[Turn], args: argparse.Namespace) -> None:
         ]
         return statistics.median(values)
 
-    ratio = med("prefix", "computed") / med("least-load", "computed")
     print(
         f"\nmedians of {args.reps} turns each, {args.templates} templates × {args.records} records, "
         f"{args.concurrency} in flight, load average {os.getloadavg()[0]:.1f}:"
     )
-    for policy in POLICIES:
+    names = [*POLICIES, *(name for name, _ in args.variant)]
+    for policy in names:
         print(
             f"  {policy:<10} prefill computed {med(policy, 'computed'):,.0f} tokens, "
-            f"{med(policy, 'rps'):.1f} req/s"
+            f"{med(policy, 'rps'):.1f} req/s, idle while the other queued in "
+            f"{med(policy, 'idle_while_queued'):.0f} samples"
         )
-    verdict = "met" if ratio <= 0.6 else "missed"
-    print(f"  prefill computed, prefix / least-load: {ratio:.2f} (goal ≤ 0.6: {verdict})")
+    for policy in names[1:]:
+        ratio = med(policy, "computed") / med("least-load", "computed")
+        verdict = "met" if ratio <= 0.6 else "missed"
+        print(f"  prefill computed, {policy} / least-load: {ratio:.2f} (goal ≤ 0.6: {verdict})")
 
 
 def fake_lanes(stack: ExitStack, count: int, tmp: Path) -> list[str]:
@@ -973,6 +1004,15 @@ def main() -> None:
         "--block-size", type=int, default=0, help="tokens per KV block (0: vLLM's; 128 on CPU)"
     )
     prefix.add_argument("--seed", type=int, default=1)
+    prefix.add_argument(
+        "--variant",
+        type=_variant,
+        action="append",
+        default=[],
+        metavar="NAME=FLAGS",
+        help="--only prefix: also an endpoint routing by prefix with these ddsup endpoint "
+        'flags, e.g. "k4=--prefix-balance-requests 4 --prefix-balance-ratio 1"; repeatable',
+    )
     prefix.add_argument("--logs", type=Path, help="keep the lanes' and endpoints' logs here")
     prefix.add_argument("--ready-timeout", type=float, default=300)
     parser.add_argument(
@@ -1000,6 +1040,13 @@ def main() -> None:
         stop_all(children)
         shutil.rmtree(tmp, ignore_errors=True)
     report(cpu, good, args)
+
+
+def _variant(text: str) -> tuple[str, list[str]]:
+    name, sep, flags = text.partition("=")
+    if not sep or not name or name in POLICIES:
+        raise argparse.ArgumentTypeError(f"{text!r}: write NAME=FLAGS (NAME not a policy's)")
+    return name, shlex.split(flags)
 
 
 def run_prefix(args: argparse.Namespace) -> None:
