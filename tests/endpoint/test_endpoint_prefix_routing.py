@@ -211,13 +211,23 @@ def test_an_idle_lane_takes_the_request_from_a_busy_one() -> None:
     fleet.route(record(0), least="a")
     fleet.load("a", 1)
     assert fleet.route(record(1), least="b") == ("b", Choice.BALANCE_IDLE)
-    fleet.load("b", 1)
-    fleet.load("c", 1)
-    # both a and b hold the template now: a, which was sent it first, while load allows
+
+
+def test_a_lane_that_holds_the_template_too_takes_the_load_its_first_lane_cannot() -> None:
+    # A copy that load once made is used again only where load would otherwise send the
+    # request to a lane that holds nothing of it (which would compute it once more).
+    fleet = Fleet(PrefixPolicy(balance_requests=2, balance_ratio=1.0))
+    fleet.route(record(0), least="a")
+    fleet.load("a", 1)
+    assert fleet.route(record(1), least="b") == ("b", Choice.BALANCE_IDLE)  # b holds it too
     fleet.load("a", 2)
+    fleet.load("b", 1)
+    fleet.load("c", 1)  # a 3, b 1, c 1: within the bound, the lane sent it first
     assert fleet.route(record(2), least="c") == ("a", Choice.PREFIX)
-    fleet.route(record(3), least="b", tried=("a",))
-    assert fleet.route(record(4), least="c") == ("a", Choice.PREFIX)  # not the latest, b
+    fleet.load("a", 1)  # a 4: past it; b, level with a on the match, is not
+    assert fleet.route(record(3), least="c") == ("b", Choice.PREFIX)
+    fleet.load("b", 3)  # a 4, b 4, c 1: both past it
+    assert fleet.route(record(4), least="c") == ("c", Choice.BALANCE)
 
 
 def test_a_lane_that_queues_gives_way_to_one_that_does_not() -> None:

@@ -31,15 +31,16 @@ Three parts, none of which reads a clock or a socket:
   may take a request (in the rotation, untried, not ejected, queue under the limit);
   among lanes that match as far, the one sent it first: a template stays on its lane,
   and a copy that load put on another lane is not kept warm for nothing, which would
-  take that lane's cache from the templates it holds. Load balance wins instead, and
-  least-load's lane gets the request, when that lane has nothing in flight while the
-  matched lane has; when the matched lane has ``balance_requests`` more requests in
-  flight than least-load's and ``balance_ratio`` times as many (SGLang's thresholds,
-  measured against the lane that would take the request rather than across the fleet);
-  or when a fresh sample says the matched lane has a queue of its own and least-load's
-  has none. So no lane idles while another has work, and none queues beside one that
-  does not. Least-load's lane is then sent the prefix too: while its first lane stays
-  busier, later requests of the template go there as well.
+  take that lane's cache from the templates it holds. Load balance wins instead when
+  that lane is unbalanced against least-load's: least-load's has nothing in flight while
+  it has some; it has ``balance_requests`` more requests in flight than least-load's and
+  ``balance_ratio`` times as many (SGLang's thresholds, measured against the lane that
+  would take the request rather than across the fleet); or a fresh sample says it has a
+  queue of its own and least-load's has none. Then another lane level with it on the
+  match that is not unbalanced gets the request (the least loaded of them): a copy is
+  used where it saves computing the prefix again. Failing that, least-load's lane gets
+  it, and is sent the prefix too. So a lane with nothing in flight is never passed
+  over for a busy one, nor one without a queue for one with a queue.
 
 A lane that leaves the rotation matches nothing from then on, and one that comes back
 (a restart, a new :class:`~._lanes.LaneState`) matches only what it was sent
@@ -205,6 +206,7 @@ class PrefixRouter:
         self.policy = policy
         self.index = index
         self._generation = table.generation
+        self._level: Holders = ()  # the lanes level with the last match
 
     def choose(
         self,
@@ -229,6 +231,8 @@ class PrefixRouter:
             choice, lane = Choice.NO_MATCH, least
         elif lane is least or (why := self._unbalanced(lane, least, now, stale_after)) is None:
             choice = Choice.PREFIX
+        elif (spare := self._spare(name, lane, least, tried, limit, now, stale_after)) is not None:
+            choice, lane = Choice.PREFIX, spare
         else:
             choice, lane = why, least
         self.index.record(keys, lane, now)
@@ -247,18 +251,56 @@ class PrefixRouter:
         ``min_match``); among lanes level with it, the one sent it first."""
         found = self.index.holders(keys, now)
         enough = max(1, math.ceil(self.policy.min_match * len(keys) - 1e-9))
-        state_at, now_us = self.table.state_at, now * 1e6
         for depth in range(len(found), enough - 1, -1):
             for lane in found[depth - 1]:
-                if (
-                    state_at(lane.slot) is lane
-                    and name in lane.names
-                    and lane.info.instance not in tried
-                    and lane.ejected_until <= now_us
-                    and lane.queue(now, stale_after) < limit
-                ):
+                if self._may_take(lane, name, tried, limit, now, stale_after):
+                    self._level = found[depth - 1]
                     return lane
         return None
+
+    def _spare(
+        self,
+        name: str,
+        lane: LaneState,
+        least: LaneState,
+        tried: Collection[str],
+        limit: int,
+        now: float,
+        stale_after: float,
+    ) -> LaneState | None:
+        """Another lane level with ``lane`` on the match that load lets take the request
+        (the least loaded of them), or ``None``."""
+        spare: LaneState | None = None
+        for other in self._level:
+            if (
+                other is not lane
+                and (spare is None or other.outstanding < spare.outstanding)
+                and self._may_take(other, name, tried, limit, now, stale_after)
+            ):
+                spare = other
+        if spare is None or (
+            spare is not least and self._unbalanced(spare, least, now, stale_after) is not None
+        ):
+            return None
+        return spare
+
+    def _may_take(
+        self,
+        lane: LaneState,
+        name: str,
+        tried: Collection[str],
+        limit: int,
+        now: float,
+        stale_after: float,
+    ) -> bool:
+        """Whether ``lane`` may take a request for ``name``, as least-load's rules say."""
+        return (
+            self.table.state_at(lane.slot) is lane
+            and name in lane.names
+            and lane.info.instance not in tried
+            and lane.ejected_until <= now * 1e6
+            and lane.queue(now, stale_after) < limit
+        )
 
     def _unbalanced(
         self, lane: LaneState, least: LaneState, now: float, stale_after: float
