@@ -213,6 +213,23 @@ def test_an_idle_lane_takes_the_request_from_a_busy_one() -> None:
     assert fleet.route(record(1), least="b") == ("b", Choice.BALANCE_IDLE)
 
 
+# bound 4: a lane takes one past it; 64: the other two get one each (an idle lane's)
+@pytest.mark.parametrize(("bound", "widest"), [(4, 5), (64, 24 - 3)])
+def test_a_bound_of_a_lanes_batch_keeps_the_loads_that_close(bound: int, widest: int) -> None:
+    # Lanes that run a few requests each, and one template's records only: the bound set
+    # to a lane's batch keeps every lane within it of the busiest, where SGLang's default
+    # lets the template's lane take almost all of them.
+    fleet = Fleet(PrefixPolicy(balance_requests=bound, balance_ratio=1.0))
+    lanes = [fleet.lane(name) for name in "abc"]
+    gaps = []
+    for i in range(24):
+        least = min(lanes, key=lambda lane: lane.outstanding).info.instance
+        fleet.lane(fleet.route(record(i), least=least)[0]).begin()
+        loads = [lane.outstanding for lane in lanes]
+        gaps.append(max(loads) - min(loads))
+    assert max(gaps) == widest
+
+
 def test_a_lane_that_holds_the_template_too_takes_the_load_its_first_lane_cannot() -> None:
     # A copy that load once made is used again only where load would otherwise send the
     # request to a lane that holds nothing of it (which would compute it once more).

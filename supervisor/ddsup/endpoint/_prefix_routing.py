@@ -40,7 +40,12 @@ Three parts, none of which reads a clock or a socket:
   match that is not unbalanced gets the request (the least loaded of them): a copy is
   used where it saves computing the prefix again. Failing that, least-load's lane gets
   it, and is sent the prefix too. So a lane with nothing in flight is never passed
-  over for a busy one, nor one without a queue for one with a queue.
+  over for a busy one, nor one without a queue for one with a queue. SGLang's
+  thresholds suit lanes that run hundreds of requests at once; where a lane runs a few
+  (``max_num_seqs``) and every lane queues, the imbalance they let build up is left
+  queued on one lane when the others run dry, and ``balance_requests`` of about a
+  lane's batch with ``balance_ratio = 1`` bounds it, at the cost of the prefixes that
+  the balance choices compute again.
 
 A lane that leaves the rotation matches nothing from then on, and one that comes back
 (a restart, a new :class:`~._lanes.LaneState`) matches only what it was sent
