@@ -124,8 +124,8 @@ class RequestParser:
     def head(self, head: bytes) -> tuple[bytes, bytes, bool]:
         """(method, target, whether HTTP/1.0) of the request whose whole head is ``head``;
         :class:`ApiError` (with ``close``) when it is refused as it stands."""
-        if _BARE_LF.search(head) is not None:  # rare: llhttp takes CRLF line ends only
-            head = _BARE_LF.sub(b"\r\n", head)
+        if head.count(b"\n") != head.count(b"\r\n"):  # a bare LF; rare: llhttp takes CRLF only
+            head = _BARE_LF.sub(b"\r\n", head)  # (a search for it walks the head in a regex)
         self.fields.reset()
         parser = self._parser
         try:
@@ -190,7 +190,7 @@ def head_end(buf: bytes) -> int:
     end = buf.find(b"\r\n\r\n")
     if end >= 0 and buf.count(b"\n", 0, end) == buf.count(b"\r\n", 0, end):
         return end + 4
-    if b"\n" not in buf:
+    if buf.find(b"\n") < 0:  # not ``in``: on bytes, that first tries the operand as an int
         return -1
     blank = _BLANK_LINE.search(buf)
     return -1 if blank is None else blank.end()
@@ -198,7 +198,7 @@ def head_end(buf: bytes) -> int:
 
 def _refusal(proto: HeadFields, method: bytes, target: bytes, http10: bool) -> ApiError | None:
     """Why a request llhttp took is refused all the same (see the module docstring)."""
-    if b" " in target:
+    if target.find(b" ") >= 0:  # not ``in``, which costs an exception (see head_end)
         return refused(400, "more than one space between the parts of the request line")
     if not target.isascii():
         return refused(400, "the request target is not ASCII")
@@ -213,7 +213,7 @@ def _refusal(proto: HeadFields, method: bytes, target: bytes, http10: bool) -> A
     if method == b"CONNECT":
         NOTICES.note("connect", logging.INFO, "refused a CONNECT request (405): no tunnels")
         return tunnel_refused()
-    if any(_names_websocket(value) for value in proto.upgrades):
+    if proto.upgrades and any(_names_websocket(value) for value in proto.upgrades):
         NOTICES.note("websocket", logging.INFO, "refused a WebSocket handshake (400)")
         return websocket_refused()
     return None
