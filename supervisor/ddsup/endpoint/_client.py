@@ -46,7 +46,15 @@ from ddsup.endpoint._api_errors import (
 )
 from ddsup.endpoint._body_budget import BodyAccount
 from ddsup.endpoint._config import EndpointConfig
-from ddsup.endpoint._connection import Abort, ClientGone, Framing, Hangup, Request
+from ddsup.endpoint._connection import (
+    CLOSE,
+    LENGTH,
+    Abort,
+    ClientGone,
+    Framing,
+    Hangup,
+    Request,
+)
 from ddsup.endpoint._deadlines import Expired, Timed
 from ddsup.endpoint._head_fields import ChunkedEnd, RequestParser, head_end, refused
 from ddsup.endpoint._wire import RECEIVE_SIZE, Wire
@@ -310,7 +318,7 @@ class Client(Timed):
     ) -> None:
         parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason)]
         parts.extend(b"%s: %s\r\n" % pair for pair in headers)
-        if framing is not Framing.LENGTH:
+        if framing is not LENGTH:
             if self._http10:  # no chunked for HTTP/1.0: the body ends with the connection
                 self.keep = False
             else:
@@ -319,7 +327,7 @@ class Client(Timed):
         parts.append(b"\r\n")
         self.out.append(b"".join(parts))
         self._started = True
-        self._reframe = framing is Framing.CLOSE and not self._http10 and not self._head_only
+        self._reframe = framing is CLOSE and not self._http10 and not self._head_only
 
     def pass_head(self, raw: bytes) -> None:
         if not self.keep:

@@ -52,6 +52,13 @@ class Framing(enum.Enum):
     CLOSE = "until close"  # HTTP/1.1 gets it chunked (the end must be visible)
 
 
+# The members as plain names, for the per-request code: on Python 3.11 a member read
+# off the class goes through ``EnumType.__getattr__``, many times the cost of a global.
+LENGTH = Framing.LENGTH
+CHUNKED = Framing.CHUNKED
+CLOSE = Framing.CLOSE
+
+
 class Request:
     """One request head: method, target, headers (names lower-case), body length.
 

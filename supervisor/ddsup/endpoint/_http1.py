@@ -26,7 +26,7 @@ from email.utils import parsedate_to_datetime
 
 import httptools
 
-from ddsup.endpoint._connection import Framing
+from ddsup.endpoint._connection import CHUNKED, CLOSE, LENGTH, Framing
 
 MAX_HEAD = 64 * 1024
 MAX_RETRY_AFTER = 86400.0  # seconds: a lane's Retry-After beyond a day is taken as a day
@@ -159,11 +159,11 @@ class BodyDecoder:
 
     @property
     def chunked(self) -> bool:
-        return self.framing is Framing.CHUNKED
+        return self.framing is CHUNKED
 
     @property
     def until_close(self) -> bool:
-        return self.framing is Framing.CLOSE
+        return self.framing is CLOSE
 
     def _frame(self, head: ResponseHead) -> None:
         if head.status < 200 or head.status in (204, 304):
@@ -171,21 +171,21 @@ class BodyDecoder:
             return
         if head.codings:
             chunked = head.codings[-1].rsplit(b",", 1)[-1].strip().lower() == b"chunked"
-            self.framing = Framing.CHUNKED if chunked else Framing.CLOSE
+            self.framing = CHUNKED if chunked else CLOSE
         elif head.lengths:  # llhttp refused duplicates and anything but digits
-            self.framing = Framing.LENGTH
+            self.framing = LENGTH
             self.remaining = int(head.lengths[0])
             self.done = self.remaining == 0
         else:
-            self.framing = Framing.CLOSE
-        if self.framing is Framing.CLOSE:
+            self.framing = CLOSE
+        if self.framing is CLOSE:
             self.reusable = False
 
     def feed(self, data: bytes) -> bytes:
         return self._take(data, verbatim=False)
 
     def scan(self, data: bytes) -> bytes:
-        if self._state == "size" and self.framing is Framing.CHUNKED and not self._pending:
+        if self._state == "size" and self.framing is CHUNKED and not self._pending:
             # A stream's read, most often one event: one data chunk, its size in lower-case
             # hex without leading zeros (as servers write it), taken whole at once.
             line = data.find(b"\r\n", 0, 18)
@@ -202,10 +202,10 @@ class BodyDecoder:
             if data:
                 self.reusable = False  # bytes after the body: the connection is out of step
             return b""
-        if self.framing is Framing.CLOSE:
+        if self.framing is CLOSE:
             self.payload += len(data)
             return data
-        if self.framing is Framing.LENGTH:
+        if self.framing is LENGTH:
             if len(data) > self.remaining:
                 self.reusable = False
                 data = data[: self.remaining]
@@ -239,7 +239,7 @@ class BodyDecoder:
         return pos
 
     def eof(self) -> None:
-        if self.framing is Framing.CLOSE:
+        if self.framing is CLOSE:
             self.done = True
         elif not self.done:
             raise ProtocolError("the lane closed the connection in the middle of the body")

@@ -28,7 +28,14 @@ import trio
 from ddsup.endpoint._admission import Admission
 from ddsup.endpoint._api_errors import no_ready_lane, overloaded, upstream_failed
 from ddsup.endpoint._config import EndpointConfig
-from ddsup.endpoint._connection import Abort, ClientConnection, ClientGone, Framing, Request
+from ddsup.endpoint._connection import (
+    CHUNKED,
+    LENGTH,
+    Abort,
+    ClientConnection,
+    ClientGone,
+    Request,
+)
 from ddsup.endpoint._deadlines import Deadlines, Expired
 from ddsup.endpoint._ejection import Ejection
 from ddsup.endpoint._http1 import ProtocolError, ResponseHead, retry_after
@@ -80,12 +87,12 @@ def _start_response(client: ClientConnection, head: ResponseHead, conn: Upstream
     """
     assert conn.decoder is not None
     framing = conn.decoder.framing
-    if client.verbatim and head.end_to_end and framing in (Framing.LENGTH, Framing.CHUNKED):
+    if client.verbatim and head.end_to_end and framing in (LENGTH, CHUNKED):
         client.pass_head(head.raw)
         return
-    drop = HOP_BY_HOP if framing is Framing.LENGTH else HOP_BY_HOP | {b"content-length"}
+    drop = HOP_BY_HOP if framing is LENGTH else HOP_BY_HOP | {b"content-length"}
     headers = end_to_end(head.headers, drop)
-    client.start_response(head.status, head.reason, headers, framing or Framing.LENGTH)
+    client.start_response(head.status, head.reason, headers, framing or LENGTH)
 
 
 class Forward:
