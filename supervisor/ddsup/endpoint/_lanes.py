@@ -76,9 +76,14 @@ class LaneState:
     """A lane's load: requests in flight through the endpoint and its last queue sample."""
 
     __slots__ = (
+        "_begun",
         "_cell",
+        "_ejected_until",
         "_mark",
+        "_own",
         "_sampled",
+        "_single",
+        "_view",
         "counts",
         "info",
         "level",
@@ -111,15 +116,23 @@ class LaneState:
         self._sampled = sampled  # LaneTable.sampled
         self._cell = counts.cell
         self._mark = counts.mark
+        # Read and written per request: indexes into the table, computed once.
+        self._view = counts.view
+        self._own = counts.own(slot)
+        self._single = counts.rows == 1
+        self._ejected_until = counts.cell_index(slot, EJECTED_UNTIL)
+        self._begun = counts.cell_index(slot, BEGUN)
 
     @property
     def ejected_until(self) -> int:
         """Microseconds of :func:`time.monotonic` until which the lane is ejected."""
-        return self._cell(self.slot, EJECTED_UNTIL)
+        return self._view[self._ejected_until]
 
     @property
     def outstanding(self) -> int:
         """Requests in flight to this lane through every worker of the endpoint."""
+        if self._single:
+            return self._view[self._own]
         return self.counts.total(self.slot)
 
     def begin(self) -> None:
@@ -130,7 +143,7 @@ class LaneState:
         in flight rarely, samples it on its next tick even when the request is over by then.
         """
         self.counts.add(self.slot, 1)
-        self._mark(self.slot, BEGUN, 1)
+        self._view[self._begun] = 1  # a mark, not journaled (SharedCounts.mark)
 
     def take_begun(self) -> bool:
         """Whether a request began since the last call (any worker's); clears the mark.

@@ -121,6 +121,20 @@ class SharedCounts:
         start = slot * rows
         return sum(self._view[start : start + rows])
 
+    def own(self, slot: int) -> int:
+        """Where this process's count of ``slot`` lies in :attr:`view`."""
+        return slot * self.rows + self.row
+
+    def cell_index(self, slot: int, cell: int) -> int:
+        """Where shared cell ``cell`` of ``slot`` lies in :attr:`view`."""
+        return self.rows * SLOTS + slot * CELLS + cell
+
+    @property
+    def view(self) -> memoryview:
+        """The whole table as 64-bit items, for a reader that indexes it per request
+        (:meth:`own`, :meth:`cell_index`) rather than call a method per read."""
+        return self._view
+
     def cell(self, slot: int, cell: int) -> int:
         """Shared cell ``cell`` of ``slot`` (every worker writes it; see the docstring)."""
         return self._cells[slot * CELLS + cell]
