@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import httpx
@@ -13,7 +14,8 @@ from openai.types.chat import ChatCompletionMessageParam
 from test_endpoint_fake_vllm import fake_vllm
 
 from ddsup.endpoint import LaneInfo, LaneTable, open_endpoint
-from ddsup.endpoint._model_field import model_of_form
+from ddsup.endpoint._api_errors import ApiError
+from ddsup.endpoint._model_field import json_request, model_of_form
 from ddsup.endpoint._route_table import FORM_ROUTES, JSON_ROUTES, ROUTES
 from ddsup.units._schema import ENDPOINT_ROUTES
 
@@ -161,3 +163,40 @@ def _through_openai(base_url: str) -> None:
 )
 def test_the_model_of_a_form(content_type: bytes, body: bytes, model: str | None) -> None:
     assert model_of_form(body, content_type) == model
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model": "m", "prompt": "hi"}',
+        b'{"model": "m"} \t\r\n',  # whitespace after the object is JSON's too
+        b'{"model": "m"} {"model": "n"}',  # two objects: not one body
+        b'{"model": "m"}x',
+        b'{"model": "m"}\x0c',  # a form feed is not JSON whitespace
+        b'{"model": ',
+        b"{",
+        b'{"model": "\xc3\xa9t\xc3\xa9", "n": NaN}',
+        b'{"model": "m", "model": "n"}',  # the last one wins, as in json.loads
+        b'{"model": "\\ud800"}',  # a lone surrogate, escaped: JSON allows it
+        b"{}",
+    ],
+)
+def test_a_json_bodys_model_is_json_loads_verdict(body: bytes) -> None:
+    try:
+        expected: object = json.loads(body)
+    except ValueError as err:
+        why = str(err)
+    else:
+        assert isinstance(expected, dict)
+        assert json_request(body) == (expected.get("model"), expected)
+        return
+    with pytest.raises(ApiError) as refused:
+        json_request(body)
+    assert refused.value.status == 400
+    assert f"not valid JSON: {why}" in refused.value.body().decode()
+
+
+def test_a_deeply_nested_json_object_is_a_clear_400() -> None:
+    with pytest.raises(ApiError) as refused:
+        json_request(b'{"a": ' * 100_000)
+    assert refused.value.status == 400 and b"nested too deeply" in refused.value.body()

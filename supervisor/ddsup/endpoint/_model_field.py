@@ -13,7 +13,9 @@ recursion limit (about 1,000 levels less the stack in use, so a little under 1,0
 from __future__ import annotations
 
 import json
+import json.scanner
 import re
+from collections.abc import Callable
 from typing import TypedDict
 
 from ddsup._json import Json
@@ -21,6 +23,12 @@ from ddsup.endpoint._api_errors import ApiError, bad_request
 
 _BOUNDARY = re.compile(rb'boundary="?([^";\r\n]{1,200})"?', re.IGNORECASE)
 _MODEL_PART = re.compile(rb'\r\ncontent-disposition:[^\r\n]*;\s*name="?model"?[;\s\r]', re.I)
+# The JSON scanner of ``json.loads``'s own decoder (C), called without the Python layers
+# around it: ``decode`` and ``raw_decode`` match whitespace by regex before and after.
+_SCAN: Callable[[str, int], tuple[Json, int]] = json.scanner.make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]  # typeshed: the scanner is its own context
+)
+_JSON_SPACE = " \t\n\r"
 
 
 class RequestBody(TypedDict, total=False):
@@ -47,12 +55,13 @@ def json_request(body: bytes) -> tuple[str | None, RequestBody]:
     A body that opens with ``{`` and a byte other than NUL is what ``json.loads`` would
     decode as UTF-8 (it guesses UTF-16 and -32 from NULs and byte order marks only), so
     it is decoded here directly: ``json.detect_encoding``, in Python, cost more than
-    the rest of the decision.
+    the rest of the decision. Such a text is scanned by the decoder's scanner alone; any
+    text it does not take whole goes to ``json.loads``, which says what is wrong.
     """
     payload: RequestBody  # checked to be an object below: typing it is free, a cast is not
     try:
         if body[:1] == b"{" and body[1:2] != b"\x00":
-            payload = json.loads(body.decode("utf-8", "surrogatepass"))
+            payload = _object(body.decode("utf-8", "surrogatepass"))
         else:
             payload = json.loads(body)
     except RecursionError as err:
@@ -67,6 +76,17 @@ def json_request(body: bytes) -> tuple[str | None, RequestBody]:
     if not isinstance(model, str) or not model:
         raise bad_request('the body\'s "model" must be a non-empty string')
     return model, payload
+
+
+def _object(text: str) -> RequestBody:
+    """``json.loads(text)`` for a text that opens with ``{``."""
+    try:
+        payload, end = _SCAN(text, 0)
+    except (StopIteration, ValueError):
+        return json.loads(text)  # type: ignore[no-any-return]  # raises what is wrong
+    if end != len(text) and text[end:].strip(_JSON_SPACE):
+        return json.loads(text)  # type: ignore[no-any-return]  # "Extra data"
+    return payload  # type: ignore[return-value]  # an object: checked by the caller
 
 
 def model_of_form(body: bytes, content_type: bytes) -> str | None:
