@@ -200,3 +200,15 @@ def test_a_deeply_nested_json_object_is_a_clear_400() -> None:
     with pytest.raises(ApiError) as refused:
         json_request(b'{"a": ' * 100_000)
     assert refused.value.status == 400 and b"nested too deeply" in refused.value.body()
+
+
+async def test_a_query_string_is_routed_by_the_path_and_passed_on() -> None:
+    lane = FakeLane("a", "llama")
+    async with running_endpoint([lane]) as ep, http_client() as client:
+        response = await client.post(
+            f"{ep.url}/v1/completions?stream_options=x", json={"model": "llama"}
+        )
+        assert response.status_code == 200
+        assert lane.received[-1].path == "/v1/completions?stream_options=x"
+        assert (await client.get(f"{ep.url}/health?verbose=1")).status_code == 200
+        assert (await client.get(f"{ep.url}/v1/completions?x")).status_code == 405

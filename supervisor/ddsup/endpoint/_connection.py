@@ -67,9 +67,11 @@ class Request:
     ``content_length`` is ``None`` when the request has no Content-Length header.
     ``forwarded`` is the block of header lines a lane gets (end-to-end headers but Host
     and Content-Length), when the parser built it on the way; else the proxy builds it.
+    ``path`` is the target without its query string: read several times per request,
+    it is cut once.
     """
 
-    __slots__ = ("content_length", "forwarded", "headers", "method", "target")
+    __slots__ = ("content_length", "forwarded", "headers", "method", "path", "target")
 
     def __init__(
         self,
@@ -84,11 +86,7 @@ class Request:
         self.headers = headers
         self.content_length = content_length
         self.forwarded = forwarded
-
-    @property
-    def path(self) -> bytes:
-        """The target without its query string."""
-        return self.target.split(b"?", 1)[0]
+        self.path = target if b"?" not in target else target[: target.index(b"?")]
 
 
 class ClientConnection(Protocol):
