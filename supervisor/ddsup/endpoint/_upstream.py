@@ -103,7 +103,10 @@ class UpstreamConnection(Timed):
         while True:
             split = split_head(self.buffer)
             if split is None:
-                await self.receive(wait_first=not self.buffer)
+                if self.buffer:  # a head in pieces: its next one may be in already
+                    await self.receive()
+                else:  # nothing yet: the wait comes first (one coroutine less per request)
+                    self.buffer = await self.next_bytes()
                 if self.closed:
                     raise UpstreamError("reset", "the lane closed the connection before answering")
                 continue
@@ -137,16 +140,13 @@ class UpstreamConnection(Timed):
             except BlockingIOError:
                 continue
 
-    async def receive(self, *, wait_first: bool = False) -> None:
+    async def receive(self) -> None:
         """One read from the lane into the buffer; at EOF, check the body was complete.
 
-        ``wait_first``: the bytes are not expected yet (a response head; a stream's next
-        event is :meth:`next_bytes`'s), so skip the read that would fail. The waits end
-        with ``ClientGone`` when the client being served hangs up (see :meth:`checkout`).
+        The waits end with ``ClientGone`` when the client being served hangs up (see
+        :meth:`checkout`).
         """
         sock = self.wire.sock
-        if wait_first:
-            await self.wait_readable(sock)
         while True:
             try:
                 data = sock.recv(RECEIVE_SIZE)
@@ -162,11 +162,11 @@ class UpstreamConnection(Timed):
 
     async def next_bytes(self) -> bytes:
         """The lane's next bytes, waited for before the read is tried (the buffer is
-        empty and nothing is expected yet: a stream's next event); ``b""`` at EOF, once
-        the body is checked to be complete.
+        empty and nothing is expected yet: a response head, a stream's next event);
+        ``b""`` at EOF, once the body is checked to be complete.
 
         The wait is :meth:`Timed.wait_readable`'s, written out here: this runs once per
-        event of every stream, and a coroutine less per event is CPU the relay keeps.
+        response and event of every stream, and a coroutine less each time is CPU kept.
         """
         sock = self.wire.sock
         while True:
