@@ -96,7 +96,10 @@ class Endpoint:
 async def handle_request(ep: Endpoint, client: ClientConnection, request: Request) -> None:
     """Answer one request on ``client``, whatever happens (short of the client leaving)."""
     try:
-        await _route(ep, client, request)
+        if request.path in MODEL_ROUTES and request.method == b"POST" and ep.authorized(request):
+            await _proxied(ep, client, request)  # most requests: one coroutine less
+        else:
+            await _route(ep, client, request)
     except ApiError as err:
         await client.reject(err)
     except (Abort, ClientGone):
