@@ -46,24 +46,36 @@ class HeadFields:
     On the way it collects the header lines a lane gets (``forwarded``), which saves the
     proxy a second pass; a Connection header that names other headers (which must then
     be dropped as well) leaves that to the proxy (``listed``).
+
+    The body's callbacks are methods of builtins, called without a Python frame (each
+    request's body passes through the parser): ``on_body`` appends to ``body``, and
+    ``on_message_complete`` empties ``_open``. httptools takes the callbacks when a
+    parser is made, so ``body`` and ``_open`` stay the same objects from one request to
+    the next.
     """
 
     __slots__ = (
+        "_open",
         "alive",
         "body",
         "close",
         "codings",
-        "complete",
         "content_length",
         "continue_expected",
         "forwarded",
         "headers",
         "hosts",
         "listed",
+        "on_body",
+        "on_message_complete",
         "upgrades",
     )
 
     def __init__(self) -> None:
+        self.body: list[bytes] = []
+        self._open: set[bool] = set()
+        self.on_body = self.body.append
+        self.on_message_complete = self._open.clear
         self.reset()
 
     def reset(self) -> None:
@@ -79,8 +91,13 @@ class HeadFields:
         self.alive = False  # Connection: keep-alive (what keeps an HTTP/1.0 connection)
         self.listed = False  # Connection names more than keep-alive and close
         self.continue_expected = False  # Expect: 100-continue
-        self.body: list[bytes] = []
-        self.complete = False  # the parser saw the message's end
+        self.body.clear()
+        self._open.add(True)  # until the parser sees the message's end
+
+    @property
+    def complete(self) -> bool:
+        """The parser saw the message's end."""
+        return not self._open
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
@@ -104,12 +121,6 @@ class HeadFields:
             self.close = b"close" in tokens
             self.alive = b"keep-alive" in tokens
             self.listed = self.listed or not tokens <= {b"close", b"keep-alive"}
-
-    def on_body(self, data: bytes) -> None:
-        self.body.append(data)
-
-    def on_message_complete(self) -> None:
-        self.complete = True
 
 
 class RequestParser:
