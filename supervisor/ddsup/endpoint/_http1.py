@@ -66,6 +66,11 @@ class ResponseHead:
         "reason",
         "status",
     )
+    # The callbacks it has none for, found None rather than missing: httptools asks for
+    # each when it makes a parser (one per response), and a missing one costs a failed
+    # look-up.
+    on_message_begin = on_headers_complete = on_body = None
+    on_chunk_header = on_chunk_complete = on_message_complete = None
 
     def __init__(self, raw: bytes) -> None:
         self.raw = raw
