@@ -40,6 +40,13 @@ def test_head_is_split_and_parsed() -> None:
     assert not parsed(b"HTTP/1.1 200 OK\r\nConnection: close").keep_alive()
 
 
+def test_the_version_decides_reuse_after_empty_lines_too() -> None:
+    for empty in (b"", b"\r\n"):
+        head = parse_head(empty + b"HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n")
+        assert (head.status, head.http11, head.keep_alive()) == (200, False, False)
+        assert parse_head(empty + b"HTTP/1.1 200 OK\r\n\r\n").keep_alive()
+
+
 @pytest.mark.parametrize(
     "head",
     [

@@ -149,14 +149,19 @@ class RequestParser:
                 raise ambiguous_framing() from None
             raise refused(400, f"malformed request head: {err}") from None
         method = parser.get_method()
-        version = parser.get_http_version()
-        if version not in ("1.1", "1.0"):
-            raise version_not_supported(version)
-        # llhttp passed "METHOD SP+ target SP+ HTTP/1.x CRLF": the target lies between (no
-        # on_url callback, which cost a Python call per request). Extra spaces leave a
-        # space in it.
-        target = head[len(method) + 1 : head.find(b"\r\n") - 9]
-        http10 = version == "1.0"
+        # llhttp passed "METHOD SP+ target SP+ HTTP/d.d CRLF": the target lies between (no
+        # on_url callback, which cost a Python call per request; extra spaces leave a
+        # space in it), and the version is read there too (the parser's getter formats a
+        # string per call).
+        line_end = head.find(b"\r\n")
+        target = head[len(method) + 1 : line_end - 9]
+        version = head[line_end - 3 : line_end]
+        if version != b"1.1" and version != b"1.0":  # or an empty line first: ask the parser
+            named = parser.get_http_version()
+            if named not in ("1.1", "1.0"):
+                raise version_not_supported(named)
+            version = named.encode()
+        http10 = version == b"1.0"
         refusal = _refusal(self.fields, method, target, http10)
         if refusal is not None:
             raise refusal

@@ -131,7 +131,10 @@ def parse_head(head: bytes) -> ResponseHead:
     if parsed.status < 100 or not _REASON.fullmatch(parsed.reason):
         line = head.split(b"\r", 1)[0]
         raise ProtocolError(f"bad status line {line[:80]!r}")
-    parsed.http11 = parser.get_http_version() == "1.1"
+    if head.startswith(b"HTTP/"):  # the status line: its version read there, as it came
+        parsed.http11 = head[5:8] == b"1.1"
+    else:  # after empty lines, which llhttp passes over
+        parsed.http11 = parser.get_http_version() == "1.1"
     if not parsed.http11 or len(parsed.codings) > 1:
         parsed.end_to_end = False
     return parsed
