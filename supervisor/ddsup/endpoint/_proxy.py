@@ -106,20 +106,16 @@ class Forward:
 
     __slots__ = ("body", "headers", "method", "prefix", "target")
 
-    def __init__(self, method: bytes, target: bytes, headers: bytes, body: bytes) -> None:
-        self.method = method
-        self.target = target
-        self.headers = headers
-        self.body = body
-        self.prefix: Sequence[int] = ()
-
-    @classmethod
-    def of(cls, request: Request, body: bytes) -> Forward:
+    def __init__(self, request: Request, body: bytes) -> None:
         headers = request.forwarded
         if headers is None:
             kept = end_to_end(request.headers, REQUEST_DROP)
             headers = b"".join(b"%s: %s\r\n" % pair for pair in kept)
-        return cls(request.method, request.target, headers, body)
+        self.method = request.method
+        self.target = request.target
+        self.headers = headers
+        self.body = body
+        self.prefix: Sequence[int] = ()
 
 
 @dataclass(frozen=True)

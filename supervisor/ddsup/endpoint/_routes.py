@@ -168,7 +168,7 @@ async def _lane_version(ep: Endpoint, client: ClientConnection, request: Request
         raise no_lane_answered("/version", ep.config.retry_after)
     lanes.begin_request()
     try:
-        await ep.proxy.forward(client, Forward.of(request, b""), model)
+        await ep.proxy.forward(client, Forward(request, b""), model)
     finally:
         lanes.end_request()
 
@@ -218,7 +218,7 @@ async def _proxied(ep: Endpoint, client: ClientConnection, request: Request) -> 
         _admit(ep)
         lanes.begin_request()
         counted = True
-        forward = Forward.of(request, body)
+        forward = Forward(request, body)
         forward.prefix = ep.proxy.prefix_of(model, payload)
         status = await ep.proxy.forward(client, forward, model)
     except ApiError as err:
