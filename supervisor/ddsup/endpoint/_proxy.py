@@ -42,6 +42,7 @@ from ddsup.endpoint._http1 import ProtocolError, ResponseHead, retry_after
 from ddsup.endpoint._lanes import LaneState, LaneTable
 from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._prefix_routing import PrefixIndex, PrefixPolicy, PrefixRouter, prompt_keys
+from ddsup.endpoint._timeseries import NO_SERIES  # [series hook]
 from ddsup.endpoint._upstream import (
     ConnectionPool,
     UpstreamConnection,
@@ -332,7 +333,9 @@ class Proxy:
             decoder = conn.decoder
             assert decoder is not None
             take = decoder.scan if client.verbatim else decoder.feed
-            sent = self.metrics.series.sent  # [series hook]
+            series = self.metrics.series  # [series hook]
+            sent = series.sent  # [series hook]
+            counting = series is not NO_SERIES  # [series hook] off: no call per event
             instance = lane.info.instance
             timeout = self.config.upstream_timeout
             monotonic = time.monotonic
@@ -353,7 +356,8 @@ class Proxy:
                     raise self._cut(lane, f"bad response body ({err})") from err
                 if data:
                     client.send_body(data)
-                    sent(instance, decoder.payload - before)  # [series hook]
+                    if counting:  # [series hook]
+                        sent(instance, decoder.payload - before)
         client.end_response()
 
     def _pass_buffered(
