@@ -343,6 +343,20 @@ class Client(Timed):
             data = b"%x\r\n%s\r\n" % (len(data), data)
         self.out.append(data)
 
+    def relay(self, data: bytes) -> bool:
+        # Once per stream event: one call and one send, no list in between.
+        if self.out or self._reframe or self._head_only:
+            self.send_body(data)
+            return self.flush_now()
+        try:
+            sent = self.wire.sock.send(data)
+        except OSError:  # would block, or the client left: flush() waits, or says so
+            sent = 0
+        if sent < len(data):
+            self.out.append(data[sent:])
+            return False
+        return True
+
     def end_response(self) -> None:
         if self._reframe:
             self.out.append(b"0\r\n\r\n")

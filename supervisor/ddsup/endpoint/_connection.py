@@ -128,6 +128,10 @@ class ClientConnection(Protocol):
     def send_body(self, data: bytes) -> None:
         """Queue body bytes: decoded, or the raw chunks when ``verbatim``."""
 
+    def relay(self, data: bytes) -> bool:
+        """Send body bytes (as :meth:`send_body` frames them) without waiting, straight
+        to the socket when nothing is queued: True when all went, as :meth:`flush_now`."""
+
     def end_response(self) -> None:
         """Queue the end of the response body."""
 

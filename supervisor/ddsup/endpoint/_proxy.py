@@ -326,7 +326,8 @@ class Proxy:
         """Pass the body on; its end stays queued (see the module docstring).
 
         Each read of a stream costs one wait and one read: what it brought goes out to
-        the client in one send before the next wait, and the lane's silence deadline
+        the client in one send before the next wait (straight to the socket when
+        nothing is queued: :meth:`~._connection.ClientConnection.relay`), and the lane's silence deadline
         moves on by assignment (a :class:`~._deadlines.Timed` field, no cancel scope).
         """
         if not self._pass_buffered(conn, client, lane):
@@ -339,9 +340,10 @@ class Proxy:
             instance = lane.info.instance
             timeout = self.config.upstream_timeout
             monotonic = time.monotonic
-            while not decoder.done:
-                if not client.flush_now():
-                    await client.flush()  # untimed: a slow client is not a silent lane
+            relay = client.relay
+            if not client.flush_now():
+                await client.flush()  # untimed: a slow client is not a silent lane
+            while True:
                 conn.deadline = monotonic() + timeout
                 try:
                     data = await conn.next_bytes()  # a stream's next event comes later
@@ -354,8 +356,15 @@ class Proxy:
                     data = take(data)
                 except ProtocolError as err:
                     raise self._cut(lane, f"bad response body ({err})") from err
+                if decoder.done:  # the end stays queued (see the module docstring)
+                    if data:
+                        client.send_body(data)
+                        if counting:  # [series hook]
+                            sent(instance, decoder.payload - before)
+                    break
                 if data:
-                    client.send_body(data)
+                    if not relay(data):
+                        await client.flush()
                     if counting:  # [series hook]
                         sent(instance, decoder.payload - before)
         client.end_response()
