@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import trio
-from endpoint_fakes import FakeLane, running_endpoint
+from endpoint_fakes import FakeLane, http_client, running_endpoint
 
 
 def post(body: bytes, *extra: bytes) -> bytes:
@@ -285,6 +285,9 @@ async def test_a_lane_silent_mid_stream_is_cut_off(workers: int) -> None:
             assert b"data: " in received
             assert not received.endswith(b"0\r\n\r\n")  # cut short: no last chunk
             assert trio.current_time() - start < 3.0
+        async with http_client() as client:  # counted as the lane's failure mid-response
+            metrics = (await client.get(f"{ep.url}/metrics")).text
+        assert 'ddsup_endpoint_upstream_errors_total{lane="a",kind="mid-response"} 1' in metrics
 
 
 async def test_an_idle_keep_alive_connection_is_closed_silently(workers: int) -> None:
