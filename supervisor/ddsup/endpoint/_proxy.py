@@ -49,6 +49,7 @@ from ddsup.endpoint._upstream import (
     UpstreamError,
     request_bytes,
 )
+from ddsup.endpoint._wire import RECEIVE_SIZE
 from ddsup.record import CUT
 from ddsup.units import Routing
 
@@ -343,10 +344,31 @@ class Proxy:
             relay = client.relay
             if not client.flush_now():
                 await client.flush()  # untimed: a slow client is not a silent lane
+            sock = conn.wire.sock
+            wait_readable = trio.lowlevel.wait_readable
             while True:
                 conn.deadline = monotonic() + timeout
                 try:
-                    data = await conn.next_bytes()  # a stream's next event comes later
+                    # conn.next_bytes() written out: no coroutine per event of a stream
+                    while True:
+                        if conn.interrupted is not None:
+                            conn.raise_interruption()
+                        conn.waiting_on = sock
+                        try:
+                            await wait_readable(sock)  # a stream's next event comes later
+                        except trio.ClosedResourceError:
+                            conn.raise_interruption()
+                            raise
+                        finally:
+                            conn.waiting_on = None
+                        try:
+                            data = sock.recv(RECEIVE_SIZE)
+                        except BlockingIOError:
+                            continue
+                        break
+                    if not data:
+                        conn.closed = True
+                        decoder.eof()
                 except Expired as err:
                     raise self._cut(lane, f"silent for {timeout:g} s mid-response") from err
                 except (OSError, ProtocolError) as err:
