@@ -145,6 +145,16 @@ def test_scan_relays_canonical_chunks_as_they_came(
         assert relayed == framed
 
 
+@pytest.mark.parametrize("head", [b"HTTP/1.1 200 OK\r\ncontent-length: 13", b"HTTP/1.1 200 OK"])
+def test_scan_relays_a_body_not_chunked_as_it_came_over_many_reads(head: bytes) -> None:
+    """Reads of a Content-Length or until-close body that look like chunk framing are
+    body bytes all the same."""
+    decoder = BodyDecoder(parsed(head))
+    reads = [b"ab", b"2\r\nhi\r\n", b"zz\r\n"]
+    assert [decoder.scan(read) for read in reads] == reads
+    assert decoder.payload == 13
+
+
 def test_scan_passes_a_clean_read_without_copying_it() -> None:
     decoder = BodyDecoder(parsed(CHUNKED_HEAD))
     read = b"5\r\nhello\r\n"
