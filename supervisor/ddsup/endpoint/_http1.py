@@ -160,6 +160,8 @@ class BodyDecoder:
     _chunk_left = 0  # chunked: data bytes left in the current chunk
     _state = "size"  # chunked: size | data | data-end | trailer
     _pending = b""
+    # chunked, between two chunks, nothing pending: the one test :meth:`scan` makes
+    _boundary = False
 
     def __init__(self, head: ResponseHead) -> None:
         self.reusable = head.http11 and not head.close
@@ -180,6 +182,7 @@ class BodyDecoder:
         if head.codings:
             chunked = head.codings[-1].rsplit(b",", 1)[-1].strip().lower() == b"chunked"
             self.framing = CHUNKED if chunked else CLOSE
+            self._boundary = chunked
         elif head.lengths:  # llhttp refused duplicates and anything but digits
             self.framing = LENGTH
             self.remaining = int(head.lengths[0])
@@ -193,7 +196,7 @@ class BodyDecoder:
         return self._take(data, verbatim=False)
 
     def scan(self, data: bytes) -> bytes:
-        if self._state == "size" and self.framing is CHUNKED and not self._pending:
+        if self._boundary:
             # A stream's read, most often one event: one data chunk, its size in lower-case
             # hex without leading zeros (as servers write it), taken whole at once.
             line = data.find(b"\r\n", 0, 18)
@@ -202,8 +205,18 @@ class BodyDecoder:
                 self.payload += length
                 return data
             pos = self._whole_chunks(data)
-            return data if pos == len(data) else self._chunks(data, True, pos)
-        return self._take(data, verbatim=True)
+            if pos == len(data):
+                return data
+            data = self._chunks(data, True, pos)
+        else:
+            data = self._take(data, verbatim=True)
+        self._boundary = (
+            self.framing is CHUNKED
+            and self._state == "size"
+            and not self._pending
+            and not self.done
+        )
+        return data
 
     def _take(self, data: bytes, *, verbatim: bool) -> bytes:
         if self.done:
