@@ -327,9 +327,10 @@ class Proxy:
         """Pass the body on; its end stays queued (see the module docstring).
 
         Each read of a stream costs one wait and one read: what it brought goes out to
-        the client in one send before the next wait (straight to the socket when
-        nothing is queued: :meth:`~._connection.ClientConnection.relay`), and the lane's silence deadline
-        moves on by assignment (a :class:`~._deadlines.Timed` field, no cancel scope).
+        the client in one send before the next wait (straight to the socket when nothing
+        is queued: :meth:`~._connection.ClientConnection.relay`), and the lane's silence
+        deadline moves on by assignment (a :class:`~._deadlines.Timed` field, no cancel
+        scope). The wait is :meth:`UpstreamConnection.next_bytes`'s, written out.
         """
         if not self._pass_buffered(conn, client, lane):
             decoder = conn.decoder
