@@ -166,7 +166,8 @@ class UpstreamConnection(Timed):
         ``b""`` at EOF, once the body is checked to be complete.
 
         The wait is :meth:`Timed.wait_readable`'s, written out here: this runs once per
-        response and event of every stream, and a coroutine less each time is CPU kept.
+        response, and a coroutine less each time is CPU kept (the relay loop writes the
+        same wait out for each read of a stream: keep the two alike).
         """
         sock = self.wire.sock
         while True:
