@@ -326,37 +326,30 @@ class Proxy:
     ) -> None:
         """Pass the body on; its end stays queued (see the module docstring).
 
-        Each read of a stream costs one wait and one read: what it brought goes out to
-        the client in one send before the next wait (straight to the socket when nothing
-        is queued: :meth:`~._connection.ClientConnection.relay`), and the lane's silence
-        deadline moves on by assignment (a :class:`~._deadlines.Timed` field, no cancel
-        scope). The wait is :meth:`UpstreamConnection.next_bytes`'s, written out.
+        Per read of a stream: one wait (``next_bytes``'s, written out), one send (``relay``),
+        and the silence deadline moved on by assignment (:class:`~._deadlines.Timed`).
         """
         if not self._pass_buffered(conn, client, lane):
             decoder = conn.decoder
             assert decoder is not None
             take = decoder.scan if client.verbatim else decoder.feed
             series = self.metrics.series  # [series hook]
-            sent = series.sent  # [series hook]
-            counting = series is not NO_SERIES  # [series hook] off: no call per event
-            instance = lane.info.instance
+            counting = series is not NO_SERIES  # [series hook] else no call per read
             timeout = self.config.upstream_timeout
             monotonic = time.monotonic
             relay = client.relay
+            sock = conn.wire.sock
             if not client.flush_now():
                 await client.flush()  # untimed: a slow client is not a silent lane
-            sock = conn.wire.sock
-            wait_readable = trio.lowlevel.wait_readable
             while True:
                 conn.deadline = monotonic() + timeout
                 try:
-                    # conn.next_bytes() written out: no coroutine per event of a stream
-                    while True:
+                    while True:  # no coroutine per read of a stream
                         if conn.interrupted is not None:
                             conn.raise_interruption()
-                        conn.waiting_on = sock
+                        conn.waiting_on = sock  # a stream's next event comes later
                         try:
-                            await wait_readable(sock)  # a stream's next event comes later
+                            await trio.lowlevel.wait_readable(sock)
                         except trio.ClosedResourceError:
                             conn.raise_interruption()
                             raise
@@ -368,8 +361,7 @@ class Proxy:
                             continue
                         break
                     if not data:
-                        conn.closed = True
-                        decoder.eof()
+                        conn.at_eof()
                 except Expired as err:
                     raise self._cut(lane, f"silent for {timeout:g} s mid-response") from err
                 except (OSError, ProtocolError) as err:
@@ -379,17 +371,15 @@ class Proxy:
                     data = take(data)
                 except ProtocolError as err:
                     raise self._cut(lane, f"bad response body ({err})") from err
-                if decoder.done:  # the end stays queued (see the module docstring)
-                    if data:
-                        client.send_body(data)
-                        if counting:  # [series hook]
-                            sent(instance, decoder.payload - before)
-                    break
                 if data:
-                    if not relay(data):
-                        await client.flush()
+                    if decoder.done:  # the end stays queued (see the module docstring)
+                        client.send_body(data)
+                    elif not relay(data):
+                        await client.flush()  # untimed, as above
                     if counting:  # [series hook]
-                        sent(instance, decoder.payload - before)
+                        series.sent(lane.info.instance, decoder.payload - before)
+                if decoder.done:
+                    break
         client.end_response()
 
     def _pass_buffered(

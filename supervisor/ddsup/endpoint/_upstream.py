@@ -185,10 +185,14 @@ class UpstreamConnection(Timed):
             except BlockingIOError:
                 continue
             if not data:
-                self.closed = True
-                if self.decoder is not None:
-                    self.decoder.eof()
+                self.at_eof()
             return data
+
+    def at_eof(self) -> None:
+        """The lane closed the connection: check the body was complete."""
+        self.closed = True
+        if self.decoder is not None:
+            self.decoder.eof()
 
 
 def request_bytes(
