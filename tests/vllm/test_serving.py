@@ -25,6 +25,7 @@ shared by several tests would be such a leftover. Each phase says which one fail
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -43,7 +44,8 @@ LANES = ("lane@0", "lane@1")
 MAX_QUEUE = 4  # [endpoint] max_queue_per_lane of this run: a burst goes past it
 RETRY_AFTER = 2  # seconds: the example's [endpoint] retry_after
 GIVE_UP = 3.0  # seconds: the client gives up a request of its own stuck behind a lane's queue
-DIRECT = 32  # requests sent to each lane directly, past the endpoint
+DIRECT = 16  # clients that keep a request each at each lane directly, past the endpoint
+QUEUE_LIMIT = 120.0  # seconds the lanes keep their own queue for the endpoint to refuse
 BACK_LIMIT = 300.0  # seconds for a lane to be ready again: a restart reloads the model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -106,42 +108,54 @@ def _queue_at_the_lanes(job: VllmJob, figures: list[str]) -> None:
     the lanes' /metrics: with at most two requests of its own in flight, far below the
     limit, the endpoint still answers 429.
 
+    Each lane's queue is kept up by ``DIRECT`` clients that send their next request as
+    soon as one ends, so it holds for as long as the endpoint takes (a burst sent once
+    drains, and a lane that drains first takes the endpoint's requests, rightly).
     vLLM serves in order, so a request the endpoint admits before it has sampled a lane's
     queue waits behind that queue: each is given up after ``GIVE_UP`` seconds (the
     client's hang-up ends it at the endpoint and the lane) and the next one is sent."""
     model, began = model_name(), time.time()
-    with ThreadPoolExecutor(max_workers=6) as pool, client(job.url, GIVE_UP) as api:
-        # each lane runs two and queues the rest: its queue stays over the limit for
-        # many of the endpoint's 1 s samples even where the tiny model answers fastest
+    stop = threading.Event()
+    lanes_waited: list[Answer] = []
+
+    def keep_asking(url: str) -> None:
+        with client(url, 900.0) as api:
+            while not stop.is_set():
+                lanes_waited.append(ask(api, model, 300))
+
+    with ThreadPoolExecutor(max_workers=2 * DIRECT + 2) as pool:
         direct = [
-            pool.submit(burst, _lane_url(job, lane), model, DIRECT, 300, 900.0) for lane in LANES
+            pool.submit(keep_asking, _lane_url(job, lane)) for lane in LANES for _ in range(DIRECT)
         ]
-        until_sync(
-            lambda: (
-                all(_lane_waiting(job, lane) >= MAX_QUEUE for lane in LANES)
-                or any(d.done() for d in direct)
-            ),
-            "a queue of their own at both lanes",
-            limit=300.0,
-        )
-        queued = time.monotonic()
-        asked: list[Future[Answer]] = []
-        refused: Answer | None = None
-        while refused is None and not all(d.done() for d in direct):
-            assert time.monotonic() < queued + 600.0, "lanes' queue: direct requests still running"
-            if sum(not f.done() for f in asked) < 2:
-                asked.append(pool.submit(ask, api, model, 8))
-            time.sleep(0.25)
-            refused = next(
-                (f.result() for f in asked if f.done() and f.result().status == 429), None
-            )
-        refused_after = time.monotonic() - queued
-        lanes_waited = [a for d in direct for a in d.result()]
+        try:
+            with client(job.url, GIVE_UP) as api:
+                until_sync(
+                    lambda: all(_lane_waiting(job, lane) >= MAX_QUEUE for lane in LANES),
+                    "a queue of their own at both lanes",
+                    limit=300.0,
+                )
+                queued = time.monotonic()
+                asked: list[Future[Answer]] = []
+                refused: Answer | None = None
+                while refused is None and time.monotonic() < queued + QUEUE_LIMIT:
+                    if sum(not f.done() for f in asked) < 2:
+                        asked.append(pool.submit(ask, api, model, 8))
+                    time.sleep(0.25)
+                    refused = next(
+                        (f.result() for f in asked if f.done() and f.result().status == 429), None
+                    )
+                refused_after = time.monotonic() - queued
+                still_queued = [_lane_waiting(job, lane) for lane in LANES]
+        finally:
+            stop.set()
+        for future in direct:
+            future.result()
     answers = [f.result() for f in asked]
     failed = [a for a in lanes_waited if not a.completed]
     assert not failed, f"lanes' queue: direct requests failed: {failed}"
     assert refused is not None, (
-        f"lanes' queue: no 429 while both lanes had a queue of their own; endpoint answers "
+        f"lanes' queue: no 429 in {QUEUE_LIMIT:g} s while both lanes had a queue of their "
+        f"own (waiting at the end {still_queued}); endpoint answers "
         f"{[a.status or a.error for a in answers]}; failed /metrics samples "
         f"{_endpoint_metric(job, 'ddsup_endpoint_lane_metrics_errors_total')}"
     )
