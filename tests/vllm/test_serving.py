@@ -27,7 +27,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import httpx
@@ -146,6 +146,7 @@ def _queue_at_the_lanes(job: VllmJob, figures: list[str]) -> None:
                     )
                 refused_after = time.monotonic() - queued
                 still_queued = [_lane_waiting(job, lane) for lane in LANES]
+                wait(asked)  # each ends within GIVE_UP: closing the client would cut it
         finally:
             stop.set()
         for future in direct:
