@@ -27,7 +27,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import httpx
@@ -138,9 +138,10 @@ def _queue_at_the_lanes(job: VllmJob, figures: list[str]) -> None:
                 asked: list[Future[Answer]] = []
                 refused: Answer | None = None
                 while refused is None and time.monotonic() < queued + QUEUE_LIMIT:
-                    if sum(not f.done() for f in asked) < 2:
+                    while sum(not f.done() for f in asked) < 2:
                         asked.append(pool.submit(ask, api, model, 8))
-                    time.sleep(0.25)
+                    # the next answer (each comes within GIVE_UP), not a fixed pause
+                    wait([f for f in asked if not f.done()], return_when=FIRST_COMPLETED)
                     refused = next(
                         (f.result() for f in asked if f.done() and f.result().status == 429), None
                     )
