@@ -26,13 +26,17 @@ def main(out: Path) -> int:
     chat = api.chat.completions.create(
         model=models[0], messages=messages, max_tokens=TOKENS, extra_body=ignore_eos
     )
-    chunks, finish = 0, None
+    chunks, finish, streamed = 0, None, None
+    # vLLM holds back a token that ends inside a UTF-8 character and sends it with the
+    # next, so chunks are not tokens: the usage chunk says how many were generated.
     stream = api.chat.completions.create(
-        model=models[0], messages=messages, max_tokens=TOKENS, stream=True, extra_body=ignore_eos
-    )
+        model=models[0], messages=messages, max_tokens=TOKENS, stream=True,
+        stream_options={"include_usage": True}, extra_body=ignore_eos,
+    )  # fmt: skip
     for chunk in stream:
         chunks += 1
         finish = next((c.finish_reason for c in chunk.choices if c.finish_reason), finish)
+        streamed = chunk.usage.completion_tokens if chunk.usage else streamed
     found = {
         "models": models,
         "chat": {
@@ -40,7 +44,7 @@ def main(out: Path) -> int:
             "finish_reason": chat.choices[0].finish_reason,
             "content": chat.choices[0].message.content,
         },
-        "stream": {"chunks": chunks, "finish_reason": finish},
+        "stream": {"chunks": chunks, "finish_reason": finish, "tokens": streamed},
     }
     out.write_text(json.dumps(found))
     return 0
