@@ -10,6 +10,10 @@ Every variant runs in front of the same upstream lanes with wrk on the same core
 - ``floor h11`` / ``floor httptools``: a bare trio server answering a fixed body, parsing
   with h11 or with httptools (the floor of a Python server, not a proxy);
 - ``direct``: wrk against a lane itself;
+- ``prefix 1w``: ``ddsup endpoint --routing prefix``, one worker, for plain requests and
+  for a templated prompt (a shared prefix of about 300 tokens and a record), beside
+  ``endpoint 1w`` (least-load) and ``nginx 1w`` on the same prompt: what keying and
+  matching a prompt cost per request;
 - with ``--baseline REV`` (a git revision, e.g. ``main``): ``REV 1w`` / ``REV 2w``, the
   endpoint of that revision (``side_by_side.py``), run beside this tree's in the same
   rotations: a change's before and after, side by side in one run.
@@ -110,6 +114,10 @@ from ddsup.endpoint._prefix_routing import PrefixIndex, PrefixPolicy, PrefixRout
 PLAIN = '{"model":"m","prompt":"hi","max_tokens":16}'
 STREAM = '{"model":"m","prompt":"hi","stream":true}'
 STREAM_MORE = '{"model":"m","prompt":"hi","stream":true,"events":%d}'
+# A templated job's request: a shared prefix of about 300 tokens (1,200 characters: the
+# prefix router keys about ten blocks of it), then a record of its own.
+TEMPLATE = " ".join(f"rule {i}: answer in the voice of a careful editor." for i in range(24))
+TEMPLATED = json.dumps({"model": "m", "prompt": f"{TEMPLATE} record 17: a line.", "max_tokens": 16})
 
 
 @dataclass(frozen=True)
@@ -222,7 +230,8 @@ def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[
     n2, n2_url = start_nginx(nginx, lane_urls, sorted(both), tmp)
     e1, e1_url = endpoint(lane_urls, 1, proxy)
     e2, e2_url = endpoint(lane_urls, 2, both)
-    children += [n1, n2, e1, e2]
+    p1, p1_url = endpoint(lane_urls, 1, proxy, "--routing", "prefix")
+    children += [n1, n2, e1, e2, p1]
     before: list[Variant] = []
     if args.baseline:
         source = baseline_code(args.baseline, tmp / "baseline")
@@ -241,6 +250,7 @@ def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[
         Variant("direct", lane_urls[0], frozenset(load), (lane0,)),
         Variant("nginx 1w", n1_url, frozenset(proxy), of(n1)),
         Variant("endpoint 1w", e1_url, frozenset(proxy), of(e1)),
+        Variant("prefix 1w", p1_url, frozenset(proxy), of(p1)),
         Variant(
             "floor h11", f"http://127.0.0.1:{wait_port(tmp / 'h11')}", frozenset(proxy), of(h11)
         ),
@@ -263,8 +273,11 @@ def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[
     sse_names = {"direct", "nginx 1w", "endpoint 1w", "nginx 2w", "endpoint 2w"}
     sse_names |= {"floor proxy tasks", "floor proxy epoll"}
     sse = [v for v in plain if v.name in sse_names or v in before]
-    results: dict[str, dict[str, list[Sample]]] = {"plain": {}, "sse": {}, "sse_more": {}}
-    phases = [("plain", plain, PLAIN), ("sse", sse, STREAM)]
+    templated = [v for v in plain if v.name in {"nginx 1w", "endpoint 1w", "prefix 1w"}]
+    results: dict[str, dict[str, list[Sample]]] = {
+        "plain": {}, "templated": {}, "sse": {}, "sse_more": {}
+    }  # fmt: skip
+    phases = [("plain", plain, PLAIN), ("templated", templated, TEMPLATED), ("sse", sse, STREAM)]
     if args.more_events:
         phases.append(("sse_more", sse, STREAM_MORE % args.more_events))
     for kind, variants, body in phases:
@@ -344,6 +357,8 @@ def report_cpu(cpu: dict[str, Any], args: argparse.Namespace) -> dict[str, float
     )
     print(f"\nplain JSON, {args.lanes} fast lanes")
     _table(med["plain"], variants)
+    print(f"\na templated prompt ({len(TEMPLATED):,} bytes), {args.lanes} fast lanes")
+    _table(med["templated"], variants)
     print(f"\nSSE, {args.events} events per request, {args.gap * 1000:g} ms apart")
     _table(med["sse"], variants)
     per_event = {}
@@ -390,6 +405,9 @@ def report_cpu(cpu: dict[str, Any], args: argparse.Namespace) -> dict[str, float
     return {
         "ceiling": ceiling.get("endpoint", float("nan")),
         "cpu": plain["endpoint 1w"]["cpu"],
+        "prefix": plain["prefix 1w"]["cpu"],
+        "templated": med["templated"]["endpoint 1w"]["cpu"],
+        "templated_prefix": med["templated"]["prefix 1w"]["cpu"],
         "event": per_event["endpoint 1w"],
         "event_marginal": marginal.get("endpoint 1w", float("nan")),
         "scale": plain["endpoint 2w"]["rps"] / plain["endpoint 1w"]["rps"],
@@ -460,6 +478,12 @@ def report(
     print("\ngoals")
     if figures is not None:
         _goal("CPU per plain proxied request ≤ 80 µs (endpoint 1w)", figures["cpu"], 80, "µs")
+        _goal("  … routing by prefix (prefix 1w)", figures["prefix"], 80, "µs")
+        _goal("  … a templated prompt, routing by prefix", figures["templated_prefix"], 80, "µs")
+        print(
+            f"    (least-load, the same prompt: {figures['templated']:.1f} µs; "
+            f"prefix / least-load {figures['templated_prefix'] / figures['templated']:.2f}×)"
+        )
         _goal("CPU per SSE event ≤ 25 µs (endpoint 1w)", figures["event"], 25, "µs")
         if args.more_events:
             marginal = figures["event_marginal"]
