@@ -10,10 +10,11 @@ Every variant runs in front of the same upstream lanes with wrk on the same core
 - ``floor h11`` / ``floor httptools``: a bare trio server answering a fixed body, parsing
   with h11 or with httptools (the floor of a Python server, not a proxy);
 - ``direct``: wrk against a lane itself;
-- ``prefix 1w``: ``ddsup endpoint --routing prefix``, one worker, for plain requests and
-  for a templated prompt (a shared prefix of about 300 tokens and a record), beside
-  ``endpoint 1w`` (least-load) and ``nginx 1w`` on the same prompt: what keying and
-  matching a prompt cost per request;
+- ``prefix 1w``: ``ddsup endpoint --routing prefix``, one worker, for plain requests
+  (one prompt: prefix routing keeps it on one lane until load balance moves it) and for
+  templated prompts (64 shared prefixes of about 300 tokens, records after them, in
+  turn), beside ``endpoint 1w`` (least-load) and ``nginx 1w`` on the same prompts: what
+  keying and matching a prompt cost per request;
 - with ``--baseline REV`` (a git revision, e.g. ``main``): ``REV 1w`` / ``REV 2w``, the
   endpoint of that revision (``side_by_side.py``), run beside this tree's in the same
   rotations: a change's before and after, side by side in one run.
@@ -114,10 +115,14 @@ from ddsup.endpoint._prefix_routing import PrefixIndex, PrefixPolicy, PrefixRout
 PLAIN = '{"model":"m","prompt":"hi","max_tokens":16}'
 STREAM = '{"model":"m","prompt":"hi","stream":true}'
 STREAM_MORE = '{"model":"m","prompt":"hi","stream":true,"events":%d}'
-# A templated job's request: a shared prefix of about 300 tokens (1,200 characters: the
-# prefix router keys about ten blocks of it), then a record of its own.
-TEMPLATE = " ".join(f"rule {i}: answer in the voice of a careful editor." for i in range(24))
-TEMPLATED = json.dumps({"model": "m", "prompt": f"{TEMPLATE} record 17: a line.", "max_tokens": 16})
+# A templated job's requests, sent in turn: 64 templates of about 300 tokens (1,200
+# characters: the prefix router keys about ten blocks of each), 8 records after each.
+TEMPLATED = [
+    json.dumps({"model": "m", "prompt": f"Task {t}. {rules} Record {r}: a line.", "max_tokens": 16})
+    for rules in [" ".join(f"rule {i}: answer as a careful editor would." for i in range(24))]
+    for r in range(8)
+    for t in range(64)
+]
 
 
 @dataclass(frozen=True)
@@ -159,7 +164,7 @@ class Variant:
 
 def measure(
     v: Variant,
-    body: str,
+    body: str | Sequence[str],
     seconds: float,
     connections: int,
     cpus: set[int],
@@ -277,7 +282,9 @@ def run_cpu(args: argparse.Namespace, tmp: Path, children: list[Child]) -> dict[
     results: dict[str, dict[str, list[Sample]]] = {
         "plain": {}, "templated": {}, "sse": {}, "sse_more": {}
     }  # fmt: skip
-    phases = [("plain", plain, PLAIN), ("templated", templated, TEMPLATED), ("sse", sse, STREAM)]
+    phases: list[tuple[str, list[Variant], str | list[str]]] = [
+        ("plain", plain, PLAIN), ("templated", templated, TEMPLATED), ("sse", sse, STREAM)
+    ]  # fmt: skip
     if args.more_events:
         phases.append(("sse_more", sse, STREAM_MORE % args.more_events))
     for kind, variants, body in phases:
@@ -357,7 +364,10 @@ def report_cpu(cpu: dict[str, Any], args: argparse.Namespace) -> dict[str, float
     )
     print(f"\nplain JSON, {args.lanes} fast lanes")
     _table(med["plain"], variants)
-    print(f"\na templated prompt ({len(TEMPLATED):,} bytes), {args.lanes} fast lanes")
+    print(
+        f"\ntemplated prompts ({len(TEMPLATED)} in turn, {len(TEMPLATED[0]):,} bytes: 64 "
+        f"templates × 8 records), {args.lanes} fast lanes"
+    )
     _table(med["templated"], variants)
     print(f"\nSSE, {args.events} events per request, {args.gap * 1000:g} ms apart")
     _table(med["sse"], variants)

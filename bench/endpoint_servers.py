@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -610,11 +611,22 @@ class WrkRun:
     socket_errors: str  # wrk's line, "" when there were none
 
 
-def wrk(url: str, body: str, seconds: float, connections: int, cpus: set[int]) -> WrkRun:
-    """wrk POSTing ``body`` to ``url`` for ``seconds``, pinned to ``cpus``."""
+def wrk(
+    url: str, body: str | Sequence[str], seconds: float, connections: int, cpus: set[int]
+) -> WrkRun:
+    """wrk POSTing ``body`` to ``url`` for ``seconds``, pinned to ``cpus``; several bodies
+    are sent in turn, one per request."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(f"wrk.method = \"POST\"\nwrk.body = '{body}'\n")
-        script.write('wrk.headers["Content-Type"] = "application/json"\n')
+        script.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n')
+        if isinstance(body, str):
+            script.write(f"wrk.body = [==[{body}]==]\n")
+        else:  # Lua's long brackets take a JSON text as it is
+            listed = ",".join(f"[==[{b}]==]" for b in body)
+            script.write(f"bodies = {{{listed}}}\n")
+            script.write(
+                "local i = 0\nrequest = function()\n  i = i % #bodies + 1\n"
+                "  return wrk.format(nil, nil, nil, bodies[i])\nend\n"
+            )
     argv = ["wrk", "-t", "1", "-c", str(connections), "-d", f"{seconds:g}s", "--latency"]
     proc = subprocess.Popen([*argv, "-s", script.name, url], stdout=subprocess.PIPE, text=True)
     os.sched_setaffinity(proc.pid, cpus)
