@@ -57,7 +57,7 @@ class Fleet:
         *,
         now: float = 0.0,
         tried: tuple[str, ...] = (),
-    ) -> tuple[str, Choice]:
+    ) -> tuple[str, str]:
         keys = prompt_keys(payload, "m")
         lane, how = self.router.choose(
             "m", self.lane(least), keys, tried, limit=LIMIT, now=now, stale_after=STALE

@@ -54,11 +54,10 @@ since: its old blocks go out with their generation.
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ddsup.endpoint._lanes import LaneState, LaneTable
 
@@ -145,7 +144,8 @@ class PrefixIndex:
 
     def holders(self, keys: Sequence[int], now: float) -> list[Holders]:
         """The lanes sent each of the first blocks of ``keys``, as far as any was."""
-        self._age(now)
+        if now - self._born >= self.max_age:  # both generations are too old
+            self._young, self._old, self._born = {}, {}, now
         young, old = self._young, self._old
         found = []
         for key in keys:
@@ -157,9 +157,12 @@ class PrefixIndex:
 
     def record(self, keys: Sequence[int], lane: LaneState, now: float) -> None:
         """``lane`` was sent the blocks of ``keys``."""
-        self._age(now)
-        if len(self._young) >= self.half or now - self._born >= self.max_age / 2:
-            self._old, self._young, self._born = self._young, {}, now
+        age = now - self._born
+        if age >= self.max_age / 2 or len(self._young) >= self.half:
+            # a new young generation; the old one is dropped, and the young one too
+            # when both are too old
+            self._old = {} if age >= self.max_age else self._young
+            self._young, self._born = {}, now
         alone = self._alone.get(lane)
         if alone is None:
             alone = self._alone[lane] = (lane,)
@@ -178,20 +181,20 @@ class PrefixIndex:
         """Forget the shared tuples of lanes ``lanes`` says no to (they left)."""
         self._alone = {lane: alone for lane, alone in self._alone.items() if lanes(lane)}
 
-    def _age(self, now: float) -> None:
-        if now - self._born >= self.max_age:  # both generations are too old
-            self._young, self._old, self._born = {}, {}, now
 
+class Choice:
+    """How a request's lane was chosen: the ``choice`` label of the endpoint's
+    ``prefix_routed_total``. Plain strings, not an enum: a member's ``.value`` is a
+    descriptor call, and every request routed by prefix is counted by its choice."""
 
-class Choice(str, enum.Enum):
-    """How a request's lane was chosen (the endpoint's ``prefix_routed_total``)."""
-
-    PREFIX = "prefix"  # the lane that holds the longest part of the prompt
-    NO_MATCH = "no_match"  # no lane holds enough of it: least-load's lane
+    PREFIX: Final = "prefix"  # the lane that holds the longest part of the prompt
+    NO_MATCH: Final = "no_match"  # no lane holds enough of it: least-load's lane
     # a lane holds it, but load balance won and least-load's lane got it, because ...
-    BALANCE = "balance"  # ... the thresholds held
-    BALANCE_IDLE = "balance_idle"  # ... that lane had nothing in flight, the matched one had
-    BALANCE_QUEUE = "balance_queue"  # ... a fresh sample showed a queue at the matched one only
+    BALANCE: Final = "balance"  # ... the thresholds held
+    BALANCE_IDLE: Final = "balance_idle"  # ... that lane had nothing in flight, the matched one had
+    BALANCE_QUEUE: Final = (
+        "balance_queue"  # ... a fresh sample showed a queue at the matched one only
+    )
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,7 @@ class PrefixRouter:
         limit: int,
         now: float,
         stale_after: float,
-    ) -> tuple[LaneState, Choice]:
+    ) -> tuple[LaneState, str]:
         """The lane for a request for ``name`` with prompt ``keys``, and why; the lane is
         recorded as sent those blocks. ``least`` is least-load's choice, under the same
         ``tried``, ``limit`` and ``now`` (:func:`time.monotonic`)."""
@@ -309,7 +312,7 @@ class PrefixRouter:
 
     def _unbalanced(
         self, lane: LaneState, least: LaneState, now: float, stale_after: float
-    ) -> Choice | None:
+    ) -> str | None:
         """Why least-load's lane should have the request rather than ``lane`` (``None``:
         it should not)."""
         busy, idle = lane.outstanding, least.outstanding

@@ -193,7 +193,7 @@ class Proxy:
                     now=now,
                     stale_after=config.metrics_stale_after,
                 )
-                self.metrics.prefix_routed[(model, how.value)] += 1
+                self.metrics.prefix_routed[(model, how)] += 1
             if attempt:
                 self.metrics.retries[model] += 1
             tried.append(lane.info.instance)
