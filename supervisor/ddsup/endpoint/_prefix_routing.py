@@ -192,9 +192,7 @@ class Choice:
     # a lane holds it, but load balance won and least-load's lane got it, because ...
     BALANCE: Final = "balance"  # ... the thresholds held
     BALANCE_IDLE: Final = "balance_idle"  # ... that lane had nothing in flight, the matched one had
-    BALANCE_QUEUE: Final = (
-        "balance_queue"  # ... a fresh sample showed a queue at the matched one only
-    )
+    BALANCE_QUEUE: Final = "balance_queue"  # ... a fresh sample: the matched one alone queued
 
 
 @dataclass(frozen=True)
