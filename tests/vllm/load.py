@@ -24,10 +24,11 @@ PROMPT: list[ChatCompletionMessageParam] = [
 ]
 
 
-def client(base_url: str, timeout: float = 120.0) -> openai.OpenAI:
-    """The stock client pointed at the endpoint, as ``OPENAI_BASE_URL`` would point it."""
+def client(base_url: str, timeout: float = 120.0, retries: int = 0) -> openai.OpenAI:
+    """The stock client pointed at the endpoint, as ``OPENAI_BASE_URL`` would point it;
+    it retries nothing unless told (the tests see every answer as it came)."""
     return openai.OpenAI(
-        base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=timeout
+        base_url=f"{base_url}/v1", api_key="unused", max_retries=retries, timeout=timeout
     )
 
 

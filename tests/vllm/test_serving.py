@@ -119,7 +119,12 @@ def _queue_at_the_lanes(job: VllmJob, figures: list[str]) -> None:
     lanes_waited: list[Answer] = []
 
     def keep_asking(url: str) -> None:
-        with client(url, 900.0) as api:
+        # vLLM's server (uvicorn on uvloop) closes a kept-alive connection 5 s after its
+        # answer by its own timer, and after a stall of its loop (this load stalls it:
+        # the liveness blips) the timer runs before the request that came meanwhile is
+        # read, which the client sees as a connection error. These clients only keep a
+        # queue at the lane, so they retry that as the stock client does by default.
+        with client(url, 900.0, retries=2) as api:
             while not stop.is_set():
                 lanes_waited.append(ask(api, model, 300))
 
