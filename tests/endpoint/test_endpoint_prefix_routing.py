@@ -321,3 +321,28 @@ def test_a_whole_match_is_always_enough(share: float) -> None:
     fleet.load("b", 1)
     assert fleet.route(record(0), least="b") == ("a", Choice.PREFIX)
     assert math.isclose(fleet.router.policy.min_match, share)
+
+
+def test_the_match_of_a_waiting_request_lists_the_lanes_that_hold_most_of_it() -> None:
+    """What a lane with a free slot asks of a waiting request: which lanes hold the most
+    of its prompt, the one sent it first before the others, whatever their loads."""
+    fleet = Fleet()
+    other = {"model": "m", "prompt": "Summarise the meeting notes below. " * 20}
+    fleet.route(record(0), least="a")  # a holds the template first
+    fleet.load("a", 1)
+    assert fleet.route(record(1), least="b") == ("b", Choice.BALANCE_IDLE)  # b: a copy
+    a, b = fleet.lane("a"), fleet.lane("b")
+    fleet.load("a", LIMIT)  # a full queue does not matter here
+
+    def match(payload: dict[str, object], now: float = 0.0) -> tuple[str, ...]:
+        held = fleet.router.match("m", prompt_keys(payload, "m"), now)
+        return tuple(lane.info.instance for lane in held)
+
+    assert match(record(2)) == ("a", "b")
+    assert match(other) == ()
+    a.counts.mark(a.slot, EJECTED_UNTIL, int(50.0 * 1e6))  # an ejected lane holds nothing
+    assert match(record(2), now=10.0) == ("b",)
+    fleet.table.remove("b")  # nor does one out of the rotation
+    assert match(record(2), now=10.0) == ()
+    assert match(record(2), now=60.0) == ("a",)
+    assert b is not fleet.table.state_of("b")

@@ -7,7 +7,8 @@ non-blocking sockets), ``_http1`` (lane responses: heads and body framing),
 ``_upstream`` (pooled connections to a lane, hang-up watch), ``_shared_counts``
 (requests in flight, counted by every worker), ``_lanes`` (the live lane table and each
 lane's load), ``_admission`` (which lane gets a request by load), ``_prefix_routing``
-(prefix-aware routing over it), ``_prefix_cache`` (the lanes' own prefix-cache counters),
+(prefix-aware routing over it), ``_lane_slots`` (requests that wait for a lane's free
+slot under ``max_in_flight_per_lane``), ``_prefix_cache`` (the lanes' own prefix-cache counters),
 ``_metrics`` and ``_metrics_sampler``, ``_head_fields`` and ``_client`` (one client
 connection: httptools parses every request),
 ``_proxy`` (forwarding, retries, streaming relay), ``_routes``, ``_worker_link`` (parent

@@ -36,12 +36,14 @@ class EndpointConfig:
     ``routing`` and the ``prefix_*`` settings are prefix-aware routing's
     (:mod:`._prefix_routing`): its thresholds, and the bounds of each worker's index of
     what the lanes were sent (blocks of a prompt, and seconds a block is remembered after
-    it was last sent).
+    it was last sent). ``max_in_flight_per_lane`` bounds what one lane is sent at once
+    (0: no bound); more requests wait in the endpoint for a free slot (:mod:`._lane_slots`).
     """
 
     bind: str = "127.0.0.1"
     port: int = 9000
     max_queue_per_lane: int = 128
+    max_in_flight_per_lane: int = 0
     retry_after: float = 1.0
     retries: int = 2
     api_key: str | None = None
@@ -74,6 +76,8 @@ class EndpointConfig:
     def __post_init__(self) -> None:
         if self.retries < 0 or self.max_queue_per_lane < 1 or self.max_concurrent < 1:
             raise ValueError("retries must be >= 0, max_queue_per_lane and max_concurrent >= 1")
+        if self.max_in_flight_per_lane < 0:
+            raise ValueError("max_in_flight_per_lane must be >= 0 (0: no bound)")
         if self.workers is not None and self.workers < 1:
             raise ValueError('workers must be >= 1 (or "auto")')
         if self.max_body_bytes < 0 or not 0 < self.metrics_interval <= 1.0:
@@ -108,6 +112,7 @@ class EndpointConfig:
             bind=section.bind,
             port=section.port,
             max_queue_per_lane=section.max_queue_per_lane,
+            max_in_flight_per_lane=section.max_in_flight_per_lane,
             retry_after=section.retry_after,
             retries=section.retries,
             api_key=api_key,

@@ -55,6 +55,14 @@ def configure_endpoint(parser: argparse.ArgumentParser) -> None:
         default=d.max_queue_per_lane,
         help="admission limit: requests queued per lane before answering 429",
     )
+    parser.add_argument(
+        "--max-in-flight-per-lane",
+        type=int,
+        default=d.max_in_flight_per_lane,
+        metavar="N",
+        help="requests sent to one lane at once; more wait in the endpoint for a free slot "
+        "(default %(default)s: no bound)",
+    )
     parser.add_argument("--retry-after", default="1s", help="Retry-After of 429 and 503 answers")
     parser.add_argument("--retries", type=int, default=d.retries, help="further lanes to try")
     parser.add_argument(
@@ -175,6 +183,7 @@ def config_from_args(args: argparse.Namespace) -> EndpointConfig:
             bind=args.bind,
             port=args.port,
             max_queue_per_lane=args.max_queue_per_lane,
+            max_in_flight_per_lane=args.max_in_flight_per_lane,
             retry_after=parse_duration(args.retry_after),
             retries=args.retries,
             api_key=api_key,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypedDict
 
 from ddsup.endpoint._body_budget import BodyBudget
@@ -31,7 +31,8 @@ class CountersJson(TypedDict):
     workers' link carries them: each counter a list of rows, a row its labels then its
     count (a tuple here, a JSON array on the link, read back into tuples by the link's
     decoder). ``lane_cache``: (lane, queries, hits); ``histogram``: (model, the count in
-    each bucket of :data:`BUCKETS` and over it, the seconds summed)."""
+    each bucket of :data:`BUCKETS` and over it, the seconds summed); ``waiting``: (model,
+    requests waiting for a free slot now)."""
 
     requests: list[Labelled]
     retries: list[Counted]
@@ -43,6 +44,7 @@ class CountersJson(TypedDict):
     lane_cache: list[tuple[str, float, float]]
     histogram: list[tuple[str, list[int], float]]
     body_bytes: int
+    waiting: list[Counted]
 
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -62,6 +64,10 @@ class Metrics:
         self.lane_cache = PrefixCacheTally()  # the lanes' own counters, where sampled
         self.bodies: BodyBudget | None = None  # this process's, read when rendered
         self.body_bytes = 0  # other workers' (a gathered total)
+        # this process's requests waiting for a free slot, by model (._lane_slots), read
+        # when rendered; and other workers' (a gathered total)
+        self.waiting_now: Callable[[], list[Counted]] = list
+        self.waiting: defaultdict[str, int] = defaultdict(int)
         self._hist: dict[str, list[int]] = {}
         self._sum: defaultdict[str, float] = defaultdict(float)
         self.series: SeriesHooks = NO_SERIES  # [series hook] the same counts, over time
@@ -94,10 +100,17 @@ class Metrics:
             "lane_cache": [(lane, q, h) for lane, (q, h) in self.lane_cache.totals.items()],
             "histogram": [(m, counts, self._sum[m]) for m, counts in self._hist.items()],
             "body_bytes": self._body_bytes(),
+            "waiting": self._waiting(),
         }
 
     def _body_bytes(self) -> int:
         return self.body_bytes + (0 if self.bodies is None else self.bodies.used)
+
+    def _waiting(self) -> list[Counted]:
+        total = self.waiting.copy()
+        for model, n in self.waiting_now():
+            total[model] += n
+        return sorted(total.items())
 
     def add(self, snapshot: CountersJson) -> None:
         """Add another worker's :meth:`snapshot` to these counters."""
@@ -121,6 +134,8 @@ class Metrics:
         for lane, queries, hits in snapshot["lane_cache"]:
             self.lane_cache.add(lane, queries, hits)
         self.body_bytes += snapshot["body_bytes"]
+        for model, n in snapshot["waiting"]:
+            self.waiting[model] += n
         for model, counts, total in snapshot["histogram"]:
             mine = self._hist.setdefault(model, [0] * (len(BUCKETS) + 1))
             for i, n in enumerate(counts):
@@ -160,6 +175,9 @@ class Metrics:
             out.append(f"ddsup_endpoint_prefix_routed_total{{{labels}}} {n}")
         _family(out, "request_body_bytes", "gauge", "Bytes of request bodies held in memory.")
         out.append(f"ddsup_endpoint_request_body_bytes {self._body_bytes()}")
+        _family(out, "waiting_requests", "gauge", "Requests waiting for a lane's free slot.")
+        for model, n in self._waiting():
+            out.append(f"ddsup_endpoint_waiting_requests{{model={_q(model)}}} {n}")
         self._render_lanes(out, lanes, now, stale_after)
         self._render_histogram(out)
         _family(out, "worker_info", "gauge", "1 for each worker process counted in this scrape.")

@@ -193,6 +193,8 @@ class Choice:
     BALANCE: Final = "balance"  # ... the thresholds held
     BALANCE_IDLE: Final = "balance_idle"  # ... that lane had nothing in flight, the matched one had
     BALANCE_QUEUE: Final = "balance_queue"  # ... a fresh sample: the matched one alone queued
+    # a request that waited for a free slot (max_in_flight_per_lane) went to a lane that
+    FREE_SLOT: Final = "free_slot"  # ... held less of it than another, which had no slot
 
 
 @dataclass(frozen=True)
@@ -322,6 +324,27 @@ class PrefixRouter:
         if _waiting(lane, now, stale_after) > 0 and _waiting(least, now, stale_after) == 0:
             return Choice.BALANCE_QUEUE
         return None
+
+    def match(self, name: str, keys: Sequence[int], now: float) -> Holders:
+        """The lanes that hold the most of the prompt (at least ``min_match``), the one
+        sent it first before the others; ``()`` when none does. Only lanes in the rotation,
+        not ejected and serving ``name`` count; their queues do not (:mod:`._lane_slots`
+        asks which lanes a waiting request suits, whatever they have in flight)."""
+        found = self.index.holders(keys, now)
+        enough = max(1, math.ceil(self.policy.min_match * len(keys) - 1e-9))
+        state_at = self.table.state_at
+        now_us = now * 1e6
+        for depth in range(len(found), enough - 1, -1):
+            held = tuple(
+                lane
+                for lane in found[depth - 1]
+                if state_at(lane.slot) is lane
+                and name in lane.names
+                and lane.ejected_until <= now_us
+            )
+            if held:
+                return held
+        return ()
 
 
 def _waiting(lane: LaneState, now: float, stale_after: float) -> int:

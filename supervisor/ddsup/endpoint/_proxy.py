@@ -39,6 +39,7 @@ from ddsup.endpoint._connection import (
 from ddsup.endpoint._deadlines import Deadlines, Expired
 from ddsup.endpoint._ejection import Ejection
 from ddsup.endpoint._http1 import ProtocolError, ResponseHead, retry_after
+from ddsup.endpoint._lane_slots import LaneSlots, NoLane
 from ddsup.endpoint._lanes import LaneState, LaneTable
 from ddsup.endpoint._metrics import Metrics
 from ddsup.endpoint._prefix_routing import PrefixIndex, PrefixPolicy, PrefixRouter, prompt_keys
@@ -156,6 +157,20 @@ class Proxy:
             )
             index = PrefixIndex(config.prefix_index_blocks, config.prefix_max_age)
             self.prefixes = PrefixRouter(lanes, policy, index)
+        # a lane has room while its queue is under the limit: with a bound on what it is
+        # sent at once, while it has a free slot (else the request waits for one)
+        self.limit = config.max_queue_per_lane
+        self.slots: LaneSlots | None = None
+        if config.max_in_flight_per_lane:
+            self.limit = min(self.limit, config.max_in_flight_per_lane)
+            self.slots = LaneSlots(
+                lanes,
+                self.admission,
+                deadlines,
+                self.prefixes,
+                limit=self.limit,
+                stale_after=config.metrics_stale_after,
+            )
 
     def prefix_of(self, model: str, payload: Mapping[str, Any] | None) -> Sequence[int]:
         """The keys prefix-aware routing chooses ``payload``'s lane by (none: by load,
@@ -175,24 +190,32 @@ class Proxy:
             lane = self.admission.choose(
                 model,
                 tried,
-                limit=config.max_queue_per_lane,
+                limit=self.limit,
                 now=now,
                 stale_after=config.metrics_stale_after,
                 turn=self.lanes.next_turn(model),
             )
-            if lane is None:
+            how: str | None = None
+            if self.slots is not None and (lane is None or model in self.slots.waiting):
+                if len(tried) >= len(self.lanes.ready(model)):
+                    break
+                lane, how = await self._wait_for_slot(client, request, model, tried)
+            elif lane is None:
                 full = len(tried) < len(self.lanes.ready(model))
                 break
-            if request.prefix and self.prefixes is not None:
-                lane, how = self.prefixes.choose(
-                    model,
-                    lane,
-                    request.prefix,
-                    tried,
-                    limit=config.max_queue_per_lane,
-                    now=now,
-                    stale_after=config.metrics_stale_after,
-                )
+            else:
+                if request.prefix and self.prefixes is not None:
+                    lane, how = self.prefixes.choose(
+                        model,
+                        lane,
+                        request.prefix,
+                        tried,
+                        limit=self.limit,
+                        now=now,
+                        stale_after=config.metrics_stale_after,
+                    )
+                lane.begin()
+            if how is not None:
                 self.metrics.prefix_routed[(model, how)] += 1
             if attempt:
                 self.metrics.retries[model] += 1
@@ -203,6 +226,31 @@ class Proxy:
             failures.append(result)
             self.metrics.upstream_errors[(lane.info.instance, result.kind)] += 1
         raise self._refusal(model, tried, failures, full)
+
+    async def _wait_for_slot(
+        self, client: ClientConnection, request: Forward, model: str, tried: list[str]
+    ) -> tuple[LaneState, str | None]:
+        """A lane of ``model`` with a free slot, counted in flight, once one has one
+        (:mod:`._lane_slots`), and why it was chosen; 429 when too many wait already or
+        none has a slot within ``upstream_timeout``, 503 when the model's lanes all left."""
+        slots = self.slots
+        assert slots is not None
+        config = self.config
+        lanes = self.lanes.ready(model)
+        room = config.max_queue_per_lane * len(lanes) - sum(lane.outstanding for lane in lanes)
+        if len(slots.waiting.get(model, ())) >= room:
+            self.metrics.rejected[(model, "queue_full")] += 1
+            why = f"{config.max_queue_per_lane} queued per lane"
+            raise overloaded(model, config.retry_after, why)
+        deadline = time.monotonic() + config.upstream_timeout
+        try:
+            return await slots.wait(model, request.prefix, tuple(tried), client.hangup, deadline)
+        except NoLane:
+            raise no_ready_lane(model, config.retry_after) from None
+        except Expired:
+            self.metrics.rejected[(model, "slot_timeout")] += 1
+            why = f"no lane had a free slot within {config.upstream_timeout:g} s"
+            raise overloaded(model, config.retry_after, why) from None
 
     def _refusal(
         self, model: str, tried: list[str], failures: list[Failure], full: bool
@@ -226,8 +274,8 @@ class Proxy:
         self, client: ClientConnection, lane: LaneState, request: Forward
     ) -> int | Failure:
         """One try on ``lane``: the status relayed, or why it failed before any byte went
-        to the client. Either way the lane's record (:mod:`._ejection`) learns of it."""
-        lane.begin()
+        to the client. Either way the lane's record (:mod:`._ejection`) learns of it.
+        The request is counted in flight on ``lane`` already; it ends here."""
         self.metrics.series.started(lane.info.instance)  # [series hook]
         delivered = 0  # [series hook] the status relayed whole; 0 while none
         try:
@@ -268,6 +316,8 @@ class Proxy:
             raise
         finally:
             lane.end()
+            if self.slots is not None and self.slots.waiting:
+                self.slots.freed(lane)
             self.metrics.series.finished(lane.info.instance, delivered)  # [series hook]
 
     def _judge(self, lane: LaneState, status: int) -> None:

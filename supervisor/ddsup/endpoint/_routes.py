@@ -67,6 +67,8 @@ class Endpoint:
         self.proxy = Proxy(config, lanes, self.metrics, self.deadlines)
         self.bodies = BodyBudget(config.max_buffered_bytes, _address_share(config))
         self.metrics.bodies = self.bodies
+        if self.proxy.slots is not None:
+            self.metrics.waiting_now = self.proxy.slots.counts
         self.open_routes = frozenset(route.encode() for route in config.open_routes)
         self.render_metrics: Callable[[], Awaitable[bytes]] = self._render_own_metrics
         self._key = None if config.api_key is None else config.api_key.encode()

@@ -185,6 +185,8 @@ async def serve_connections(
     endpoint.metrics.series = open_series(os.environ)  # [series hook] one file per process
     async with trio.open_nursery() as nursery:
         nursery.start_soon(endpoint.deadlines.run)
+        if endpoint.proxy.slots is not None:
+            nursery.start_soon(endpoint.proxy.slots.run)
         await nursery.start(endpoint.hangups.run)
         nursery.start_soon(write_series, endpoint.metrics.series)  # [series hook]
         handler = partial(_serve_connection, endpoint)

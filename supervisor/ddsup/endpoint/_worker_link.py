@@ -385,6 +385,7 @@ def _counters(value: Json) -> CountersJson:
         "lane_cache": _cached(data["lane_cache"]),
         "histogram": [_bucketed(row) for row in _list(data["histogram"])],
         "body_bytes": _int(data["body_bytes"]),
+        "waiting": _counted(data["waiting"]),
     }
 
 

@@ -154,6 +154,7 @@ class EndpointSection:
     port: int = 9000
     bind: str = "127.0.0.1"
     max_queue_per_lane: int = 128
+    max_in_flight_per_lane: int = 0  # more wait in the endpoint for a free slot; 0: no bound
     retry_after: float = 1.0
     retries: int = 2
     api_key_env: str | None = None

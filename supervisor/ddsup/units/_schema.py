@@ -478,6 +478,14 @@ ENDPOINT = SectionSpec(
             128,
             64,
         ),
+        KeySpec(
+            "max_in_flight_per_lane",
+            k.integer(0),
+            "Requests sent to one lane at once; more wait in the endpoint until a lane has a "
+            "free slot (0: no bound, each request goes to a lane when it arrives).",
+            0,
+            16,
+        ),
         duration_key(
             "retry_after",
             "Retry-After sent with 429 and 503 answers (a lane's own 429 may ask for longer).",
