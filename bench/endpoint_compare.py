@@ -52,7 +52,8 @@ Prefix-aware routing beside least-load, in one run (neither part needs wrk or ng
   ``vllm:prefix_cache_queries_total`` minus ``…_hits_total``), the hit rate, requests per
   second and balance: each lane's mean requests in flight through the endpoint, and the
   share of samples (every 0.2 s) in which one lane sat idle (nothing running or waiting
-  in vLLM) while the other had a queue, by cause: every request was sent already (the
+  in vLLM) while requests queued (in the other lane, or in the endpoint waiting for a
+  free slot under ``--max-in-flight-per-lane``), by cause: every request was sent already (the
   turn's tail), the endpoint had sent the idle lane nothing, or it had and vLLM did not
   show it yet (between the endpoint and vLLM's engine), each such sample with what each
   lane had (in flight through the endpoint: running + waiting in vLLM), and the choices
@@ -716,7 +717,8 @@ def watch(
     url: str, lanes: list[str], turn: Turn, done: threading.Event, drained: threading.Event
 ) -> None:
     """Every 0.2 s: each lane's requests in flight through the endpoint, and whether a
-    lane sat idle while another had a queue (by vLLM's own gauges), and why."""
+    lane sat idle while requests queued: in another lane (by vLLM's own gauges), or in
+    the endpoint, waiting for a free slot (``--max-in-flight-per-lane``); and why."""
     while not done.wait(0.2):
         tail = drained.is_set()
         try:
@@ -732,13 +734,15 @@ def watch(
         running = [metric(g, "vllm:num_requests_running") for g in gauges]
         waiting = [metric(g, "vllm:num_requests_waiting") for g in gauges]
         idle = [r == 0 and w == 0 for r, w in zip(running, waiting, strict=True)]
+        held = metric(text, "ddsup_endpoint_waiting_requests")
         turn.samples += 1
-        if any(idle) and any(w > 0 for w in waiting):
+        if any(idle) and (held > 0 or any(w > 0 for w in waiting)):
             turn.idle_while_queued += 1
             turn.idle_seen.append(
                 "/".join(
                     f"{n}:{r:.0f}+{w:.0f}" for n, r, w in zip(sent, running, waiting, strict=True)
                 )
+                + (f" endpoint:{held:.0f}" if held else "")
                 + ("" if not tail else " tail")
             )
             if tail:
@@ -859,7 +863,7 @@ def describe(turn: Turn, lanes: int) -> str:
         f"{turn.requests / turn.seconds:.1f} req/s; prefill computed {turn.computed:,.0f} tokens "
         f"of {turn.queries:,.0f} (hit rate {rate:.1%}); in flight per lane "
         f"{', '.join(f'{m:.1f}' for m in mean)} (gap mean {statistics.fmean(gaps):.1f}, "
-        f"max {max(gaps)}); a lane idle while the other queued in "
+        f"max {max(gaps)}); a lane idle while requests queued in "
         f"{idle:.0%} of {turn.samples} samples (after the last send {turn.idle_tail}, "
         f"none sent to it {turn.idle_unsent}, sent but not in its gauges {turn.idle_sent})"
         + (
@@ -893,7 +897,7 @@ def summarise(turns: list[Turn], args: argparse.Namespace) -> None:
     for policy in names:
         print(
             f"  {policy:<10} prefill computed {med(policy, 'computed'):,.0f} tokens, "
-            f"{med(policy, 'rps'):.1f} req/s, idle while the other queued in "
+            f"{med(policy, 'rps'):.1f} req/s, idle while requests queued in "
             f"{med(policy, 'idle_while_queued'):.0f} samples"
         )
     for policy in names[1:]:
