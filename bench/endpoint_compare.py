@@ -65,8 +65,9 @@ Prefix-aware routing beside least-load, in one run (neither part needs wrk or ng
   0 keeps vLLM's default, which holds everything this workload sends.
 - ``--only prefix-scale``: ``--lanes`` (64) ``ddsup fake-vllm`` lanes and the same two
   endpoints; the endpoint's CPU per request (user + system of its process) under each
-  policy with templated requests (64 templates), and its resident memory; then the index
-  alone, in this process: the cost of a request's keys and of the choice at 64 lanes with
+  policy with templated requests (64 templates), and its resident memory, with the
+  ``--variant`` endpoints too (``--max-in-flight-per-lane 1`` with more requests in flight
+  than lanes: the cost of requests that wait for a free slot); then the index alone, in this process: the cost of a request's keys and of the choice at 64 lanes with
   the index at its bound.
 """
 
@@ -941,14 +942,17 @@ def run_scale(args: argparse.Namespace, tmp: Path) -> None:
     """The endpoint's CPU per request and memory in front of ``--lanes`` lanes, by policy."""
     with ExitStack() as stack:
         lanes = fake_lanes(stack, args.lanes, tmp)
+        variants: dict[str, list[str]] = {p: [] for p in POLICIES}
+        variants.update(args.variant)
         endpoints = {
-            p: stack.enter_context(routing_endpoint(stack, lanes, p, tmp)) for p in POLICIES
+            p: stack.enter_context(routing_endpoint(stack, lanes, p, tmp, flags))
+            for p, flags in variants.items()
         }
         print(f"{len(lanes)} fake-vllm lanes ready", flush=True)
         rng = random.Random(args.seed)
-        cpu: dict[str, list[float]] = {p: [] for p in POLICIES}
+        cpu: dict[str, list[float]] = {p: [] for p in variants}
         for rep in range(args.reps):
-            for policy in POLICIES if rep % 2 == 0 else POLICIES[::-1]:
+            for policy in list(variants) if rep % 2 == 0 else list(variants)[::-1]:
                 url, proc = endpoints[policy]
                 bodies = synthetic(rng, 64, args.records * 8)
                 times = proc.cpu_times()
@@ -964,7 +968,7 @@ def run_scale(args: argparse.Namespace, tmp: Path) -> None:
                     flush=True,
                 )
     print(f"\nmedians, {args.lanes} lanes, load average {os.getloadavg()[0]:.1f}:")
-    for policy in POLICIES:
+    for policy in cpu:
         print(f"  {policy:<10} endpoint CPU {statistics.median(cpu[policy]):.1f} µs per request")
 
 
@@ -1048,8 +1052,8 @@ def main() -> None:
         action="append",
         default=[],
         metavar="NAME=FLAGS",
-        help="--only prefix: also an endpoint routing by prefix with these ddsup endpoint "
-        'flags, e.g. "k4=--prefix-balance-requests 4 --prefix-balance-ratio 1"; repeatable',
+        help="also an endpoint routing by prefix with these ddsup endpoint flags, e.g. "
+        '"k4=--prefix-balance-requests 4 --prefix-balance-ratio 1"; repeatable',
     )
     prefix.add_argument("--logs", type=Path, help="keep the lanes' and endpoints' logs here")
     prefix.add_argument("--ready-timeout", type=float, default=300)
