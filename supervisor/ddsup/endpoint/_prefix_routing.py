@@ -154,28 +154,58 @@ class PrefixIndex:
 
     def holders(self, keys: Sequence[int], now: float) -> list[Holders]:
         """The lanes sent each of the first blocks of ``keys``, as far as any was."""
+        return self.walk(keys, now)[0]
+
+    def walk(self, keys: Sequence[int], now: float) -> tuple[list[Holders], int]:
+        """:meth:`holders`, and how many of them, from the first, are the young
+        generation's: what :meth:`record` need not look up again."""
         if now - self._born >= self.max_age:  # both generations are too old
             self._young, self._old, self._born = {}, {}, now
         young, old = self._young, self._old
-        found = []
+        found: list[Holders] = []
+        fresh = -1  # the first block found in the old generation only
         for key in keys:
-            lanes = young.get(key) or old.get(key)
+            lanes = young.get(key)
             if lanes is None:
-                break
+                lanes = old.get(key)
+                if lanes is None:
+                    break
+                if fresh < 0:
+                    fresh = len(found)
             found.append(lanes)
-        return found
+        return found, len(found) if fresh < 0 else fresh
 
-    def record(self, keys: Sequence[int], lane: LaneState, now: float) -> None:
-        """``lane`` was sent the blocks of ``keys``."""
+    def record(
+        self,
+        keys: Sequence[int],
+        lane: LaneState,
+        now: float,
+        found: Sequence[Holders] = (),
+        fresh: int = 0,
+    ) -> None:
+        """``lane`` was sent the blocks of ``keys``; ``found`` and ``fresh``: what
+        :meth:`walk` said of them at ``now``, with nothing recorded since, if it was
+        asked."""
         age = now - self._born
         if age >= self.max_age / 2 or len(self._young) >= self.half:
             # a new young generation; the old one is dropped, and the young one too
             # when both are too old
             self._old = {} if age >= self.max_age else self._young
             self._young, self._born = {}, now
+            fresh = 0  # what the walk found young is old now
         alone = self._alone.get(lane)
         if alone is None:
             alone = self._alone[lane] = (lane,)
+        # The young blocks the walk found that hold the lane already stay as they are: a
+        # template sent again to its lane costs no lookup of them. Most hold it alone.
+        held = fresh if fresh == len(found) and found.count(alone) == fresh else 0
+        if held < fresh:
+            for sent in found[:fresh]:
+                if sent is not alone and lane not in sent:
+                    break
+                held += 1
+        if held:
+            keys = keys[held:]
         young, old = self._young, self._old
         for key in keys:
             lanes = young.get(key)
@@ -225,6 +255,11 @@ class PrefixRouter:
         self.index = index
         self._generation = table.generation
         self._level: Holders = ()  # the lanes level with the last match
+        self._enough = [self._least(blocks) for blocks in range(MAX_BLOCKS + 1)]
+
+    def _least(self, blocks: int) -> int:
+        """The fewest blocks of ``blocks`` that a lane must hold to be matched."""
+        return max(1, math.ceil(self.policy.min_match * blocks - 1e-9))
 
     def choose(
         self,
@@ -244,7 +279,8 @@ class PrefixRouter:
         if table.generation != self._generation:
             self._generation = table.generation
             self.index.keep(lambda lane: table.state_at(lane.slot) is lane)
-        lane = self._matched(name, keys, tried, limit, now, stale_after)
+        found, fresh = self.index.walk(keys, now)
+        lane = self._matched(found, len(keys), name, tried, limit, now, stale_after)
         if lane is None:
             choice, lane = Choice.NO_MATCH, least
         elif lane is least or (why := self._unbalanced(lane, least, now, stale_after)) is None:
@@ -253,22 +289,25 @@ class PrefixRouter:
             choice, lane = Choice.PREFIX, spare
         else:
             choice, lane = why, least
-        self.index.record(keys, lane, now)
+        self.index.record(keys, lane, now, found, fresh)
         return lane, choice
 
     def _matched(
         self,
+        found: list[Holders],
+        blocks: int,
         name: str,
-        keys: Sequence[int],
         tried: Collection[str],
         limit: int,
         now: float,
         stale_after: float,
     ) -> LaneState | None:
-        """The lane that may take the request and holds the most of it (at least
-        ``min_match``); among lanes level with it, the one sent it first."""
-        found = self.index.holders(keys, now)
-        enough = max(1, math.ceil(self.policy.min_match * len(keys) - 1e-9))
+        """The lane that may take the request and holds the most of its ``blocks`` (at
+        least ``min_match``; ``found``: the index's holders); among lanes level with it,
+        the one sent it first."""
+        if not found:
+            return None
+        enough = self._enough[blocks] if blocks < len(self._enough) else self._least(blocks)
         for depth in range(len(found), enough - 1, -1):
             for lane in found[depth - 1]:
                 if self._may_take(lane, name, tried, limit, now, stale_after):
