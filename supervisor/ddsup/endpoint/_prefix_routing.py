@@ -205,6 +205,8 @@ class PrefixIndex:
                     break
                 held += 1
         if held:
+            if held == len(keys):
+                return
             keys = keys[held:]
         young, old = self._young, self._old
         for key in keys:
@@ -305,14 +307,23 @@ class PrefixRouter:
         """The lane that may take the request and holds the most of its ``blocks`` (at
         least ``min_match``; ``found``: the index's holders); among lanes level with it,
         the one sent it first."""
-        if not found:
-            return None
-        enough = self._enough[blocks] if blocks < len(self._enough) else self._least(blocks)
-        for depth in range(len(found), enough - 1, -1):
-            for lane in found[depth - 1]:
-                if self._may_take(lane, name, tried, limit, now, stale_after):
-                    self._level = found[depth - 1]
+        depth = len(found)
+        enough = self._enough[blocks] if blocks <= MAX_BLOCKS else self._least(blocks)
+        state_at, micros = self.table.state_at, now * 1e6
+        while depth >= enough:
+            level = found[depth - 1]
+            for lane in level:
+                # _may_take, inlined: it runs for every request that matches
+                if (
+                    state_at(lane.slot) is lane
+                    and name in lane.names
+                    and lane.info.instance not in tried
+                    and lane.ejected_until <= micros
+                    and lane.queue(now, stale_after) < limit
+                ):
+                    self._level = level
                     return lane
+            depth -= 1
         return None
 
     def _spare(
