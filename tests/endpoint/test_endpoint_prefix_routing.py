@@ -126,6 +126,17 @@ def test_the_index_forgets_blocks_not_sent_for_max_age() -> None:
     assert fleet.route(record(4), least="c", now=291.0) == ("c", Choice.NO_MATCH)
 
 
+def test_a_block_sent_again_as_its_generation_turns_over_is_kept() -> None:
+    """A request whose blocks were found young, recorded just as their generation grows
+    old: recording keeps them, in the new young one."""
+    fleet = Fleet(max_age=100.0)
+    other = {"model": "m", "prompt": "Summarise the meeting notes below. " * 20}
+    assert fleet.route(record(1), least="b") == ("b", Choice.NO_MATCH)
+    assert fleet.route(record(2), least="c", now=60.0) == ("b", Choice.PREFIX)
+    assert fleet.route(other, least="c", now=111.0) == ("c", Choice.NO_MATCH)
+    assert fleet.route(record(3), least="c", now=150.0) == ("b", Choice.PREFIX)
+
+
 def test_a_block_remembers_its_first_lane_and_the_latest_others() -> None:
     table = LaneTable([info(name, 8000 + i) for i, name in enumerate("abcdef")])
     index = PrefixIndex(1 << 10, 600.0)
