@@ -391,7 +391,7 @@ class PrefixRouter:
         not ejected and serving ``name`` count; their queues do not (:mod:`._lane_slots`
         asks which lanes a waiting request suits, whatever they have in flight)."""
         found = self.index.holders(keys, now)
-        enough = max(1, math.ceil(self.policy.min_match * len(keys) - 1e-9))
+        enough = self._least(len(keys))
         state_at = self.table.state_at
         now_us = now * 1e6
         for depth in range(len(found), enough - 1, -1):
