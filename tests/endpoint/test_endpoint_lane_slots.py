@@ -24,6 +24,7 @@ from ddsup.endpoint._lane_slots import LaneSlots
 from ddsup.endpoint._lanes import LaneInfo, LaneTable
 from ddsup.endpoint._prefix_routing import PrefixIndex, PrefixPolicy, PrefixRouter, prompt_keys
 from ddsup.units._model import Routing
+from support.polls import until
 
 WAITING = 'ddsup_endpoint_waiting_requests{model="m"}'
 
@@ -204,9 +205,7 @@ async def test_a_slot_freed_elsewhere_is_found_while_requests_wait() -> None:
         await trio.testing.wait_all_tasks_blocked()
         assert slots.counts() == [("m", 1)]
         lane.end()  # ends there: this worker is not told
-        with trio.fail_after(5):
-            while not got:  # noqa: ASYNC110 (the check runs every tick)
-                await trio.sleep(0.005)
+        await until(lambda: got, "the slot handed over by the tick", limit=5, interval=0.005)
         nursery.cancel_scope.cancel()
     assert got == ["a"]
     assert lane.outstanding == 1  # the slot is the waiting request's now
