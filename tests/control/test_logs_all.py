@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -123,3 +124,43 @@ def test_follow_and_tail_across_rotations_lose_no_line(tmp_path: Path) -> None:
     first = int(whole[0].split()[0])
     assert [int(line.split()[0]) for line in whole] == list(range(first, 4000))
     assert first > 0  # the oldest output went with the oldest file, as the cap says
+
+
+def test_follow_waits_for_a_unit_the_run_has_not_planned_yet(tmp_path: Path) -> None:
+    """A job followed as soon as Slurm runs it: ddsup has written run.json but no plan, so
+    the unit's names are not known yet; -f waits for them instead of refusing them, and
+    prefixes the lines of a unit that turns out to have several instances."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "run.json").write_text(json.dumps({"invocation_id": "x" * 32}))
+    (state / "run.json").chmod(0o600)
+    followers = {}
+    for unit in ("worker", "lane"):
+        argv = [PY, "-m", "ddsup", "logs", "-f", unit, "--state-dir", str(state)]
+        with (tmp_path / f"{unit}.err").open("w") as err:
+            followers[unit] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=env())
+    try:
+        for unit in followers:
+            err = tmp_path / f"{unit}.err"
+            wait_for(lambda err=err: "no plan yet" in err.read_text(), "the follower's wait")
+        (state / "logs").mkdir(mode=0o700)
+        planned = [{"instance": name} for name in ("worker", "lane@0", "lane@1")]
+        (state / "plan.json").write_text(json.dumps({"instances": planned}))
+        for name in ("worker", "lane@0", "lane@1"):
+            (state / "logs" / f"{name}.log").write_text(f"{name} says hello\n")
+        (state / "result.json").write_text("{}")
+        outs = {unit: f.communicate(timeout=20)[0] for unit, f in followers.items()}
+    finally:
+        for follower in followers.values():
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait()
+    assert [f.returncode for f in followers.values()] == [0, 0]  # -f ends with the run
+    assert outs["worker"] == b"worker says hello\n"
+    assert outs["lane"] == b"lane@0: lane@0 says hello\nlane@1: lane@1 says hello\n"
+    # once the run has planned, a name it does not have is refused, followed or not
+    typo = ddsup("logs", "-f", "wroker", "--state-dir", str(state))
+    assert (
+        typo.returncode == 64
+        and "no log for 'wroker'; known: lane@0, lane@1, worker" in typo.stderr
+    )

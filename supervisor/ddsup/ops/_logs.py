@@ -74,6 +74,14 @@ def run_logs(args: argparse.Namespace) -> int:
     if args.lines is not None and args.lines < 0:
         raise UsageError("--lines must be 0 or more")
     names = _log_names(state, args.unit)
+    if not names and args.unit is not None and args.follow and _before_plan(state):
+        # Followed as soon as the job runs, the run may not have planned yet: which names
+        # it will have is not known, so wait for them rather than refuse one.
+        print(f"ddsup: no plan yet; waiting for {printable(repr(args.unit))}", file=sys.stderr)
+        try:
+            names = trio.run(_names_to_come, state, args.unit)
+        except KeyboardInterrupt:
+            return 130
     if not names and args.unit is not None:
         known = ", ".join(sorted(_listed(state), key=_natural)) or "none yet"
         raise UsageError(f"no log for {printable(repr(args.unit))}; known: {known}")
@@ -165,6 +173,21 @@ def _log_names(state: StateDir, name: str | None) -> list[str]:
         return [name]
     base = name.rstrip("@")
     return sorted((i for i in known if i.startswith(f"{base}@")), key=_natural)
+
+
+def _before_plan(state: StateDir) -> bool:
+    """A run that has written neither its plan nor its result: its names are to come."""
+    return not state.plan.exists() and not state.result.exists()
+
+
+async def _names_to_come(state: StateDir, unit: str) -> list[str]:
+    """``unit``'s names once the run has a log of it, a plan, or a result (polled, as
+    :func:`_follow` does)."""
+    while True:
+        names = _log_names(state, unit)
+        if names or not _before_plan(state):
+            return names
+        await trio.sleep(FOLLOW_INTERVAL)
 
 
 def _listed(state: StateDir) -> set[str]:
