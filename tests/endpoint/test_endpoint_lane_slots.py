@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 
 import httpx
@@ -21,7 +23,7 @@ from ddsup.endpoint._connection import Hangup
 from ddsup.endpoint._deadlines import Deadlines
 from ddsup.endpoint._endpoint_command import config_from_args
 from ddsup.endpoint._lane_slots import LaneSlots
-from ddsup.endpoint._lanes import LaneInfo, LaneTable
+from ddsup.endpoint._lanes import LaneInfo, LaneState, LaneTable
 from ddsup.endpoint._prefix_routing import PrefixIndex, PrefixPolicy, PrefixRouter, prompt_keys
 from ddsup.units._model import Routing
 from support.polls import until
@@ -279,37 +281,135 @@ async def test_every_worker_keeps_to_the_bound_and_counts_its_waiting_requests()
     assert statuses == [200] * 6
 
 
-async def test_a_lane_takes_its_own_template_then_a_copy_then_a_new_one_then_any() -> None:
-    """Lane b frees a slot four times while four requests wait, oldest first: one of a's
-    template, one of no lane's, one of a template b holds a copy of, one b was sent first."""
+def _keys(template: str, i: int) -> list[int]:
+    """The keys of record ``i`` of a template of 400 characters (``template`` × 400)."""
+    return prompt_keys({"prompt": f"{template * 400}\nRecord {i}"}, "m")
+
+
+def _slots(
+    limit: int, sent: dict[str, str], policy: PrefixPolicy | None = None
+) -> tuple[LaneSlots, LaneState, LaneState]:
+    """In-process slots over lanes a and b, each template of ``sent`` sent to its lanes
+    in order (``{"A": "ab"}``: a first, then a copy on b)."""
     table = LaneTable(
         [LaneInfo(n, "m", f"http://127.0.0.1:{9000 + i}") for i, n in enumerate("ab")]
     )
-    router = PrefixRouter(table, PrefixPolicy(), PrefixIndex(1 << 16, 600.0))
+    router = PrefixRouter(table, policy or PrefixPolicy(), PrefixIndex(1 << 16, 600.0))
     a, b = table.ready("m")
-    now = time.monotonic()
+    for template, names in sent.items():
+        for name in names:
+            router.index.record(_keys(template, 0), a if name == "a" else b, time.monotonic())
+    slots = LaneSlots(
+        table, Admission(table), Deadlines(60.0), router, limit=limit, stale_after=1.0
+    )
+    return slots, a, b
 
-    def keys(template: str, i: int) -> list[int]:
-        return prompt_keys({"prompt": f"{template * 400}\nRecord {i}"}, "m")
 
-    for template, lanes in (("A", (a,)), ("C", (a, b)), ("B", (b,))):
-        for lane in lanes:  # each template sent to its lanes, in that order
-            router.index.record(keys(template, 0), lane, now)
-    slots = LaneSlots(table, Admission(table), Deadlines(60.0), router, limit=1, stale_after=1.0)
-    a.begin()
-    b.begin()
-    order: list[str] = []
+class _Waits:
+    """Requests that wait on ``slots``, one per template; ``order``: what each got."""
 
-    async def wait(template: str) -> None:
-        lane, why = await slots.wait("m", keys(template, 1), (), Hangup(), now + 60)
-        order.append(f"{template}:{lane.info.instance}:{why}")
+    def __init__(self, slots: LaneSlots, nursery: trio.Nursery) -> None:
+        self.slots, self.nursery = slots, nursery
+        self.order: list[str] = []
 
+    async def start(self, templates: str) -> None:
+        for template in templates:
+            self.nursery.start_soon(self._wait, template)
+            await trio.testing.wait_all_tasks_blocked()
+
+    async def _wait(self, template: str) -> None:
+        deadline = time.monotonic() + 60
+        lane, why = await self.slots.wait("m", _keys(template, 1), (), Hangup(), deadline)
+        self.order.append(f"{template}:{lane.info.instance}:{why}")
+
+    async def end_one(self, lane: LaneState) -> None:
+        """One of ``lane``'s requests ends: its slot goes to the waiting one that suits it."""
+        lane.end()
+        self.slots.freed(lane)
+        await trio.testing.wait_all_tasks_blocked()
+
+
+@asynccontextmanager
+async def _waits(slots: LaneSlots) -> AsyncIterator[_Waits]:
+    """Requests that wait on ``slots``; those still waiting at the end are cancelled
+    (the test's assertions, made inside, said whether any should be)."""
     async with trio.open_nursery() as nursery:
-        for template in "ANCB":  # N: a new template, held by no lane
-            nursery.start_soon(wait, template)
-            await trio.testing.wait_all_tasks_blocked()
+        yield _Waits(slots, nursery)
+        nursery.cancel_scope.cancel()
+
+
+def _busy(lane: LaneState, requests: int) -> None:
+    for _ in range(requests):
+        lane.begin()
+
+
+async def test_a_lane_takes_its_own_template_then_a_copy_then_a_new_one_then_any() -> None:
+    """Lane b frees a slot four times while four requests wait, oldest first: one of a's
+    template, one of no lane's, one of a template b holds a copy of, one b was sent first."""
+    slots, a, b = _slots(1, {"A": "a", "C": "ab", "B": "b"})
+    _busy(a, 1)
+    _busy(b, 1)
+    async with _waits(slots) as waits:
+        await waits.start("ANCB")  # N: a new template, held by no lane
         for _ in range(4):
-            b.end()  # its request ends: its slot goes to the request that suits it best
-            slots.freed(b)
-            await trio.testing.wait_all_tasks_blocked()
-    assert order == ["B:b:prefix", "C:b:prefix", "N:b:no_match", "A:b:free_slot"]
+            await waits.end_one(b)
+        assert waits.order == ["B:b:prefix", "C:b:prefix", "N:b:no_match", "A:b:free_slot"]
+
+
+async def test_a_busy_lane_computes_another_lanes_template_only_about_to_run_dry() -> None:
+    """Lane b, with two of its three slots busy, takes a new template's request at once,
+    but one of a's template (computing it would push b's own templates out of its cache)
+    only once it is down to one request in flight."""
+    slots, a, b = _slots(3, {"A": "a"})
+    _busy(a, 3)
+    _busy(b, 2)
+    async with _waits(slots) as waits:
+        await waits.start("AN")
+        assert waits.order == ["N:b:no_match"]  # b is full now
+        await waits.end_one(b)
+        assert waits.order == ["N:b:no_match"]  # two in flight: the slot waits
+        await waits.end_one(b)
+        assert waits.order == ["N:b:no_match", "A:b:free_slot"]
+
+
+async def test_a_busy_lane_takes_another_lanes_template_when_load_is_unbalanced() -> None:
+    """With ``prefix_balance_requests = 0`` and ``prefix_balance_ratio = 1``, a with three
+    in flight is unbalanced against b with two: b takes a's template at once."""
+    slots, a, b = _slots(3, {"A": "a"}, PrefixPolicy(balance_requests=0, balance_ratio=1.0))
+    _busy(a, 3)
+    _busy(b, 2)
+    async with _waits(slots) as waits:
+        await waits.start("A")
+        assert waits.order == ["A:b:free_slot"]
+
+
+async def test_a_busy_lane_takes_a_waiting_request_it_was_sent_a_copy_of_meanwhile() -> None:
+    """A request of a's template waits while b is busy; b is then sent a copy of it (by
+    another request): from then on b takes it as one whose prompt it holds."""
+    slots, a, b = _slots(4, {"A": "a"})
+    _busy(a, 4)
+    _busy(b, 3)
+    async with _waits(slots) as waits:
+        await waits.start("A")
+        assert waits.order == []
+        assert slots.prefixes is not None
+        slots.prefixes.index.record(_keys("A", 5), b, time.monotonic())
+        slots.dispatch("m", time.monotonic())  # as the next tick does
+        await trio.testing.wait_all_tasks_blocked()
+        assert waits.order == ["A:b:prefix"]
+
+
+async def test_a_lane_about_to_run_dry_takes_a_copy_it_was_sent_meanwhile_as_a_copy() -> None:
+    """As above, but b frees a slot down to one request in flight: it would take the
+    request either way, and it is counted as one whose prompt b holds (a copy ranks above
+    a new template), not as one computed for a free slot."""
+    slots, a, b = _slots(3, {"A": "a"})
+    _busy(a, 3)
+    _busy(b, 2)
+    async with _waits(slots) as waits:
+        await waits.start("A")
+        assert waits.order == []
+        assert slots.prefixes is not None
+        slots.prefixes.index.record(_keys("A", 5), b, time.monotonic())
+        await waits.end_one(b)
+        assert waits.order == ["A:b:prefix"]

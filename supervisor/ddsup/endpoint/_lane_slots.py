@@ -11,9 +11,17 @@ while a request waits, and the choice of which request a lane takes is made when
 room. Under least-load it takes the oldest; under prefix routing, among the
 :data:`WINDOW` oldest, the oldest whose prompt it was sent first
 (:meth:`~._prefix_routing.PrefixRouter.match`), else the oldest it holds a copy of, else
-the oldest that no lane holds, else the oldest. A request's match is looked up once
-some lane holds its prompt, and kept while that lane may serve it: the first lane sent a
-block stays its first, and a lane's choice then costs a comparison per waiting request.
+the oldest that no lane holds, else the oldest, but that one only when the lane is about
+to run dry (one request in flight, or none) or the lane that holds it is unbalanced
+against this one by the prefix thresholds. A lane's engine runs its batch either way,
+and a template computed on a second lane for a slot it could wait with costs more than
+its own prefill: it pushes that lane's own templates out of its cache, to be computed
+again (BENCHMARKS.md, prefix routing).
+
+A request's match is looked up once some lane holds its prompt, and kept while that
+lane may serve it: the first lane sent a block stays its first, and a lane's choice then
+costs a comparison per waiting request. A lane sent a copy since (the index counts
+copies) is looked up again before it passes the request over.
 
 A slot is handed over by counting the request in flight on the lane
 (:meth:`LaneState.begin`) before its task runs again, so no other request takes it
@@ -54,7 +62,7 @@ class NoLane(Exception):
 class Waiting(Timed):
     """One request waiting for a slot: its hang-up and its deadline end the wait early."""
 
-    __slots__ = ("choice", "done", "held", "keys", "lane", "tried")
+    __slots__ = ("choice", "copies", "done", "held", "keys", "lane", "tried")
 
     def __init__(self, keys: Sequence[int], tried: Sequence[str], deadline: float) -> None:
         super().__init__()
@@ -67,6 +75,7 @@ class Waiting(Timed):
         # the lanes that hold the most of its prompt, first-sent first, once some do
         # (PrefixRouter.match); kept, as the first lane sent a block stays first
         self.held: tuple[LaneState, ...] = ()
+        self.copies = -1  # the index's count of copies when ``held`` was matched
 
     def interrupt(self, error: Exception) -> None:
         if not self.done.is_set():
@@ -199,6 +208,7 @@ class LaneSlots:
         prefixes = self.prefixes
         state_at = self.table.state_at
         now_us = now * 1e6
+        dry = lane.outstanding <= 1  # about to run dry: any waiting request will do
         best, best_rank, best_choice = -1, -1, None
         for at, waiting in enumerate(itertools.islice(queue, WINDOW)):
             if instance in waiting.tried or waiting.interrupted is not None:
@@ -211,20 +221,39 @@ class LaneSlots:
                 if state_at(first.slot) is not first or first.ejected_until > now_us:
                     held = ()
             if not held and waiting.keys:
-                held = waiting.held = prefixes.match(name, waiting.keys, now)
+                held = self._match(name, waiting, now)
+            if held and lane not in held and waiting.copies != prefixes.index.copies:
+                held = self._match(name, waiting, now)  # the lane may hold a copy since
             if not held:
                 rank, choice = 1, Choice.NO_MATCH  # no lane holds it: anywhere
             elif held[0] is lane:
                 rank, choice = 3, Choice.PREFIX  # the lane sent it first
             elif lane in held:
                 rank, choice = 2, Choice.PREFIX  # a copy
-            else:
+            elif dry or self._unbalanced(held[0], lane):
                 rank, choice = 0, Choice.FREE_SLOT
+            else:
+                continue  # the slot waits for a prompt the lane holds, or a new one
             if rank > best_rank:
                 best, best_rank, best_choice = at, rank, choice
                 if rank == 3:
                     break
         return best, best_choice
+
+    def _match(self, name: str, waiting: Waiting, now: float) -> tuple[LaneState, ...]:
+        """The lanes that hold ``waiting``'s prompt, looked up now and kept."""
+        assert self.prefixes is not None
+        waiting.copies = self.prefixes.index.copies
+        waiting.held = self.prefixes.match(name, waiting.keys, now)
+        return waiting.held
+
+    def _unbalanced(self, holder: LaneState, lane: LaneState) -> bool:
+        """Whether ``holder`` has ``balance_requests`` more requests in flight than
+        ``lane`` and ``balance_ratio`` times as many: then ``lane`` computes a prompt that
+        ``holder`` holds rather than leave its free slot to requests it holds."""
+        assert self.prefixes is not None
+        policy, theirs, mine = self.prefixes.policy, holder.outstanding, lane.outstanding
+        return theirs > mine + policy.balance_requests and theirs > mine * policy.balance_ratio
 
     async def run(self) -> None:
         """Look for free slots every :data:`TICK` while requests wait, until cancelled."""

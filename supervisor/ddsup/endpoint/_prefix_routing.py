@@ -148,6 +148,9 @@ class PrefixIndex:
         self._old: dict[int, Holders] = {}
         self._born = -math.inf  # when the young generation began
         self._alone: dict[LaneState, Holders] = {}  # each lane's one-lane tuple, shared
+        # blocks recorded as sent to a lane besides the lanes sent them before: a match
+        # made before this changed may leave out a lane that holds the prompt now
+        self.copies = 0
 
     def __len__(self) -> int:
         return len(self._young) + len(self._old)
@@ -218,6 +221,7 @@ class PrefixIndex:
                 young[key] = lanes or alone  # kept, in its order
                 continue
             young[key] = (lanes[0], *lanes[1:][2 - HOLDERS :], lane)
+            self.copies += 1
 
     def keep(self, lanes: Callable[[LaneState], bool]) -> None:
         """Forget the shared tuples of lanes ``lanes`` says no to (they left)."""
