@@ -230,7 +230,7 @@ class LaneSlots:
                 rank, choice = 3, Choice.PREFIX  # the lane sent it first
             elif lane in held:
                 rank, choice = 2, Choice.PREFIX  # a copy
-            elif dry or self._unbalanced(held[0], lane):
+            elif dry or prefixes.policy.outweighs(held[0].outstanding, lane.outstanding):
                 rank, choice = 0, Choice.FREE_SLOT
             else:
                 continue  # the slot waits for a prompt the lane holds, or a new one
@@ -246,14 +246,6 @@ class LaneSlots:
         waiting.copies = self.prefixes.index.copies
         waiting.held = self.prefixes.match(name, waiting.keys, now)
         return waiting.held
-
-    def _unbalanced(self, holder: LaneState, lane: LaneState) -> bool:
-        """Whether ``holder`` has ``balance_requests`` more requests in flight than
-        ``lane`` and ``balance_ratio`` times as many: then ``lane`` computes a prompt that
-        ``holder`` holds rather than leave its free slot to requests it holds."""
-        assert self.prefixes is not None
-        policy, theirs, mine = self.prefixes.policy, holder.outstanding, lane.outstanding
-        return theirs > mine + policy.balance_requests and theirs > mine * policy.balance_ratio
 
     async def run(self) -> None:
         """Look for free slots every :data:`TICK` while requests wait, until cancelled."""

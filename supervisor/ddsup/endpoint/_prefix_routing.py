@@ -251,6 +251,11 @@ class PrefixPolicy:
     balance_requests: int = 64
     balance_ratio: float = 1.5
 
+    def outweighs(self, busy: int, idle: int) -> bool:
+        """Whether a lane with ``busy`` requests in flight is unbalanced against one with
+        ``idle``: ``balance_requests`` more, and ``balance_ratio`` times as many."""
+        return busy > idle + self.balance_requests and busy > idle * self.balance_ratio
+
 
 class PrefixRouter:
     """The choice over one :class:`LaneTable` (see the module docstring); one per process."""
@@ -382,8 +387,7 @@ class PrefixRouter:
         busy, idle = lane.outstanding, least.outstanding
         if busy > 0 and idle == 0:
             return Choice.BALANCE_IDLE
-        policy = self.policy
-        if busy > idle + policy.balance_requests and busy > idle * policy.balance_ratio:
+        if self.policy.outweighs(busy, idle):
             return Choice.BALANCE
         if _waiting(lane, now, stale_after) > 0 and _waiting(least, now, stale_after) == 0:
             return Choice.BALANCE_QUEUE
