@@ -383,26 +383,14 @@ async def test_a_busy_lane_takes_another_lanes_template_when_load_is_unbalanced(
         assert waits.order == ["A:b:free_slot"]
 
 
-async def test_a_busy_lane_takes_a_waiting_request_it_was_sent_a_copy_of_meanwhile() -> None:
-    """A request of a's template waits while b is busy; b is then sent a copy of it (by
-    another request): from then on b takes it as one whose prompt it holds."""
-    slots, a, b = _slots(4, {"A": "a"})
-    _busy(a, 4)
-    _busy(b, 3)
-    async with _waits(slots) as waits:
-        await waits.start("A")
-        assert waits.order == []
-        assert slots.prefixes is not None
-        slots.prefixes.index.record(_keys("A", 5), b, time.monotonic())
-        slots.dispatch("m", time.monotonic())  # as the next tick does
-        await trio.testing.wait_all_tasks_blocked()
-        assert waits.order == ["A:b:prefix"]
-
-
-async def test_a_lane_about_to_run_dry_takes_a_copy_it_was_sent_meanwhile_as_a_copy() -> None:
-    """As above, but b frees a slot down to one request in flight: it would take the
-    request either way, and it is counted as one whose prompt b holds (a copy ranks above
-    a new template), not as one computed for a free slot."""
+@pytest.mark.parametrize("looked_at", ["by the tick, still busy", "down to one in flight"])
+async def test_a_lane_takes_a_waiting_request_it_was_sent_a_copy_of_meanwhile_as_a_copy(
+    looked_at: str,
+) -> None:
+    """A request of a's template waits while b, with two in flight, keeps its free slot;
+    b is then sent a copy of it (by another request). When b looks at the slot again,
+    busy or about to run dry, it takes the request as one whose prompt it holds (a copy
+    ranks above a new template), not as one computed for a free slot."""
     slots, a, b = _slots(3, {"A": "a"})
     _busy(a, 3)
     _busy(b, 2)
@@ -411,5 +399,9 @@ async def test_a_lane_about_to_run_dry_takes_a_copy_it_was_sent_meanwhile_as_a_c
         assert waits.order == []
         assert slots.prefixes is not None
         slots.prefixes.index.record(_keys("A", 5), b, time.monotonic())
-        await waits.end_one(b)
+        if looked_at == "down to one in flight":
+            await waits.end_one(b)
+        else:
+            slots.dispatch("m", time.monotonic())
+            await trio.testing.wait_all_tasks_blocked()
         assert waits.order == ["A:b:prefix"]
