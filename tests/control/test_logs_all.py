@@ -145,7 +145,9 @@ def test_follow_waits_for_a_unit_the_run_has_not_planned_yet(tmp_path: Path) -> 
             wait_for(lambda err=err: "no plan yet" in err.read_text(), "the follower's wait")
         (state / "logs").mkdir(mode=0o700)
         planned = [{"instance": name} for name in ("worker", "lane@0", "lane@1")]
-        (state / "plan.json").write_text(json.dumps({"instances": planned}))
+        # as ddsup writes it: whole or not at all (a follower polls for it meanwhile)
+        (state / "plan.tmp").write_text(json.dumps({"instances": planned}))
+        (state / "plan.tmp").rename(state / "plan.json")
         for name in ("worker", "lane@0", "lane@1"):
             (state / "logs" / f"{name}.log").write_text(f"{name} says hello\n")
         (state / "result.json").write_text("{}")
