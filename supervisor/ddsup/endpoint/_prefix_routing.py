@@ -264,7 +264,8 @@ class PrefixRouter:
         self.table = table
         self.policy = policy
         self.index = index
-        self._generation = table.generation
+        self._generation = -1  # the table's generation that ``_ready`` is of
+        self._ready: frozenset[LaneState] = frozenset()  # the lanes in the rotation
         self._level: Holders = ()  # the lanes level with the last match
         self._enough = [self._least(blocks) for blocks in range(MAX_BLOCKS + 1)]
 
@@ -286,12 +287,9 @@ class PrefixRouter:
         """The lane for a request for ``name`` with prompt ``keys``, and why; the lane is
         recorded as sent those blocks. ``least`` is least-load's choice, under the same
         ``tried``, ``limit`` and ``now`` (:func:`time.monotonic`)."""
-        table = self.table
-        if table.generation != self._generation:
-            self._generation = table.generation
-            self.index.keep(lambda lane: table.state_at(lane.slot) is lane)
+        self._follow_table()
         found, fresh = self.index.walk(keys, now)
-        lane = self._matched(found, len(keys), name, tried, limit, now, stale_after)
+        lane = self._matched(found, len(keys), name, least, tried, limit, now, stale_after)
         if lane is None:
             choice, lane = Choice.NO_MATCH, least
         elif lane is least or (why := self._unbalanced(lane, least, now, stale_after)) is None:
@@ -303,11 +301,22 @@ class PrefixRouter:
         self.index.record(keys, lane, now, found, fresh)
         return lane, choice
 
+    def _follow_table(self) -> None:
+        """Learn which lanes are in the rotation when the table changed, and forget the
+        ones that left (a set of them: a lookup per lane the index names is cheaper than
+        asking the table)."""
+        table = self.table
+        if table.generation != self._generation:
+            self._generation = table.generation
+            self._ready = frozenset(table.states())
+            self.index.keep(self._ready.__contains__)
+
     def _matched(
         self,
         found: list[Holders],
         blocks: int,
         name: str,
+        least: LaneState,
         tried: Collection[str],
         limit: int,
         now: float,
@@ -315,16 +324,16 @@ class PrefixRouter:
     ) -> LaneState | None:
         """The lane that may take the request and holds the most of its ``blocks`` (at
         least ``min_match``; ``found``: the index's holders); among lanes level with it,
-        the one sent it first."""
+        the one sent it first. ``least``: least-load's lane, which may take it."""
         depth = len(found)
         enough = self._enough[blocks] if blocks <= MAX_BLOCKS else self._least(blocks)
-        state_at, micros = self.table.state_at, now * 1e6
+        ready, micros = self._ready, now * 1e6
         while depth >= enough:
             level = found[depth - 1]
             for lane in level:
                 # _may_take, inlined: it runs for every request that matches
-                if (
-                    state_at(lane.slot) is lane
+                if lane is least or (
+                    lane in ready
                     and name in lane.names
                     and lane.info.instance not in tried
                     and lane.ejected_until <= micros
@@ -372,7 +381,7 @@ class PrefixRouter:
     ) -> bool:
         """Whether ``lane`` may take a request for ``name``, as least-load's rules say."""
         return (
-            self.table.state_at(lane.slot) is lane
+            lane in self._ready
             and name in lane.names
             and lane.info.instance not in tried
             and lane.ejected_until <= now * 1e6
@@ -398,17 +407,15 @@ class PrefixRouter:
         sent it first before the others; ``()`` when none does. Only lanes in the rotation,
         not ejected and serving ``name`` count; their queues do not (:mod:`._lane_slots`
         asks which lanes a waiting request suits, whatever they have in flight)."""
+        self._follow_table()
         found = self.index.holders(keys, now)
         enough = self._least(len(keys))
-        state_at = self.table.state_at
-        now_us = now * 1e6
+        ready, now_us = self._ready, now * 1e6
         for depth in range(len(found), enough - 1, -1):
             held = tuple(
                 lane
                 for lane in found[depth - 1]
-                if state_at(lane.slot) is lane
-                and name in lane.names
-                and lane.ejected_until <= now_us
+                if lane in ready and name in lane.names and lane.ejected_until <= now_us
             )
             if held:
                 return held
