@@ -144,6 +144,7 @@ class PrefixIndex:
     def __init__(self, max_blocks: int, max_age: float) -> None:
         self.half = max(1, max_blocks // 2)
         self.max_age = max_age
+        self._half_age = max_age / 2
         self._young: dict[int, Holders] = {}
         self._old: dict[int, Holders] = {}
         self._born = -math.inf  # when the young generation began
@@ -162,8 +163,12 @@ class PrefixIndex:
     def walk(self, keys: Sequence[int], now: float) -> tuple[list[Holders], int]:
         """:meth:`holders`, and how many of them, from the first, are the young
         generation's: what :meth:`record` need not look up again."""
-        if now - self._born >= self.max_age:  # both generations are too old
-            self._young, self._old, self._born = {}, {}, now
+        age = now - self._born
+        if age >= self._half_age:
+            # a new young generation; the old one is dropped, and the young one too
+            # when both are too old
+            self._old = {} if age >= self.max_age else self._young
+            self._young, self._born = {}, now
         young, old = self._young, self._old
         found: list[Holders] = []
         fresh = -1  # the first block found in the old generation only
@@ -183,19 +188,14 @@ class PrefixIndex:
         keys: Sequence[int],
         lane: LaneState,
         now: float,
-        found: Sequence[Holders] = (),
+        found: Sequence[Holders] | None = None,
         fresh: int = 0,
     ) -> None:
         """``lane`` was sent the blocks of ``keys``; ``found`` and ``fresh``: what
         :meth:`walk` said of them at ``now``, with nothing recorded since, if it was
-        asked."""
-        age = now - self._born
-        if age >= self.max_age / 2 or len(self._young) >= self.half:
-            # a new young generation; the old one is dropped, and the young one too
-            # when both are too old
-            self._old = {} if age >= self.max_age else self._young
-            self._young, self._born = {}, now
-            fresh = 0  # what the walk found young is old now
+        asked (else it is asked here)."""
+        if found is None:
+            found, fresh = self.walk(keys, now)
         alone = self._alone.get(lane)
         if alone is None:
             alone = self._alone[lane] = (lane,)
@@ -207,12 +207,13 @@ class PrefixIndex:
                 if sent is not alone and lane not in sent:
                     break
                 held += 1
-        if held:
-            if held == len(keys):
-                return
-            keys = keys[held:]
+        if held == len(keys):
+            return
         young, old = self._young, self._old
-        for key in keys:
+        if len(young) >= self.half:  # a new young generation; the old one is dropped
+            self._old, self._young, self._born = young, {}, now
+            young, old, held = self._young, young, 0
+        for key in keys[held:] if held else keys:
             lanes = young.get(key)
             if lanes is not None:
                 if lanes is alone or lane in lanes:
