@@ -975,12 +975,14 @@ def run_scale(args: argparse.Namespace, tmp: Path) -> None:
 def index_cost(lanes: int) -> None:
     """The keys and the choice alone, in this process, with the index at its bound."""
     table = LaneTable(LaneInfo(f"l{i}", "m", f"http://127.0.0.1:{9000 + i}") for i in range(lanes))
-    router = PrefixRouter(table, PrefixPolicy(), PrefixIndex(1 << 18, 600.0))
+    router = PrefixRouter(
+        table, PrefixPolicy(), PrefixIndex(1 << 18, 600.0), limit=128, stale_after=3.0
+    )
     states = table.states()
     payloads = [json.loads(body) for body in synthetic(random.Random(2), 64, 400)]
     for n, payload in enumerate(payloads):  # fill the index past its bound
         keys = prompt_keys(payload, "m")
-        router.choose("m", states[n % lanes], keys, (), limit=128, now=n * 1e-3, stale_after=3.0)
+        router.choose("m", states[n % lanes], keys, (), n * 1e-3)
     start = time.perf_counter()
     for payload in payloads:
         prompt_keys(payload, "m")
@@ -988,9 +990,7 @@ def index_cost(lanes: int) -> None:
     start = time.perf_counter()
     for n, payload in enumerate(payloads):
         keys = prompt_keys(payload, "m")
-        router.choose(
-            "m", states[n % lanes], keys, (), limit=128, now=30 + n * 1e-3, stale_after=3.0
-        )
+        router.choose("m", states[n % lanes], keys, (), 30 + n * 1e-3)
     chosen = time.perf_counter() - start - keyed
     print(
         f"\nthe index alone ({lanes} lanes, {len(payloads)} requests of about 1,600 characters, "

@@ -294,7 +294,13 @@ def _slots(
     table = LaneTable(
         [LaneInfo(n, "m", f"http://127.0.0.1:{9000 + i}") for i, n in enumerate("ab")]
     )
-    router = PrefixRouter(table, policy or PrefixPolicy(), PrefixIndex(1 << 16, 600.0))
+    router = PrefixRouter(
+        table,
+        policy or PrefixPolicy(),
+        PrefixIndex(1 << 16, 600.0),
+        limit=limit,
+        stale_after=1.0,
+    )
     a, b = table.ready("m")
     for template, names in sent.items():
         for name in names:

@@ -42,7 +42,11 @@ class Fleet:
         self.table = LaneTable([info("a", 8000), info("b", 8001), info("c", 8002)])
         blocks = int(index.get("max_blocks", 1 << 16))
         self.router = PrefixRouter(
-            self.table, policy or PrefixPolicy(), PrefixIndex(blocks, index.get("max_age", 600))
+            self.table,
+            policy or PrefixPolicy(),
+            PrefixIndex(blocks, index.get("max_age", 600)),
+            limit=LIMIT,
+            stale_after=STALE,
         )
 
     def lane(self, name: str) -> LaneState:
@@ -59,9 +63,7 @@ class Fleet:
         tried: tuple[str, ...] = (),
     ) -> tuple[str, str]:
         keys = prompt_keys(payload, "m")
-        lane, how = self.router.choose(
-            "m", self.lane(least), keys, tried, limit=LIMIT, now=now, stale_after=STALE
-        )
+        lane, how = self.router.choose("m", self.lane(least), keys, tried, now)
         return lane.info.instance, how
 
     def load(self, name: str, n: int) -> None:

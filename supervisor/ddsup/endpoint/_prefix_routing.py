@@ -259,12 +259,27 @@ class PrefixPolicy:
 
 
 class PrefixRouter:
-    """The choice over one :class:`LaneTable` (see the module docstring); one per process."""
+    """The choice over one :class:`LaneTable` (see the module docstring); one per process.
 
-    def __init__(self, table: LaneTable, policy: PrefixPolicy, index: PrefixIndex) -> None:
+    ``limit`` and ``stale_after``: least-load's, the same for every request (a lane may
+    take one while its queue, by a sample no older than ``stale_after``, is under
+    ``limit``).
+    """
+
+    def __init__(
+        self,
+        table: LaneTable,
+        policy: PrefixPolicy,
+        index: PrefixIndex,
+        *,
+        limit: int,
+        stale_after: float,
+    ) -> None:
         self.table = table
         self.policy = policy
         self.index = index
+        self.limit = limit
+        self.stale_after = stale_after
         self._generation = -1  # the table's generation that ``_ready`` is of
         self._ready: frozenset[LaneState] = frozenset()  # the lanes in the rotation
         self._level: Holders = ()  # the lanes level with the last match
@@ -275,42 +290,35 @@ class PrefixRouter:
         return max(1, math.ceil(self.policy.min_match * blocks - 1e-9))
 
     def choose(
-        self,
-        name: str,
-        least: LaneState,
-        keys: Sequence[int],
-        tried: Collection[str],
-        *,
-        limit: int,
-        now: float,
-        stale_after: float,
+        self, name: str, least: LaneState, keys: Sequence[int], tried: Collection[str], now: float
     ) -> tuple[LaneState, str]:
         """The lane for a request for ``name`` with prompt ``keys``, and why; the lane is
         recorded as sent those blocks. ``least`` is least-load's choice, under the same
-        ``tried``, ``limit`` and ``now`` (:func:`time.monotonic`)."""
-        self._follow_table()
-        found, fresh = self.index.walk(keys, now)
-        lane = self._matched(found, len(keys), name, least, tried, limit, now, stale_after)
+        ``tried`` and ``now`` (:func:`time.monotonic`)."""
+        if self.table.generation != self._generation:
+            self._follow_table()
+        index = self.index
+        found, fresh = index.walk(keys, now)
+        lane = self._matched(found, len(keys), name, least, tried, now) if found else None
         if lane is None:
             choice, lane = Choice.NO_MATCH, least
-        elif lane is least or (why := self._unbalanced(lane, least, now, stale_after)) is None:
+        elif lane is least or (why := self._unbalanced(lane, least, now)) is None:
             choice = Choice.PREFIX
-        elif (spare := self._spare(name, lane, least, tried, limit, now, stale_after)) is not None:
+        elif (spare := self._spare(name, lane, least, tried, now)) is not None:
             choice, lane = Choice.PREFIX, spare
         else:
             choice, lane = why, least
-        self.index.record(keys, lane, now, found, fresh)
+        index.record(keys, lane, now, found, fresh)
         return lane, choice
 
     def _follow_table(self) -> None:
-        """Learn which lanes are in the rotation when the table changed, and forget the
-        ones that left (a set of them: a lookup per lane the index names is cheaper than
-        asking the table)."""
+        """Learn which lanes are in the rotation now that the table changed, and forget
+        the ones that left (a set of them: a lookup per lane the index names is cheaper
+        than asking the table). Callers check the generation first: this runs per request."""
         table = self.table
-        if table.generation != self._generation:
-            self._generation = table.generation
-            self._ready = frozenset(table.states())
-            self.index.keep(self._ready.__contains__)
+        self._generation = table.generation
+        self._ready = frozenset(table.states())
+        self.index.keep(self._ready.__contains__)
 
     def _matched(
         self,
@@ -319,9 +327,7 @@ class PrefixRouter:
         name: str,
         least: LaneState,
         tried: Collection[str],
-        limit: int,
         now: float,
-        stale_after: float,
     ) -> LaneState | None:
         """The lane that may take the request and holds the most of its ``blocks`` (at
         least ``min_match``; ``found``: the index's holders); among lanes level with it,
@@ -338,7 +344,7 @@ class PrefixRouter:
                     and name in lane.names
                     and lane.info.instance not in tried
                     and lane.ejected_until <= micros
-                    and lane.queue(now, stale_after) < limit
+                    and lane.queue(now, self.stale_after) < self.limit
                 ):
                     self._level = level
                     return lane
@@ -351,9 +357,7 @@ class PrefixRouter:
         lane: LaneState,
         least: LaneState,
         tried: Collection[str],
-        limit: int,
         now: float,
-        stale_after: float,
     ) -> LaneState | None:
         """Another lane level with ``lane`` on the match that load lets take the request
         (the least loaded of them), or ``None``."""
@@ -362,36 +366,26 @@ class PrefixRouter:
             if (
                 other is not lane
                 and (spare is None or other.outstanding < spare.outstanding)
-                and self._may_take(other, name, tried, limit, now, stale_after)
+                and self._may_take(other, name, tried, now)
             ):
                 spare = other
         if spare is None or (
-            spare is not least and self._unbalanced(spare, least, now, stale_after) is not None
+            spare is not least and self._unbalanced(spare, least, now) is not None
         ):
             return None
         return spare
 
-    def _may_take(
-        self,
-        lane: LaneState,
-        name: str,
-        tried: Collection[str],
-        limit: int,
-        now: float,
-        stale_after: float,
-    ) -> bool:
+    def _may_take(self, lane: LaneState, name: str, tried: Collection[str], now: float) -> bool:
         """Whether ``lane`` may take a request for ``name``, as least-load's rules say."""
         return (
             lane in self._ready
             and name in lane.names
             and lane.info.instance not in tried
             and lane.ejected_until <= now * 1e6
-            and lane.queue(now, stale_after) < limit
+            and lane.queue(now, self.stale_after) < self.limit
         )
 
-    def _unbalanced(
-        self, lane: LaneState, least: LaneState, now: float, stale_after: float
-    ) -> str | None:
+    def _unbalanced(self, lane: LaneState, least: LaneState, now: float) -> str | None:
         """Why least-load's lane should have the request rather than ``lane`` (``None``:
         it should not)."""
         busy, idle = lane.outstanding, least.outstanding
@@ -399,7 +393,8 @@ class PrefixRouter:
             return Choice.BALANCE_IDLE
         if self.policy.outweighs(busy, idle):
             return Choice.BALANCE
-        if _waiting(lane, now, stale_after) > 0 and _waiting(least, now, stale_after) == 0:
+        stale = self.stale_after
+        if _waiting(lane, now, stale) > 0 and _waiting(least, now, stale) == 0:
             return Choice.BALANCE_QUEUE
         return None
 
@@ -408,7 +403,8 @@ class PrefixRouter:
         sent it first before the others; ``()`` when none does. Only lanes in the rotation,
         not ejected and serving ``name`` count; their queues do not (:mod:`._lane_slots`
         asks which lanes a waiting request suits, whatever they have in flight)."""
-        self._follow_table()
+        if self.table.generation != self._generation:
+            self._follow_table()
         found = self.index.holders(keys, now)
         enough = self._least(len(keys))
         ready, now_us = self._ready, now * 1e6

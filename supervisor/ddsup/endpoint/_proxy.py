@@ -148,6 +148,11 @@ class Proxy:
         self.deadlines = deadlines
         self.ejection = Ejection(config.eject_after, config.eject_for, metrics)
         self.admission = Admission(lanes)
+        # a lane has room while its queue is under the limit: with a bound on what it is
+        # sent at once, while it has a free slot (else the request waits for one)
+        self.limit = config.max_queue_per_lane
+        if config.max_in_flight_per_lane:
+            self.limit = min(self.limit, config.max_in_flight_per_lane)
         self.prefixes: PrefixRouter | None = None  # routing = "prefix"
         if config.routing is Routing.PREFIX:
             policy = PrefixPolicy(
@@ -156,13 +161,11 @@ class Proxy:
                 config.prefix_balance_ratio,
             )
             index = PrefixIndex(config.prefix_index_blocks, config.prefix_max_age)
-            self.prefixes = PrefixRouter(lanes, policy, index)
-        # a lane has room while its queue is under the limit: with a bound on what it is
-        # sent at once, while it has a free slot (else the request waits for one)
-        self.limit = config.max_queue_per_lane
+            self.prefixes = PrefixRouter(
+                lanes, policy, index, limit=self.limit, stale_after=config.metrics_stale_after
+            )
         self.slots: LaneSlots | None = None
         if config.max_in_flight_per_lane:
-            self.limit = min(self.limit, config.max_in_flight_per_lane)
             self.slots = LaneSlots(
                 lanes,
                 self.admission,
@@ -205,15 +208,7 @@ class Proxy:
                 break
             else:
                 if request.prefix and self.prefixes is not None:
-                    lane, how = self.prefixes.choose(
-                        model,
-                        lane,
-                        request.prefix,
-                        tried,
-                        limit=self.limit,
-                        now=now,
-                        stale_after=config.metrics_stale_after,
-                    )
+                    lane, how = self.prefixes.choose(model, lane, request.prefix, tried, now)
                 lane.begin()
             if how is not None:
                 self.metrics.prefix_routed[(model, how)] += 1
