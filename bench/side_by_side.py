@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TypeVar
@@ -95,14 +95,27 @@ def marked_processes() -> list[psutil.Process]:
     return found
 
 
-def kill_marked() -> int:
-    """SIGKILL every live process of this bench; how many there were."""
-    procs = marked_processes()
+def kill_marked(spared: Collection[int] = ()) -> int:
+    """SIGKILL every live process of this bench but those of ``spared`` (pids); how many
+    there were."""
+    procs = [proc for proc in marked_processes() if proc.pid not in spared]
     for proc in procs:
         with suppress(psutil.Error):
             proc.kill()
     psutil.wait_procs(procs, timeout=5)
     return len(procs)
+
+
+_OPEN: set[int] = set()  # the processes of the marked_process contexts still open
+
+
+def _open_trees() -> set[int]:
+    """The pids of the processes of the open contexts and of their descendants."""
+    pids = set(_OPEN)
+    for pid in _OPEN:
+        with suppress(psutil.Error):
+            pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
+    return pids
 
 
 @contextmanager
@@ -115,7 +128,10 @@ def marked_process(
     session: bool = False,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """``argv`` started with the mark (output to ``output``); afterwards SIGTERM, SIGKILL
-    after ``stop_timeout`` seconds, and every marked process left is killed and reported.
+    after ``stop_timeout`` seconds, and every marked process left is killed and reported,
+    but those of the other :func:`marked_process` contexts still open (the processes
+    they started, and the descendants of those): a bench that stops its lanes one by
+    one reports what each left, not the lanes it has yet to stop.
 
     ``session``: in a session of its own, as ``sbatch`` starts a job script. Linux's
     scheduler shares the CPU between sessions (autogroups) before it shares it between
@@ -131,9 +147,11 @@ def marked_process(
             env=full_env,
             start_new_session=session,
         )
+    _OPEN.add(process.pid)
     try:
         yield process
     finally:
+        _OPEN.discard(process.pid)
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:
@@ -141,7 +159,7 @@ def marked_process(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        leftovers = kill_marked()
+        leftovers = kill_marked(_open_trees())
         if leftovers:
             print(
                 f"LEFTOVER: killed {leftovers} processes still carrying the mark", file=sys.stderr
