@@ -2,8 +2,9 @@
 
 A CPU-time figure on a shared 2-core machine moves by a tenth from one run to the next,
 as much as prefix routing adds to a request, so ``endpoint_compare.py`` cannot tell a
-change of the routing's cost from the machine's mood. Instructions do not move with the
-machine: each endpoint runs under ``valgrind --tool=callgrind`` in front of the same two
+change of the routing's cost from the machine's mood. Instructions move less with the
+machine (a few percent between runs of one tree, more while other work loads the
+machine: run it on an idle one): each endpoint runs under ``valgrind --tool=callgrind`` in front of the same two
 fast lanes (``Upstream`` of ``endpoint_servers.py``), wrk sends ``--connections``
 requests at a time for ``--seconds`` after a warm-up, and the instructions the endpoint
 executed meanwhile (counters zeroed after the warm-up, dumped after the run) are divided
