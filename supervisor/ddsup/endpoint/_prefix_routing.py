@@ -314,7 +314,8 @@ class PrefixRouter:
     def _follow_table(self) -> None:
         """Learn which lanes are in the rotation now that the table changed, and forget
         the ones that left (a set of them: a lookup per lane the index names is cheaper
-        than asking the table). Callers check the generation first: this runs per request."""
+        than asking the table). Callers compare the generation first, per request; this
+        runs only when it changed."""
         table = self.table
         self._generation = table.generation
         self._ready = frozenset(table.states())
